@@ -1,0 +1,49 @@
+# Two set-up commands on a fresh machine: `make run` and `make test` (see README).
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+# System packages the test suite starts for real (ZooKeeper for cluster mode, a JRE for Spark).
+APT_PACKAGES := openjdk-17-jre-headless
+
+.PHONY: run test lint unit integration bench clean apt-deps
+
+$(VENV)/.base: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet -e .
+	touch $@
+
+$(VENV)/.test: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet -e '.[test]'
+	touch $(VENV)/.base $@
+
+# Java is what Spark's local[2] needs; install it only when no java is on PATH.
+apt-deps:
+	@command -v java >/dev/null 2>&1 || { \
+	  SUDO=$$(command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq $(APT_PACKAGES); }
+
+run: $(VENV)/.base
+	$(PY) -m ads_broker.demo
+
+lint: $(VENV)/.test
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+test: apt-deps $(VENV)/.test lint
+	$(VENV)/bin/pytest tests
+
+unit: $(VENV)/.test
+	$(VENV)/bin/pytest tests/unit
+
+integration: $(VENV)/.test
+	$(VENV)/bin/pytest tests/integration
+
+bench: $(VENV)/.test
+	$(PY) bench/broker_throughput.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,3 @@
+from ads_broker.cli import main
+
+main()

@@ -1,0 +1,3 @@
+from dedupe_worker.cli import main
+
+main()

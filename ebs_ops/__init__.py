@@ -1,0 +1,3 @@
+"""Consistent snapshots, restore and move of dedupe worker volumes."""
+
+__version__ = "0.1.0"

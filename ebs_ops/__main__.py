@@ -1,0 +1,3 @@
+from ebs_ops.cli import main
+
+main()

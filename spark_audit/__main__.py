@@ -1,0 +1,3 @@
+from spark_audit.cli import main
+
+main()
