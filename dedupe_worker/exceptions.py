@@ -3,3 +3,27 @@
 
 class DedupeError(Exception):
     """Root of all `dedupe_worker` errors."""
+
+
+class ConfigError(DedupeError):
+    """The worker's configuration is invalid; the message names the setting and how to fix it."""
+
+
+class StoreError(DedupeError):
+    """A partition store could not be opened, read or written."""
+
+
+class VolumeMismatchError(StoreError):
+    """A partition volume belongs to another topic or partition than the one requested."""
+
+
+class TopicLayoutError(DedupeError):
+    """Input and output topics are missing or have different partition counts."""
+
+
+class DeliveryError(DedupeError):
+    """A batch's output was not fully acknowledged; the partition restarts from reconcile."""
+
+
+class ReconcileError(DedupeError):
+    """The output partition could not be replayed into the store."""

@@ -1,0 +1,140 @@
+"""Worker configuration: a TOML file, then ``DEDUPE_*`` environment variables, then CLI flags.
+
+Later sources win (flags > env > file > defaults). Unknown keys are errors, so a typo in the
+file fails at start with the key's name instead of silently using a default.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from dedupe_worker.exceptions import ConfigError
+from dedupe_worker.store.rocksdb import RocksDBOptions
+
+
+def parse_partitions(spec: str | list[int] | None) -> list[int] | None:
+    """``"0-3,7"`` → ``[0, 1, 2, 3, 7]``; None means every partition of the input topic."""
+    if spec is None or isinstance(spec, list):
+        return spec
+    out: list[int] = []
+    for part in (p.strip() for p in spec.split(",") if p.strip()):
+        lo, _, hi = part.partition("-")
+        try:
+            first, last = int(lo), int(hi or lo)
+        except ValueError:
+            raise ValueError(f"bad partition range {part!r}: use e.g. '0-3' or '0,2,5'") from None
+        if first < 0 or last < first:
+            raise ValueError(f"bad partition range {part!r}: need 0 <= first <= last")
+        out.extend(range(first, last + 1))
+    if len(set(out)) != len(out):
+        raise ValueError(f"partition {spec!r} lists a partition twice")
+    return sorted(out)
+
+
+class AgingConfig(BaseModel):
+    """Segment's "by size, not time": bound each partition's keys, keep at least ``min_window_s``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_keys: int | None = Field(default=None, gt=0)
+    max_bytes: int | None = Field(default=None, gt=0)
+    min_window_s: float = Field(default=0.0, ge=0)
+    window_floor_s: float = Field(default=24 * 3600.0, ge=0)
+    chunk: int = Field(default=10_000, gt=0)
+
+
+class StoreConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    bloom_bits_per_key: float = Field(default=10.0, ge=0)
+    ribbon: bool = False
+    memtable_bloom_ratio: float = Field(default=0.1, ge=0, le=0.25)
+    block_cache_mb: int = Field(default=64, gt=0)
+    write_buffer_mb: int = Field(default=64, gt=0)
+    compression: Literal["none", "snappy", "lz4", "zstd"] = "lz4"
+    sync_writes: bool = False
+
+    def rocksdb(self) -> RocksDBOptions:
+        return RocksDBOptions(**self.model_dump())
+
+
+class WorkerConfig(BaseSettings):
+    """Everything a `dedupe-worker run` needs. See docs/WORKER.md for each setting."""
+
+    model_config = SettingsConfigDict(env_prefix="DEDUPE_", env_nested_delimiter="__", extra="forbid",
+                                      frozen=True)
+
+    bootstrap: str = "127.0.0.1:9092"
+    input_topic: str = "events"
+    output_topic: str = "events.deduped"
+    dlq_topic: str = "events.dlq"
+    duplicates_topic: str | None = None
+    partitions: Annotated[list[int] | None, NoDecode] = None
+    assignment: Literal["static", "group"] = "static"
+    group: str = "dedupe"
+    data_dir: Path = Path("./data/dedupe")
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    control_port: int | None = Field(default=None, ge=0, le=65535)
+    exactly_once: Literal["reconcile", "transactional"] = "reconcile"
+    batch_size: int = Field(default=5000, gt=0, le=100_000)
+    batch_timeout_ms: int = Field(default=50, gt=0, le=10_000)
+    delivery_timeout_s: float = Field(default=30.0, gt=0)
+    aging: AgingConfig = AgingConfig()
+    store: StoreConfig = StoreConfig()
+    kafka: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("partitions", mode="before")
+    @classmethod
+    def _partitions(cls, v: Any) -> Any:
+        return parse_partitions(v) if isinstance(v, str) else v
+
+    @model_validator(mode="after")
+    def _topics_differ(self) -> WorkerConfig:
+        names = [self.input_topic, self.output_topic, self.dlq_topic]
+        if self.duplicates_topic:
+            names.append(self.duplicates_topic)
+        if len(set(names)) != len(names):
+            raise ValueError(f"input, output, dead-letter and duplicates topics must differ, got {names}")
+        if "partitioner" in self.kafka and self.kafka["partitioner"] != "murmur2_random":
+            raise ValueError("kafka.partitioner must stay murmur2_random (Java-compatible partitioning)")
+        return self
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings],
+                                   init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource,
+                                   dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource,
+                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls))
+
+    def partition_dir(self, partition: int) -> Path:
+        return self.data_dir / f"partition-{partition}"
+
+
+def load_config(path: Path | None = None, **overrides: Any) -> WorkerConfig:
+    """Build the config from ``path`` (TOML, optional), ``DEDUPE_*`` env and ``overrides`` (None = unset)."""
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if path is not None and not Path(path).is_file():
+        raise ConfigError(f"config file {path} does not exist; pass an existing TOML file or omit --config")
+
+    class _FromFile(WorkerConfig):
+        model_config = SettingsConfigDict(toml_file=path)
+
+    try:
+        return _FromFile(**given)
+    except ValidationError as e:
+        where = f" (file {path})" if path else ""
+        problems = "; ".join(f"{'.'.join(str(x) for x in err['loc']) or 'config'}: {err['msg']}"
+                             for err in e.errors())
+        raise ConfigError(f"invalid worker configuration{where}: {problems}") from None

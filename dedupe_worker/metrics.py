@@ -1,0 +1,41 @@
+"""Prometheus metrics for the worker, on an injected registry (tests build their own)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+
+class WorkerMetrics:
+    """Every metric of issue 4 item 7; labels are bounded (partition, result)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.messages = Counter("dedupe_messages", "Input messages by result (new, duplicate, invalid)",
+                                ["partition", "result"], registry=registry)
+        self.batch_seconds = Histogram("dedupe_batch_seconds", "Wall time of one batch, consume to commit",
+                                       ["partition"], registry=registry,
+                                       buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
+        self.lag = Gauge("dedupe_lag_messages", "Input high watermark minus next offset to consume",
+                         ["partition"], registry=registry)
+        self.keys = Gauge("dedupe_keys", "Keys stored", ["partition"], registry=registry)
+        self.db_bytes = Gauge("dedupe_db_bytes", "RocksDB SST plus memtable bytes", ["partition"],
+                              registry=registry)
+        self.window = Gauge("dedupe_effective_window_seconds", "Age of the oldest stored key",
+                            ["partition"], registry=registry)
+        self.aged = Counter("dedupe_aged_keys", "Keys deleted by aging", ["partition"], registry=registry)
+        self.reconcile = Counter("dedupe_reconcile_records", "Output records replayed by reconcile",
+                                 ["partition"], registry=registry)
+        self.restarts = Counter("dedupe_partition_restarts", "Partition restarts after an error",
+                                ["partition"], registry=registry)
+        self.rocksdb = Gauge("dedupe_rocksdb_ticker", "RocksDB statistics tickers",
+                             ["partition", "ticker"], registry=registry)
+
+    def serve(self, port: int, addr: str = "127.0.0.1") -> int:
+        """Expose ``/metrics`` on ``addr:port`` (0 picks a free port); returns the port."""
+        server, _ = start_http_server(port, addr=addr, registry=self.registry)
+        return int(server.server_port)
+
+
+ROCKSDB_TICKERS = ("rocksdb.bloom.filter.useful", "rocksdb.bloom.filter.full.positive",
+                   "rocksdb.block.cache.hit", "rocksdb.block.cache.miss", "rocksdb.memtable.hit",
+                   "rocksdb.memtable.miss")

@@ -1,0 +1,99 @@
+"""Reconcile: replay the output partition (the source of truth) into the store.
+
+RocksDB may be behind the output (a crash between publish and the store write, a stale snapshot,
+a lost volume) but never ahead of it. Reading the output partition from the recorded output
+offset to its end, inserting every messageId found and advancing the input position from the
+``dedupe.source.offset`` headers brings the store level with the output before any new input is
+consumed. The end is found by ``PARTITION_EOF`` (tansu's high watermark is wrong).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from dedupe_worker.config import WorkerConfig
+from dedupe_worker.exceptions import ReconcileError
+from dedupe_worker.kafka import consumer_config
+from dedupe_worker.keys import encode_message_id
+from dedupe_worker.records import classify, source_offset
+from dedupe_worker.store.base import StoreMeta
+from dedupe_worker.store.rocksdb import RocksDBStore
+
+log = structlog.get_logger("dedupe_worker.reconcile")
+
+CHUNK = 20_000
+
+
+@dataclass(frozen=True)
+class ReconcileResult:
+    records: int
+    inserted: int
+    meta: StoreMeta
+
+
+def apply_output_records(store: RocksDBStore, records: list[Any]) -> int:
+    """Insert the messageIds of ``records`` (output messages, in offset order) that the store
+    lacks, and advance its input/output positions; one atomic write. Returns keys inserted."""
+    if not records:
+        return 0
+    batch: dict[bytes, int] = {}
+    input_next = 0
+    for msg in records:
+        src = source_offset(msg.headers())
+        if src is not None:
+            input_next = max(input_next, src + 1)
+        c = classify(msg.key(), msg.value())
+        if c.message_id is None:
+            log.error("output record without messageId", offset=msg.offset(), reason=str(c.reason))
+            continue
+        batch.setdefault(encode_message_id(c.message_id), max(msg.timestamp()[1], 0))
+    keys = list(batch)
+    new = [k for k, present in zip(keys, store.contains(keys), strict=True) if not present]
+    store.record(new, [batch[k] for k in new], input_offset=input_next,
+                 output_offset=records[-1].offset() + 1)
+    return len(new)
+
+
+def reconcile(store: RocksDBStore, cfg: WorkerConfig, partition: int, *, idle_timeout_s: float = 60.0,
+              on_records: Any = None) -> ReconcileResult:
+    """Read output partition ``partition`` from ``store.meta().output_offset`` to its end."""
+    isolation = "read_committed" if cfg.exactly_once == "transactional" else "read_uncommitted"
+    conf = consumer_config(cfg.bootstrap, f"{cfg.group}.reconcile", cfg.kafka, **{
+        "enable.partition.eof": True, "isolation.level": isolation})
+    consumer = Consumer(conf)
+    start = store.meta().output_offset
+    consumer.assign([TopicPartition(cfg.output_topic, partition, start)])
+    total = inserted = 0
+    last_progress = time.monotonic()
+    try:
+        done = False
+        while not done:
+            chunk: list[Any] = []
+            for msg in consumer.consume(CHUNK, 0.1):
+                err = msg.error()
+                if err is None:
+                    chunk.append(msg)
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    done = True
+                else:
+                    raise ReconcileError(f"reading output {cfg.output_topic}[{partition}] from offset "
+                                         f"{start}: {err}")
+            if chunk:
+                last_progress = time.monotonic()
+                inserted += apply_output_records(store, chunk)
+                total += len(chunk)
+                if on_records is not None:
+                    on_records(len(chunk))
+            elif not done and time.monotonic() - last_progress > idle_timeout_s:
+                raise ReconcileError(f"no end of output partition {cfg.output_topic}[{partition}] seen in "
+                                     f"{idle_timeout_s:.0f}s; is the broker reachable?")
+    finally:
+        consumer.close()
+    log.info("reconciled", partition=partition, from_offset=start, records=total, inserted=inserted,
+             input_offset=store.meta().input_offset, output_offset=store.meta().output_offset)
+    return ReconcileResult(records=total, inserted=inserted, meta=store.meta())

@@ -1,0 +1,87 @@
+"""The message contract (docs/CONTRACTS.md): where a messageId comes from, and dead-letter reasons.
+
+A keyed record's key is its messageId (UTF-8, at most 200 bytes). A keyless record's messageId
+is the ``messageId`` field of its JSON value. Anything else is a dead letter with a reason.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import StrEnum
+
+MAX_MESSAGE_ID_BYTES = 200
+H_SOURCE_PARTITION = "dedupe.source.partition"
+H_SOURCE_OFFSET = "dedupe.source.offset"
+H_DLQ_REASON = "dedupe.dlq.reason"
+H_DUPLICATE_REASON = "dedupe.duplicate.reason"
+
+Headers = list[tuple[str, bytes | None]]
+
+
+class DeadLetterReason(StrEnum):
+    MISSING_MESSAGE_ID = "missing_message_id"
+    MESSAGE_ID_TOO_LONG = "message_id_too_long"
+    INVALID_UTF8_KEY = "invalid_utf8_key"
+    INVALID_JSON = "invalid_json"
+
+
+@dataclass(frozen=True)
+class Classified:
+    """Either a messageId or a dead-letter reason (exactly one is set)."""
+
+    message_id: str | None
+    reason: DeadLetterReason | None
+
+
+def _from_key(key: bytes) -> Classified:
+    if len(key) > MAX_MESSAGE_ID_BYTES:
+        return Classified(None, DeadLetterReason.MESSAGE_ID_TOO_LONG)
+    try:
+        return Classified(key.decode("utf-8"), None)
+    except UnicodeDecodeError:
+        return Classified(None, DeadLetterReason.INVALID_UTF8_KEY)
+
+
+def _from_value(value: bytes | None) -> Classified:
+    if not value:
+        return Classified(None, DeadLetterReason.MISSING_MESSAGE_ID)
+    try:
+        event = json.loads(value)
+    except ValueError:  # includes UnicodeDecodeError
+        return Classified(None, DeadLetterReason.INVALID_JSON)
+    if not isinstance(event, dict):
+        return Classified(None, DeadLetterReason.INVALID_JSON)
+    mid = event.get("messageId")
+    if not isinstance(mid, str) or not mid:
+        return Classified(None, DeadLetterReason.MISSING_MESSAGE_ID)
+    if len(mid.encode("utf-8")) > MAX_MESSAGE_ID_BYTES:
+        return Classified(None, DeadLetterReason.MESSAGE_ID_TOO_LONG)
+    return Classified(mid, None)
+
+
+def classify(key: bytes | None, value: bytes | None) -> Classified:
+    """The messageId of a record, or why it is a dead letter. Never raises on input bytes."""
+    if key:
+        return _from_key(key)
+    return _from_value(value)
+
+
+def with_source(headers: Headers | None, partition: int, offset: int,
+                extra: Headers | None = None) -> Headers:
+    """The input's headers plus the source partition and offset (and ``extra``)."""
+    out: Headers = list(headers) if headers else []
+    out.append((H_SOURCE_PARTITION, str(partition).encode()))
+    out.append((H_SOURCE_OFFSET, str(offset).encode()))
+    if extra:
+        out.extend(extra)
+    return out
+
+
+def source_offset(headers: Headers | None) -> int | None:
+    """The ``dedupe.source.offset`` header of an output record (the last one if repeated)."""
+    found: int | None = None
+    for name, value in headers or ():
+        if name == H_SOURCE_OFFSET and value is not None:
+            found = int(value)
+    return found

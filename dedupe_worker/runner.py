@@ -1,0 +1,68 @@
+"""Runs a set of partition workers in one process: one thread per partition.
+
+Why threads with one consumer and one producer per partition: each partition keeps its own
+position, pause state, restart-from-reconcile and fault domain, and a RocksDB store per thread
+needs no locking. The GIL bounds one process to about one core, so scale with one process per
+core (`--partitions` ranges), as the demo does.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import structlog
+from prometheus_client import CollectorRegistry
+
+from dedupe_worker.config import WorkerConfig
+from dedupe_worker.control import ControlServer
+from dedupe_worker.exceptions import TopicLayoutError
+from dedupe_worker.faults import FaultHook
+from dedupe_worker.kafka import check_layout
+from dedupe_worker.metrics import WorkerMetrics
+from dedupe_worker.worker import PartitionWorker
+
+log = structlog.get_logger("dedupe_worker.runner")
+
+
+@dataclass
+class WorkerRunner:
+    cfg: WorkerConfig
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    stop_event: threading.Event = field(default_factory=threading.Event)
+    workers: dict[int, PartitionWorker] = field(default_factory=dict)
+    control: ControlServer | None = None
+    metrics_port: int | None = None
+
+    def start(self) -> WorkerRunner:
+        count = check_layout(self.cfg.bootstrap, self.cfg.input_topic, self.cfg.output_topic)
+        partitions = self.cfg.partitions if self.cfg.partitions is not None else list(range(count))
+        bad = [p for p in partitions if p >= count]
+        if bad:
+            raise TopicLayoutError(f"partitions {bad} do not exist: {self.cfg.input_topic!r} has {count}")
+        metrics = WorkerMetrics(self.registry)
+        faults = FaultHook.from_env()
+        for p in partitions:
+            self.workers[p] = PartitionWorker(self.cfg, p, metrics, faults, self.stop_event)
+        for w in self.workers.values():
+            w.open_store()  # fail fast on a wrong or locked volume, before any thread starts
+        if self.cfg.metrics_port is not None:
+            self.metrics_port = metrics.serve(self.cfg.metrics_port)
+        if self.cfg.control_port is not None:
+            self.control = ControlServer(self.workers, self.cfg.control_port).start()
+        self._threads = [threading.Thread(target=w.run, name=f"partition-{p}", daemon=True)
+                         for p, w in self.workers.items()]
+        for t in self._threads:
+            t.start()
+        log.info("worker started", partitions=partitions, metrics_port=self.metrics_port,
+                 control_port=self.control.port if self.control else None)
+        return self
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    def join(self, timeout_s: float | None = None) -> None:
+        for t in self._threads:
+            t.join(timeout_s)
+        if self.control is not None:
+            self.control.stop()

@@ -1,0 +1,390 @@
+"""The per-partition batch loop.
+
+Order of effects per batch (ARCHITECTURE invariant 7), mode ``reconcile``:
+
+1. consume up to ``batch_size`` input records (or what arrives within ``batch_timeout_ms``);
+2. classify; invalid records → dead letters; drop repeats inside the batch; MultiGet the rest;
+3. produce the new records to output partition p (plus dead letters, optional duplicates) and
+   wait for every delivery report — any failure raises :class:`DeliveryError` and the partition
+   restarts from reconcile without touching RocksDB;
+4. one atomic WriteBatch: ids + sequence index + meta (next input offset, next output offset,
+   sequence counter);
+5. commit the next input offset (synchronously, explicit offsets).
+
+A crash between any two steps leaves RocksDB at or behind the output, never ahead; reconcile on
+the next start replays the output from the recorded output offset and resumes input from
+max(committed offset, recorded position). Mode ``transactional`` wraps 3 and 5 in one Kafka
+transaction (``send_offsets_to_transaction``) and writes RocksDB after the commit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from dedupe_worker.aging import Ager
+from dedupe_worker.config import WorkerConfig
+from dedupe_worker.exceptions import DedupeError, DeliveryError, StoreError
+from dedupe_worker.faults import FaultHook
+from dedupe_worker.kafka import consumer_config, partition_counts, producer_config
+from dedupe_worker.keys import encode_message_id
+from dedupe_worker.metrics import ROCKSDB_TICKERS, WorkerMetrics
+from dedupe_worker.reconcile import reconcile
+from dedupe_worker.records import H_DLQ_REASON, H_DUPLICATE_REASON, classify, with_source
+from dedupe_worker.store.rocksdb import RocksDBStore
+
+log = structlog.get_logger("dedupe_worker.worker")
+
+
+@dataclass
+class BatchResult:
+    consumed: int = 0
+    new: int = 0
+    duplicates: int = 0
+    invalid: int = 0
+
+
+@dataclass
+class Split:
+    """One batch sorted out: new records (with store keys), duplicates and dead letters."""
+
+    new_keys: list[bytes]
+    new: list[Any]
+    duplicates: list[tuple[Any, str]]
+    dead: list[tuple[Any, str]]
+
+
+def split_batch(records: list[Any], contains: Callable[[list[bytes]], list[bool]]) -> Split:
+    """Classify ``records`` (input order kept) and dedupe them within the batch and against the store."""
+    first: dict[bytes, Any] = {}
+    duplicates: list[tuple[Any, str]] = []
+    dead: list[tuple[Any, str]] = []
+    for msg in records:
+        c = classify(msg.key(), msg.value())
+        if c.message_id is None:
+            dead.append((msg, str(c.reason)))
+            continue
+        key = encode_message_id(c.message_id)
+        if key in first:
+            duplicates.append((msg, "in_batch"))
+        else:
+            first[key] = msg
+    keys = list(first)
+    new_keys: list[bytes] = []
+    new: list[Any] = []
+    for key, present in zip(keys, contains(keys), strict=True):
+        if present:
+            duplicates.append((first[key], "in_store"))
+        else:
+            new_keys.append(key)
+            new.append(first[key])
+    return Split(new_keys, new, duplicates, dead)
+
+
+def _timestamp(msg: Any) -> int:
+    ts = msg.timestamp()[1]
+    return ts if ts > 0 else 0
+
+
+class PartitionWorker:
+    """Dedupes input partition p into output partition p; owns p's store and clients.
+
+    Thread model: :meth:`run` runs in its own thread; :meth:`pause`, :meth:`resume`,
+    :meth:`checkpoint` and :meth:`status` are called from the control thread.
+    """
+
+    def __init__(self, cfg: WorkerConfig, partition: int, metrics: WorkerMetrics,
+                 faults: FaultHook | None = None, stop: threading.Event | None = None) -> None:
+        self.cfg = cfg
+        self.partition = partition
+        self.metrics = metrics
+        self.faults = faults or FaultHook()
+        self.stop_event = stop or threading.Event()
+        self.state = "starting"
+        self.store: RocksDBStore | None = None
+        self._consumer: Any = None
+        self._producer: Any = None
+        self._batches = 0
+        self._dlq_partitions = 0
+        self._dup_partitions = 0
+        self._pause_requested = threading.Event()
+        self._paused = threading.Event()
+        self._last_stats = 0.0
+        self._labels = {"partition": str(partition)}
+        self.ager: Ager | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def open_store(self) -> RocksDBStore:
+        if self.store is None:
+            self.store = RocksDBStore(self.cfg.partition_dir(self.partition), self.cfg.store.rocksdb(),
+                                      topic=self.cfg.input_topic, partition=self.partition)
+            self.ager = Ager(self.cfg.aging, self.store, self.partition)
+        return self.store
+
+    def start(self) -> None:
+        """Reconcile the store with the output, then position the input consumer."""
+        store = self.open_store()
+        self.state = "reconciling"
+        counter = self.metrics.reconcile.labels(**self._labels)
+        reconcile(store, self.cfg, self.partition, on_records=counter.inc)
+        self._discover_side_topics()
+        self._producer = self._make_producer()
+        conf = consumer_config(self.cfg.bootstrap, self.cfg.group, self.cfg.kafka)
+        self._consumer = Consumer(conf)
+        tp = TopicPartition(self.cfg.input_topic, self.partition)
+        committed = self._consumer.committed([tp], timeout=10)[0].offset
+        position = max(committed, store.meta().input_offset)
+        self._consumer.assign([TopicPartition(self.cfg.input_topic, self.partition, position)])
+        log.info("partition started", partition=self.partition, committed=committed, position=position,
+                 output_offset=store.meta().output_offset, keys=store.meta().keys)
+        self.state = "running"
+
+    def _discover_side_topics(self) -> None:
+        names = [self.cfg.dlq_topic] + ([self.cfg.duplicates_topic] if self.cfg.duplicates_topic else [])
+        counts = partition_counts(self.cfg.bootstrap, names)
+        self._dlq_partitions = counts[self.cfg.dlq_topic]
+        if self.cfg.duplicates_topic:
+            self._dup_partitions = counts[self.cfg.duplicates_topic]
+
+    def _make_producer(self) -> Any:
+        extra: dict[str, Any] = {}
+        if self.cfg.exactly_once == "transactional":
+            extra["transactional.id"] = f"{self.cfg.group}-{self.cfg.input_topic}-{self.partition}"
+        producer = Producer(producer_config(self.cfg.bootstrap, self.cfg.kafka, **extra))
+        if self.cfg.exactly_once == "transactional":
+            producer.init_transactions(self.cfg.delivery_timeout_s)  # fences any zombie with this id
+        return producer
+
+    def close_clients(self) -> None:
+        if self._consumer is not None:
+            with contextlib.suppress(Exception):
+                self._consumer.close()
+        if self._producer is not None:
+            with contextlib.suppress(Exception):
+                self._producer.flush(5)
+        self._consumer = self._producer = None
+
+    def close(self) -> None:
+        self.close_clients()
+        if self.store is not None:
+            with contextlib.suppress(StoreError):
+                self.store.flush()
+            self.store.close()
+            self.store = None
+        self.state = "stopped"
+
+    def run(self) -> None:
+        """Run until the stop event; restart from reconcile after any error."""
+        backoff = 0.5
+        try:
+            while not self.stop_event.is_set():
+                try:
+                    if self._consumer is None:
+                        self.start()
+                    self._serve_pause()
+                    if self.stop_event.is_set():
+                        break
+                    self.step()
+                    backoff = 0.5
+                except (DedupeError, KafkaException) as e:
+                    if isinstance(e, StoreError) and self.store is None:
+                        raise
+                    log.error("partition error; restarting from reconcile", partition=self.partition,
+                              error=str(e))
+                    self.metrics.restarts.labels(**self._labels).inc()
+                    self.close_clients()
+                    self.state = "restarting"
+                    self.stop_event.wait(backoff)
+                    backoff = min(backoff * 2, 10.0)
+        finally:
+            self.close()
+
+    # -- the batch ----------------------------------------------------------------------------
+
+    def step(self) -> BatchResult:
+        records = self._consume()
+        if not records:
+            self._housekeeping(force=False)
+            return BatchResult()
+        started = time.perf_counter()
+        self._batches += 1
+        store = self.store
+        assert store is not None
+        split = split_batch(records, store.contains)
+        self.faults.hit("before_produce", self._batches)
+        next_input = records[-1].offset() + 1
+        output_next = self._publish(split, next_input)
+        self.faults.hit("after_produce", self._batches)
+        store.record(split.new_keys, [_timestamp(m) for m in split.new], input_offset=next_input,
+                     output_offset=output_next)
+        self.faults.hit("after_store_write", self._batches)
+        if self.cfg.exactly_once == "reconcile":
+            self._consumer.commit(offsets=[TopicPartition(self.cfg.input_topic, self.partition, next_input)],
+                                  asynchronous=False)
+        self.faults.hit("after_commit", self._batches)
+        result = BatchResult(len(records), len(split.new), len(split.duplicates), len(split.dead))
+        self._count(result)
+        self.metrics.batch_seconds.labels(**self._labels).observe(time.perf_counter() - started)
+        self._housekeeping(force=False)
+        return result
+
+    def _consume(self) -> list[Any]:
+        out = []
+        for msg in self._consumer.consume(self.cfg.batch_size, self.cfg.batch_timeout_ms / 1000):
+            err = msg.error()
+            if err is None:
+                out.append(msg)
+            elif err.code() != KafkaError._PARTITION_EOF:
+                if err.fatal():
+                    raise KafkaException(err)
+                log.warning("consumer error", partition=self.partition, error=str(err))
+        return out
+
+    def _publish(self, split: Split, next_input: int) -> int:
+        """Produce the batch's effects and wait for all of them; returns the next output offset."""
+        store = self.store
+        assert store is not None
+        out_offsets: list[int] = []
+        failures: list[str] = []
+
+        def on_output(err: Any, msg: Any) -> None:
+            if err is not None:
+                failures.append(str(err))
+            else:
+                out_offsets.append(msg.offset())
+
+        def on_side(err: Any, msg: Any) -> None:
+            if err is not None:
+                failures.append(str(err))
+
+        transactional = self.cfg.exactly_once == "transactional"
+        if transactional:
+            self._producer.begin_transaction()
+        try:
+            half = len(split.new) // 2
+            for i, msg in enumerate(split.new):
+                if i == half and half and self.faults.point == "mid_produce":
+                    self._producer.flush(self.cfg.delivery_timeout_s)
+                    self.faults.hit("mid_produce", self._batches)
+                self._produce(self.cfg.output_topic, self.partition, msg, [], on_output)
+            for msg, reason in split.dead:
+                self._produce(self.cfg.dlq_topic, self.partition % self._dlq_partitions, msg,
+                              [(H_DLQ_REASON, reason.encode())], on_side)
+            if self.cfg.duplicates_topic:
+                for msg, reason in split.duplicates:
+                    self._produce(self.cfg.duplicates_topic, self.partition % self._dup_partitions, msg,
+                                  [(H_DUPLICATE_REASON, reason.encode())], on_side)
+            remaining = self._producer.flush(self.cfg.delivery_timeout_s)
+            if remaining or failures:
+                raise DeliveryError(f"partition {self.partition}: {remaining} deliveries outstanding, "
+                                    f"{len(failures)} failed (first: {failures[:1]}); RocksDB not written")
+            if transactional:
+                tp = TopicPartition(self.cfg.input_topic, self.partition, next_input)
+                self._producer.send_offsets_to_transaction([tp], self._consumer.consumer_group_metadata(),
+                                                           self.cfg.delivery_timeout_s)
+                self._producer.commit_transaction(self.cfg.delivery_timeout_s)
+        except BaseException:
+            if transactional:
+                with contextlib.suppress(KafkaException):
+                    self._producer.abort_transaction(self.cfg.delivery_timeout_s)
+            raise
+        if len(out_offsets) != len(split.new):
+            raise DeliveryError(f"partition {self.partition}: {len(out_offsets)} of {len(split.new)} "
+                                "output deliveries reported; RocksDB not written")
+        return max(out_offsets) + 1 if out_offsets else store.meta().output_offset
+
+    def _produce(self, topic: str, partition: int, msg: Any, extra: list[tuple[str, bytes | None]],
+                 callback: Callable[[Any, Any], None]) -> None:
+        headers = with_source(msg.headers(), self.partition, msg.offset(), extra)
+        while True:
+            try:
+                self._producer.produce(topic, value=msg.value(), key=msg.key(), partition=partition,
+                                       headers=headers, timestamp=_timestamp(msg), on_delivery=callback)
+                return
+            except BufferError:
+                self._producer.poll(0.05)
+
+    # -- metrics, aging, pause ----------------------------------------------------------------
+
+    def _count(self, r: BatchResult) -> None:
+        m = self.metrics.messages
+        m.labels(result="new", **self._labels).inc(r.new)
+        m.labels(result="duplicate", **self._labels).inc(r.duplicates)
+        m.labels(result="invalid", **self._labels).inc(r.invalid)
+
+    def _housekeeping(self, force: bool) -> None:
+        store, ager = self.store, self.ager
+        assert store is not None and ager is not None
+        aged = ager.step()
+        if aged.deleted:
+            self.metrics.aged.labels(**self._labels).inc(aged.deleted)
+        now = time.monotonic()
+        if not force and now - self._last_stats < 1.0 and not aged.deleted:
+            return
+        self._last_stats = now
+        meta = store.meta()
+        self.metrics.keys.labels(**self._labels).set(meta.keys)
+        self.metrics.db_bytes.labels(**self._labels).set(store.disk_bytes())
+        if aged.window_s is not None:
+            self.metrics.window.labels(**self._labels).set(aged.window_s)
+        stats = store.statistics()
+        for ticker in ROCKSDB_TICKERS:
+            self.metrics.rocksdb.labels(ticker=ticker, **self._labels).set(stats.get(ticker, 0))
+        if self._consumer is not None:
+            with contextlib.suppress(KafkaException):
+                _, high = self._consumer.get_watermark_offsets(
+                    TopicPartition(self.cfg.input_topic, self.partition), cached=True)
+                if high >= 0:
+                    self.metrics.lag.labels(**self._labels).set(max(0, high - meta.input_offset))
+
+    def _serve_pause(self) -> None:
+        if not self._pause_requested.is_set():
+            return
+        assert self.store is not None
+        self.store.flush()
+        self.state = "paused"
+        self._paused.set()
+        while self._pause_requested.is_set() and not self.stop_event.is_set():
+            time.sleep(0.02)
+        self._paused.clear()
+        self.state = "running"
+
+    def pause(self, timeout_s: float = 60.0) -> dict[str, Any]:
+        """Finish the current batch, stop consuming, flush memtables and WAL."""
+        self._pause_requested.set()
+        if not self._paused.wait(timeout_s):
+            raise DedupeError(f"partition {self.partition} did not pause within {timeout_s:.0f}s "
+                              f"(state {self.state})")
+        return self.status()
+
+    def resume(self) -> dict[str, Any]:
+        self._pause_requested.clear()
+        deadline = time.monotonic() + 10
+        while self._paused.is_set() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return self.status()
+
+    def checkpoint(self, target: Path) -> dict[str, Any]:
+        if self.state != "paused" or self.store is None:
+            raise DedupeError(f"partition {self.partition} is {self.state}; pause it before a checkpoint")
+        self.store.checkpoint(target)
+        return {**self.status(), "checkpoint_path": str(target)}
+
+    def status(self) -> dict[str, Any]:
+        store = self.store
+        meta = store.meta() if store is not None else None
+        return {"partition": self.partition, "state": self.state,
+                "input_offset": meta.input_offset if meta else None,
+                "output_offset": meta.output_offset if meta else None,
+                "sequence": meta.sequence if meta else None,
+                "keys": meta.keys if meta else None,
+                "db_path": str(self.cfg.partition_dir(self.partition))}

@@ -1,0 +1,74 @@
+"""End to end on a real broker: the worker's output is exactly the unique input."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from ads_broker.embedded import BrokerProcess
+from dedupe_worker.config import load_config
+from dedupe_worker.exceptions import TopicLayoutError
+from dedupe_worker.loadgen import LoadSpec, plan, send
+from dedupe_worker.records import H_DLQ_REASON, H_SOURCE_PARTITION
+from dedupe_worker.runner import WorkerRunner
+from tests.integration.worker.helpers import make_topics, message_ids, read_all, wait_for_output
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _runner(bootstrap: str, topics, data_dir: Path, **kw: object) -> WorkerRunner:  # type: ignore[no-untyped-def]
+    cfg = load_config(None, bootstrap=bootstrap, input_topic=topics.input, output_topic=topics.output,
+                      dlq_topic=topics.dlq, data_dir=data_dir, batch_size=500, group=f"g-{topics.input}", **kw)
+    return WorkerRunner(cfg, registry=CollectorRegistry())
+
+
+def test_output_is_exactly_the_unique_input(kbroker: BrokerProcess, topic_name: str, tmp_path: Path) -> None:
+    topics = make_topics(kbroker.bootstrap, topic_name, 2)
+    records, manifest = plan(LoadSpec(unique=3000, duplicate_rate=0.05, malformed_rate=0.004,
+                                      mean_gap_events=100, seed=7))
+    assert manifest.duplicates > 50 and sum(manifest.malformed.values()) >= 4
+    send(kbroker.bootstrap, topics.input, records, manifest)
+    runner = _runner(kbroker.bootstrap, topics, tmp_path / "data").start()
+    try:
+        out = wait_for_output(kbroker.bootstrap, topics.output, 2, len(manifest.unique_ids))
+        dead = wait_for_output(kbroker.bootstrap, topics.dlq, 2, sum(manifest.malformed.values()))
+        deadline = time.monotonic() + 30
+        reg = runner.registry
+        while sum(reg.get_sample_value("dedupe_messages_total", {"partition": str(p), "result": "duplicate"})
+                  or 0 for p in (0, 1)) < manifest.duplicates and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        runner.stop()
+        runner.join(60)
+    ids = message_ids(out)
+    assert set(ids) == set(manifest.unique_ids)
+    assert max(ids.values()) == 1 and len(out) == len(manifest.unique_ids)
+    for m in out:  # partition p → partition p, source headers present
+        assert dict(m.headers())[H_SOURCE_PARTITION] == str(m.partition()).encode()
+    reasons = sorted(dict(m.headers())[H_DLQ_REASON].decode() for m in dead)
+    assert reasons == sorted(r for r, n in manifest.malformed.items() for _ in range(n))
+
+    def total(result: str) -> float:
+        return sum(reg.get_sample_value("dedupe_messages_total", {"partition": str(p), "result": result}) or 0
+                   for p in (0, 1))
+
+    assert total("new") == len(manifest.unique_ids)
+    assert total("duplicate") == manifest.duplicates
+    assert total("invalid") == sum(manifest.malformed.values())
+    # A restart over the same input publishes nothing new (store + committed offsets + reconcile).
+    runner2 = _runner(kbroker.bootstrap, topics, tmp_path / "data").start()
+    try:
+        time.sleep(2)
+    finally:
+        runner2.stop()
+        runner2.join(60)
+    assert len(read_all(kbroker.bootstrap, topics.output, 2)) == len(manifest.unique_ids)
+
+
+def test_partition_count_mismatch_is_refused(kbroker: BrokerProcess, topic_name: str, tmp_path: Path) -> None:
+    topics = make_topics(kbroker.bootstrap, topic_name, 2, output_partitions=3)
+    with pytest.raises(TopicLayoutError, match="has 2 partitions but output topic .* has 3"):
+        _runner(kbroker.bootstrap, topics, tmp_path / "data").start()
