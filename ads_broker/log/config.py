@@ -1,0 +1,112 @@
+"""Per-partition log configuration, keyed by Kafka's topic-level config names."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ads_broker.exceptions import InvalidConfigurationError
+
+_LONG_MAX = 2**63 - 1
+_INT_MAX = 2**31 - 1
+
+# Kafka topic config name -> (LogConfig field, minimum, maximum). Ranges follow Kafka's
+# TopicConfig / LogConfig validators (segment.bytes >= 14 = LegacyRecord.RECORD_OVERHEAD_V0,
+# segment.index.bytes >= 4, segment.ms and flush.messages >= 1, the rest >= 0 or -1).
+_INT_KEYS: dict[str, tuple[str, int, int]] = {
+    "segment.bytes": ("segment_bytes", 14, _INT_MAX),
+    "segment.ms": ("segment_ms", 1, _LONG_MAX),
+    "retention.ms": ("retention_ms", -1, _LONG_MAX),
+    "retention.bytes": ("retention_bytes", -1, _LONG_MAX),
+    "flush.messages": ("flush_interval_messages", 1, _LONG_MAX),
+    "flush.ms": ("flush_interval_ms", 0, _LONG_MAX),
+    "index.interval.bytes": ("index_interval_bytes", 0, _INT_MAX),
+    "segment.index.bytes": ("segment_index_bytes", 4, _INT_MAX),
+    "max.message.bytes": ("max_message_bytes", 0, _INT_MAX),
+    "file.delete.delay.ms": ("file_delete_delay_ms", 0, _LONG_MAX),
+}
+_TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+_CLEANUP_POLICIES = frozenset({"delete", "compact"})
+
+TOPIC_CONFIG_KEYS: frozenset[str] = frozenset(
+    [*_INT_KEYS, "message.timestamp.type", "cleanup.policy"]
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """The topic-level settings one partition log obeys; defaults are Kafka's."""
+
+    segment_bytes: int = 1073741824
+    segment_ms: int = 604800000
+    retention_ms: int = 604800000
+    retention_bytes: int = -1
+    flush_interval_messages: int = _LONG_MAX
+    flush_interval_ms: int = _LONG_MAX
+    index_interval_bytes: int = 4096
+    segment_index_bytes: int = 10485760
+    max_message_bytes: int = 1048588
+    message_timestamp_type: str = "CreateTime"
+    cleanup_policy: str = "delete"
+    file_delete_delay_ms: int = 60000
+
+    @classmethod
+    def from_topic_config(cls, props: Mapping[str, str]) -> LogConfig:
+        """Build from Kafka topic config names; unknown keys are ignored (the caller validates them)."""
+        values: dict[str, Any] = {}
+        for key, (field_name, low, high) in _INT_KEYS.items():
+            if key in props:
+                values[field_name] = _parse_int(key, props[key], low, high)
+        if "message.timestamp.type" in props:
+            values["message_timestamp_type"] = _parse_timestamp_type(props["message.timestamp.type"])
+        if "cleanup.policy" in props:
+            values["cleanup_policy"] = _parse_cleanup_policy(props["cleanup.policy"])
+        return cls(**values)
+
+    def to_topic_config(self) -> dict[str, str]:
+        """Every key this class knows, under its Kafka name, as DescribeConfigs reports it."""
+        out = {key: str(getattr(self, field_name)) for key, (field_name, _, _) in _INT_KEYS.items()}
+        out["message.timestamp.type"] = self.message_timestamp_type
+        out["cleanup.policy"] = self.cleanup_policy
+        return out
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.message_timestamp_type == "LogAppendTime"
+
+
+def _parse_int(key: str, raw: str, low: int, high: int) -> int:
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise InvalidConfigurationError(
+            f"Invalid value {raw!r} for configuration {key}: not an integer; "
+            f"use a whole number in [{low}, {high}]"
+        ) from None
+    if not low <= value <= high:
+        raise InvalidConfigurationError(
+            f"Invalid value {value} for configuration {key}: must be in [{low}, {high}]"
+        )
+    return value
+
+
+def _parse_timestamp_type(raw: str) -> str:
+    value = str(raw).strip()
+    if value not in _TIMESTAMP_TYPES:
+        raise InvalidConfigurationError(
+            f"Invalid value {raw!r} for configuration message.timestamp.type: "
+            f"must be one of {', '.join(_TIMESTAMP_TYPES)}"
+        )
+    return value
+
+
+def _parse_cleanup_policy(raw: str) -> str:
+    parts = [p.strip() for p in str(raw).split(",") if p.strip()]
+    if not parts or any(p not in _CLEANUP_POLICIES for p in parts):
+        raise InvalidConfigurationError(
+            f"Invalid value {raw!r} for configuration cleanup.policy: "
+            "must be a comma-separated list of delete, compact"
+        )
+    return ",".join(dict.fromkeys(parts))
+

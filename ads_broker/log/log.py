@@ -1,0 +1,448 @@
+"""The partition log: an ordered list of segments, the producer state, and the log start offset.
+
+Invariants (ARCHITECTURE.md, broker 1, 2 and 5):
+
+* offsets are assigned here, densely, in append order, and never change; a batch is written
+  whole or not at all (every validation happens before the first byte is written);
+* ``log_start_offset <= log_end_offset``; reads outside that range are OffsetOutOfRangeError;
+* an idempotent producer's retry of one of its last 5 batches is answered with the original
+  offsets and writes nothing;
+* after an unclean shutdown every segment from the one holding ``recovery_point`` is re-scanned,
+  the log is cut at the first invalid batch (later segments deleted), indexes are rebuilt, and
+  producer state comes from the newest valid snapshot plus a replay of the batches after it.
+
+Not thread-safe: one asyncio thread calls everything; ``flush`` may run in an executor while
+no append runs.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ads_broker.exceptions import OffsetOutOfRangeError
+from ads_broker.log.config import LogConfig
+from ads_broker.log.producer_state import ProducerStateManager
+from ads_broker.log.records import (
+    BatchHeader,
+    iter_batches,
+    stamp_log_append_time,
+    stamp_offsets,
+    validate_produce_batches,
+)
+from ads_broker.log.segment import DELETED_SUFFIX, FileSlice, LogSegment
+
+__all__ = ["LOG_START_OFFSET_FILE", "AppendInfo", "FileSlice", "Log"]
+
+LOG_START_OFFSET_FILE = "log-start-offset"
+DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
+_SEGMENT_FILE = re.compile(r"^(\d{20})\.log$")
+_TEMP_SUFFIXES = (".tmp", ".cleaned", DELETED_SUFFIX)
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    """Where an append landed (or, for a duplicate, where the original landed)."""
+
+    first_offset: int
+    last_offset: int
+    log_append_time_ms: int  # -1 for CreateTime
+    log_start_offset: int
+    duplicate: bool
+    record_count: int
+
+
+class Log:
+    """One partition's log directory (see the module docstring for its invariants)."""
+
+    def __init__(
+        self,
+        dir: Path,
+        config: LogConfig,
+        *,
+        topic: str,
+        partition: int,
+        recovery_point: int = 0,
+        clean_shutdown: bool,
+        now_ms: Callable[[], int] = _wall_ms,
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    ) -> None:
+        self.dir = dir
+        self.config = config
+        self.topic = topic
+        self.partition = partition
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+        self._now_ms = now_ms
+        self.producer_state = ProducerStateManager(dir)
+        self._segments: list[LogSegment] = []
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self._unflushed = 0
+        self.last_flush_ms = now_ms()
+        self.log_start_offset = 0
+        self.recovery_point = recovery_point
+        self.recovered_bytes_truncated = 0
+        dir.mkdir(parents=True, exist_ok=True)
+        self._load(recovery_point, clean_shutdown)
+
+    # -- loading ---------------------------------------------------------------------------
+
+    def _load(self, recovery_point: int, clean_shutdown: bool) -> None:
+        self._remove_temp_files()
+        persisted_start = self._read_log_start_offset()
+        now = self._now_ms()
+        bases = sorted(
+            int(m.group(1)) for p in self.dir.iterdir() if (m := _SEGMENT_FILE.match(p.name)) is not None
+        )
+        self._segments = [LogSegment(self.dir, base, self.config, now_ms=now) for base in bases]
+        if not self._segments:
+            self._segments = [LogSegment(self.dir, persisted_start, self.config, now_ms=now)]
+        self._recover_segments(recovery_point, clean_shutdown)
+        self.log_start_offset = max(persisted_start, self._segments[0].base_offset)
+        if self.log_start_offset > self.log_end_offset:
+            self._truncate_fully_and_start_at(self.log_start_offset)
+        self._load_producer_state()
+        self.recovery_point = self.log_end_offset
+
+    def _remove_temp_files(self) -> None:
+        for path in self.dir.iterdir():
+            if path.name.endswith(_TEMP_SUFFIXES):
+                path.unlink(missing_ok=True)
+        for suffix in (".index", ".timeindex"):
+            for path in self.dir.glob(f"*{suffix}"):
+                if not path.with_suffix(".log").exists():
+                    path.unlink(missing_ok=True)
+
+    def _recover_segments(self, recovery_point: int, clean_shutdown: bool) -> None:
+        first_unflushed = len(self._segments) if clean_shutdown else self._segment_index_for(recovery_point)
+        for i, segment in enumerate(self._segments):
+            if i < first_unflushed and segment.load():
+                continue
+            truncated = segment.recover()
+            self.recovered_bytes_truncated += truncated
+            if truncated:
+                self._drop_segments_after(i)
+                break
+        for segment in self._segments:
+            if segment.dirty:
+                segment.flush()
+
+    def _drop_segments_after(self, i: int) -> None:
+        for segment in self._segments[i + 1 :]:
+            segment.delete()
+        del self._segments[i + 1 :]
+
+    def _truncate_fully_and_start_at(self, offset: int) -> None:
+        for segment in self._segments:
+            segment.delete()
+        self._segments = [LogSegment(self.dir, offset, self.config, now_ms=self._now_ms())]
+        self.producer_state.truncate_and_reload(offset, offset)
+
+    def _load_producer_state(self) -> None:
+        leo = self.log_end_offset
+        replay_from = self.producer_state.load(leo)
+        replay_from = max(replay_from, self._segments[0].base_offset)
+        for segment in self._segments[self._segment_index_for(replay_from) :]:
+            for _pos, header in segment.batches_from(replay_from):
+                if header.base_offset >= replay_from and header.has_producer_id:
+                    self.producer_state.load_from_batch(header)
+        self.producer_state.map_end_offset = leo
+        self.producer_state.remove_expired(self._now_ms(), self.producer_id_expiration_ms)
+
+    def _read_log_start_offset(self) -> int:
+        path = self.dir / LOG_START_OFFSET_FILE
+        try:
+            return max(0, int(path.read_text().strip()))
+        except FileNotFoundError:
+            return 0
+        except ValueError:
+            path.unlink(missing_ok=True)  # torn write of a tmp file cannot happen; a garbled one can
+            return 0
+
+    def _write_log_start_offset(self) -> None:
+        path = self.dir / LOG_START_OFFSET_FILE
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "w") as f:
+            f.write(f"{self.log_start_offset}\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
+    # -- properties ------------------------------------------------------------------------
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        return list(self._segments)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    def update_config(self, config: LogConfig) -> None:
+        self.config = config
+        for segment in self._segments:
+            segment.config = config
+
+    def unflushed_messages(self) -> int:
+        return self._unflushed
+
+    def _segment_index_for(self, offset: int) -> int:
+        bases = [s.base_offset for s in self._segments]
+        return max(0, bisect.bisect_right(bases, offset) - 1)
+
+    # -- appends ---------------------------------------------------------------------------
+
+    def append_as_leader(self, records: bytes, leader_epoch: int) -> AppendInfo:
+        """Validate a client's batch, dedupe idempotent retries, assign offsets and append."""
+        (header,) = validate_produce_batches(records, self.config)
+        if header.has_producer_id:
+            duplicate = self.producer_state.check(header)
+            if duplicate is not None:
+                return AppendInfo(
+                    duplicate.first_offset,
+                    duplicate.last_offset,
+                    duplicate.timestamp if self.config.log_append_time else -1,
+                    self.log_start_offset,
+                    True,
+                    header.records_count,
+                )
+        return self._append(bytearray(records), [(0, header)], leader_epoch)
+
+    def append_internal(self, records: bytes, leader_epoch: int) -> AppendInfo:
+        """Append broker-built batches (e.g. ``__consumer_offsets``): CRC-checked, no client rules."""
+        batches = list(iter_batches(records, validate=True))
+        if not batches:
+            raise ValueError("append_internal needs at least one record batch")
+        return self._append(bytearray(records), batches, leader_epoch)
+
+    def _append(self, buf: bytearray, batches: list[tuple[int, BatchHeader]], leader_epoch: int) -> AppendInfo:
+        now = self._now_ms()
+        log_append_time = self.config.log_append_time
+        first_offset = next_offset = self.log_end_offset
+        placed: list[tuple[int, BatchHeader, int, int]] = []  # position, header, first offset, max ts
+        for pos, header in batches:
+            stamp_offsets(buf, pos, next_offset, leader_epoch)
+            max_ts = header.max_timestamp
+            if log_append_time:
+                stamp_log_append_time(buf, pos, header.size, now)
+                max_ts = now
+            placed.append((pos, header, next_offset, max_ts))
+            next_offset += header.last_offset_delta + 1
+        last_offset = next_offset - 1
+        self._maybe_roll(len(buf), max(p[3] for p in placed), last_offset, now)
+        segment = self.active_segment
+        for pos, header, offset, max_ts in placed:
+            segment.append(offset + header.last_offset_delta, max_ts, buf[pos : pos + header.size])
+            if header.has_producer_id:
+                self.producer_state.update(header, offset, max_ts)
+        self.producer_state.map_end_offset = next_offset
+        count = sum(h.records_count for _, h, _, _ in placed)
+        self._unflushed += count
+        if self._unflushed >= self.config.flush_interval_messages:
+            self.flush()
+        return AppendInfo(
+            first_offset, last_offset, now if log_append_time else -1, self.log_start_offset, False, count
+        )
+
+    def _maybe_roll(self, size: int, max_timestamp: int, max_offset: int, now: int) -> None:
+        if self.active_segment.should_roll(size, max_timestamp, max_offset, now):
+            self.roll()
+
+    def roll(self) -> LogSegment:
+        """Start a new active segment at the log end offset; snapshot producer state there."""
+        active = self.active_segment
+        if active.size == 0:
+            return active
+        base = self.log_end_offset
+        active.on_become_inactive()
+        self.producer_state.take_snapshot(base)
+        segment = LogSegment(self.dir, base, self.config, now_ms=self._now_ms())
+        self._segments.append(segment)
+        return segment
+
+    def maybe_roll_by_time(self) -> None:
+        active = self.active_segment
+        now = self._now_ms()
+        if active.size > 0 and active.time_waited_for_roll(now, now) > self.config.segment_ms:
+            self.roll()
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def read(
+        self, offset: int, max_bytes: int, *, max_offset: int | None = None, min_one_batch: bool = True
+    ) -> list[FileSlice]:
+        """File slices of whole batches from the one containing ``offset``.
+
+        Stops before any batch whose base offset >= ``max_offset`` (high watermark / LSO), keeps
+        within ``max_bytes`` except that the first batch is whole when ``min_one_batch`` (KIP-74).
+        ``offset == log_end_offset`` gives []; outside [log_start_offset, log_end_offset] raises.
+        """
+        leo = self.log_end_offset
+        if offset < self.log_start_offset or offset > leo:
+            raise OffsetOutOfRangeError(
+                f"Offset {offset} is out of range for {self.topic}-{self.partition}: valid offsets are "
+                f"[{self.log_start_offset}, {leo}]; seek into that range or let auto.offset.reset decide"
+            )
+        upper = leo if max_offset is None else min(max_offset, leo)
+        slices: list[FileSlice] = []
+        remaining = max_bytes
+        i = self._segment_index_for(offset)
+        while offset < upper and i < len(self._segments):
+            segment = self._segments[i]
+            max_position = (
+                segment.size
+                if upper >= segment.next_offset
+                else segment.position_of_first_batch_at_or_after(upper)
+            )
+            piece = segment.read_slice(offset, remaining, max_position, min_one_batch and not slices)
+            i += 1
+            if piece is None:
+                continue
+            if piece.size == 0:
+                break
+            slices.append(piece)
+            remaining -= piece.size
+            if piece.position + piece.size < segment.size or remaining <= 0:
+                break
+            offset = segment.next_offset
+        return slices
+
+    def offset_for_timestamp(self, ts_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= ``ts_ms`` (ListOffsets)."""
+        for segment in self._segments:
+            if segment.max_timestamp_so_far >= ts_ms and segment.next_offset > self.log_start_offset:
+                found = segment.find_offset_by_timestamp(ts_ms, self.log_start_offset)
+                if found is not None:
+                    return found
+        return None
+
+    def max_timestamp_and_offset(self) -> tuple[int, int]:
+        """(timestamp, offset) of the first record with the log's max timestamp; (-1, -1) if none."""
+        best: LogSegment | None = None
+        for segment in self._segments:
+            if segment.max_timestamp_so_far >= 0 and (
+                best is None or segment.max_timestamp_so_far > best.max_timestamp_so_far
+            ):
+                best = segment
+        return (-1, -1) if best is None else best.max_timestamp_record()
+
+    # -- deletion --------------------------------------------------------------------------
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: raise the log start offset to ``offset`` and drop whole segments below it."""
+        if offset > self.log_end_offset or offset < 0:
+            raise OffsetOutOfRangeError(
+                f"Cannot delete records of {self.topic}-{self.partition} before offset {offset}: the log "
+                f"end offset is {self.log_end_offset}; use an offset in [0, {self.log_end_offset}]"
+            )
+        if offset > self.log_start_offset:
+            self.log_start_offset = offset
+            self._write_log_start_offset()
+            self._delete_segments_below_log_start()
+        return self.log_start_offset
+
+    def _delete_segments_below_log_start(self) -> int:
+        deleted = 0
+        while len(self._segments) > 1 and self._segments[1].base_offset <= self.log_start_offset:
+            self._schedule_delete(self._segments.pop(0))
+            deleted += 1
+        return deleted
+
+    def enforce_retention(self) -> int:
+        """Delete old segments by log start offset, retention.ms and retention.bytes (never the
+        active segment); returns how many were deleted."""
+        now = self._now_ms()
+        deleted = self._delete_segments_below_log_start()
+        if "delete" in self.config.cleanup_policy.split(","):
+            deleted += self._delete_while(
+                lambda s, _total: self.config.retention_ms >= 0
+                and now - s.largest_timestamp > self.config.retention_ms
+            )
+            deleted += self._delete_while(
+                lambda s, total: self.config.retention_bytes >= 0
+                and total - s.size >= self.config.retention_bytes
+            )
+        new_start = max(self.log_start_offset, self._segments[0].base_offset)
+        if new_start != self.log_start_offset:
+            self.log_start_offset = new_start
+            self._write_log_start_offset()
+        self._purge_deleted(now)
+        return deleted
+
+    def _delete_while(self, predicate: Callable[[LogSegment, int], bool]) -> int:
+        deleted = 0
+        total = self.size_bytes
+        while len(self._segments) > 1 and predicate(self._segments[0], total):
+            segment = self._segments.pop(0)
+            total -= segment.size
+            self._schedule_delete(segment)
+            deleted += 1
+        return deleted
+
+    def _schedule_delete(self, segment: LogSegment) -> None:
+        segment.rename_to_deleted()
+        self._pending_deletes.append((self._now_ms() + self.config.file_delete_delay_ms, segment))
+        self.producer_state.delete_snapshots_before(self._segments[0].base_offset)
+
+    def _purge_deleted(self, now: int, *, everything: bool = False) -> None:
+        keep = []
+        for deadline, segment in self._pending_deletes:
+            if everything or deadline <= now:
+                segment.delete()
+            else:
+                keep.append((deadline, segment))
+        self._pending_deletes = keep
+
+    # -- durability ------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """fsync every segment written since the last flush; advance the recovery point."""
+        leo = self.log_end_offset
+        for segment in list(self._segments):
+            if segment.dirty:
+                segment.flush()
+        self.recovery_point = max(self.recovery_point, leo)
+        self._unflushed = 0
+        self.last_flush_ms = self._now_ms()
+
+    def expire_producers(self) -> None:
+        self.producer_state.remove_expired(self._now_ms(), self.producer_id_expiration_ms)
+
+    def close(self) -> None:
+        """Clean shutdown: flush, snapshot producer state at the log end, close files."""
+        self.flush()
+        self.producer_state.take_snapshot(self.log_end_offset)
+        for segment in self._segments:
+            segment.close()
+        self._purge_deleted(self._now_ms(), everything=True)
+
+    def delete(self) -> None:
+        """DeleteTopics: close every file and remove the partition directory."""
+        for segment in self._segments:
+            segment.close()
+        self._purge_deleted(self._now_ms(), everything=True)
+        self._segments = []
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self.topic}-{self.partition}, start={self.log_start_offset}, "
+            f"end={self.log_end_offset}, segments={len(self._segments)})"
+        )

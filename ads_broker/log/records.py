@@ -1,0 +1,350 @@
+"""Record batch v2 (magic 2): header parsing, validation and offset stamping, per batch.
+
+The broker never decodes individual records on the produce or fetch path: it reads the 61-byte
+header with one ``struct.unpack_from``, checks the CRC-32C over bytes[21:], and patches
+``baseOffset`` (bytes 0-8) and ``partitionLeaderEpoch`` (bytes 12-16), both outside the CRC.
+``build_batch`` / ``decode_batch`` (per record, through kafka-python's codec) exist for tests,
+``dump-log``, ListOffsets by timestamp and the coordinators' internal topics.
+
+Layout (big-endian): baseOffset i64 @0, batchLength i32 @8, partitionLeaderEpoch i32 @12,
+magic i8 @16, crc u32 @17, attributes i16 @21, lastOffsetDelta i32 @23, baseTimestamp i64 @27,
+maxTimestamp i64 @35, producerId i64 @43, producerEpoch i16 @51, baseSequence i32 @53,
+recordsCount i32 @57, records @61 (Kafka ``DefaultRecordBatch.java``).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import crc32c
+from kafka.errors import KafkaError
+from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+
+from ads_broker.exceptions import CorruptRecordError, InvalidRecordError, RecordTooLargeError
+from ads_broker.log.config import LogConfig
+
+LOG_OVERHEAD = 12
+RECORD_BATCH_OVERHEAD = 61
+MAGIC_V2 = 2
+
+BASE_OFFSET_OFFSET = 0
+LENGTH_OFFSET = 8
+PARTITION_LEADER_EPOCH_OFFSET = 12
+MAGIC_OFFSET = 16
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21
+LAST_OFFSET_DELTA_OFFSET = 23
+BASE_TIMESTAMP_OFFSET = 27
+MAX_TIMESTAMP_OFFSET = 35
+PRODUCER_ID_OFFSET = 43
+
+COMPRESSION_CODEC_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_FLAG_MASK = 0x10
+CONTROL_FLAG_MASK = 0x20
+DELETE_HORIZON_FLAG_MASK = 0x40
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+NO_PARTITION_LEADER_EPOCH = -1
+INT32_MAX = 2**31 - 1
+
+TIMESTAMP_TYPE_CREATE_TIME = 0
+TIMESTAMP_TYPE_LOG_APPEND_TIME = 1
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+_I16 = struct.Struct(">h")
+
+assert _HEADER.size == RECORD_BATCH_OVERHEAD
+
+Buffer = bytes | bytearray | memoryview
+
+
+@dataclass(slots=True)
+class BatchHeader:
+    """The 61-byte v2 batch header, as stored (no per-record data)."""
+
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+    @property
+    def size(self) -> int:
+        return LOG_OVERHEAD + self.batch_length
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence == NO_SEQUENCE:
+            return NO_SEQUENCE
+        return sequence_increment(self.base_sequence, self.last_offset_delta)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_FLAG_MASK)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_FLAG_MASK)
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & COMPRESSION_CODEC_MASK
+
+    @property
+    def timestamp_type(self) -> int:
+        return TIMESTAMP_TYPE_LOG_APPEND_TIME if self.attributes & TIMESTAMP_TYPE_MASK else 0
+
+    @property
+    def has_producer_id(self) -> bool:
+        return self.producer_id > NO_PRODUCER_ID
+
+
+@dataclass(slots=True)
+class Record:
+    """One decoded record. ``offset`` < 0 in ``build_batch`` input means "next dense offset"."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+
+
+def read_header(buf: Buffer, pos: int = 0) -> BatchHeader:
+    """Parse the v2 header at ``pos``; raises CorruptRecordError if fewer than 61 bytes remain."""
+    if len(buf) - pos < RECORD_BATCH_OVERHEAD:
+        raise CorruptRecordError(
+            f"Record batch at position {pos} is truncated: {len(buf) - pos} bytes left, "
+            f"a v2 batch header needs {RECORD_BATCH_OVERHEAD}"
+        )
+    return BatchHeader(*_HEADER.unpack_from(buf, pos))
+
+
+def compute_crc(buf: Buffer, pos: int, size: int) -> int:
+    """CRC-32C of a batch's bytes from ``attributes`` to its end (what the crc field covers)."""
+    view = memoryview(buf)
+    try:
+        return int(crc32c.crc32c(view[pos + ATTRIBUTES_OFFSET : pos + size]))
+    finally:
+        view.release()
+
+
+def batch_error(buf: Buffer, pos: int, *, check_crc: bool = True) -> tuple[type[Exception], str] | None:
+    """Why the batch at ``pos`` is unusable (exception class, message), or None if it is valid."""
+    left = len(buf) - pos
+    if left < LOG_OVERHEAD:
+        return CorruptRecordError, f"truncated batch at position {pos}: {left} bytes left, need 12"
+    (batch_length,) = _I32.unpack_from(buf, pos + LENGTH_OFFSET)
+    size = LOG_OVERHEAD + batch_length
+    if size < RECORD_BATCH_OVERHEAD:
+        return CorruptRecordError, (
+            f"batch at position {pos} declares size {size}, smaller than the "
+            f"{RECORD_BATCH_OVERHEAD}-byte v2 header"
+        )
+    if size > left:
+        if left > MAGIC_OFFSET and buf[pos + MAGIC_OFFSET] != MAGIC_V2:
+            return InvalidRecordError, _magic_message(buf, pos)
+        return CorruptRecordError, (
+            f"truncated batch at position {pos}: declares {size} bytes, only {left} present"
+        )
+    if buf[pos + MAGIC_OFFSET] != MAGIC_V2:
+        return InvalidRecordError, _magic_message(buf, pos)
+    if check_crc:
+        (stored,) = _U32.unpack_from(buf, pos + CRC_OFFSET)
+        computed = compute_crc(buf, pos, size)
+        if stored != computed:
+            return CorruptRecordError, (
+                f"batch at position {pos} fails its CRC-32C check: stored {stored:#010x}, "
+                f"computed {computed:#010x} (corrupted in transit or on disk)"
+            )
+    return None
+
+
+def _magic_message(buf: Buffer, pos: int) -> str:
+    magic = struct.unpack_from(">b", buf, pos + MAGIC_OFFSET)[0]
+    return (
+        f"batch at position {pos} has magic {magic}; only record batch v2 (magic 2) is supported: "
+        "upgrade the client to one that speaks produce v3+"
+    )
+
+
+def iter_batches(buf: Buffer, *, validate: bool) -> Iterator[tuple[int, BatchHeader]]:
+    """Yield (position, header) for each batch; with ``validate`` check size, magic and CRC."""
+    pos = 0
+    end = len(buf)
+    while pos < end:
+        if validate:
+            problem = batch_error(buf, pos)
+            if problem is not None:
+                raise problem[0](problem[1])
+        header = read_header(buf, pos)
+        if not validate and header.size < RECORD_BATCH_OVERHEAD:
+            raise CorruptRecordError(f"batch at position {pos} declares impossible size {header.size}")
+        yield pos, header
+        pos += header.size
+
+
+def validate_produce_batches(buf: bytes | bytearray | memoryview, config: LogConfig) -> list[BatchHeader]:
+    """Kafka 3.9's checks on one partition's produce records; returns the (single) header.
+
+    Order and errors follow Kafka 3.9: ``ProduceRequest.validateRecords`` (magic 2 and exactly one
+    batch, both InvalidRecordException -> INVALID_RECORD; old magic is INVALID_RECORD, not
+    UNSUPPORTED_FOR_MESSAGE_FORMAT), then ``UnifiedLog.analyzeAndValidateRecords`` (size against
+    max.message.bytes -> MESSAGE_TOO_LARGE, CRC -> CORRUPT_MESSAGE), then
+    ``LogValidator.validateBatch`` (offset range vs count, control batches, sequence).
+    ``LogValidator.getFirstBatchAndMaybeValidateNoMoreBatches`` rejects a second v2 batch even
+    when uncompressed ("Compressed outer record has more than one batch"); we do the same.
+    """
+    if len(buf) == 0:
+        raise InvalidRecordError("Produce records hold no record batch; send exactly one v2 batch")
+    problem = batch_error(buf, 0, check_crc=False)
+    if problem is not None:
+        raise problem[0](f"Produce records invalid: {problem[1]}")
+    header = read_header(buf, 0)
+    if header.size != len(buf):
+        raise InvalidRecordError(
+            f"Compressed outer record has more than one batch: the first batch is {header.size} bytes "
+            f"of {len(buf)}; send exactly one v2 batch per partition"
+        )
+    if header.size > config.max_message_bytes:
+        raise RecordTooLargeError(
+            f"Record batch of {header.size} bytes exceeds max.message.bytes={config.max_message_bytes}; "
+            "lower the producer's batch.size or raise the topic's max.message.bytes"
+        )
+    problem = batch_error(buf, 0, check_crc=True)
+    if problem is not None:
+        raise problem[0](f"Produce records invalid: {problem[1]}")
+    _validate_client_batch(header)
+    return [header]
+
+
+def _validate_client_batch(header: BatchHeader) -> None:
+    count_from_offsets = header.last_offset_delta + 1
+    if count_from_offsets <= 0:
+        raise InvalidRecordError(
+            f"Batch has an invalid offset range: lastOffsetDelta {header.last_offset_delta}"
+        )
+    if header.records_count <= 0:
+        raise InvalidRecordError(f"Invalid reported count for record batch: {header.records_count}")
+    if count_from_offsets != header.records_count:
+        raise InvalidRecordError(
+            f"Inconsistent batch offset range: lastOffsetDelta+1 = {count_from_offsets} "
+            f"but recordsCount = {header.records_count}"
+        )
+    if header.is_control:
+        raise InvalidRecordError("Clients are not allowed to write control records")
+    if header.has_producer_id and header.base_sequence < 0:
+        raise InvalidRecordError(
+            f"Invalid sequence number {header.base_sequence} in record batch with producerId "
+            f"{header.producer_id}"
+        )
+
+
+def sequence_increment(seq: int, inc: int) -> int:
+    """Port of Kafka ``DefaultRecordBatch.incrementSequence`` (wraps after Integer.MAX_VALUE to 0)."""
+    if seq > INT32_MAX - inc:
+        return inc - (INT32_MAX - seq) - 1
+    return seq + inc
+
+
+def sequence_decrement(seq: int, dec: int) -> int:
+    """Port of Kafka ``DefaultRecordBatch.decrementSequence``."""
+    if seq < dec:
+        return INT32_MAX - (dec - seq) + 1
+    return seq - dec
+
+
+def in_sequence(last_seq: int, next_seq: int) -> bool:
+    """Port of Kafka ``ProducerAppendInfo.inSequence`` (long arithmetic on ``last_seq + 1``)."""
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
+
+
+def stamp_offsets(buf: bytearray, pos: int, base_offset: int, partition_leader_epoch: int) -> None:
+    """Write baseOffset and partitionLeaderEpoch in place (both outside the CRC)."""
+    _I64.pack_into(buf, pos + BASE_OFFSET_OFFSET, base_offset)
+    _I32.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, partition_leader_epoch)
+
+
+def stamp_log_append_time(buf: bytearray, pos: int, size: int, now_ms: int) -> None:
+    """Kafka's ``setMaxTimestamp(LOG_APPEND_TIME, now)``: maxTimestamp, attribute bit 3, new CRC."""
+    _I64.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, now_ms)
+    (attributes,) = _I16.unpack_from(buf, pos + ATTRIBUTES_OFFSET)
+    _I16.pack_into(buf, pos + ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_MASK)
+    _U32.pack_into(buf, pos + CRC_OFFSET, compute_crc(buf, pos, size))
+
+
+def build_batch(
+    records: Sequence[Record],
+    *,
+    base_offset: int = 0,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    is_transactional: bool = False,
+    is_control: bool = False,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    compression: int = 0,
+) -> bytes:
+    """Encode a v2 batch with kafka-python's builder; offsets are ``base_offset + delta``.
+
+    A record with ``offset < 0`` takes the next dense offset; otherwise its delta is
+    ``offset - base_offset`` (deltas must increase).
+    """
+    builder = DefaultRecordBatchBuilder(
+        MAGIC_V2, compression, is_transactional, producer_id, producer_epoch, base_sequence, 2**31 - 1
+    )
+    delta = -1
+    for record in records:
+        next_delta = delta + 1 if record.offset < 0 else record.offset - base_offset
+        if next_delta <= delta:
+            raise ValueError(f"record offsets must increase from base_offset {base_offset}: {record.offset}")
+        delta = next_delta
+        builder.append(delta, record.timestamp, record.key, record.value, list(record.headers))
+    buf = bytearray(builder.build())
+    if is_control:
+        (attributes,) = _I16.unpack_from(buf, ATTRIBUTES_OFFSET)
+        _I16.pack_into(buf, ATTRIBUTES_OFFSET, attributes | CONTROL_FLAG_MASK)
+        _U32.pack_into(buf, CRC_OFFSET, compute_crc(buf, 0, len(buf)))
+    stamp_offsets(buf, 0, base_offset, partition_leader_epoch)
+    return bytes(buf)
+
+
+def decode_batch(buf: Buffer) -> tuple[BatchHeader, list[Record]]:
+    """Header plus every record (decompressed), through kafka-python's reader."""
+    header = read_header(buf, 0)
+    if header.size > len(buf):
+        raise CorruptRecordError(f"batch declares {header.size} bytes but only {len(buf)} are present")
+    batch = DefaultRecordBatch(bytes(buf[: header.size]))
+    try:
+        records = [
+            Record(r.offset, r.timestamp, r.key, r.value, [(k, v) for k, v in r.headers]) for r in batch
+        ]
+    except (KafkaError, ValueError, IndexError, UnicodeDecodeError, AssertionError) as exc:
+        raise CorruptRecordError(
+            f"batch at offset {header.base_offset} has undecodable records: {exc!r}"
+        ) from exc
+    return header, records

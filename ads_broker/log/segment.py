@@ -1,0 +1,379 @@
+"""One log segment: ``{base:020d}.log`` plus its sparse ``.index`` and ``.timeindex``.
+
+Invariants: the ``.log`` file is a sequence of whole v2 batches with increasing offsets, all
+>= ``base_offset`` and within ``base_offset + 2**31 - 1``; every index entry points at the start
+of a batch. Appends go through an unbuffered append-only handle; reads use a separate read-only
+handle with explicit positions (``os.pread`` / ``os.sendfile``), so a reader never moves a file
+pointer the writer depends on.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO
+
+from ads_broker.log.config import LogConfig
+from ads_broker.log.index import IndexCorruptError, OffsetIndex, TimeIndex
+from ads_broker.log.records import (
+    INT32_MAX,
+    RECORD_BATCH_OVERHEAD,
+    TIMESTAMP_TYPE_LOG_APPEND_TIME,
+    BatchHeader,
+    batch_error,
+    decode_batch,
+    read_header,
+)
+
+if TYPE_CHECKING:
+    from ads_broker.log.producer_state import ProducerStateManager
+
+DELETED_SUFFIX = ".deleted"
+
+
+def segment_file_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class FileSlice:
+    """A byte range of a segment file, ready for ``os.sendfile(sock, file.fileno(), position, size)``."""
+
+    file: BinaryIO
+    position: int
+    size: int
+
+    def read_bytes(self) -> bytes:
+        """The slice's bytes with ``os.pread`` (for callers that cannot sendfile)."""
+        out = bytearray()
+        fd = self.file.fileno()
+        while len(out) < self.size:
+            chunk = os.pread(fd, self.size - len(out), self.position + len(out))
+            if not chunk:
+                raise OSError(f"segment file ended inside a slice at {self.position + len(out)}")
+            out += chunk
+        return bytes(out)
+
+
+class LogSegment:
+    """A segment file and its indexes; see the module docstring for its invariants."""
+
+    def __init__(self, dir: Path, base_offset: int, config: LogConfig, *, now_ms: int | None = None) -> None:
+        self.dir = dir
+        self.base_offset = base_offset
+        self.config = config
+        self.log_path = dir / segment_file_name(base_offset, ".log")
+        self.had_index_files = (dir / segment_file_name(base_offset, ".index")).exists() and (
+            dir / segment_file_name(base_offset, ".timeindex")
+        ).exists()
+        self._append_fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._read_file: BinaryIO = open(self.log_path, "rb", buffering=0)  # noqa: SIM115
+        self.offset_index = OffsetIndex(
+            dir / segment_file_name(base_offset, ".index"), base_offset, config.segment_index_bytes
+        )
+        self.time_index = TimeIndex(
+            dir / segment_file_name(base_offset, ".timeindex"), base_offset, config.segment_index_bytes
+        )
+        self.size = os.fstat(self._append_fd).st_size
+        self.created_ms = _wall_ms() if now_ms is None else now_ms
+        self.next_offset = base_offset
+        self.max_timestamp_so_far = -1
+        self.offset_of_max_timestamp = base_offset - 1
+        self._bytes_since_last_index_entry = 0
+        self._rolling_based_timestamp: int | None = None
+        self.dirty = False
+        self._closed = False
+
+    # -- loading ---------------------------------------------------------------------------
+
+    def load(self) -> bool:
+        """Load indexes from disk (clean shutdown). False if they must be rebuilt with ``recover``."""
+        if not self.had_index_files:
+            return False
+        try:
+            self.offset_index.load(self.size)
+            self.time_index.load(2**62)
+        except IndexCorruptError:
+            return False
+        last_offset, position = self.offset_index.last_entry()
+        self.next_offset = self.base_offset
+        end = position
+        for pos, header in self._headers_from(position):
+            self.next_offset = header.next_offset
+            self._observe_timestamp(header.max_timestamp, header.last_offset)
+            end = pos + header.size
+        if end != self.size:
+            return False  # a tail that is not whole batches: only recover() may cut it
+        ts, ts_offset = self.time_index.last_entry()
+        if ts > self.max_timestamp_so_far:
+            self.max_timestamp_so_far, self.offset_of_max_timestamp = ts, ts_offset
+        if self.offset_index.entries and last_offset >= self.next_offset:
+            return False
+        time_index_beyond_log = ts_offset >= max(self.next_offset, self.base_offset + 1)
+        return not (self.time_index.entries and time_index_beyond_log)
+
+    def recover(self, producer_state: ProducerStateManager | None = None) -> int:
+        """Rebuild indexes by scanning the log; truncate at the first invalid batch.
+
+        A batch is valid if its size fits in the file, its magic is 2, its CRC matches, and its
+        offsets follow the previous batch's inside this segment's range. Returns the bytes cut.
+        """
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.next_offset = self.base_offset
+        self.max_timestamp_so_far = -1
+        self.offset_of_max_timestamp = self.base_offset - 1
+        self._bytes_since_last_index_entry = 0
+        self._rolling_based_timestamp = None
+        valid = 0
+        file_size = os.fstat(self._append_fd).st_size
+        with open(self.log_path, "rb", buffering=1 << 20) as reader:
+            while valid < file_size:
+                header = self._read_valid_batch(reader, valid, file_size)
+                if header is None:
+                    break
+                self._index_batch(valid, header.size, header.last_offset, header.max_timestamp)
+                self.next_offset = header.next_offset
+                if producer_state is not None and header.has_producer_id:
+                    producer_state.load_from_batch(header)
+                valid += header.size
+        truncated = file_size - valid
+        if truncated:
+            os.ftruncate(self._append_fd, valid)
+        self.size = valid
+        self.dirty = True
+        return truncated
+
+    def _read_valid_batch(self, reader: BinaryIO, pos: int, file_size: int) -> BatchHeader | None:
+        prefix = reader.read(RECORD_BATCH_OVERHEAD)
+        if len(prefix) < RECORD_BATCH_OVERHEAD:
+            return None
+        header = read_header(prefix)
+        if header.size < RECORD_BATCH_OVERHEAD or pos + header.size > file_size:
+            return None
+        data = prefix + reader.read(header.size - RECORD_BATCH_OVERHEAD)
+        if batch_error(data, 0) is not None:
+            return None
+        if header.base_offset < self.next_offset or header.last_offset < header.base_offset:
+            return None
+        if header.last_offset - self.base_offset > INT32_MAX:
+            return None
+        return header
+
+    # -- append ----------------------------------------------------------------------------
+
+    def append(self, largest_offset: int, max_timestamp: int, records: bytes | bytearray) -> None:
+        """Append whole batches (already stamped); index them every ``index.interval.bytes``."""
+        position = self.size
+        view = memoryview(records)
+        written = 0
+        try:
+            while written < len(view):
+                written += os.write(self._append_fd, view[written:])
+        except OSError:
+            os.ftruncate(self._append_fd, position)
+            raise
+        finally:
+            view.release()
+        self._index_batch(position, len(records), largest_offset, max_timestamp)
+        self.size = position + len(records)
+        self.next_offset = largest_offset + 1
+        self.dirty = True
+
+    def _index_batch(self, position: int, size: int, largest_offset: int, max_timestamp: int) -> None:
+        if self._rolling_based_timestamp is None:
+            self._rolling_based_timestamp = max_timestamp
+        self._observe_timestamp(max_timestamp, largest_offset)
+        if self._bytes_since_last_index_entry > self.config.index_interval_bytes:
+            self.offset_index.append(largest_offset, position)
+            self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
+            self._bytes_since_last_index_entry = 0
+        self._bytes_since_last_index_entry += size
+
+    def _observe_timestamp(self, max_timestamp: int, offset: int) -> None:
+        if max_timestamp > self.max_timestamp_so_far:
+            self.max_timestamp_so_far = max_timestamp
+            self.offset_of_max_timestamp = offset
+
+    # -- roll ------------------------------------------------------------------------------
+
+    def should_roll(self, batch_size: int, max_timestamp: int, max_offset: int, now_ms: int) -> bool:
+        """Kafka ``LogSegment.shouldRoll`` (no jitter); an empty segment never rolls."""
+        if self.size == 0:
+            return False
+        return (
+            self.size > self.config.segment_bytes - batch_size
+            or self.time_waited_for_roll(now_ms, max_timestamp) > self.config.segment_ms
+            or self.offset_index.is_full
+            or self.time_index.is_full
+            or max_offset - self.base_offset > INT32_MAX
+        )
+
+    def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
+        rolling = self._first_batch_timestamp()
+        if rolling >= 0:
+            return message_timestamp - rolling
+        return now_ms - self.created_ms
+
+    def _first_batch_timestamp(self) -> int:
+        if self._rolling_based_timestamp is None:
+            header = self._header_at(0)
+            self._rolling_based_timestamp = header.max_timestamp if header else -1
+        return self._rolling_based_timestamp
+
+    def on_become_inactive(self) -> None:
+        """Final time-index entry when the segment stops being the active one (Kafka does the same)."""
+        self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def _header_at(self, position: int) -> BatchHeader | None:
+        if position + RECORD_BATCH_OVERHEAD > self.size:
+            return None
+        data = os.pread(self._read_file.fileno(), RECORD_BATCH_OVERHEAD, position)
+        if len(data) < RECORD_BATCH_OVERHEAD:
+            return None
+        header = read_header(data)
+        if header.size < RECORD_BATCH_OVERHEAD or position + header.size > self.size:
+            return None
+        return header
+
+    def _headers_from(self, position: int) -> Iterator[tuple[int, BatchHeader]]:
+        while True:
+            header = self._header_at(position)
+            if header is None:
+                return
+            yield position, header
+            position += header.size
+
+    def batches_from(self, offset: int) -> Iterator[tuple[int, BatchHeader]]:
+        """(position, header) of each batch from the one containing ``offset`` to the end."""
+        found = self.translate_offset(offset)
+        if found is not None:
+            yield from self._headers_from(found[0])
+
+    def translate_offset(self, offset: int, start_position: int = 0) -> tuple[int, BatchHeader] | None:
+        """Position and header of the first batch whose last offset >= ``offset`` (index + header scan)."""
+        _, position = self.offset_index.lookup(offset)
+        for pos, header in self._headers_from(max(position, start_position)):
+            if header.last_offset >= offset:
+                return pos, header
+        return None
+
+    def position_of_first_batch_at_or_after(self, offset: int) -> int:
+        """File position of the first batch with base offset >= ``offset`` (size if none)."""
+        found = self.translate_offset(offset)
+        if found is None:
+            return self.size
+        pos, header = found
+        return pos if header.base_offset >= offset else pos + header.size
+
+    def read_slice(
+        self, start_offset: int, max_bytes: int, max_position: int, min_one_batch: bool
+    ) -> FileSlice | None:
+        """Whole batches from the one containing ``start_offset``, ending at or before
+        ``max_position`` and within ``max_bytes`` (the first batch whole if ``min_one_batch``).
+        None if no batch of this segment holds an offset >= ``start_offset``."""
+        found = self.translate_offset(start_offset)
+        if found is None:
+            return None
+        position, header = found
+        limit = min(max_position, self.size)
+        if position + header.size > limit:
+            return FileSlice(self._read_file, position, 0)
+        end = self._whole_batches_end(position, min(limit, position + max(max_bytes, 0)))
+        if end == position and min_one_batch:
+            end = position + header.size
+        return FileSlice(self._read_file, position, end - position)
+
+    def _whole_batches_end(self, start: int, limit: int) -> int:
+        position = max(start, self.offset_index.position_at_or_below(limit))
+        for pos, header in self._headers_from(position):
+            if pos + header.size > limit:
+                return pos
+            position = pos + header.size
+        return position
+
+    def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= ``timestamp`` and offset >=
+        ``starting_offset`` (Kafka ``LogSegment.findOffsetByTimestamp``: decodes one batch)."""
+        _, ts_offset = self.time_index.lookup(timestamp - 1)
+        _, position = self.offset_index.lookup(max(ts_offset, starting_offset))
+        for pos, header in self._headers_from(position):
+            if header.max_timestamp < timestamp or header.last_offset < starting_offset:
+                continue
+            return self._first_record_at_or_after(pos, header, timestamp, starting_offset)
+        return None
+
+    def _first_record_at_or_after(
+        self, pos: int, header: BatchHeader, timestamp: int, starting_offset: int
+    ) -> tuple[int, int]:
+        if header.timestamp_type == TIMESTAMP_TYPE_LOG_APPEND_TIME:
+            return max(header.base_offset, starting_offset), header.max_timestamp
+        _, records = decode_batch(FileSlice(self._read_file, pos, header.size).read_bytes())
+        for record in records:
+            if record.timestamp >= timestamp and record.offset >= starting_offset:
+                return record.offset, record.timestamp
+        return header.last_offset, header.max_timestamp
+
+    def max_timestamp_record(self) -> tuple[int, int]:
+        """(timestamp, offset) of the first record holding this segment's max timestamp (KAFKA-16310)."""
+        if self.max_timestamp_so_far < 0:
+            return -1, -1
+        found = self.find_offset_by_timestamp(self.max_timestamp_so_far, self.base_offset)
+        if found is None:
+            return self.max_timestamp_so_far, self.offset_of_max_timestamp
+        return found[1], found[0]
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def largest_timestamp(self) -> int:
+        """Max batch timestamp, or the file's mtime if no batch has one (Kafka's retention clock)."""
+        return self.max_timestamp_so_far if self.max_timestamp_so_far >= 0 else self.last_modified_ms
+
+    @property
+    def last_modified_ms(self) -> int:
+        return os.stat(self.log_path).st_mtime_ns // 1_000_000
+
+    def flush(self) -> None:
+        if self._closed:
+            return
+        os.fsync(self._append_fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+        self.dirty = False
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self.on_become_inactive()
+        self.offset_index.close()
+        self.time_index.close()
+        os.close(self._append_fd)
+        self._read_file.close()
+        self._closed = True
+
+    def rename_to_deleted(self) -> None:
+        """Mark for asynchronous deletion; open read handles keep working (POSIX rename)."""
+        new_log = self.log_path.with_name(self.log_path.name + DELETED_SUFFIX)
+        os.replace(self.log_path, new_log)
+        self.log_path = new_log
+        for index in (self.offset_index, self.time_index):
+            index.rename(index.path.with_name(index.path.name + DELETED_SUFFIX))
+
+    def delete(self) -> None:
+        self.close()
+        self.log_path.unlink(missing_ok=True)
+        self.offset_index.delete()
+        self.time_index.delete()
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base_offset={self.base_offset}, size={self.size}, next_offset={self.next_offset})"
