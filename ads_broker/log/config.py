@@ -29,9 +29,7 @@ _INT_KEYS: dict[str, tuple[str, int, int]] = {
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 _CLEANUP_POLICIES = frozenset({"delete", "compact"})
 
-TOPIC_CONFIG_KEYS: frozenset[str] = frozenset(
-    [*_INT_KEYS, "message.timestamp.type", "cleanup.policy"]
-)
+TOPIC_CONFIG_KEYS: frozenset[str] = frozenset([*_INT_KEYS, "message.timestamp.type", "cleanup.policy"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,13 +79,10 @@ def _parse_int(key: str, raw: str, low: int, high: int) -> int:
         value = int(str(raw).strip())
     except ValueError:
         raise InvalidConfigurationError(
-            f"Invalid value {raw!r} for configuration {key}: not an integer; "
-            f"use a whole number in [{low}, {high}]"
+            f"Invalid value {raw!r} for configuration {key}: not an integer; use a whole number in [{low}, {high}]"
         ) from None
     if not low <= value <= high:
-        raise InvalidConfigurationError(
-            f"Invalid value {value} for configuration {key}: must be in [{low}, {high}]"
-        )
+        raise InvalidConfigurationError(f"Invalid value {value} for configuration {key}: must be in [{low}, {high}]")
     return value
 
 
@@ -105,8 +100,6 @@ def _parse_cleanup_policy(raw: str) -> str:
     parts = [p.strip() for p in str(raw).split(",") if p.strip()]
     if not parts or any(p not in _CLEANUP_POLICIES for p in parts):
         raise InvalidConfigurationError(
-            f"Invalid value {raw!r} for configuration cleanup.policy: "
-            "must be a comma-separated list of delete, compact"
+            f"Invalid value {raw!r} for configuration cleanup.policy: must be a comma-separated list of delete, compact"
         )
     return ",".join(dict.fromkeys(parts))
-

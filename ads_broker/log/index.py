@@ -166,8 +166,11 @@ class TimeIndex(_IndexFile):
         data = self._read_existing()
         last_ts, last_rel = -(2**63), -1
         for ts, rel in _TIME_ENTRY.iter_unpack(data):
-            if ts < last_ts or rel < last_rel or rel < 0 or self.base_offset + rel >= max(
-                next_offset, self.base_offset + 1
+            if (
+                ts < last_ts
+                or rel < last_rel
+                or rel < 0
+                or self.base_offset + rel >= max(next_offset, self.base_offset + 1)
             ):
                 raise IndexCorruptError(
                     f"{self.path}: entry (timestamp {ts}, relative offset {rel}) is out of order or "

@@ -100,9 +100,7 @@ class Log:
         self._remove_temp_files()
         persisted_start = self._read_log_start_offset()
         now = self._now_ms()
-        bases = sorted(
-            int(m.group(1)) for p in self.dir.iterdir() if (m := _SEGMENT_FILE.match(p.name)) is not None
-        )
+        bases = sorted(int(m.group(1)) for p in self.dir.iterdir() if (m := _SEGMENT_FILE.match(p.name)) is not None)
         self._segments = [LogSegment(self.dir, base, self.config, now_ms=now) for base in bases]
         if not self._segments:
             self._segments = [LogSegment(self.dir, persisted_start, self.config, now_ms=now)]
@@ -307,9 +305,7 @@ class Log:
         while offset < upper and i < len(self._segments):
             segment = self._segments[i]
             max_position = (
-                segment.size
-                if upper >= segment.next_offset
-                else segment.position_of_first_batch_at_or_after(upper)
+                segment.size if upper >= segment.next_offset else segment.position_of_first_batch_at_or_after(upper)
             )
             piece = segment.read_slice(offset, remaining, max_position, min_one_batch and not slices)
             i += 1
@@ -372,12 +368,10 @@ class Log:
         deleted = self._delete_segments_below_log_start()
         if "delete" in self.config.cleanup_policy.split(","):
             deleted += self._delete_while(
-                lambda s, _total: self.config.retention_ms >= 0
-                and now - s.largest_timestamp > self.config.retention_ms
+                lambda s, _total: self.config.retention_ms >= 0 and now - s.largest_timestamp > self.config.retention_ms
             )
             deleted += self._delete_while(
-                lambda s, total: self.config.retention_bytes >= 0
-                and total - s.size >= self.config.retention_bytes
+                lambda s, total: self.config.retention_bytes >= 0 and total - s.size >= self.config.retention_bytes
             )
         new_start = max(self.log_start_offset, self._segments[0].base_offset)
         if new_start != self.log_start_offset:

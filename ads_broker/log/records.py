@@ -162,15 +162,12 @@ def batch_error(buf: Buffer, pos: int, *, check_crc: bool = True) -> tuple[type[
     size = LOG_OVERHEAD + batch_length
     if size < RECORD_BATCH_OVERHEAD:
         return CorruptRecordError, (
-            f"batch at position {pos} declares size {size}, smaller than the "
-            f"{RECORD_BATCH_OVERHEAD}-byte v2 header"
+            f"batch at position {pos} declares size {size}, smaller than the {RECORD_BATCH_OVERHEAD}-byte v2 header"
         )
     if size > left:
         if left > MAGIC_OFFSET and buf[pos + MAGIC_OFFSET] != MAGIC_V2:
             return InvalidRecordError, _magic_message(buf, pos)
-        return CorruptRecordError, (
-            f"truncated batch at position {pos}: declares {size} bytes, only {left} present"
-        )
+        return CorruptRecordError, (f"truncated batch at position {pos}: declares {size} bytes, only {left} present")
     if buf[pos + MAGIC_OFFSET] != MAGIC_V2:
         return InvalidRecordError, _magic_message(buf, pos)
     if check_crc:
@@ -245,9 +242,7 @@ def validate_produce_batches(buf: bytes | bytearray | memoryview, config: LogCon
 def _validate_client_batch(header: BatchHeader) -> None:
     count_from_offsets = header.last_offset_delta + 1
     if count_from_offsets <= 0:
-        raise InvalidRecordError(
-            f"Batch has an invalid offset range: lastOffsetDelta {header.last_offset_delta}"
-        )
+        raise InvalidRecordError(f"Batch has an invalid offset range: lastOffsetDelta {header.last_offset_delta}")
     if header.records_count <= 0:
         raise InvalidRecordError(f"Invalid reported count for record batch: {header.records_count}")
     if count_from_offsets != header.records_count:
@@ -259,8 +254,7 @@ def _validate_client_batch(header: BatchHeader) -> None:
         raise InvalidRecordError("Clients are not allowed to write control records")
     if header.has_producer_id and header.base_sequence < 0:
         raise InvalidRecordError(
-            f"Invalid sequence number {header.base_sequence} in record batch with producerId "
-            f"{header.producer_id}"
+            f"Invalid sequence number {header.base_sequence} in record batch with producerId {header.producer_id}"
         )
 
 
@@ -340,11 +334,7 @@ def decode_batch(buf: Buffer) -> tuple[BatchHeader, list[Record]]:
         raise CorruptRecordError(f"batch declares {header.size} bytes but only {len(buf)} are present")
     batch = DefaultRecordBatch(bytes(buf[: header.size]))
     try:
-        records = [
-            Record(r.offset, r.timestamp, r.key, r.value, [(k, v) for k, v in r.headers]) for r in batch
-        ]
+        records = [Record(r.offset, r.timestamp, r.key, r.value, [(k, v) for k, v in r.headers]) for r in batch]
     except (KafkaError, ValueError, IndexError, UnicodeDecodeError, AssertionError) as exc:
-        raise CorruptRecordError(
-            f"batch at offset {header.base_offset} has undecodable records: {exc!r}"
-        ) from exc
+        raise CorruptRecordError(f"batch at offset {header.base_offset} has undecodable records: {exc!r}") from exc
     return header, records

@@ -275,9 +275,7 @@ class LogSegment:
         pos, header = found
         return pos if header.base_offset >= offset else pos + header.size
 
-    def read_slice(
-        self, start_offset: int, max_bytes: int, max_position: int, min_one_batch: bool
-    ) -> FileSlice | None:
+    def read_slice(self, start_offset: int, max_bytes: int, max_position: int, min_one_batch: bool) -> FileSlice | None:
         """Whole batches from the one containing ``start_offset``, ending at or before
         ``max_position`` and within ``max_bytes`` (the first batch whole if ``min_one_batch``).
         None if no batch of this segment holds an offset >= ``start_offset``."""
