@@ -439,6 +439,13 @@ class Ec2VolumeBackend:
         existing = self._restore_volume(partition, snap.snapshot_id, instance)
         if existing is not None and self._attached_to(existing, instance):
             return self._restore_result(snap, existing["VolumeId"], instance, resumed=True, dry_run=dry_run)
+        elsewhere = [a["InstanceId"] for a in (existing or {}).get("Attachments", [])
+                     if a["InstanceId"] != instance]
+        if existing is not None and elsewhere:
+            raise VolumeInUseError(
+                f"restore volume {existing['VolumeId']} is attached to {elsewhere[0]}, not {instance}; "
+                "detach it there first, then re-run"
+            )
         self._refuse_occupied(partition, inst, existing)
         if dry_run:
             self._dry_run("create volume", self.ec2.create_volume,
@@ -494,12 +501,6 @@ class Ec2VolumeBackend:
         ours_id = ours["VolumeId"] if ours else None
         for vol in self._partition_volumes(partition):
             if vol["VolumeId"] == ours_id:
-                for a in vol.get("Attachments", []):
-                    if a["InstanceId"] != instance:
-                        raise VolumeInUseError(
-                            f"restore volume {ours_id} is attached to {a['InstanceId']}, not {instance}; "
-                            "detach it there first"
-                        )
                 continue
             for a in vol.get("Attachments", []):
                 if a["InstanceId"] == instance:

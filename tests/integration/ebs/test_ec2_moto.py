@@ -1,0 +1,229 @@
+"""Ec2VolumeBackend end to end against moto in server mode: real boto3 HTTP calls to 127.0.0.1.
+
+moto completes snapshots at birth and attaches instantly, so polling, the `error` state and
+throttling are covered with botocore's Stubber in tests/unit/ebs/test_ec2_stubbed.py. moto also
+accepts attachments real EC2 would reject (a busy device, another AZ), so the backend checks those
+itself and these tests prove the checks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from typer.testing import CliRunner
+
+from ads_broker.embedded import free_port
+from ebs_ops.backends.ec2 import Ec2VolumeBackend
+from ebs_ops.cli import app
+from ebs_ops.control import WorkerControlClient
+from ebs_ops.exceptions import (
+    AzMismatchError,
+    BadInputError,
+    CredentialsError,
+    UnknownInstanceError,
+    UnknownPartitionError,
+    UnknownSnapshotError,
+    VolumeInUseError,
+)
+from ebs_ops.models import TAG_CREATED_BY, TAG_INPUT_OFFSET, TAG_PARTITION
+from tests.unit.ebs.control_double import WorkerDouble
+
+REGION = "us-east-1"
+
+
+@pytest.fixture(scope="module")
+def moto_url() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+
+    saved = os.environ.get("MOTO_EC2_LOAD_DEFAULT_AMIS")
+    os.environ["MOTO_EC2_LOAD_DEFAULT_AMIS"] = "false"  # only our own snapshots in describe_snapshots
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+        if saved is None:
+            os.environ.pop("MOTO_EC2_LOAD_DEFAULT_AMIS", None)
+        else:
+            os.environ["MOTO_EC2_LOAD_DEFAULT_AMIS"] = saved
+
+
+@pytest.fixture
+def aws(moto_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A fresh moto account per test (moto's reset endpoint) with dummy credentials."""
+    req = urllib.request.Request(f"{moto_url}/moto-api/reset", method="POST")  # noqa: S310 (loopback moto)
+    urllib.request.urlopen(req, timeout=30).close()  # noqa: S310
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_DEFAULT_REGION": REGION, "AWS_EC2_METADATA_DISABLED": "true"}.items():
+        monkeypatch.setenv(key, value)
+    yield moto_url
+
+
+class Fleet:
+    """Instances a, b (us-east-1a), c (us-east-1b); partition 0's volume attached to a."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.ec2 = boto3.client("ec2", endpoint_url=url, region_name=REGION)
+        self.a, self.b = self._instance("us-east-1a"), self._instance("us-east-1a")
+        self.c = self._instance("us-east-1b")
+        self.volume = self.ec2.create_volume(
+            AvailabilityZone="us-east-1a", Size=10, VolumeType="gp3",
+            TagSpecifications=[{"ResourceType": "volume",
+                                "Tags": [{"Key": TAG_PARTITION, "Value": "0"}]}])["VolumeId"]
+        self.ec2.attach_volume(VolumeId=self.volume, InstanceId=self.a, Device="/dev/sdf")
+
+    def _instance(self, az: str) -> str:
+        out = self.ec2.run_instances(ImageId="ami-12345678", MinCount=1, MaxCount=1,
+                                     Placement={"AvailabilityZone": az})
+        return str(out["Instances"][0]["InstanceId"])
+
+    def volumes(self) -> list[dict[str, Any]]:
+        return [v for v in self.ec2.describe_volumes()["Volumes"]
+                if any(t["Key"] == TAG_PARTITION for t in v.get("Tags", []))]
+
+    def backend(self, **kw: Any) -> Ec2VolumeBackend:
+        return Ec2VolumeBackend(region=REGION, endpoint_url=self.url, waiter_delay_s=1, step_timeout_s=10,
+                                **kw)
+
+
+@pytest.fixture
+def fleet(aws: str) -> Fleet:
+    return Fleet(aws)
+
+
+def test_snapshot_tags_offsets_and_resumes_worker(fleet: Fleet, tmp_path: Path) -> None:
+    with WorkerDouble(tmp_path / "data", 0) as worker:
+        worker.write(["a", "b", "c"])
+        b = fleet.backend(control=WorkerControlClient(worker.url))
+        snap = b.snapshot(0)
+        assert worker.state == "running" and worker.requests[-1] == "POST /partitions/0/resume"
+    raw = fleet.ec2.describe_snapshots(SnapshotIds=[snap.snapshot_id])["Snapshots"][0]
+    tags = {t["Key"]: t["Value"] for t in raw["Tags"]}
+    assert tags[TAG_PARTITION] == "0" and tags[TAG_INPUT_OFFSET] == "3" and tags[TAG_CREATED_BY] == "ebs-ops"
+    assert raw["VolumeId"] == fleet.volume
+    assert b.wait(snap.snapshot_id, 10).state == "completed"
+    assert [s.snapshot_id for s in b.list_snapshots(0)] == [snap.snapshot_id]
+    assert b.list_snapshots(1) == []
+
+
+def test_prune_dry_run_then_real_only_own_snapshots(fleet: Fleet) -> None:
+    b = fleet.backend()
+    mine = [b.snapshot(0).snapshot_id for _ in range(4)]
+    foreign = fleet.ec2.create_snapshot(VolumeId=fleet.volume)["SnapshotId"]  # e.g. DLM's
+    would = b.prune(0, keep=2, max_age=None, dry_run=True)
+    assert len(would) == 2 and len(b.list_snapshots(0)) == 4
+    deleted = {s.snapshot_id for s in b.prune(0, keep=2, max_age=None)}
+    assert len(deleted) == 2 and deleted <= set(mine)
+    left = {s["SnapshotId"] for s in fleet.ec2.describe_snapshots(OwnerIds=["self"])["Snapshots"]}
+    assert foreign in left and len(left & set(mine)) == 2
+
+
+def test_restore_latest_is_idempotent_and_resumable(fleet: Fleet) -> None:
+    b = fleet.backend()
+    snap = b.snapshot(0)
+    # First run "crashes" after creating the volume, before attaching it.
+    half = b._create_volume(0, snap, fleet.b, "us-east-1a")
+    result = b.restore(0, fleet.b, None)
+    assert result.resumed and result.volume == half["VolumeId"] and result.device == "/dev/sdf"
+    vol = fleet.ec2.describe_volumes(VolumeIds=[result.volume])["Volumes"][0]
+    assert vol["VolumeType"] == "gp3" and vol["Encrypted"] and vol["SnapshotId"] == snap.snapshot_id
+    assert vol["Attachments"][0]["InstanceId"] == fleet.b and vol["Attachments"][0]["State"] == "attached"
+    before = len(fleet.volumes())
+    again = b.restore(0, fleet.b, snap.snapshot_id)
+    assert again.resumed and again.volume == result.volume and len(fleet.volumes()) == before
+
+
+def test_restore_refuses_to_attach_over_an_existing_attachment(fleet: Fleet) -> None:
+    b = fleet.backend()
+    snap = b.snapshot(0)
+    before = len(fleet.volumes())
+    with pytest.raises(VolumeInUseError, match=f"{fleet.volume} of partition 0 attached"):
+        b.restore(0, fleet.a, snap.snapshot_id)
+    assert len(fleet.volumes()) == before
+    other = fleet.ec2.create_volume(AvailabilityZone="us-east-1a", Size=1)["VolumeId"]
+    fleet.ec2.attach_volume(VolumeId=other, InstanceId=fleet.b, Device="/dev/sdf")
+    with pytest.raises(VolumeInUseError, match="device /dev/sdf"):
+        b.restore(0, fleet.b, snap.snapshot_id)
+
+
+def test_restore_bad_inputs_and_dry_run(fleet: Fleet) -> None:
+    b = fleet.backend()
+    snap = b.snapshot(0)
+    with pytest.raises(UnknownInstanceError, match="check the instance id"):
+        b.restore(0, "i-0123456789abcdef0", snap.snapshot_id)
+    with pytest.raises(UnknownSnapshotError, match="ebs-ops list"):
+        b.restore(0, fleet.b, "snap-0123456789abcdef0")
+    with pytest.raises(UnknownSnapshotError, match="no completed snapshot of partition 3"):
+        b.restore(3, fleet.b, None)
+    with pytest.raises(BadInputError, match="--partition 0"):
+        b.restore(5, fleet.b, snap.snapshot_id)
+    with pytest.raises(UnknownPartitionError, match="dedupe:partition=9"):
+        b.snapshot(9)
+    before = len(fleet.volumes())
+    assert b.restore(0, fleet.b, snap.snapshot_id, dry_run=True).dry_run
+    assert len(fleet.volumes()) == before
+
+
+def test_move_with_hooks_and_az_mismatch(fleet: Fleet, tmp_path: Path) -> None:
+    log = tmp_path / "hooks.log"
+    hook = f"{sys.executable} -c \"import sys; open(sys.argv[1], 'a').write(sys.argv[2] + '\\n')\" {log}"
+    with pytest.raises(BadInputError, match="--stop-cmd"):
+        fleet.backend().move(0, fleet.b)
+    with pytest.raises(AzMismatchError, match="us-east-1b"):
+        fleet.backend(worker_stopped=True).move(0, fleet.c)
+    b = fleet.backend(stop_cmd=f"{hook} stop-{{partition}}-{{instance}}",
+                      start_cmd=f"{hook} start-{{partition}}-{{instance}}")
+    assert b.move(0, fleet.b, dry_run=True).dry_run and not log.exists()
+    result = b.move(0, fleet.b)
+    vol = fleet.ec2.describe_volumes(VolumeIds=[fleet.volume])["Volumes"][0]
+    assert [(a["InstanceId"], a["State"]) for a in vol["Attachments"]] == [(fleet.b, "attached")]
+    assert log.read_text().split() == [f"stop-0-{fleet.a}", f"start-0-{fleet.b}"]
+    assert (result.from_instance, result.to_instance) == (fleet.a, fleet.b)
+    # A run that stopped after the detach is finished by the next run.
+    fleet.ec2.detach_volume(VolumeId=fleet.volume, InstanceId=fleet.b)
+    assert b.move(0, fleet.a).from_instance == ""
+    vol = fleet.ec2.describe_volumes(VolumeIds=[fleet.volume])["Volumes"][0]
+    assert vol["Attachments"][0]["InstanceId"] == fleet.a
+
+
+def test_create_snapshots_for_an_instance_tags_partitions(fleet: Fleet) -> None:
+    snaps = fleet.backend().snapshot_instance(fleet.a)
+    assert [s.partition for s in snaps] == [0]
+    assert [s.snapshot_id for s in fleet.backend().list_snapshots(0)] == [snaps[0].snapshot_id]
+
+
+def test_missing_credentials_says_what_to_set(fleet: Fleet, monkeypatch: pytest.MonkeyPatch,
+                                               tmp_path: Path) -> None:
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    with pytest.raises(CredentialsError, match="AWS_PROFILE"):
+        fleet.backend().list_snapshots(0)
+
+
+def test_cli_restore_json_and_error_exit(fleet: Fleet) -> None:
+    runner = CliRunner()
+    common = ["--backend", "ec2", "--endpoint-url", fleet.url, "--region", REGION]
+    out = runner.invoke(app, ["snapshot", "--partition", "0", "--wait", "--json", *common])
+    assert out.exit_code == 0, out.output
+    snap_id = json.loads(out.stdout)[0]["snapshot_id"]
+    out = runner.invoke(app, ["restore", "-p", "0", "--instance", fleet.b, "--latest", "--json",
+                              "--waiter-delay", "1", *common])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.stdout)["snapshot_id"] == snap_id
+    out = runner.invoke(app, ["restore", "-p", "0", "--instance", fleet.a, "--latest", *common])
+    assert out.exit_code == 1 and "refusing to attach over it" in out.stderr
+    out = runner.invoke(app, ["restore", "-p", "0", "--instance", fleet.b, *common])
+    assert out.exit_code == 1 and "exactly one of --snapshot ID or --latest" in out.stderr
