@@ -577,7 +577,9 @@ class GroupCoordinator:
             delay = min(self._initial_rebalance_delay_ms, group.initial_remaining_ms)
             group.initial_remaining_ms = max(group.initial_remaining_ms - group.initial_delay_ms, 0)
             group.initial_delay_ms = delay
-            group.join_deadline = self._now() + delay / 1000
+            # Re-armed from the deadline that fired, not from now, so a late tick does not
+            # stretch the total delay beyond the rebalance timeout.
+            group.join_deadline += delay / 1000
             return
         self._complete_join_phase(group)
 
