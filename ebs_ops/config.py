@@ -37,7 +37,7 @@ class EbsOpsConfig(BaseSettings):
     kms_key_id: str | None = None
     fast_restore: bool = False
     init_rate_mibps: int | None = Field(None, ge=100, le=300, description="VolumeInitializationRate")
-    max_attempts: int = Field(5, ge=1, le=20, description="botocore standard-mode retry attempts")
+    max_attempts: int = Field(5, ge=1, le=20, description="botocore standard-mode total attempts per call")
     # waiting
     waiter_delay_s: float = Field(15.0, ge=1, description="poll interval of every waiter")
     step_timeout_s: float = Field(600.0, gt=0, description="timeout of each restore/move step")

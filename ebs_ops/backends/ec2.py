@@ -153,7 +153,7 @@ class Ec2VolumeBackend:
             import boto3
             from botocore.config import Config
 
-            config = Config(retries={"mode": "standard", "max_attempts": self.max_attempts})
+            config = Config(retries={"mode": "standard", "total_max_attempts": self.max_attempts})
             self._client = boto3.session.Session().client(
                 "ec2", region_name=self.region, endpoint_url=self.endpoint_url, config=config)
         return self._client
@@ -211,8 +211,8 @@ class Ec2VolumeBackend:
             raise self._translate(what, exc) from exc
         raise AwsError(f"{what}: DryRun=True unexpectedly performed the call; check --endpoint-url")
 
-    def _waiter_config(self, timeout_s: float) -> dict[str, int]:
-        delay = max(1, math.ceil(self.waiter_delay_s))
+    def _waiter_config(self, timeout_s: float) -> dict[str, float]:
+        delay = self.waiter_delay_s
         return {"Delay": delay, "MaxAttempts": max(1, math.ceil(timeout_s / delay))}
 
     def _wait(self, waiter: Any, what: str, timeout_s: float, **kwargs: Any) -> None:

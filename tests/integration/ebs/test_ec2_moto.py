@@ -25,6 +25,7 @@ from ebs_ops.backends.ec2 import Ec2VolumeBackend
 from ebs_ops.cli import app
 from ebs_ops.control import WorkerControlClient
 from ebs_ops.exceptions import (
+    AwsError,
     AzMismatchError,
     BadInputError,
     CredentialsError,
@@ -227,3 +228,68 @@ def test_cli_restore_json_and_error_exit(fleet: Fleet) -> None:
     assert out.exit_code == 1 and "refusing to attach over it" in out.stderr
     out = runner.invoke(app, ["restore", "-p", "0", "--instance", fleet.b, *common])
     assert out.exit_code == 1 and "exactly one of --snapshot ID or --latest" in out.stderr
+
+
+class ThrottlingProxy:
+    """An HTTP proxy on 127.0.0.1 in front of moto that answers the first `throttle` requests with
+    EC2's RequestLimitExceeded (HTTP 503), then forwards: proves the client's standard-mode retries."""
+
+    BODY = (b'<?xml version="1.0" encoding="UTF-8"?><Response><Errors><Error><Code>RequestLimitExceeded'
+            b"</Code><Message>Request limit exceeded.</Message></Error></Errors><RequestID>r</RequestID>"
+            b"</Response>")
+
+    def __init__(self, upstream: str, throttle: int) -> None:
+        import http.client
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from urllib.parse import urlsplit
+
+        self.throttle, self.seen = throttle, 0
+        up = urlsplit(upstream)
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                proxy.seen += 1
+                if proxy.seen <= proxy.throttle:
+                    status, headers, payload = 503, {"Content-Type": "text/xml"}, proxy.BODY
+                else:
+                    conn = http.client.HTTPConnection(up.hostname or "", up.port, timeout=30)
+                    conn.request("POST", self.path, body=body, headers=dict(self.headers))
+                    resp = conn.getresponse()
+                    status, payload = resp.status, resp.read()
+                    headers = {"Content-Type": resp.getheader("Content-Type", "text/xml")}
+                    conn.close()
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_throttling_is_retried_then_reported(fleet: Fleet) -> None:
+    fleet.backend().snapshot(0)
+    proxy = ThrottlingProxy(fleet.url, throttle=2)
+    try:
+        b = Ec2VolumeBackend(region=REGION, endpoint_url=proxy.url, max_attempts=3)
+        assert len(b.list_snapshots(0)) == 1  # two throttled attempts, the third got through
+        assert proxy.seen == 3
+        proxy.seen, proxy.throttle = 0, 10
+        with pytest.raises(AwsError, match=r"RequestLimitExceeded.*re-run"):
+            Ec2VolumeBackend(region=REGION, endpoint_url=proxy.url, max_attempts=2).list_snapshots(0)
+        assert proxy.seen == 2
+    finally:
+        proxy.close()
