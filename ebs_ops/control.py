@@ -7,6 +7,7 @@ starts, so holding the pause until it completes would only stall the pipeline.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 from collections.abc import Iterator
@@ -44,10 +45,18 @@ class WorkerControlClient:
         return body
 
     def pause(self, partition: int) -> WorkerPosition:
-        return WorkerPosition.from_json(self._request("POST", f"/partitions/{partition}/pause", {}))
+        return self._position(self._request("POST", f"/partitions/{partition}/pause", {}))
 
     def checkpoint(self, partition: int, path: str) -> WorkerPosition:
-        body = self._request("POST", f"/partitions/{partition}/checkpoint", {"path": path})
+        return self._position(self._request("POST", f"/partitions/{partition}/checkpoint", {"path": path}))
+
+    def _position(self, body: Any) -> WorkerPosition:
+        fields = ("partition", "input_offset", "output_offset", "sequence")
+        if not isinstance(body, dict) or any(body.get(f) is None for f in fields):
+            raise WorkerControlError(
+                f"worker {self.url} reported no offsets ({body!r}); its partition store is not open yet: "
+                "wait until GET /partitions shows it running, then re-run"
+            )
         return WorkerPosition.from_json(body)
 
     def resume(self, partition: int) -> dict[str, Any]:
@@ -98,7 +107,13 @@ def paused(client: WorkerControlClient, partition: int) -> Iterator[WorkerPositi
 
     Keep the block short: start the snapshot inside it, wait for completion outside.
     """
-    position = client.pause(partition)
+    try:
+        position = client.pause(partition)
+    except WorkerControlError:
+        # The pause may have taken effect before the failure (e.g. a bad reply): undo it.
+        with contextlib.suppress(WorkerControlError):
+            client.resume(partition)
+        raise
     log.info("worker_paused", partition=partition, input_offset=position.input_offset,
              output_offset=position.output_offset, sequence=position.sequence)
     try:
