@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import sys
+import threading
 import urllib.request
 from pathlib import Path
 from types import FrameType
@@ -49,18 +50,19 @@ def run(
     from dedupe_worker.logs import configure
     from dedupe_worker.runner import WorkerRunner
 
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()  # each partition finishes its batch (publish, write, commit), flushes and exits
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     configure(log_level)
     try:
         cfg = load_config(config, bootstrap=bootstrap, input_topic=input, output_topic=output, dlq_topic=dlq,
                           partitions=partitions, data_dir=data_dir, metrics_port=metrics_port,
                           control_port=control_port, exactly_once=exactly_once, group=group)
-        runner = WorkerRunner(cfg)
-
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            runner.stop()
-
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
+        runner = WorkerRunner(cfg, stop_event=stop)
         runner.start()
     except DedupeError as e:
         _fail(e)

@@ -96,6 +96,20 @@ def start_worker(bootstrap: str, topics: Topics, data_dir: Path, log_path: Path,
         return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
 
 
+def wait_started(proc: subprocess.Popen[bytes], log_path: Path, since: int, partitions: int,
+                 timeout_s: float = 60.0) -> None:
+    """Wait until the worker started at log size ``since`` logs every partition as started."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with open(log_path, "rb") as f:
+            f.seek(since)
+            if f.read().count(b'"event": "partition started"') >= partitions:
+                return
+        assert proc.poll() is None, f"worker exited with {proc.returncode}; see {log_path}"
+        assert time.monotonic() < deadline, f"worker did not start all partitions; see {log_path}"
+        time.sleep(0.05)
+
+
 def stop_worker(proc: subprocess.Popen[bytes], timeout_s: float = 60.0) -> int:
     if proc.poll() is None:
         proc.terminate()

@@ -70,5 +70,5 @@ def test_output_is_exactly_the_unique_input(kbroker: BrokerProcess, topic_name: 
 
 def test_partition_count_mismatch_is_refused(kbroker: BrokerProcess, topic_name: str, tmp_path: Path) -> None:
     topics = make_topics(kbroker.bootstrap, topic_name, 2, output_partitions=3)
-    with pytest.raises(TopicLayoutError, match="has 2 partitions but output topic .* has 3"):
+    with pytest.raises(TopicLayoutError, match=r"has 2 partitions but output topic .* has 3"):
         _runner(kbroker.bootstrap, topics, tmp_path / "data").start()
