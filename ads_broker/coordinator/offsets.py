@@ -1,0 +1,206 @@
+"""Committed consumer offsets, stored as records in the internal topic ``__consumer_offsets``.
+
+Kafka's layout, so `ads-broker dump-log` and Kafka tooling read it the same way: the group's
+partition is ``abs(java_hash(group)) % offsets.topic.num.partitions``; each commit is a record
+with key ``OffsetCommitKey`` v1 (int16 version=1, string group, string topic, int32 partition)
+and value ``OffsetCommitValue`` v3 (int16 version=3, int64 offset, int32 leader epoch, string
+metadata, int64 commit timestamp); a null value (tombstone) deletes the offset.
+
+Invariant: the in-memory cache only ever reflects records that were appended to the log, and is
+rebuilt from the log on start, so after any restart OffsetFetch returns what was committed.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import structlog
+
+from ads_broker.exceptions import BrokerError
+from ads_broker.log.records import Record, build_batch, decode_batch
+from ads_broker.replica_manager import ReplicaManager
+
+log = structlog.get_logger("ads_broker.offsets")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+OFFSET_KEY_VERSION = 1
+OFFSET_VALUE_VERSION = 3
+GROUP_METADATA_KEY_VERSION = 2
+OFFSET_METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes
+OFFSET_METADATA_TOO_LARGE = 12
+
+
+def java_string_hash(s: str) -> int:
+    """Java's ``String.hashCode`` (UTF-16 code units), as a signed 32-bit int."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def partition_for_group(group_id: str, num_partitions: int) -> int:
+    # Kafka's Utils.abs maps Integer.MIN_VALUE to 0 instead of overflowing.
+    h = java_string_hash(group_id)
+    return (0 if h == -(1 << 31) else abs(h)) % num_partitions
+
+
+def _string(s: str) -> bytes:
+    raw = s.encode("utf-8")
+    return struct.pack(">h", len(raw)) + raw
+
+
+def encode_key(group: str, topic: str, partition: int) -> bytes:
+    return struct.pack(">h", OFFSET_KEY_VERSION) + _string(group) + _string(topic) + struct.pack(">i", partition)
+
+
+def encode_value(offset: int, leader_epoch: int, metadata: str, commit_ts: int) -> bytes:
+    return (struct.pack(">hqi", OFFSET_VALUE_VERSION, offset, leader_epoch) + _string(metadata)
+            + struct.pack(">q", commit_ts))
+
+
+def _read_string(buf: bytes, pos: int) -> tuple[str, int]:
+    (n,) = struct.unpack_from(">h", buf, pos)
+    pos += 2
+    return buf[pos:pos + n].decode("utf-8"), pos + n
+
+
+def decode_key(buf: bytes) -> tuple[str, str, int] | None:
+    """(group, topic, partition) of an offset-commit key; None for other key types (group metadata)."""
+    (version,) = struct.unpack_from(">h", buf, 0)
+    if version not in (0, 1):
+        return None
+    group, pos = _read_string(buf, 2)
+    topic, pos = _read_string(buf, pos)
+    (partition,) = struct.unpack_from(">i", buf, pos)
+    return group, topic, int(partition)
+
+
+def decode_value(buf: bytes) -> tuple[int, int, str, int]:
+    (version,) = struct.unpack_from(">h", buf, 0)
+    if version == 3:
+        offset, epoch = struct.unpack_from(">qi", buf, 2)
+        metadata, pos = _read_string(buf, 14)
+    elif version in (0, 1, 2):
+        (offset,) = struct.unpack_from(">q", buf, 2)
+        epoch = -1
+        metadata, pos = _read_string(buf, 10)
+    else:
+        raise BrokerError(f"unknown offset commit value version {version}")
+    (commit_ts,) = struct.unpack_from(">q", buf, pos)
+    return int(offset), int(epoch), metadata, int(commit_ts)
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp: int
+
+
+class OffsetManager:
+    """Reads and writes committed offsets through the ``__consumer_offsets`` logs."""
+
+    def __init__(self, replicas: ReplicaManager, num_partitions: int) -> None:
+        self.replicas = replicas
+        self.num_partitions = num_partitions
+        self._cache: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
+
+    def load(self) -> None:
+        """Create the internal topic if needed and rebuild the cache from its logs."""
+        if OFFSETS_TOPIC not in self.replicas.topics:
+            self.replicas.create_topic(OFFSETS_TOPIC, self.num_partitions, 1, {}, internal=True)
+        topic = self.replicas.get_topic(OFFSETS_TOPIC)
+        if len(topic.partitions) != self.num_partitions:
+            # Kafka has the same rule: the offsets topic's partition count is fixed at creation.
+            self.num_partitions = len(topic.partitions)
+            log.warning("offsets.topic.num.partitions differs from the existing topic; using the topic's",
+                        partitions=self.num_partitions)
+        records = 0
+        for partition in topic.partitions:
+            plog = partition.log
+            offset = plog.log_start_offset
+            while offset < plog.log_end_offset:
+                slices = plog.read(offset, 1 << 20, max_offset=plog.log_end_offset)
+                if not slices:
+                    break
+                data = b"".join(s.read_bytes() for s in slices)
+                offset = self._apply_batches(data, offset)
+                records += 1
+        log.info("offsets loaded", groups=len(self._cache), batches=records)
+
+    def _apply_batches(self, data: bytes, next_offset: int) -> int:
+        pos = 0
+        while pos + 12 <= len(data):
+            size = 12 + int.from_bytes(data[pos + 8:pos + 12], "big")
+            header, batch_records = decode_batch(data[pos:pos + size])
+            for record in batch_records:
+                self._apply(record)
+            next_offset = max(next_offset, header.last_offset + 1)
+            pos += size
+        return next_offset
+
+    def _apply(self, record: Record) -> None:
+        if record.key is None:
+            return
+        key = decode_key(record.key)
+        if key is None:
+            return
+        group, topic, partition = key
+        offsets = self._cache.setdefault(group, {})
+        if record.value is None:
+            offsets.pop((topic, partition), None)
+        else:
+            offsets[(topic, partition)] = CommittedOffset(*decode_value(record.value))
+
+    def commit(self, group: str,
+               entries: Iterable[tuple[str, int, int, int, str | None]]) -> dict[tuple[str, int], int]:
+        """Append one batch of commits ``(topic, partition, offset, leader_epoch, metadata)``.
+
+        Returns an error code per (topic, partition); the cache is updated only after the append.
+        """
+        now = int(time.time() * 1000)
+        errors: dict[tuple[str, int], int] = {}
+        records: list[Record] = []
+        accepted: list[tuple[tuple[str, int], CommittedOffset]] = []
+        for topic, partition, offset, epoch, metadata in entries:
+            meta = metadata or ""
+            if len(meta.encode("utf-8")) > OFFSET_METADATA_MAX_BYTES:
+                errors[(topic, partition)] = OFFSET_METADATA_TOO_LARGE
+                continue
+            errors[(topic, partition)] = 0
+            records.append(Record(offset=len(records), timestamp=now, key=encode_key(group, topic, partition),
+                                  value=encode_value(offset, epoch, meta, now), headers=[]))
+            accepted.append(((topic, partition), CommittedOffset(offset, epoch, meta, now)))
+        if records:
+            plog = self.replicas.get_partition(OFFSETS_TOPIC, partition_for_group(group, self.num_partitions)).log
+            plog.append_internal(build_batch(records), leader_epoch=0)
+            cache = self._cache.setdefault(group, {})
+            for key, value in accepted:
+                cache[key] = value
+        return errors
+
+    def fetch(self, group: str,
+              partitions: Iterable[tuple[str, int]] | None) -> dict[tuple[str, int], CommittedOffset | None]:
+        """Committed offsets of ``group``: for the given partitions, or all it has when None."""
+        cache = self._cache.get(group, {})
+        if partitions is None:
+            return dict(cache)
+        return {tp: cache.get(tp) for tp in partitions}
+
+    def groups(self) -> list[str]:
+        return [g for g, offsets in self._cache.items() if offsets]
+
+    def delete_group(self, group: str) -> None:
+        offsets = self._cache.pop(group, {})
+        if not offsets:
+            return
+        now = int(time.time() * 1000)
+        records = [Record(offset=i, timestamp=now, key=encode_key(group, t, p), value=None, headers=[])
+                   for i, (t, p) in enumerate(offsets)]
+        plog = self.replicas.get_partition(OFFSETS_TOPIC, partition_for_group(group, self.num_partitions)).log
+        plog.append_internal(build_batch(records), leader_epoch=0)

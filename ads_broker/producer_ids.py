@@ -1,0 +1,40 @@
+"""Producer id allocation that never hands out the same id twice, across crashes.
+
+Ids are reserved in blocks (Kafka reserves blocks of 1000 through ZooKeeper/KRaft): the end of
+the current block is persisted *before* any id in it is handed out, so after a crash the broker
+continues from the next block and at most the rest of one block is skipped.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ads_broker.exceptions import ConfigError
+from ads_broker.replica_manager import atomic_write
+
+BLOCK_SIZE = 1000
+FILE_NAME = "producer-id-block"
+
+
+class ProducerIdManager:
+    def __init__(self, data_dir: Path) -> None:
+        self._path = data_dir / FILE_NAME
+        self._next = self._read_block_end()
+        self._block_end = self._next
+
+    def _read_block_end(self) -> int:
+        if not self._path.exists():
+            return 0
+        text = self._path.read_text(encoding="ascii").strip()
+        if not text.isdigit():
+            raise ConfigError(f"{self._path} holds {text!r}, not a producer id; restore it or delete the "
+                              "data dir's producer state (existing idempotent producers will be fenced)")
+        return int(text)
+
+    def generate(self) -> int:
+        if self._next >= self._block_end:
+            self._block_end = self._next + BLOCK_SIZE
+            atomic_write(self._path, str(self._block_end).encode("ascii"))
+        pid = self._next
+        self._next += 1
+        return pid

@@ -1,0 +1,166 @@
+"""CreateTopics, DeleteTopics, CreatePartitions and DescribeConfigs."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kafka.protocol.admin import (
+    CreatePartitionsResponse,
+    CreateTopicsResponse,
+    DeleteTopicsResponse,
+    DescribeConfigsResponse,
+)
+
+from ads_broker.config import SETTINGS
+from ads_broker.exceptions import BrokerError, InvalidRequestError
+from ads_broker.protocol.codec import DecodedRequest
+
+if TYPE_CHECKING:
+    from ads_broker.broker import Broker
+
+INVALID_REPLICA_ASSIGNMENT = 39
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+SOURCE_DYNAMIC_TOPIC = 1
+SOURCE_STATIC_BROKER = 4
+SOURCE_DEFAULT = 5
+CreatableTopicResult: Any = CreateTopicsResponse.CreatableTopicResult
+
+
+def _create_one(broker: Broker, req: DecodedRequest, topic: Any, validate_only: bool) -> Any:
+    name = topic.name
+    result = CreatableTopicResult(name=name, error_code=0, error_message=None, num_partitions=-1,
+                                  replication_factor=-1, configs=[])
+    num_partitions = topic.num_partitions
+    replication_factor = topic.replication_factor
+    assignments = list(topic.assignments or [])
+    try:
+        if assignments:
+            if num_partitions != -1 or replication_factor != -1:
+                raise InvalidRequestError("both replica assignments and partition count/replication factor were given")
+            for a in assignments:
+                if list(a.broker_ids) != [broker.node_id]:
+                    result.error_code = INVALID_REPLICA_ASSIGNMENT
+                    result.error_message = f"partition {a.partition_index} assigned to brokers {list(a.broker_ids)}; " \
+                        f"only broker {broker.node_id} exists"
+                    return result
+            num_partitions, replication_factor = len(assignments), 1
+        configs = {c.name: c.value for c in (topic.configs or [])}
+        created = broker.replicas.create_topic(name, num_partitions, replication_factor, configs,
+                                               validate_only=validate_only)
+        t = created
+        result.num_partitions = len(t.partitions) if t else (num_partitions if num_partitions > 0 else
+                                                              int(broker.config["num.partitions"]))
+        result.replication_factor = 1
+        if t is not None:
+            result.topic_id = t.topic_id
+            values, explicit = broker.replicas.effective_configs(name)
+            result.configs = [CreatableTopicResult.CreatableTopicConfigs(
+                name=k, value=v, read_only=False,
+                config_source=SOURCE_DYNAMIC_TOPIC if k in explicit else SOURCE_DEFAULT,
+                is_sensitive=False) for k, v in sorted(values.items())]
+    except BrokerError as e:
+        broker.log_client_error(req, "create_topics", e, topic=name)
+        result.error_code = e.error_code
+        result.error_message = str(e)
+    return result
+
+
+async def handle_create_topics(broker: Broker, req: DecodedRequest) -> CreateTopicsResponse:
+    body = req.body
+    seen: set[str] = set()
+    results = []
+    for topic in body.topics:
+        if topic.name in seen:
+            results.append(CreatableTopicResult(name=topic.name, error_code=InvalidRequestError.error_code,
+                                                error_message="topic appears twice in one request",
+                                                num_partitions=-1, replication_factor=-1, configs=[]))
+            continue
+        seen.add(topic.name)
+        results.append(_create_one(broker, req, topic, bool(body.validate_only)))
+    return CreateTopicsResponse(throttle_time_ms=0, topics=results)
+
+
+async def handle_delete_topics(broker: Broker, req: DecodedRequest) -> DeleteTopicsResponse:
+    body = req.body
+    if req.api_version >= 6:
+        names = []
+        for t in body.topics:
+            if t.name is None:
+                by_id = [n for n, topic in broker.replicas.topics.items() if topic.topic_id == t.topic_id]
+                names.append(by_id[0] if by_id else None)
+            else:
+                names.append(t.name)
+    else:
+        names = list(body.topic_names)
+    results = []
+    for name in names:
+        res = DeleteTopicsResponse.DeletableTopicResult(name=name, error_code=0, error_message=None)
+        try:
+            if name is None:
+                raise BrokerError("unknown topic id")
+            if not broker.config["delete.topic.enable"]:
+                raise InvalidRequestError("topic deletion is disabled (delete.topic.enable=false)")
+            topic = broker.replicas.get_topic(name)
+            res.topic_id = topic.topic_id
+            broker.replicas.delete_topic(name)
+        except BrokerError as e:
+            broker.log_client_error(req, "delete_topics", e, topic=name)
+            res.error_code = 3 if name is None else e.error_code
+            res.error_message = str(e)
+        results.append(res)
+    return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
+
+
+async def handle_create_partitions(broker: Broker, req: DecodedRequest) -> CreatePartitionsResponse:
+    body = req.body
+    results = []
+    for topic in body.topics:
+        res = CreatePartitionsResponse.CreatePartitionsTopicResult(name=topic.name, error_code=0, error_message=None)
+        try:
+            for a in topic.assignments or []:
+                if list(a.broker_ids) != [broker.node_id]:
+                    res.error_code = INVALID_REPLICA_ASSIGNMENT
+                    res.error_message = f"assignment {list(a.broker_ids)} names brokers that do not exist"
+                    break
+            else:
+                broker.replicas.create_partitions(topic.name, topic.count, validate_only=bool(body.validate_only))
+        except BrokerError as e:
+            broker.log_client_error(req, "create_partitions", e, topic=topic.name)
+            res.error_code = e.error_code
+            res.error_message = str(e)
+        results.append(res)
+    return CreatePartitionsResponse(throttle_time_ms=0, results=results)
+
+
+def _config_entry(name: str, value: str | None, source: int, *, read_only: bool = False) -> object:
+    return DescribeConfigsResponse.DescribeConfigsResult.DescribeConfigsResourceResult(
+        name=name, value=value, read_only=read_only, config_source=source, is_default=source == SOURCE_DEFAULT,
+        is_sensitive=False, synonyms=[], config_type=0, documentation=None)
+
+
+async def handle_describe_configs(broker: Broker, req: DecodedRequest) -> DescribeConfigsResponse:
+    results = []
+    for resource in req.body.resources:
+        res = DescribeConfigsResponse.DescribeConfigsResult(
+            error_code=0, error_message=None, resource_type=resource.resource_type,
+            resource_name=resource.resource_name, configs=[])
+        wanted = set(resource.configuration_keys) if resource.configuration_keys is not None else None
+        try:
+            if resource.resource_type == RESOURCE_TOPIC:
+                values, explicit = broker.replicas.effective_configs(resource.resource_name)
+                entries = [(k, v, SOURCE_DYNAMIC_TOPIC if k in explicit else SOURCE_DEFAULT)
+                           for k, v in sorted(values.items())]
+            elif resource.resource_type == RESOURCE_BROKER:
+                if resource.resource_name not in ("", str(broker.node_id)):
+                    raise InvalidRequestError(f"unknown broker {resource.resource_name!r}")
+                entries = [(s.name, str(broker.config[s.name]), SOURCE_STATIC_BROKER) for s in SETTINGS]
+            else:
+                raise InvalidRequestError(f"resource type {resource.resource_type} is not supported")
+            res.configs = [_config_entry(k, v, src) for k, v, src in entries if wanted is None or k in wanted]
+        except BrokerError as e:
+            broker.log_client_error(req, "describe_configs", e, resource=resource.resource_name)
+            res.error_code = e.error_code
+            res.error_message = str(e)
+        results.append(res)
+    return DescribeConfigsResponse(throttle_time_ms=0, results=results)

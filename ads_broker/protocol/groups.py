@@ -1,0 +1,174 @@
+"""Consumer groups (classic protocol) and committed offsets.
+
+JoinGroup/SyncGroup/Heartbeat/LeaveGroup/ListGroups/DescribeGroups are answered by the group
+coordinator's state machine (`ads_broker.coordinator.group`); OffsetCommit/OffsetFetch by the
+offset manager over ``__consumer_offsets`` after the coordinator validated the member.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kafka.protocol.admin import DescribeGroupsResponse, ListGroupsResponse
+from kafka.protocol.consumer import (
+    HeartbeatResponse,
+    JoinGroupResponse,
+    LeaveGroupResponse,
+    OffsetCommitResponse,
+    OffsetFetchResponse,
+    SyncGroupResponse,
+)
+
+from ads_broker.protocol.codec import DecodedRequest
+
+if TYPE_CHECKING:
+    from ads_broker.broker import Broker
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+INVALID_GROUP_ID = 24
+
+
+async def handle_join_group(broker: Broker, req: DecodedRequest) -> JoinGroupResponse:
+    body = req.body
+    v = req.api_version
+    result = await broker.groups.join_group(
+        body.group_id, body.member_id or "", body.group_instance_id if v >= 5 else None,
+        session_timeout_ms=body.session_timeout_ms,
+        rebalance_timeout_ms=body.rebalance_timeout_ms if v >= 1 else body.session_timeout_ms,
+        protocol_type=body.protocol_type, protocols=[(p.name, bytes(p.metadata)) for p in body.protocols],
+        client_id=req.client_id or "", client_host=broker.current_client_host(),
+        require_known_member_id=v >= 4, reason=body.reason if v >= 8 else None)
+    members = [JoinGroupResponse.JoinGroupResponseMember(member_id=m, group_instance_id=i, metadata=md)
+               for m, i, md in result.members]
+    return JoinGroupResponse(
+        throttle_time_ms=0, error_code=result.error_code, generation_id=result.generation_id,
+        protocol_type=result.protocol_type, protocol_name=result.protocol_name or "", leader=result.leader,
+        skip_assignment=result.skip_assignment, member_id=result.member_id, members=members)
+
+
+async def handle_sync_group(broker: Broker, req: DecodedRequest) -> SyncGroupResponse:
+    body = req.body
+    v = req.api_version
+    result = await broker.groups.sync_group(
+        body.group_id, body.generation_id, body.member_id, body.group_instance_id if v >= 3 else None,
+        protocol_type=body.protocol_type if v >= 5 else None, protocol_name=body.protocol_name if v >= 5 else None,
+        assignments={a.member_id: bytes(a.assignment) for a in body.assignments})
+    return SyncGroupResponse(throttle_time_ms=0, error_code=result.error_code, protocol_type=result.protocol_type,
+                             protocol_name=result.protocol_name, assignment=result.assignment)
+
+
+async def handle_heartbeat(broker: Broker, req: DecodedRequest) -> HeartbeatResponse:
+    body = req.body
+    code = await broker.groups.heartbeat(body.group_id, body.generation_id, body.member_id,
+                                         body.group_instance_id if req.api_version >= 3 else None)
+    return HeartbeatResponse(throttle_time_ms=0, error_code=code)
+
+
+async def handle_leave_group(broker: Broker, req: DecodedRequest) -> LeaveGroupResponse:
+    body = req.body
+    if req.api_version >= 3:
+        members = [(m.member_id, m.group_instance_id) for m in body.members]
+    else:
+        members = [(body.member_id, None)]
+    code, per_member = await broker.groups.leave_group(body.group_id, members)
+    return LeaveGroupResponse(throttle_time_ms=0, error_code=code, members=[
+        LeaveGroupResponse.MemberResponse(member_id=m, group_instance_id=i, error_code=c) for m, i, c in per_member])
+
+
+async def handle_list_groups(broker: Broker, req: DecodedRequest) -> ListGroupsResponse:
+    states = list(req.body.states_filter or []) if req.api_version >= 4 else []
+    listed = {g: (ptype, state) for g, ptype, state in broker.groups.list_groups(states)}
+    if not states or "Empty" in states:
+        # Groups that only commit offsets (assign() consumers) exist for Kafka too, as Empty groups.
+        for group in broker.offsets.groups():
+            listed.setdefault(group, ("", "Empty"))
+    return ListGroupsResponse(throttle_time_ms=0, error_code=0, groups=[
+        ListGroupsResponse.ListedGroup(group_id=g, protocol_type=ptype, group_state=state)
+        for g, (ptype, state) in sorted(listed.items())])
+
+
+async def handle_describe_groups(broker: Broker, req: DecodedRequest) -> DescribeGroupsResponse:
+    out = []
+    for group_id in req.body.groups:
+        d = broker.groups.describe_group(group_id)
+        state = d.state
+        if state == "Dead" and group_id in broker.offsets.groups():
+            state = "Empty"
+        out.append(DescribeGroupsResponse.DescribedGroup(
+            error_code=d.error_code, error_message=None, group_id=group_id, group_state=state,
+            protocol_type=d.protocol_type, protocol_data=d.protocol,
+            members=[DescribeGroupsResponse.DescribedGroup.DescribedGroupMember(
+                member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
+                client_host=m.client_host, member_metadata=m.metadata, member_assignment=m.assignment)
+                for m in d.members],
+            authorized_operations=None))
+    return DescribeGroupsResponse(throttle_time_ms=0, groups=out)
+
+
+async def handle_offset_commit(broker: Broker, req: DecodedRequest) -> OffsetCommitResponse:
+    body = req.body
+    v = req.api_version
+    group_code = INVALID_GROUP_ID if not body.group_id else broker.groups.validate_offset_commit(
+        body.group_id, body.generation_id_or_member_epoch, body.member_id or "",
+        body.group_instance_id if v >= 7 else None)
+    entries = []
+    codes: dict[tuple[str, int], int] = {}
+    for topic in body.topics:
+        for p in topic.partitions:
+            tp = (topic.name, p.partition_index)
+            if group_code:
+                codes[tp] = group_code
+            elif topic.name not in broker.replicas.topics or not (
+                    0 <= p.partition_index < len(broker.replicas.topics[topic.name].partitions)):
+                codes[tp] = UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                entries.append((topic.name, p.partition_index, p.committed_offset,
+                                p.committed_leader_epoch if v >= 6 else -1, p.committed_metadata))
+    if entries:
+        codes.update(broker.offsets.commit(body.group_id, entries))
+    if group_code:
+        broker.log_client_error(req, "offset_commit", None, group=body.group_id, error_code=group_code)
+    return OffsetCommitResponse(throttle_time_ms=0, topics=[
+        OffsetCommitResponse.OffsetCommitResponseTopic(name=topic.name, partitions=[
+            OffsetCommitResponse.OffsetCommitResponseTopic.OffsetCommitResponsePartition(
+                partition_index=p.partition_index, error_code=codes[(topic.name, p.partition_index)])
+            for p in topic.partitions])
+        for topic in body.topics])
+
+
+def _fetch_group(broker: Broker, group_id: str, topics: list[tuple[str, list[int]]] | None
+                 ) -> list[tuple[str, list[tuple[int, int, int, str, int]]]]:
+    """Rows (topic, [(partition, offset, leader_epoch, metadata, error)]) for one group."""
+    wanted = None if topics is None else [(t, p) for t, parts in topics for p in parts]
+    found = broker.offsets.fetch(group_id, wanted)
+    by_topic: dict[str, list[tuple[int, int, int, str, int]]] = {}
+    for (topic, partition), committed in found.items():
+        if committed is None:
+            row = (partition, -1, -1, "", 0)
+        else:
+            row = (partition, committed.offset, committed.leader_epoch, committed.metadata, 0)
+        by_topic.setdefault(topic, []).append(row)
+    return sorted(by_topic.items())
+
+
+async def handle_offset_fetch(broker: Broker, req: DecodedRequest) -> OffsetFetchResponse:
+    body = req.body
+    v = req.api_version
+    if v >= 8:
+        groups = []
+        for g in body.groups:
+            topics = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
+            rows = _fetch_group(broker, g.group_id, topics)
+            groups.append(OffsetFetchResponse.OffsetFetchResponseGroup(group_id=g.group_id, error_code=0, topics=[
+                OffsetFetchResponse.OffsetFetchResponseGroup.OffsetFetchResponseTopics(name=t, partitions=[
+                    OffsetFetchResponse.OffsetFetchResponseGroup.OffsetFetchResponseTopics.OffsetFetchResponsePartitions(
+                        partition_index=p, committed_offset=o, committed_leader_epoch=e, metadata=m, error_code=c)
+                    for p, o, e, m, c in parts]) for t, parts in rows]))
+        return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
+    topics = None if body.topics is None else [(t.name, list(t.partition_indexes)) for t in body.topics]
+    rows = _fetch_group(broker, body.group_id, topics)
+    return OffsetFetchResponse(throttle_time_ms=0, error_code=0, topics=[
+        OffsetFetchResponse.OffsetFetchResponseTopic(name=t, partitions=[
+            OffsetFetchResponse.OffsetFetchResponseTopic.OffsetFetchResponsePartition(
+                partition_index=p, committed_offset=o, committed_leader_epoch=e, metadata=m, error_code=c)
+            for p, o, e, m, c in parts]) for t, parts in rows])

@@ -1,0 +1,103 @@
+"""ApiVersions, Metadata and FindCoordinator."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse
+
+from ads_broker.exceptions import BrokerError, InvalidRequestError, UnsupportedVersionError
+from ads_broker.protocol.codec import SUPPORTED_APIS, DecodedRequest
+from ads_broker.replica_manager import Topic, validate_topic_name
+
+if TYPE_CHECKING:
+    from ads_broker.broker import Broker
+
+COORDINATOR_GROUP = 0
+COORDINATOR_TRANSACTION = 1
+
+
+def api_versions_response(error_code: int = 0) -> ApiVersionsResponse:
+    keys = [ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+            for k, (_, lo, hi) in sorted(SUPPORTED_APIS.items())]
+    return ApiVersionsResponse(error_code=error_code, api_keys=keys, throttle_time_ms=0)
+
+
+async def handle_api_versions(broker: Broker, req: DecodedRequest) -> ApiVersionsResponse:
+    return api_versions_response()
+
+
+def _topic_metadata(broker: Broker, topic: Topic) -> MetadataResponse.MetadataResponseTopic:
+    node = broker.node_id
+    partitions = [
+        MetadataResponse.MetadataResponseTopic.MetadataResponsePartition(
+            error_code=0, partition_index=p.index, leader_id=node, leader_epoch=p.leader_epoch,
+            replica_nodes=[node], isr_nodes=[node], offline_replicas=[])
+        for p in topic.partitions
+    ]
+    return MetadataResponse.MetadataResponseTopic(
+        error_code=0, name=topic.name, topic_id=topic.topic_id, is_internal=topic.internal,
+        partitions=partitions, authorized_operations=None)
+
+
+def _error_topic(name: str, error_code: int) -> MetadataResponse.MetadataResponseTopic:
+    return MetadataResponse.MetadataResponseTopic(error_code=error_code, name=name, is_internal=False, partitions=[],
+                                                  authorized_operations=None)
+
+
+async def handle_metadata(broker: Broker, req: DecodedRequest) -> MetadataResponse:
+    body = req.body
+    replicas = broker.replicas
+    # v4+ carries allow_auto_topic_creation; older versions always allowed it.
+    allow_create = bool(body.allow_auto_topic_creation) if req.api_version >= 4 else True
+    topics = []
+    if body.topics is None:
+        topics = [_topic_metadata(broker, t) for t in replicas.topics.values()]
+    else:
+        for requested in body.topics:
+            name = requested.name
+            try:
+                validate_topic_name(name or "")
+                topic = replicas.topics.get(name)
+                if topic is None and allow_create:
+                    topic = replicas.get_or_create_topic(name)
+                if topic is None:
+                    topics.append(_error_topic(name, 3))
+                else:
+                    topics.append(_topic_metadata(broker, topic))
+            except BrokerError as e:
+                broker.log_client_error(req, "metadata", e, topic=name)
+                topics.append(_error_topic(name, e.error_code))
+    host, port = broker.advertised
+    return MetadataResponse(
+        throttle_time_ms=0,
+        brokers=[MetadataResponse.MetadataResponseBroker(node_id=broker.node_id, host=host, port=port, rack=None)],
+        cluster_id=broker.cluster_id, controller_id=broker.node_id, topics=topics,
+        authorized_operations=None)
+
+
+async def handle_find_coordinator(broker: Broker, req: DecodedRequest) -> FindCoordinatorResponse:
+    body = req.body
+    host, port = broker.advertised
+    keys = list(body.coordinator_keys or []) if req.api_version >= 4 else [body.key]
+
+    def error_for(key_type: int) -> tuple[int, str | None]:
+        if key_type == COORDINATOR_GROUP:
+            return 0, None
+        if key_type == COORDINATOR_TRANSACTION:
+            err = InvalidRequestError("transactions are not supported by this ads-broker version "
+                                      "(idempotent producers are); use Apache Kafka for transactional producers")
+            return err.error_code, str(err)
+        return InvalidRequestError.error_code, f"unknown coordinator key type {key_type}"
+
+    code, message = error_for(body.key_type)
+    if code:
+        broker.log_client_error(req, "find_coordinator", UnsupportedVersionError(message or ""), key_type=body.key_type)
+    node = -1 if code else broker.node_id
+    if req.api_version >= 4:
+        coordinators = [FindCoordinatorResponse.Coordinator(
+            key=k, node_id=node, host=host if not code else "", port=port if not code else -1,
+            error_code=code, error_message=message) for k in keys]
+        return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coordinators)
+    return FindCoordinatorResponse(throttle_time_ms=0, error_code=code, error_message=message, node_id=node,
+                                   host=host if not code else "", port=port if not code else -1)

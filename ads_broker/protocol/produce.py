@@ -1,0 +1,78 @@
+"""Produce and InitProducerId.
+
+Produce does per-batch work only: the log validates the batch header and CRC, checks the
+idempotent producer's sequence, assigns offsets and appends the bytes unchanged. A retried batch
+(same producer id, epoch and sequence range as one of the last five) gets its original offset back
+and is not appended again.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
+
+from ads_broker.exceptions import BrokerError, InvalidRecordError
+from ads_broker.protocol.codec import DecodedRequest
+
+if TYPE_CHECKING:
+    from ads_broker.broker import Broker
+
+INVALID_REQUIRED_ACKS = 21
+TRANSACTIONAL_ID_NOT_SUPPORTED = 42  # INVALID_REQUEST, with an explanation in the log
+
+
+async def handle_produce(broker: Broker, req: DecodedRequest) -> ProduceResponse | None:
+    body = req.body
+    acks = body.acks
+    topic_responses = []
+    for topic_data in body.topic_data:
+        partition_responses = []
+        for pdata in topic_data.partition_data:
+            resp = ProduceResponse.TopicProduceResponse.PartitionProduceResponse(
+                index=pdata.index, error_code=0, base_offset=-1, log_append_time_ms=-1, log_start_offset=-1,
+                record_errors=[], error_message=None)
+            if acks not in (-1, 0, 1):
+                resp.error_code = INVALID_REQUIRED_ACKS
+            elif body.transactional_id is not None:
+                resp.error_code = TRANSACTIONAL_ID_NOT_SUPPORTED
+                resp.error_message = "transactional produce is not supported by this ads-broker version"
+            else:
+                try:
+                    partition = broker.replicas.get_partition(topic_data.name, pdata.index)
+                    if pdata.records is None:
+                        raise InvalidRecordError("produce request carries null records")
+                    info = partition.log.append_as_leader(bytes(pdata.records), partition.leader_epoch)
+                    resp.base_offset = info.first_offset
+                    resp.log_append_time_ms = info.log_append_time_ms
+                    resp.log_start_offset = info.log_start_offset
+                    if not info.duplicate:
+                        partition.notify()
+                        broker.metrics_appended(info.record_count)
+                except BrokerError as e:
+                    broker.log_client_error(req, "produce", e, topic=topic_data.name, partition=pdata.index)
+                    resp.error_code = e.error_code
+                    resp.error_message = str(e)
+            partition_responses.append(resp)
+        topic_responses.append(ProduceResponse.TopicProduceResponse(
+            name=topic_data.name, partition_responses=partition_responses))
+    if acks == 0:
+        # No response at all for acks=0; on an error Kafka closes the connection so the client notices.
+        if any(p.error_code for t in topic_responses for p in t.partition_responses):
+            raise ConnectionAbortedError("acks=0 produce failed; closing the connection as Kafka does")
+        return None
+    return ProduceResponse(responses=topic_responses, throttle_time_ms=0)
+
+
+async def handle_init_producer_id(broker: Broker, req: DecodedRequest) -> InitProducerIdResponse:
+    body = req.body
+    if body.transactional_id is not None:
+        broker.log_client_error(req, "init_producer_id",
+                                InvalidRecordError("transactional.id is not supported yet"),
+                                transactional_id=body.transactional_id)
+        return InitProducerIdResponse(throttle_time_ms=0, error_code=TRANSACTIONAL_ID_NOT_SUPPORTED,
+                                      producer_id=-1, producer_epoch=-1)
+    # Idempotent producers without a transactional id always get a fresh id at epoch 0 (Kafka's
+    # TransactionCoordinator.handleInitProducerId), also when they send their old id (KIP-360).
+    return InitProducerIdResponse(throttle_time_ms=0, error_code=0, producer_id=broker.producer_ids.generate(),
+                                  producer_epoch=0)

@@ -1,0 +1,352 @@
+"""Topics, partitions and their logs on one broker node.
+
+Invariants this class keeps:
+
+- Topic metadata (name, id, partition count, config overrides) is written to
+  ``<data-dir>/topic-metadata.json`` atomically (temp file, fsync, rename, fsync of the directory)
+  *before* a change is visible to clients, so a crash never leaves a topic that clients saw
+  but the broker forgets.
+- One process owns a data dir at a time (``flock`` on ``<data-dir>/.lock``).
+- On a clean shutdown every log is flushed and closed, the recovery points are checkpointed
+  (``recovery-point-offset-checkpoint``, Kafka's text format) and the clean-shutdown marker
+  ``.kafka_cleanshutdown`` is written last. On start the marker is consumed: without it every log
+  is recovered from its recovery point (batches validated, torn tail truncated, indexes and
+  producer state rebuilt).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+
+from ads_broker.config import BrokerConfig, validate_topic_configs
+from ads_broker.exceptions import (
+    BrokerError,
+    ConfigError,
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    InvalidTopicError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from ads_broker.log.config import TOPIC_CONFIG_KEYS, LogConfig
+from ads_broker.log.log import Log
+
+log = structlog.get_logger("ads_broker.replica_manager")
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+RECOVERY_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
+TOPIC_METADATA_FILE = "topic-metadata.json"
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_TOPIC_NAME = 249
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's ``Topic.validate``: what a topic name may be."""
+    if not name:
+        raise InvalidTopicError("topic name is empty")
+    if name in (".", ".."):
+        raise InvalidTopicError(f"topic name {name!r} is not allowed")
+    if len(name) > MAX_TOPIC_NAME:
+        raise InvalidTopicError(f"topic name is {len(name)} characters long, the maximum is {MAX_TOPIC_NAME}")
+    if not _LEGAL_TOPIC.match(name):
+        raise InvalidTopicError(f"topic name {name!r} has characters outside [a-zA-Z0-9._-]")
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so a crash leaves either the old or the new content."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+@dataclass
+class Partition:
+    topic: str
+    index: int
+    log: Log
+    leader_epoch: int = 0
+    waiters: set[asyncio.Future[None]] = field(default_factory=set)
+
+    @property
+    def high_watermark(self) -> int:
+        # One replica: everything appended is on every in-sync replica.
+        return self.log.log_end_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        return self.high_watermark
+
+    def notify(self) -> None:
+        """Wake long-polling fetches waiting on this partition."""
+        for fut in self.waiters:
+            if not fut.done():
+                fut.set_result(None)
+        self.waiters.clear()
+
+
+@dataclass
+class Topic:
+    name: str
+    topic_id: uuid.UUID
+    configs: dict[str, str]  # explicit overrides; defaults come from the broker config
+    partitions: list[Partition]
+    internal: bool = False
+
+
+def _read_recovery_checkpoint(path: Path) -> dict[tuple[str, int], int]:
+    """Kafka's checkpoint format: version line, count line, then ``topic partition offset``."""
+    if not path.exists():
+        return {}
+    lines = path.read_text(encoding="utf-8").splitlines()
+    try:
+        version, count = int(lines[0]), int(lines[1])
+        if version != 0 or count != len(lines) - 2:
+            raise ValueError("header does not match the entries")
+        out = {}
+        for line in lines[2:]:
+            topic, partition, offset = line.rsplit(" ", 2)
+            out[(topic, int(partition))] = int(offset)
+        return out
+    except (ValueError, IndexError) as e:
+        # Losing the checkpoint only costs a longer recovery: recover everything from offset 0.
+        log.warning("recovery checkpoint unreadable, recovering all logs from the start", path=str(path), error=str(e))
+        return {}
+
+
+class ReplicaManager:
+    """Owns every partition log in one data dir and the topic metadata that names them."""
+
+    def __init__(self, data_dir: Path, config: BrokerConfig) -> None:
+        self.data_dir = data_dir
+        self.config = config
+        self.topics: dict[str, Topic] = {}
+        self._lock_fd: int | None = None
+        self.clean_start = False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def open(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_data_dir()
+        marker = self.data_dir / CLEAN_SHUTDOWN_FILE
+        self.clean_start = marker.exists()
+        recovery_points = _read_recovery_checkpoint(self.data_dir / RECOVERY_CHECKPOINT_FILE)
+        started = time.monotonic()
+        for meta in self._read_topic_metadata():
+            self._load_topic(meta, recovery_points)
+        # Consume the marker only after every log loaded: a crash during loading must recover again.
+        with contextlib.suppress(FileNotFoundError):
+            marker.unlink()
+        log.info("logs loaded", topics=len(self.topics), clean_shutdown=self.clean_start,
+                 seconds=round(time.monotonic() - started, 3), data_dir=str(self.data_dir))
+
+    def _lock_data_dir(self) -> None:
+        fd = os.open(self.data_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise ConfigError(f"data dir {self.data_dir} is in use by another ads-broker process "
+                              "(stop it first, or pick another --data-dir)") from None
+        self._lock_fd = fd
+
+    def close(self) -> None:
+        """Clean shutdown: flush and close every log, checkpoint, then write the marker."""
+        for partition in self.all_partitions():
+            partition.log.close()
+        self.write_recovery_checkpoint()
+        atomic_write(self.data_dir / CLEAN_SHUTDOWN_FILE, b"")
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+        log.info("logs closed cleanly", data_dir=str(self.data_dir))
+
+    def write_recovery_checkpoint(self) -> None:
+        entries = [f"{p.topic} {p.index} {p.log.recovery_point}" for p in self.all_partitions()]
+        text = "\n".join(["0", str(len(entries)), *entries]) + "\n"
+        atomic_write(self.data_dir / RECOVERY_CHECKPOINT_FILE, text.encode())
+
+    # -- metadata persistence ----------------------------------------------------------------
+
+    def _read_topic_metadata(self) -> list[dict[str, object]]:
+        path = self.data_dir / TOPIC_METADATA_FILE
+        if not path.exists():
+            return []
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            return list(data["topics"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise ConfigError(f"{path} is corrupt ({e}); restore it from a backup or move the data dir aside") from e
+
+    def _write_topic_metadata(self) -> None:
+        topics = [
+            {"name": t.name, "id": str(t.topic_id), "partitions": len(t.partitions), "configs": t.configs,
+             "internal": t.internal}
+            for t in self.topics.values()
+        ]
+        payload = json.dumps({"version": 1, "topics": topics}, indent=1).encode()
+        atomic_write(self.data_dir / TOPIC_METADATA_FILE, payload)
+
+    def log_config(self, overrides: dict[str, str]) -> LogConfig:
+        return LogConfig.from_topic_config({**self.config.topic_defaults(), **overrides})
+
+    def _open_log(self, topic: str, index: int, config: LogConfig, recovery_point: int, clean: bool) -> Log:
+        return Log(self.data_dir / f"{topic}-{index}", config, topic=topic, partition=index,
+                   recovery_point=recovery_point, clean_shutdown=clean, now_ms=now_ms)
+
+    def _load_topic(self, meta: dict[str, object], recovery_points: dict[tuple[str, int], int]) -> None:
+        name = str(meta["name"])
+        configs = {str(k): str(v) for k, v in dict(meta.get("configs") or {}).items()}  # type: ignore[call-overload]
+        config = self.log_config(configs)
+        partitions = []
+        for index in range(int(meta["partitions"])):  # type: ignore[call-overload]
+            rp = recovery_points.get((name, index), 0)
+            partitions.append(Partition(name, index, self._open_log(name, index, config, rp, self.clean_start)))
+        self.topics[name] = Topic(name, uuid.UUID(str(meta["id"])), configs, partitions, bool(meta.get("internal")))
+
+    # -- topic operations --------------------------------------------------------------------
+
+    def create_topic(self, name: str, num_partitions: int, replication_factor: int,
+                     configs: dict[str, str | None], *, validate_only: bool = False,
+                     internal: bool = False) -> Topic | None:
+        validate_topic_name(name)
+        if name in self.topics:
+            raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+        if num_partitions == -1:
+            num_partitions = int(self.config["num.partitions"])
+        if num_partitions < 1:
+            raise InvalidPartitionsError(f"number of partitions must be at least 1, got {num_partitions}")
+        if replication_factor == -1:
+            replication_factor = int(self.config["default.replication.factor"])
+        if replication_factor != 1:
+            raise InvalidReplicationFactorError(
+                f"replication factor {replication_factor} is larger than the 1 available broker")
+        overrides = validate_topic_configs(configs, TOPIC_CONFIG_KEYS)
+        config = self.log_config(overrides)  # raises InvalidConfigurationError on bad values
+        if validate_only:
+            return None
+        topic = Topic(name, uuid.uuid4(), overrides, [], internal)
+        for index in range(num_partitions):
+            topic.partitions.append(Partition(name, index, self._open_log(name, index, config, 0, True)))
+        self.topics[name] = topic
+        self._write_topic_metadata()
+        log.info("topic created", topic=name, partitions=num_partitions, configs=overrides)
+        return topic
+
+    def delete_topic(self, name: str) -> None:
+        topic = self.get_topic(name)
+        if topic.internal:
+            raise InvalidTopicError(f"topic {name!r} is internal and cannot be deleted")
+        del self.topics[name]
+        self._write_topic_metadata()
+        for partition in topic.partitions:
+            partition.notify()
+            partition.log.delete()
+        log.info("topic deleted", topic=name)
+
+    def create_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
+        topic = self.get_topic(name)
+        current = len(topic.partitions)
+        if count <= current:
+            raise InvalidPartitionsError(
+                f"topic {name!r} has {current} partitions; the new count {count} must be larger")
+        if validate_only:
+            return
+        config = self.log_config(topic.configs)
+        for index in range(current, count):
+            # A leftover directory from a deleted topic of the same name must not leak into the new partition.
+            shutil.rmtree(self.data_dir / f"{name}-{index}", ignore_errors=True)
+            topic.partitions.append(Partition(name, index, self._open_log(name, index, config, 0, True)))
+        self._write_topic_metadata()
+        log.info("partitions created", topic=name, old=current, new=count)
+
+    def get_topic(self, name: str) -> Topic:
+        topic = self.topics.get(name)
+        if topic is None:
+            raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+        return topic
+
+    def get_partition(self, topic: str, index: int) -> Partition:
+        partitions = self.get_topic(topic).partitions
+        if not 0 <= index < len(partitions):
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {index}")
+        return partitions[index]
+
+    def get_or_create_topic(self, name: str) -> Topic:
+        """The topic, auto-created with broker defaults when ``auto.create.topics.enable``."""
+        topic = self.topics.get(name)
+        if topic is not None:
+            return topic
+        if not self.config["auto.create.topics.enable"]:
+            raise UnknownTopicOrPartitionError(f"unknown topic {name!r} (auto.create.topics.enable=false)")
+        created = self.create_topic(name, -1, -1, {})
+        assert created is not None
+        return created
+
+    def all_partitions(self) -> Iterator[Partition]:
+        for topic in self.topics.values():
+            yield from topic.partitions
+
+    def effective_configs(self, name: str) -> tuple[dict[str, str], set[str]]:
+        """(config values, names that were set explicitly on the topic)."""
+        topic = self.get_topic(name)
+        return self.log_config(topic.configs).to_topic_config(), set(topic.configs)
+
+    # -- background maintenance --------------------------------------------------------------
+
+    def flush_due(self, now: int) -> int:
+        """``flush.ms``: fsync logs whose oldest unflushed write is older than their interval."""
+        flushed = 0
+        for partition in self.all_partitions():
+            plog = partition.log
+            if plog.unflushed_messages() and now - plog.last_flush_ms >= plog.config.flush_interval_ms:
+                plog.flush()
+                flushed += 1
+        return flushed
+
+    def enforce_retention(self) -> int:
+        deleted = 0
+        for partition in self.all_partitions():
+            partition.log.maybe_roll_by_time()
+            deleted += partition.log.enforce_retention()
+        return deleted
+
+    def expire_producers(self) -> None:
+        for partition in self.all_partitions():
+            partition.log.expire_producers()
+
+
+def partitions_of(manager: ReplicaManager, names: Iterable[str]) -> list[Partition]:
+    out: list[Partition] = []
+    for name in names:
+        out.extend(manager.get_topic(name).partitions)
+    return out
+
+
+__all__ = ["BrokerError", "Partition", "ReplicaManager", "Topic", "atomic_write", "now_ms", "partitions_of",
+           "validate_topic_name"]
