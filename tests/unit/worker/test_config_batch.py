@@ -1,0 +1,102 @@
+"""Config precedence and validation; in-batch and in-store dedupe of one batch; fault spec parsing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from dedupe_worker.config import load_config, parse_partitions
+from dedupe_worker.exceptions import ConfigError
+from dedupe_worker.faults import FaultHook
+from dedupe_worker.keys import encode_message_id
+from dedupe_worker.worker import split_batch
+
+
+def test_partition_ranges() -> None:
+    assert parse_partitions("0-3,7") == [0, 1, 2, 3, 7]
+    for bad in ("3-1", "a", "1,1"):
+        with pytest.raises(ValueError):
+            parse_partitions(bad)
+
+
+def test_flags_beat_env_beat_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg_file = tmp_path / "dedupe.toml"
+    cfg_file.write_text('bootstrap = "file:1"\ninput_topic = "file-in"\npartitions = "0-1"\n'
+                        'batch_size = 10\n[aging]\nmax_keys = 100\n')
+    monkeypatch.setenv("DEDUPE_INPUT_TOPIC", "env-in")
+    monkeypatch.setenv("DEDUPE_BATCH_SIZE", "20")
+    monkeypatch.setenv("DEDUPE_PARTITIONS", "2-3")
+    cfg = load_config(cfg_file, bootstrap=None, batch_size=30)
+    assert (cfg.bootstrap, cfg.input_topic, cfg.batch_size, cfg.partitions) == ("file:1", "env-in", 30, [2, 3])
+    assert cfg.aging.max_keys == 100
+
+
+def test_no_file_uses_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    for k in ("DEDUPE_INPUT_TOPIC", "DEDUPE_BATCH_SIZE", "DEDUPE_PARTITIONS"):
+        monkeypatch.delenv(k, raising=False)
+    cfg = load_config(None, bootstrap="127.0.0.1:1")
+    assert (cfg.input_topic, cfg.output_topic, cfg.exactly_once) == ("events", "events.deduped", "reconcile")
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ("batch_size = 0\n", "batch_size"),
+    ("bogus = 1\n", "bogus"),
+    ('exactly_once = "maybe"\n', "exactly_once"),
+    ('output_topic = "events"\n', "must differ"),
+    ("[aging]\nmax_keys = -5\n", "aging.max_keys"),
+    ('[kafka]\npartitioner = "consistent"\n', "murmur2_random"),
+])
+def test_invalid_config_names_the_setting_and_file(tmp_path: Path, text: str, match: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=match) as info:
+        load_config(path)
+    assert str(path) in str(info.value)
+
+
+def test_missing_config_file() -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(Path("/nonexistent/dedupe.toml"))
+
+
+@dataclass
+class Rec:
+    """Stands in for confluent_kafka.Message in a pure-logic test (no broker involved)."""
+
+    k: bytes | None
+    v: bytes | None
+    off: int
+
+    def key(self) -> bytes | None:
+        return self.k
+
+    def value(self) -> bytes | None:
+        return self.v
+
+    def offset(self) -> int:
+        return self.off
+
+
+def test_split_batch_dedupes_in_batch_and_against_the_store() -> None:
+    stored = {encode_message_id("old")}
+    recs = [Rec(b"a", b"{}", 0), Rec(b"old", b"{}", 1), Rec(b"a", b"{}", 2), Rec(None, b"nope", 3),
+            Rec(b"b", b"{}", 4), Rec(None, b'{"messageId": "b"}', 5)]
+    split = split_batch(recs, lambda keys: [k in stored for k in keys])  # type: ignore[arg-type]
+    assert [r.off for r in split.new] == [0, 4]
+    assert split.new_keys == [encode_message_id("a"), encode_message_id("b")]
+    assert sorted((r.off, why) for r, why in split.duplicates) == [(1, "in_store"), (2, "in_batch"),
+                                                                   (5, "in_batch")]
+    assert [(r.off, why) for r, why in split.dead] == [(3, "invalid_json")]
+
+
+def test_fault_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEDUPE_FAULT", "after_produce:3:kill")
+    hook = FaultHook.from_env()
+    assert (hook.point, hook.batch, hook.action) == ("after_produce", 3, "kill")
+    hook.hit("after_produce", 2)  # not the batch: returns
+    hook.hit("before_produce", 3)  # not the point: returns
+    monkeypatch.setenv("DEDUPE_FAULT", "somewhere:1")
+    with pytest.raises(ConfigError, match="expected point:batch"):
+        FaultHook.from_env()

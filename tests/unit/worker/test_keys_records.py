@@ -1,0 +1,81 @@
+"""Key codec and the message contract (dead-letter classification)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dedupe_worker.keys import decode_message_id, encode_message_id
+from dedupe_worker.records import DeadLetterReason, classify, source_offset, with_source
+
+
+def test_canonical_uuid_is_16_bytes() -> None:
+    mid = str(uuid.uuid4())
+    assert encode_message_id(mid) == uuid.UUID(mid).bytes
+    assert decode_message_id(encode_message_id(mid)) == mid
+
+
+def test_non_canonical_uuid_stays_distinct() -> None:
+    mid = str(uuid.uuid4())
+    assert encode_message_id(mid.upper()) != encode_message_id(mid)
+    assert decode_message_id(encode_message_id(mid.upper())) == mid.upper()
+
+
+def test_fifteen_byte_raw_id_does_not_collide_with_a_uuid() -> None:
+    raw = "a" * 15
+    key = encode_message_id(raw)
+    assert len(key) == 17 and decode_message_id(key) == raw
+
+
+@given(st.lists(st.one_of(st.text(min_size=1, max_size=60), st.uuids().map(str)), unique=True, max_size=40))
+def test_encoding_is_injective_and_round_trips(ids: list[str]) -> None:
+    keys = [encode_message_id(i) for i in ids]
+    assert len(set(keys)) == len(ids)
+    assert [decode_message_id(k) for k in keys] == ids
+
+
+@pytest.mark.parametrize(("key", "value", "expected"), [
+    (b"abc", b"whatever", "abc"),
+    (None, json.dumps({"messageId": "m-1"}).encode(), "m-1"),
+    (b"", json.dumps({"messageId": "m-2"}).encode(), "m-2"),
+])
+def test_message_id_from_key_then_value(key: bytes | None, value: bytes, expected: str) -> None:
+    c = classify(key, value)
+    assert c.message_id == expected and c.reason is None
+
+
+@pytest.mark.parametrize(("key", "value", "reason"), [
+    (None, None, DeadLetterReason.MISSING_MESSAGE_ID),
+    (None, b'{"type": "track"}', DeadLetterReason.MISSING_MESSAGE_ID),
+    (None, b'{"messageId": 42}', DeadLetterReason.MISSING_MESSAGE_ID),
+    (None, b"not json", DeadLetterReason.INVALID_JSON),
+    (None, b"[1, 2]", DeadLetterReason.INVALID_JSON),
+    (None, b"\xff\xfe{", DeadLetterReason.INVALID_JSON),
+    (b"x" * 201, b"{}", DeadLetterReason.MESSAGE_ID_TOO_LONG),
+    (None, json.dumps({"messageId": "y" * 201}).encode(), DeadLetterReason.MESSAGE_ID_TOO_LONG),
+    (b"\xff\xfeab", b"{}", DeadLetterReason.INVALID_UTF8_KEY),
+])
+def test_dead_letter_reasons(key: bytes | None, value: bytes | None, reason: DeadLetterReason) -> None:
+    c = classify(key, value)
+    assert c.message_id is None and c.reason == reason
+
+
+def test_200_byte_key_is_accepted() -> None:
+    assert classify(b"k" * 200, None).message_id == "k" * 200
+
+
+@given(st.one_of(st.none(), st.binary(max_size=300)), st.one_of(st.none(), st.binary(max_size=300)))
+def test_classify_never_raises(key: bytes | None, value: bytes | None) -> None:
+    c = classify(key, value)
+    assert (c.message_id is None) != (c.reason is None)
+
+
+def test_source_headers_are_appended_and_read_back() -> None:
+    headers = with_source([("trace", b"1"), ("dedupe.source.offset", b"3")], 2, 17)
+    assert headers[0] == ("trace", b"1")
+    assert ("dedupe.source.partition", b"2") in headers
+    assert source_offset(headers) == 17  # ours wins over an upstream stage's header
