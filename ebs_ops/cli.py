@@ -7,6 +7,8 @@ stderr; any :class:`EbsOpsError` exits 1 with one line saying what happened and 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -50,9 +52,11 @@ AsJson = Annotated[bool, typer.Option("--json", help="print JSON")]
 
 
 def _configure_logging() -> None:
+    level = logging.getLevelNamesMapping().get(os.environ.get("EBS_OPS_LOG_LEVEL", "INFO").upper(), logging.INFO)
     structlog.configure(
         processors=[structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso"),
                     structlog.dev.ConsoleRenderer(colors=False)],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
     )
 

@@ -147,8 +147,9 @@ class LocalVolumeBackend:
                  stop_cmd: str | None = None, start_cmd: str | None = None,
                  hook_timeout_s: float = 60.0, step_timeout_s: float = 300.0,
                  replace: bool = False) -> None:
-        self.data_dir = data_dir
-        self.snapshot_dir = snapshot_dir
+        # Absolute: the worker resolves the checkpoint path we send in ITS working directory.
+        self.data_dir = Path(data_dir).absolute()
+        self.snapshot_dir = Path(snapshot_dir).absolute()
         self.control = control
         self.worker = worker or (control.url if control else "")
         self.progress = progress
@@ -352,7 +353,7 @@ class LocalVolumeBackend:
 
     @staticmethod
     def _instance_dir(instance: str) -> Path:
-        data_dir = Path(instance)
+        data_dir = Path(instance).absolute()
         if not data_dir.is_dir():
             raise UnknownInstanceError(
                 f"local instance {instance!r} is not a directory; for the local backend an "

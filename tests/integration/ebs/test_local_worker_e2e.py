@@ -114,7 +114,7 @@ def ebs_ops(*args: str) -> dict[str, Any]:
 
 
 def test_restore_stale_snapshot_of_killed_worker_loses_nothing_duplicates_nothing(
-        tansu: BrokerProcess, tmp_path: Path) -> None:
+        tansu: BrokerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     bs, topic = tansu.bootstrap, f"ebs-{uuid.uuid4().hex[:10]}"
     create_topics(bs, {f"{topic}-in": 1, f"{topic}-out": 1, f"{topic}-dlq": 1})
     data, snaps = tmp_path / "data", tmp_path / "snapshots"
@@ -132,8 +132,12 @@ def test_restore_stale_snapshot_of_killed_worker_loses_nothing_duplicates_nothin
     try:
         send(phase1 + phase1[:50])  # with 50 retries
         worker.wait_consumed(sent)
-        snap = ebs_ops("snapshot", "--partition", "0", "--data-dir", str(data), "--snapshot-dir", str(snaps),
+        # Relative paths from another working directory than the worker's: the checkpoint path
+        # sent to the worker must still land in our snapshot dir.
+        monkeypatch.chdir(tmp_path)
+        snap = ebs_ops("snapshot", "--partition", "0", "--data-dir", "data", "--snapshot-dir", "snapshots",
                        "--control-url", worker.url)
+        assert Path(snap["location"]).is_relative_to(snaps)
         assert snap["input_offset"] == sent and snap["state"] == "completed"
         assert worker.status()["state"] == "running"  # type: ignore[index]
         send(phase2 + phase1[50:100] + phase2[:50])  # keeps going after the snapshot
