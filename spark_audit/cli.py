@@ -1,16 +1,130 @@
-"""`spark-audit` command line."""
+"""`spark-audit` command line.
+
+Exit codes: 0 report written, all within thresholds; 2 report written, thresholds exceeded
+(leaked duplicates or missing messages: the nightly scheduler should alert); 1 the audit could not
+run (bad arguments, broker unreachable).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Literal
 
 import typer
 
 from spark_audit import __version__
+from spark_audit.exceptions import AuditError
+from spark_audit.job import AuditConfig, day_window
+from spark_audit.sources import ExportSource, KafkaSource, Source
 
 app = typer.Typer(help="""Nightly duplicate audit of the input and output topics on PySpark.""", no_args_is_help=True)
+
+EXIT_THRESHOLD = 2
 
 
 @app.command()
 def version() -> None:
     """Print the version."""
     typer.echo(__version__)
+
+
+def _parse_time(text: str, option: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{text!r} is not an ISO-8601 time (e.g. 2026-11-20T00:00:00Z)",
+                                 param_hint=option) from exc
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def _window(date: str | None, start: str | None, end: str | None) -> tuple[datetime, datetime]:
+    if date is not None and (start or end):
+        raise typer.BadParameter("give --date or --start/--end, not both", param_hint="--date")
+    if date is not None:
+        try:
+            return day_window(date)
+        except ValueError as exc:
+            raise typer.BadParameter(f"{date!r} is not a date like 2026-11-20", param_hint="--date") from exc
+    if start and end:
+        s, e = _parse_time(start, "--start"), _parse_time(end, "--end")
+        if e <= s:
+            raise typer.BadParameter(f"--end {end} is not after --start {start}", param_hint="--end")
+        return s, e
+    yesterday = (datetime.now(UTC) - timedelta(days=1)).strftime("%Y-%m-%d")
+    if start or end:
+        raise typer.BadParameter("--start and --end go together", param_hint="--start")
+    return day_window(yesterday)
+
+
+def _source(bootstrap: str | None, topic: str | None, path: str | None, fmt: str, role: str) -> Source | None:
+    if path:
+        return ExportSource(path, "json" if fmt == "json" else "parquet")
+    if topic and bootstrap:
+        return KafkaSource(bootstrap, topic)
+    if topic:
+        raise typer.BadParameter(f"the {role} topic {topic!r} needs --bootstrap HOST:PORT (or give an export path)",
+                                 param_hint="--bootstrap")
+    return None
+
+
+@app.command()
+def run(
+    out: Annotated[Path, typer.Option(help="Report directory (report.json, index.html, PNGs, details/).")],
+    bootstrap: Annotated[str | None, typer.Option(help="Kafka-protocol broker HOST:PORT.")] = None,
+    input: Annotated[str, typer.Option("--input", help="Input topic.")] = "events",
+    output: Annotated[str, typer.Option("--output", help="Deduplicated output topic.")] = "events.deduped",
+    dlq: Annotated[str, typer.Option(help="Dead-letter topic ('' for none).")] = "events.dlq",
+    input_path: Annotated[str | None, typer.Option(help="Read the input from this export instead.")] = None,
+    output_path: Annotated[str | None, typer.Option(help="Read the output from this export instead.")] = None,
+    dlq_path: Annotated[str | None, typer.Option(help="Read dead letters from this export instead.")] = None,
+    export_format: Annotated[Literal["parquet", "json"], typer.Option(help="Format of the export paths.")]
+    = "parquet",
+    date: Annotated[str | None, typer.Option(help="UTC day to audit, YYYY-MM-DD (default: yesterday).")] = None,
+    start: Annotated[str | None, typer.Option(help="Window start, ISO-8601 (instead of --date).")] = None,
+    end: Annotated[str | None, typer.Option(help="Window end, ISO-8601, exclusive.")] = None,
+    dedupe_window_hours: Annotated[float, typer.Option(help="The workers' dedupe window.")] = 168.0,
+    lookback_hours: Annotated[float | None, typer.Option(help="History read before the window "
+                                                          "(default: the dedupe window).")] = None,
+    max_output_duplicates: Annotated[int, typer.Option(help="Alert above this many leaked duplicates.")] = 0,
+    max_missing: Annotated[int, typer.Option(help="Alert above this many missing messages.")] = 0,
+    min_client_messages: Annotated[int, typer.Option(help="Smallest client ranked by duplicate rate.")] = 10,
+    master: Annotated[str, typer.Option(help="Spark master.")] = "local[*]",
+) -> None:
+    """Audit one day (or window) of the input topic against the output; write the report."""
+    from spark_audit.api import run_config
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    window_start, window_end = _window(date, start, end)
+    input_source = _source(bootstrap, input, input_path, export_format, "input")
+    output_source = _source(bootstrap, output, output_path, export_format, "output")
+    if input_source is None or output_source is None:
+        raise typer.BadParameter("give --bootstrap (to read topics) or --input-path and --output-path",
+                                 param_hint="--bootstrap")
+    cfg = AuditConfig(
+        input=input_source, output=output_source,
+        dlq=_source(bootstrap, dlq or None, dlq_path, export_format, "dead-letter"),
+        start=window_start, end=window_end, out_dir=out,
+        dedupe_window=timedelta(hours=dedupe_window_hours),
+        lookback=timedelta(hours=lookback_hours) if lookback_hours is not None else None,
+        max_output_duplicates=max_output_duplicates, max_missing=max_missing,
+        min_client_messages=min_client_messages,
+    )
+    try:
+        result = run_config(cfg, master=master)
+    except AuditError as exc:
+        typer.echo(f"spark-audit: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    report = result.report
+    typer.echo(f"report: {out / 'report.json'} and {out / 'index.html'}")
+    typer.echo(f"input {report['input_messages']} (duplicates {report['input_duplicates']}), "
+               f"output {report['output_messages']} (duplicates {report['output_duplicates']}), "
+               f"missing {report['missing']}, dead-lettered {report['dead_lettered']}: {report['status']}")
+    for line in report["alerts"]:
+        typer.echo(f"ALERT: {line}", err=True)
+    if report["alerts"]:
+        raise typer.Exit(EXIT_THRESHOLD)
 
 
 def main() -> None:

@@ -1,0 +1,285 @@
+"""Read Kafka-protocol topics into Spark with confluent-kafka, as a PySpark Python Data Source.
+
+The driver lists one offset range ``[start, end)`` per topic-partition (ListOffsets: by timestamp
+for a day's window, or earliest/latest) and cuts ranges longer than ``max_records_per_split`` into
+several :class:`OffsetRangePartition` s, one Spark task each. Each task opens its own consumer in
+:meth:`KafkaReader.read`, ``assign`` s its partition at ``start`` and reads exactly up to ``end``
+(or to the end of the partition if records below ``end`` were compacted or are transaction
+markers). Input partitions are plain picklable dataclasses; no client is ever held by the driver
+objects Spark serialises.
+
+Usage::
+
+    spark.dataSource.register(KafkaDataSource)
+    df = (spark.read.format("kafka_confluent")
+          .option("bootstrap", "127.0.0.1:9092").option("topic", "events")
+          .option("starting_timestamp", "1763596800000").option("ending_timestamp", "1763683200000")
+          .load())
+
+Options (all strings, as Spark passes them):
+
+- ``bootstrap`` (required), ``topic`` (required)
+- ``starting_timestamp`` / ``ending_timestamp``: epoch milliseconds; the range starts at the first
+  offset whose timestamp is >= the value (Kafka's ListOffsets semantics).
+- ``starting_offsets`` / ``ending_offsets``: ``earliest``, ``latest`` or JSON ``{"0": 42, ...}``.
+  Defaults: ``earliest`` and ``latest``. Timestamps win over offsets when both are given.
+- ``max_records_per_split``: default 1,000,000.
+- ``isolation_level``: ``read_committed`` (default) or ``read_uncommitted``.
+- ``poll_timeout_s``: how long a task waits without progress before failing (default 60).
+- ``kafka.<name>``: any other librdkafka consumer setting, passed through.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from spark_audit.exceptions import AuditError, TopicNotFoundError
+
+#: The row shape of a topic, shared by the Kafka source and the Parquet/JSON exports.
+RECORD_SCHEMA_DDL = (
+    "topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, "
+    "key BINARY, value BINARY, headers MAP<STRING, BINARY>"
+)
+
+DEFAULT_MAX_RECORDS_PER_SPLIT = 1_000_000
+_ARROW_BATCH_ROWS = 10_000
+_META_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class OffsetRangePartition(InputPartition):
+    """One Spark task: records ``[start, end)`` of ``topic``/``partition``. Picklable."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+def consumer_config(bootstrap: str, extra: Mapping[str, str] | None = None,
+                    isolation_level: str = "read_committed") -> dict[str, Any]:
+    """A librdkafka consumer config for reading ranges with ``assign`` (no group, no commits)."""
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        # A group id is required by the client even when only `assign` is used; never committed.
+        "group.id": f"spark-audit-{uuid.uuid4().hex[:12]}",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "error",
+        "isolation.level": isolation_level,
+        "allow.auto.create.topics": False,
+        "partitioner": "murmur2_random",
+    }
+    config.update(extra or {})
+    # `partitioner` is a producer property; librdkafka warns but accepts it on consumers. Keep the
+    # project rule (every client config sets it) without the warning noise.
+    config.pop("partitioner", None)
+    return config
+
+
+def _parse_offsets(text: str | None, default: str) -> str | dict[int, int]:
+    text = (text or default).strip()
+    if text in ("earliest", "latest"):
+        return text
+    try:
+        raw = json.loads(text)
+        return {int(p): int(o) for p, o in raw.items()}
+    except (ValueError, AttributeError, TypeError) as exc:
+        raise AuditError(
+            f"offsets option {text!r} is neither 'earliest', 'latest' nor a JSON object "
+            '{"<partition>": <offset>}; fix the option value'
+        ) from exc
+
+
+def _list_partitions(consumer: Any, topic: str) -> list[int]:
+    # Listing all topics (not just `topic`) never triggers broker-side auto-creation.
+    metadata = consumer.list_topics(timeout=_META_TIMEOUT_S)
+    meta = metadata.topics.get(topic)
+    if meta is None or meta.error is not None:
+        raise TopicNotFoundError(topic, consumer_bootstrap=str(metadata.orig_broker_name))
+    return sorted(meta.partitions)
+
+
+def plan_offset_ranges(bootstrap: str, topic: str, options: Mapping[str, str]) -> list[OffsetRangePartition]:
+    """List ``[start, end)`` per partition of ``topic``, unsplit, empty ranges dropped."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    extra = {k[len("kafka."):]: v for k, v in options.items() if k.startswith("kafka.")}
+    consumer = Consumer(consumer_config(bootstrap, extra, options.get("isolation_level", "read_committed")))
+    try:
+        partitions = _list_partitions(consumer, topic)
+        bounds = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=_META_TIMEOUT_S)
+                  for p in partitions}
+        starts = _resolve(consumer, topic, bounds, options.get("starting_timestamp"),
+                          _parse_offsets(options.get("starting_offsets"), "earliest"))
+        ends = _resolve(consumer, topic, bounds, options.get("ending_timestamp"),
+                        _parse_offsets(options.get("ending_offsets"), "latest"))
+    finally:
+        consumer.close()
+    return [OffsetRangePartition(topic, p, starts[p], ends[p]) for p in partitions if ends[p] > starts[p]]
+
+
+def _resolve(consumer: Any, topic: str, bounds: Mapping[int, tuple[int, int]], timestamp_ms: str | None,
+             offsets: str | dict[int, int]) -> dict[int, int]:
+    """Turn a timestamp or an offset spec into one offset per partition, clamped to the log."""
+    from confluent_kafka import TopicPartition
+
+    if timestamp_ms is not None:
+        ts = int(timestamp_ms)
+        found = consumer.offsets_for_times([TopicPartition(topic, p, ts) for p in bounds],
+                                           timeout=_META_TIMEOUT_S)
+        # -1: no record at or after `ts`, i.e. the range starts (or ends) at the log end.
+        resolved = {tp.partition: (tp.offset if tp.offset >= 0 else bounds[tp.partition][1]) for tp in found}
+    elif offsets == "earliest":
+        resolved = {p: lo for p, (lo, _hi) in bounds.items()}
+    elif offsets == "latest":
+        resolved = {p: hi for p, (_lo, hi) in bounds.items()}
+    else:
+        assert isinstance(offsets, dict)
+        resolved = {p: offsets.get(p, bounds[p][1]) for p in bounds}
+    return {p: min(max(o, bounds[p][0]), bounds[p][1]) for p, o in resolved.items()}
+
+
+def split_ranges(ranges: Sequence[OffsetRangePartition], max_records: int) -> list[OffsetRangePartition]:
+    """Cut every range into pieces of at most ``max_records`` offsets, in offset order."""
+    if max_records < 1:
+        raise AuditError(f"max_records_per_split must be >= 1, got {max_records}")
+    out: list[OffsetRangePartition] = []
+    for r in ranges:
+        out.extend(OffsetRangePartition(r.topic, r.partition, lo, min(lo + max_records, r.end))
+                   for lo in range(r.start, r.end, max_records))
+    return out
+
+
+class KafkaReader(DataSourceReader):
+    """Plans offset ranges on the driver; reads one range per task with its own consumer."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.options = dict(options)
+        for required in ("bootstrap", "topic"):
+            if not self.options.get(required):
+                raise AuditError(f"kafka_confluent source: option {required!r} is required")
+
+    def partitions(self) -> Sequence[InputPartition]:
+        ranges = plan_offset_ranges(self.options["bootstrap"], self.options["topic"], self.options)
+        max_records = int(self.options.get("max_records_per_split", DEFAULT_MAX_RECORDS_PER_SPLIT))
+        # Spark needs at least one partition; an empty range reads nothing.
+        return split_ranges(ranges, max_records) or [OffsetRangePartition(self.options["topic"], 0, 0, 0)]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, OffsetRangePartition)
+        if partition.end <= partition.start:
+            return iter(())
+        return read_range(self.options, partition)
+
+
+def read_range(options: Mapping[str, str], part: OffsetRangePartition) -> Iterator[Any]:
+    """Yield Arrow record batches holding exactly the records of ``part``."""
+    import pyarrow as pa
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    extra = {k[len("kafka."):]: v for k, v in options.items() if k.startswith("kafka.")}
+    timeout_s = float(options.get("poll_timeout_s", "60"))
+    consumer = Consumer(consumer_config(options["bootstrap"], extra,
+                                        options.get("isolation_level", "read_committed")))
+    rows = _Columns()
+    try:
+        consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
+        position = part.start
+        while position < part.end:
+            msgs = consumer.consume(num_messages=min(_ARROW_BATCH_ROWS, part.end - position), timeout=timeout_s)
+            if not msgs:
+                raise AuditError(
+                    f"no records from {part.topic}[{part.partition}] for {timeout_s:.0f}s at offset {position} "
+                    f"(range {part.start}-{part.end}); is the broker at {options['bootstrap']} up? "
+                    "Raise poll_timeout_s for slow brokers."
+                )
+            for msg in msgs:
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        # Records below `end` that never arrive are transaction markers or compacted.
+                        position = part.end
+                        break
+                    raise AuditError(f"reading {part.topic}[{part.partition}] at offset {position}: {err}")
+                offset = cast(int, msg.offset())  # set on every record that is not an error
+                if offset >= part.end:
+                    position = part.end
+                    break
+                rows.append(msg)
+                position = offset + 1
+            if len(rows) >= _ARROW_BATCH_ROWS:
+                yield rows.to_batch(pa)
+                rows = _Columns()
+        if len(rows):
+            yield rows.to_batch(pa)
+    finally:
+        consumer.close()
+
+
+class _Columns:
+    """Column buffers for one Arrow batch of Kafka records."""
+
+    def __init__(self) -> None:
+        self.topic: list[str] = []
+        self.partition: list[int] = []
+        self.offset: list[int] = []
+        self.timestamp: list[datetime | None] = []
+        self.key: list[bytes | None] = []
+        self.value: list[bytes | None] = []
+        self.headers: list[list[tuple[str, bytes | None]] | None] = []
+
+    def __len__(self) -> int:
+        return len(self.offset)
+
+    def append(self, msg: Any) -> None:
+        from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
+
+        self.topic.append(msg.topic())
+        self.partition.append(msg.partition())
+        self.offset.append(msg.offset())
+        ts_type, ts = msg.timestamp()
+        self.timestamp.append(None if ts_type == TIMESTAMP_NOT_AVAILABLE or ts < 0
+                              else datetime.fromtimestamp(ts / 1000, tz=UTC))
+        self.key.append(msg.key())
+        self.value.append(msg.value())
+        headers = msg.headers()
+        # A map keeps one value per name; Kafka allows repeats, the last one wins (as in most clients).
+        self.headers.append(list(dict(headers).items()) if headers else None)
+
+    def to_batch(self, pa: Any) -> Any:
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.array(self.topic, pa.string()),
+                pa.array(self.partition, pa.int32()),
+                pa.array(self.offset, pa.int64()),
+                pa.array(self.timestamp, pa.timestamp("us", tz="UTC")),
+                pa.array(self.key, pa.binary()),
+                pa.array(self.value, pa.binary()),
+                pa.array(self.headers, pa.map_(pa.string(), pa.binary())),
+            ],
+            names=["topic", "partition", "offset", "timestamp", "key", "value", "headers"],
+        )
+
+
+class KafkaDataSource(DataSource):
+    """``spark.read.format("kafka_confluent")``: a topic's records as rows of :data:`RECORD_SCHEMA_DDL`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "kafka_confluent"
+
+    def schema(self) -> str:
+        return RECORD_SCHEMA_DDL
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return KafkaReader(self.options)

@@ -1,0 +1,37 @@
+"""The SparkSession the audit runs in: quiet, small, and with workers on this interpreter."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+
+def build_session(master: str = "local[*]", app_name: str = "spark-audit", shuffle_partitions: int = 8,
+                  conf: dict[str, str] | None = None) -> Any:
+    """Create (or reuse) a SparkSession and register the ``kafka_confluent`` data source.
+
+    Spark's Python workers import pyarrow and confluent-kafka, so they must run this project's
+    interpreter: ``PYSPARK_PYTHON`` and ``PYSPARK_DRIVER_PYTHON`` are pointed at ``sys.executable``
+    unless the caller already set them (spark-submit on a cluster does).
+    """
+    from pyspark.sql import SparkSession
+
+    from spark_audit.datasource import KafkaDataSource
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = (
+        SparkSession.builder.master(master).appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.sql.adaptive.enabled", "true")
+        .config("spark.python.worker.reuse", "true")
+    )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    spark.dataSource.register(KafkaDataSource)
+    return spark

@@ -1,0 +1,145 @@
+"""A day of input/output/dead-letter records with known duplicates, losses, leaks and bad input.
+
+The expected numbers are derived here from the scenario's own description (which ids are retried,
+when, which are lost or leaked), not from running the audit, so the tests compare two independent
+accounts of the same day.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+DAY = "2026-11-20"
+START = datetime(2026, 11, 20, tzinfo=UTC)
+END = START + timedelta(days=1)
+DEDUPE_WINDOW = timedelta(days=8)
+LOOKBACK = timedelta(days=14)
+
+NEW_IDS = 100
+# id index -> retry delays after its first copy (in-window firsts)
+RETRIES = {0: [30], 1: [30], 2: [30], 3: [30], 4: [1800], 5: [1800], 6: [5 * 3600], 8: [10, 20]}
+# ids first seen before the window: (first copy offset from START, retry offset from START)
+OLD = {"old-1w": (-3 * 86400, 3600), "old-window": (-7.5 * 86400, 3600), "old-beyond": (-10 * 86400, 7200)}
+LOST = ("n-50", "n-51")
+LEAKED = ("n-0",)  # the retry of n-0 leaked into the output
+
+
+@dataclass
+class Record:
+    key: bytes | None
+    value: bytes | None
+    ts: datetime | None
+    headers: dict[str, bytes] = field(default_factory=dict)
+
+
+def event(message_id: str, i: int) -> bytes:
+    return json.dumps({
+        "messageId": message_id, "type": "track" if i % 3 else "identify", "event": "Order Completed",
+        "userId": f"user-{i % 5}", "anonymousId": None, "timestamp": "2026-11-20T10:00:00.000Z",
+        "context": {"library": {"name": "analytics.js" if i % 2 == 0 else "analytics-ios", "version": "4.1.0"}},
+    }).encode()
+
+
+def first_time(i: int) -> datetime:
+    return START + timedelta(minutes=10 + 5 * i)
+
+
+def build() -> dict[str, list[Record]]:
+    """Input, output and dead-letter records of the scenario (unordered; partitioning is the caller's)."""
+    inp: list[Record] = []
+    out: list[Record] = []
+    dlq: list[Record] = []
+    for i in range(NEW_IDS):
+        mid = f"n-{i}"
+        rec = Record(mid.encode(), event(mid, i), first_time(i))
+        inp.append(rec)
+        if mid not in LOST:
+            out.append(rec)
+        for delay in RETRIES.get(i, []):
+            retry = Record(mid.encode(), event(mid, i), first_time(i) + timedelta(seconds=delay))
+            inp.append(retry)
+            if mid in LEAKED and delay == RETRIES[i][0]:
+                out.append(retry)
+    for j, (mid, (first_s, retry_s)) in enumerate(OLD.items()):
+        first = Record(mid.encode(), event(mid, 1000 + j), START + timedelta(seconds=first_s))
+        retry = Record(mid.encode(), event(mid, 1000 + j), START + timedelta(seconds=retry_s))
+        inp += [first, retry]
+        out.append(first)
+        if mid == "old-beyond":  # the worker's window (8 d) had expired: a legitimate second output copy
+            out.append(retry)
+    bad_json = Record(b"bad-json", b"not json {", START + timedelta(hours=9))
+    no_key = Record(None, event("no-key", 7), START + timedelta(hours=9, minutes=1))
+    inp += [bad_json, no_key]
+    dlq.append(Record(bad_json.key, bad_json.value, bad_json.ts, {"dedupe.dlq.reason": b"invalid_json"}))
+    dlq.append(Record(None, no_key.value, no_key.ts, {"dedupe.dlq.reason": b"missing_message_id"}))
+    after = Record(b"n-after", event("n-after", 3), END + timedelta(hours=1))  # next day: not audited
+    inp.append(after)
+    out.append(after)
+    return {"input": inp, "output": out, "dlq": dlq}
+
+
+def untimed() -> Record:
+    """A record without timestamp (exports only: a broker always has one)."""
+    return Record(b"no-ts", event("no-ts", 9), None)
+
+
+def expected() -> dict[str, Any]:
+    dups_new = sum(len(v) for v in RETRIES.values())
+    return {
+        "input_messages": NEW_IDS + dups_new + len(OLD) + 2,  # + retries of old ids + bad_json + no_key
+        "input_unique": NEW_IDS + len(OLD) + 1,  # + bad-json (keyed)
+        "input_duplicates": dups_new + len(OLD),
+        "input_first_seen_before_window": len(OLD),
+        "output_messages": NEW_IDS - len(LOST) + len(LEAKED) + 1,  # + old-beyond's legitimate repeat
+        "output_duplicates": len(LEAKED),
+        "missing": len(LOST),
+        "dead_lettered": 2,
+        "dead_letter_reasons": {"invalid_json": 1, "missing_message_id": 1},
+        "retry_gap_buckets": {"le_1m": 6, "le_1h": 2, "le_1d": 1, "le_1w": 1, "le_window": 1, "beyond_window": 1},
+        "bad_input": {"unparseable_values": 1, "missing_timestamps": 0, "missing_message_ids": 1},
+    }
+
+
+def write_parquet(records: list[Record], path: Path, topic: str, partitions: int = 3) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    offsets = [0] * partitions
+    rows: dict[str, list[Any]] = {k: [] for k in ("topic", "partition", "offset", "timestamp", "key", "value",
+                                                  "headers")}
+    for rec in records:
+        p = (sum(rec.key) % partitions) if rec.key else 0
+        rows["topic"].append(topic)
+        rows["partition"].append(p)
+        rows["offset"].append(offsets[p])
+        offsets[p] += 1
+        rows["timestamp"].append(rec.ts)
+        rows["key"].append(rec.key)
+        rows["value"].append(rec.value)
+        rows["headers"].append(list(rec.headers.items()) or None)
+    table = pa.table({
+        "topic": pa.array(rows["topic"], pa.string()), "partition": pa.array(rows["partition"], pa.int32()),
+        "offset": pa.array(rows["offset"], pa.int64()),
+        "timestamp": pa.array(rows["timestamp"], pa.timestamp("us", tz="UTC")),
+        "key": pa.array(rows["key"], pa.binary()), "value": pa.array(rows["value"], pa.binary()),
+        "headers": pa.array(rows["headers"], pa.map_(pa.string(), pa.binary())),
+    })
+    path.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path / "part-0.parquet")
+
+
+def write_json(records: list[Record], path: Path, topic: str) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    with open(path / "part-0.json", "w") as f:
+        for n, rec in enumerate(records):
+            f.write(json.dumps({
+                "topic": topic, "partition": 0, "offset": n,
+                "timestamp": rec.ts.isoformat() if rec.ts else None,
+                "key": rec.key.decode() if rec.key is not None else None,
+                "value": rec.value.decode() if rec.value is not None else None,
+                "headers": {k: v.decode() for k, v in rec.headers.items()},
+            }) + "\n")

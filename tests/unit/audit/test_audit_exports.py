@@ -1,0 +1,136 @@
+"""The audit on Parquet/JSON exports of a day with known duplicates, losses, leaks and bad input."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spark_audit.api import run_config
+from spark_audit.job import AuditConfig
+from spark_audit.report import CHARTS, format_number
+from spark_audit.sources import ExportSource
+from tests.unit.audit import scenario as sc
+
+
+def config(tmp_path: Path, fmt: str = "parquet", **overrides: Any) -> AuditConfig:
+    base: dict[str, Any] = {
+        "input": ExportSource(str(tmp_path / "in"), fmt),  # type: ignore[arg-type]
+        "output": ExportSource(str(tmp_path / "out"), fmt),  # type: ignore[arg-type]
+        "dlq": ExportSource(str(tmp_path / "dlq"), fmt),  # type: ignore[arg-type]
+        "start": sc.START, "end": sc.END, "out_dir": tmp_path / "report",
+        "dedupe_window": sc.DEDUPE_WINDOW, "lookback": sc.LOOKBACK, "min_client_messages": 1,
+    }
+    base.update(overrides)
+    return AuditConfig(**base)
+
+
+@pytest.fixture(scope="module")
+def parquet_day(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("parquet-day")
+    data = sc.build()
+    sc.write_parquet([*data["input"], sc.untimed()], root / "in", "events")
+    sc.write_parquet(data["output"], root / "out", "events.deduped")
+    sc.write_parquet(data["dlq"], root / "dlq", "events.dlq")
+    return root
+
+
+@pytest.fixture(scope="module")
+def parquet_report(spark: Any, parquet_day: Path) -> dict[str, Any]:
+    run_config(config(parquet_day), spark=spark)
+    return dict(json.loads((parquet_day / "report" / "report.json").read_text()))
+
+
+def expected_with_untimed() -> dict[str, Any]:
+    want = sc.expected()
+    want["bad_input"] = {**want["bad_input"], "missing_timestamps": 1}
+    return want
+
+
+def test_exact_counts_on_parquet_export(parquet_report: dict[str, Any]) -> None:
+    for key, value in expected_with_untimed().items():
+        assert parquet_report[key] == value, key
+    assert parquet_report["status"] == "alert"  # 1 leak and 2 missing over the zero thresholds
+    assert len(parquet_report["alerts"]) == 2
+    assert parquet_report["window_catch_rate"] == pytest.approx(11 / 12)
+    assert parquet_report["input_duplicate_rate"] == pytest.approx(12 / 114)
+
+
+def test_breakdowns_add_up_and_name_the_worst_client(parquet_report: dict[str, Any]) -> None:
+    keyed = parquet_report["input_messages"] - parquet_report["bad_input"]["missing_message_ids"]
+    for table in ("by_day", "by_hour", "by_library", "by_event_type"):
+        rows = parquet_report[table]
+        assert sum(r["input_messages"] for r in rows) == keyed, table
+        assert sum(r["input_duplicates"] for r in rows) == parquet_report["input_duplicates"], table
+    libs = {r["library"]: r["input_duplicates"] for r in parquet_report["by_library"]}
+    # Retried ids n-0,2,4,6,8 (even: analytics.js) carry 1+1+1+1+2 retries; n-1,3,5 (odd) 1 each;
+    # the old ids 1000..1002 alternate js/ios/js; bad-json has no parseable library.
+    assert libs == {"analytics.js": 6 + 2, "analytics-ios": 3 + 1, "unknown": 0}
+    # user-k has the ids i with i % 5 == k: 20 first copies of new ids each, and these retries:
+    # user-0 n-0, n-5, old-1w (id 1000); user-1 n-1, n-6, old-window; user-3 n-3 and n-8 twice;
+    # user-2 n-2, old-beyond; user-4 n-4. Ties in rate are ordered by name.
+    top = [(r["client"], r["input_messages"], r["input_duplicates"]) for r in parquet_report["top_clients"]]
+    assert top == [("user-0", 23, 3), ("user-1", 23, 3), ("user-3", 23, 3), ("user-2", 22, 2), ("user-4", 21, 1)]
+    assert parquet_report["problems"] == ["bad input: 1 unparseable values", "bad input: 1 missing timestamps",
+                                          "bad input: 1 missing message ids"]
+
+
+def test_details_hold_the_missing_and_leaked_ids(spark: Any, parquet_day: Path,
+                                                 parquet_report: dict[str, Any]) -> None:
+    details = parquet_day / "report" / "details"
+    missing = sorted(r["message_id"] for r in spark.read.parquet(str(details / "missing")).collect())
+    leaked = [r["message_id"] for r in spark.read.parquet(str(details / "output_duplicates")).collect()]
+    assert missing == sorted(sc.LOST)
+    assert leaked == list(sc.LEAKED)
+    assert spark.read.parquet(str(details / "by_library")).count() == len(parquet_report["by_library"])
+
+
+def test_html_and_pngs_show_the_json_numbers(parquet_day: Path, parquet_report: dict[str, Any]) -> None:
+    report_dir = parquet_day / "report"
+    page = (report_dir / "index.html").read_text()
+    for name in CHARTS:
+        png = report_dir / name
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+        assert f'src="{name}"' in page
+    shown = dict(re.findall(r'data-metric="([^"]+)">([^<]*)<', page))
+    assert len(shown) >= 20
+    for metric, text in shown.items():
+        value: Any = parquet_report
+        for part in metric.split("."):
+            value = value[part]
+        assert text == format_number(value), metric
+    assert shown["output_duplicates"] == "1" and shown["missing"] == "2"
+
+
+def test_json_export_gives_the_same_counts(spark: Any, tmp_path: Path) -> None:
+    data = sc.build()
+    sc.write_json([*data["input"], sc.untimed()], tmp_path / "in", "events")
+    sc.write_json(data["output"], tmp_path / "out", "events.deduped")
+    sc.write_json(data["dlq"], tmp_path / "dlq", "events.dlq")
+    report = run_config(config(tmp_path, "json"), spark=spark).report
+    for key, value in expected_with_untimed().items():
+        assert report[key] == value, key
+
+
+def test_empty_day_and_missing_exports_are_reported_not_fatal(spark: Any, parquet_day: Path,
+                                                              tmp_path: Path) -> None:
+    cfg = config(parquet_day, start=sc.START + timedelta(days=30), end=sc.END + timedelta(days=30),
+                 out_dir=tmp_path / "r", dlq=ExportSource(str(tmp_path / "no-such-export")))
+    report = run_config(cfg, spark=spark).report
+    assert report["input_messages"] == report["output_messages"] == report["missing"] == 0
+    assert report["input_duplicate_rate"] is None and report["status"] == "ok"
+    assert any("does not exist" in p for p in report["problems"])
+    assert any("no input messages" in p for p in report["problems"])
+    assert (tmp_path / "r" / "retry_gap_histogram.png").exists()
+
+
+def test_lost_output_topic_makes_every_new_id_missing(spark: Any, parquet_day: Path, tmp_path: Path) -> None:
+    cfg = config(parquet_day, output=ExportSource(str(tmp_path / "gone")), out_dir=tmp_path / "r")
+    report = run_config(cfg, spark=spark).report
+    # Every id first seen in the window is missing except bad-json, which was dead-lettered.
+    assert report["missing"] == sc.NEW_IDS
+    assert report["output_messages"] == 0 and report["status"] == "alert"
