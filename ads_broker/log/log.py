@@ -46,6 +46,10 @@ _SEGMENT_FILE = re.compile(r"^(\d{20})\.log$")
 _TEMP_SUFFIXES = (".tmp", ".cleaned", DELETED_SUFFIX)
 
 
+def _base_offset(segment: LogSegment) -> int:
+    return segment.base_offset
+
+
 def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -202,8 +206,7 @@ class Log:
         return self._unflushed
 
     def _segment_index_for(self, offset: int) -> int:
-        bases = [s.base_offset for s in self._segments]
-        return max(0, bisect.bisect_right(bases, offset) - 1)
+        return max(0, bisect.bisect_right(self._segments, offset, key=_base_offset) - 1)
 
     # -- appends ---------------------------------------------------------------------------
 
@@ -247,7 +250,8 @@ class Log:
         self._maybe_roll(len(buf), max(p[3] for p in placed), last_offset, now)
         segment = self.active_segment
         for pos, header, offset, max_ts in placed:
-            segment.append(offset + header.last_offset_delta, max_ts, buf[pos : pos + header.size])
+            data = buf if len(placed) == 1 else buf[pos : pos + header.size]
+            segment.append(offset + header.last_offset_delta, max_ts, data)
             if header.has_producer_id:
                 self.producer_state.update(header, offset, max_ts)
         self.producer_state.map_end_offset = next_offset

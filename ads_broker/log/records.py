@@ -146,11 +146,8 @@ def read_header(buf: Buffer, pos: int = 0) -> BatchHeader:
 
 def compute_crc(buf: Buffer, pos: int, size: int) -> int:
     """CRC-32C of a batch's bytes from ``attributes`` to its end (what the crc field covers)."""
-    view = memoryview(buf)
-    try:
-        return int(crc32c.crc32c(view[pos + ATTRIBUTES_OFFSET : pos + size]))
-    finally:
-        view.release()
+    # A temporary memoryview (no copy); CPython frees it on return, so a bytearray stays resizable.
+    return int(crc32c.crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + size]))
 
 
 def batch_error(buf: Buffer, pos: int, *, check_crc: bool = True) -> tuple[type[Exception], str] | None:
