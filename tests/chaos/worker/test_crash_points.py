@@ -81,23 +81,23 @@ def _finish(bootstrap: str, topics: Topics, data: Path, tmp_path: Path, manifest
 
 @pytest.mark.parametrize("point", POINTS)
 @pytest.mark.parametrize("batch", [1, 3])
-def test_sigkill_at_crash_point(kbroker: BrokerProcess, topic_name: str, tmp_path: Path, point: str,
+def test_sigkill_at_crash_point(broker: BrokerProcess, topic_name: str, tmp_path: Path, point: str,
                                 batch: int) -> None:
-    topics = make_topics(kbroker.bootstrap, topic_name, PARTITIONS)
-    manifest = _load(kbroker.bootstrap, topics, 1500, seed=batch)
+    topics = make_topics(broker.bootstrap, topic_name, PARTITIONS)
+    manifest = _load(broker.bootstrap, topics, 1500, seed=batch)
     data, marker = tmp_path / "data", tmp_path / "fault.marker"
-    proc = start_worker(kbroker.bootstrap, topics, data, tmp_path / "worker.log",
+    proc = start_worker(broker.bootstrap, topics, data, tmp_path / "worker.log",
                         env={**ENV, "DEDUPE_FAULT": f"{point}:{batch}", "DEDUPE_FAULT_MARKER": str(marker)})
     try:
         assert _wait_marker(marker, proc) == f"{point}:{batch}"
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(30)
-    _finish(kbroker.bootstrap, topics, data, tmp_path, manifest)
+    _finish(broker.bootstrap, topics, data, tmp_path, manifest)
 
 
-def test_random_sigkills_under_load(kbroker: BrokerProcess, topic_name: str, tmp_path: Path) -> None:
-    topics = make_topics(kbroker.bootstrap, topic_name, PARTITIONS)
+def test_random_sigkills_under_load(broker: BrokerProcess, topic_name: str, tmp_path: Path) -> None:
+    topics = make_topics(broker.bootstrap, topic_name, PARTITIONS)
     records, manifest = plan(LoadSpec(unique=6000, duplicate_rate=0.05, malformed_rate=0.0,
                                       mean_gap_events=300, seed=11))
     chunks = [records[i:i + 1000] for i in range(0, len(records), 1000)]
@@ -106,7 +106,7 @@ def test_random_sigkills_under_load(kbroker: BrokerProcess, topic_name: str, tmp
     def producer() -> None:
         try:
             for chunk in chunks:
-                send(kbroker.bootstrap, topics.input, chunk, LoadManifest())
+                send(broker.bootstrap, topics.input, chunk, LoadManifest())
                 time.sleep(0.3)
         except BaseException as e:  # surfaced by the assertion below
             errors.append(e)
@@ -117,47 +117,47 @@ def test_random_sigkills_under_load(kbroker: BrokerProcess, topic_name: str, tmp
     data = tmp_path / "data"
     try:
         for _ in range(4):
-            proc = start_worker(kbroker.bootstrap, topics, data, tmp_path / "worker.log", env=ENV)
+            proc = start_worker(broker.bootstrap, topics, data, tmp_path / "worker.log", env=ENV)
             time.sleep(rng.uniform(1.5, 3.0))  # let it get into its batch loop, then kill anywhere
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(30)
     finally:
         sender.join()
     assert not errors
-    _finish(kbroker.bootstrap, topics, data, tmp_path, manifest)
+    _finish(broker.bootstrap, topics, data, tmp_path, manifest)
 
 
 @pytest.mark.parametrize("damage", ["stale_copy", "deleted"])
-def test_reconcile_repairs_a_stale_or_lost_store(kbroker: BrokerProcess, topic_name: str, tmp_path: Path,
+def test_reconcile_repairs_a_stale_or_lost_store(broker: BrokerProcess, topic_name: str, tmp_path: Path,
                                                  damage: str) -> None:
     """RocksDB restored from an old copy (or gone) while the output and the committed input offsets
     moved on: reconcile from the output must prevent every duplicate."""
-    topics = make_topics(kbroker.bootstrap, topic_name, PARTITIONS)
+    topics = make_topics(broker.bootstrap, topic_name, PARTITIONS)
     first_records, first = plan(LoadSpec(unique=1200, duplicate_rate=0.05, malformed_rate=0.0, seed=21))
     second_records, second = plan(LoadSpec(unique=1200, duplicate_rate=0.05, malformed_rate=0.0, seed=22))
-    send(kbroker.bootstrap, topics.input, first_records, first)
+    send(broker.bootstrap, topics.input, first_records, first)
     data, stale = tmp_path / "data", tmp_path / "stale"
-    proc = start_worker(kbroker.bootstrap, topics, data, tmp_path / "worker.log", env=ENV)
+    proc = start_worker(broker.bootstrap, topics, data, tmp_path / "worker.log", env=ENV)
     try:
         wait_started(proc, tmp_path / "worker.log", 0, PARTITIONS)
-        wait_for_output(kbroker.bootstrap, topics.output, PARTITIONS, len(first.unique_ids), proc=proc)
+        wait_for_output(broker.bootstrap, topics.output, PARTITIONS, len(first.unique_ids), proc=proc)
     finally:
         assert stop_worker(proc) == 0
     shutil.copytree(data, stale)
     # Second load, then every first-load record again (late retries).
-    send(kbroker.bootstrap, topics.input, second_records, second)
-    send(kbroker.bootstrap, topics.input, first_records, LoadManifest())
+    send(broker.bootstrap, topics.input, second_records, second)
+    send(broker.bootstrap, topics.input, first_records, LoadManifest())
     expected = LoadManifest(unique_ids=first.unique_ids + second.unique_ids)
     since = _log_size(tmp_path / "worker.log")
-    proc = start_worker(kbroker.bootstrap, topics, data, tmp_path / "worker.log", env=ENV)
+    proc = start_worker(broker.bootstrap, topics, data, tmp_path / "worker.log", env=ENV)
     try:
         wait_started(proc, tmp_path / "worker.log", since, PARTITIONS)
-        wait_for_output(kbroker.bootstrap, topics.output, PARTITIONS, len(expected.unique_ids), proc=proc)
+        wait_for_output(broker.bootstrap, topics.output, PARTITIONS, len(expected.unique_ids), proc=proc)
     finally:
         assert stop_worker(proc) == 0
     shutil.rmtree(data)
     if damage == "stale_copy":
         shutil.copytree(stale, data)
     # Third round: both loads again; the store must learn the second load from the output.
-    send(kbroker.bootstrap, topics.input, first_records + second_records, LoadManifest())
-    _finish(kbroker.bootstrap, topics, data, tmp_path, expected)
+    send(broker.bootstrap, topics.input, first_records + second_records, LoadManifest())
+    _finish(broker.bootstrap, topics, data, tmp_path, expected)

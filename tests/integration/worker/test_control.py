@@ -42,12 +42,12 @@ def _wait_running(port: int, n: int) -> None:
     raise AssertionError(f"partitions never all running: {parts}")
 
 
-def test_pause_checkpoint_resume(kbroker: BrokerProcess, topic_name: str, tmp_path: Path) -> None:
-    topics = make_topics(kbroker.bootstrap, topic_name, 2)
+def test_pause_checkpoint_resume(broker: BrokerProcess, topic_name: str, tmp_path: Path) -> None:
+    topics = make_topics(broker.bootstrap, topic_name, 2)
     first, m1 = plan(LoadSpec(unique=800, duplicate_rate=0.0, malformed_rate=0.0, seed=3))
     second, m2 = plan(LoadSpec(unique=800, duplicate_rate=0.0, malformed_rate=0.0, seed=4))
-    send(kbroker.bootstrap, topics.input, first, m1)
-    cfg = load_config(None, bootstrap=kbroker.bootstrap, input_topic=topics.input, output_topic=topics.output,
+    send(broker.bootstrap, topics.input, first, m1)
+    cfg = load_config(None, bootstrap=broker.bootstrap, input_topic=topics.input, output_topic=topics.output,
                       dlq_topic=topics.dlq, data_dir=tmp_path / "data", control_port=0, metrics_port=0,
                       group=f"g-{topic_name}", batch_size=200)
     runner = WorkerRunner(cfg, registry=CollectorRegistry()).start()
@@ -55,26 +55,26 @@ def test_pause_checkpoint_resume(kbroker: BrokerProcess, topic_name: str, tmp_pa
     port = runner.control.port
     try:
         _wait_running(port, 2)
-        wait_for_output(kbroker.bootstrap, topics.output, 2, len(m1.unique_ids))
+        wait_for_output(broker.bootstrap, topics.output, 2, len(m1.unique_ids))
         assert _call(port, "POST", "/partitions/0/checkpoint", {"path": str(tmp_path / "x")})[0] == 409
         assert _call(port, "POST", "/partitions/9/pause")[0] == 404
         status, paused = _call(port, "POST", "/partitions/0/pause")
         assert status == 200 and paused["state"] == "paused"
         # While paused, partition 0 consumes nothing; partition 1 carries on.
-        send(kbroker.bootstrap, topics.input, second, LoadManifest())
+        send(broker.bootstrap, topics.input, second, LoadManifest())
         second_keys = {k for k, _ in second}
-        in_p1 = sum(1 for m in read_all(kbroker.bootstrap, topics.input, 2)
+        in_p1 = sum(1 for m in read_all(broker.bootstrap, topics.input, 2)
                     if m.partition() == 1 and m.key() in second_keys)
-        wait_for_output(kbroker.bootstrap, topics.output, 2, len(m1.unique_ids) + in_p1)
+        wait_for_output(broker.bootstrap, topics.output, 2, len(m1.unique_ids) + in_p1)
         status, cp = _call(port, "POST", "/partitions/0/checkpoint", {"path": str(tmp_path / "cp0")})
         assert status == 200 and cp["checkpoint_path"] == str(tmp_path / "cp0")
         assert cp["input_offset"] == paused["input_offset"]
-        out_p0 = [m for m in read_all(kbroker.bootstrap, topics.output, 2) if m.partition() == 0]
+        out_p0 = [m for m in read_all(broker.bootstrap, topics.output, 2) if m.partition() == 0]
         assert len(out_p0) == paused["output_offset"]  # nothing published while paused
         assert _call(port, "POST", "/partitions/0/checkpoint", {"path": str(tmp_path / "cp0")})[0] == 409
         status, resumed = _call(port, "POST", "/partitions/0/resume")
         assert status == 200 and resumed["state"] == "running"
-        wait_for_output(kbroker.bootstrap, topics.output, 2, len(m1.unique_ids) + len(m2.unique_ids))
+        wait_for_output(broker.bootstrap, topics.output, 2, len(m1.unique_ids) + len(m2.unique_ids))
         with urllib.request.urlopen(f"http://127.0.0.1:{runner.metrics_port}/metrics", timeout=10) as r:
             text = r.read().decode()
         assert 'dedupe_messages_total{partition="0",result="new"}' in text

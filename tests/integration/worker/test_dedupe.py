@@ -25,16 +25,16 @@ def _runner(bootstrap: str, topics, data_dir: Path, **kw: object) -> WorkerRunne
     return WorkerRunner(cfg, registry=CollectorRegistry())
 
 
-def test_output_is_exactly_the_unique_input(kbroker: BrokerProcess, topic_name: str, tmp_path: Path) -> None:
-    topics = make_topics(kbroker.bootstrap, topic_name, 2)
+def test_output_is_exactly_the_unique_input(broker: BrokerProcess, topic_name: str, tmp_path: Path) -> None:
+    topics = make_topics(broker.bootstrap, topic_name, 2)
     records, manifest = plan(LoadSpec(unique=3000, duplicate_rate=0.05, malformed_rate=0.004,
                                       mean_gap_events=100, seed=7))
     assert manifest.duplicates > 50 and sum(manifest.malformed.values()) >= 4
-    send(kbroker.bootstrap, topics.input, records, manifest)
-    runner = _runner(kbroker.bootstrap, topics, tmp_path / "data").start()
+    send(broker.bootstrap, topics.input, records, manifest)
+    runner = _runner(broker.bootstrap, topics, tmp_path / "data").start()
     try:
-        out = wait_for_output(kbroker.bootstrap, topics.output, 2, len(manifest.unique_ids))
-        dead = wait_for_output(kbroker.bootstrap, topics.dlq, 2, sum(manifest.malformed.values()))
+        out = wait_for_output(broker.bootstrap, topics.output, 2, len(manifest.unique_ids))
+        dead = wait_for_output(broker.bootstrap, topics.dlq, 2, sum(manifest.malformed.values()))
         deadline = time.monotonic() + 30
         reg = runner.registry
         while sum(reg.get_sample_value("dedupe_messages_total", {"partition": str(p), "result": "duplicate"})
@@ -59,16 +59,16 @@ def test_output_is_exactly_the_unique_input(kbroker: BrokerProcess, topic_name: 
     assert total("duplicate") == manifest.duplicates
     assert total("invalid") == sum(manifest.malformed.values())
     # A restart over the same input publishes nothing new (store + committed offsets + reconcile).
-    runner2 = _runner(kbroker.bootstrap, topics, tmp_path / "data").start()
+    runner2 = _runner(broker.bootstrap, topics, tmp_path / "data").start()
     try:
         time.sleep(2)
     finally:
         runner2.stop()
         runner2.join(60)
-    assert len(read_all(kbroker.bootstrap, topics.output, 2)) == len(manifest.unique_ids)
+    assert len(read_all(broker.bootstrap, topics.output, 2)) == len(manifest.unique_ids)
 
 
-def test_partition_count_mismatch_is_refused(kbroker: BrokerProcess, topic_name: str, tmp_path: Path) -> None:
-    topics = make_topics(kbroker.bootstrap, topic_name, 2, output_partitions=3)
+def test_partition_count_mismatch_is_refused(broker: BrokerProcess, topic_name: str, tmp_path: Path) -> None:
+    topics = make_topics(broker.bootstrap, topic_name, 2, output_partitions=3)
     with pytest.raises(TopicLayoutError, match=r"has 2 partitions but output topic .* has 3"):
-        _runner(kbroker.bootstrap, topics, tmp_path / "data").start()
+        _runner(broker.bootstrap, topics, tmp_path / "data").start()

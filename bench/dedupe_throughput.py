@@ -1,0 +1,229 @@
+"""Dedupe worker throughput, side by side on one broker, data set and client settings.
+
+(a) raw pipe: consume → produce, no dedupe (the ceiling for any Kafka-in/Kafka-out worker);
+(b) our worker: PartitionWorker batch loop (MultiGet, one WriteBatch, commit) on a pre-filled store;
+(c) naive worker: the same store and clients, but one lookup and one write per message.
+
+Also measures bytes on disk per stored key, aging deletes/s and reconcile records/s. Every
+pipeline reads the same input partition from offset 0 and writes its own output topic; each
+waits for every delivery and commits per batch. Numbers are medians of ``--rounds`` runs with the
+pipelines interleaved. Usage:
+
+    .venv/bin/python bench/dedupe_throughput.py --messages 1000000 --prefill 10000000 --broker tansu
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from prometheus_client import CollectorRegistry
+
+from ads_broker.embedded import ads_broker_process, tansu_process
+from dedupe_worker.config import load_config
+from dedupe_worker.kafka import consumer_config, create_topics, producer_config
+from dedupe_worker.keys import encode_message_id
+from dedupe_worker.metrics import WorkerMetrics
+from dedupe_worker.reconcile import reconcile
+from dedupe_worker.records import with_source
+from dedupe_worker.store.rocksdb import RocksDBOptions, RocksDBStore
+from dedupe_worker.worker import PartitionWorker
+
+BATCH = 1000
+INPUT = "bench-in"
+
+
+def produce_input(bootstrap: str, n: int, dup_rate: float) -> int:
+    """n records (300-byte JSON values, UUID keys, ``dup_rate`` retries); returns unique count."""
+    p = Producer(producer_config(bootstrap, None, **{"linger.ms": 20}))
+    pad = "x" * 200
+    unique = 0
+    recent: list[bytes] = []
+    for i in range(n):
+        if recent and (i * 2654435761 % 1000) < dup_rate * 1000:
+            key = recent[(i * 40503) % len(recent)]
+        else:
+            key = str(uuid.uuid4()).encode()
+            unique += 1
+            recent.append(key)
+            recent = recent[-5000:]
+        value = b'{"messageId":"' + key + b'","type":"track","event":"Bench","p":"' + pad.encode() + b'"}'
+        while True:
+            try:
+                p.produce(INPUT, key=key, value=value, partition=0)
+                break
+            except BufferError:
+                p.poll(0.05)
+    assert p.flush(120) == 0
+    return unique
+
+
+def _consume_all(consumer: Any, n: int, handle: Callable[[list[Any]], None]) -> None:
+    done = 0
+    while done < n:
+        msgs = [m for m in consumer.consume(BATCH, 0.05) if m.error() is None]
+        if msgs:
+            handle(msgs)
+            done += len(msgs)
+
+
+def raw_pipe(bootstrap: str, n: int, tag: str) -> None:
+    """(a) consume → produce every record (same headers as the worker), flush + commit per batch."""
+    out = f"bench-out-raw-{tag}"
+    create_topics(bootstrap, {out: 1})
+    c = Consumer(consumer_config(bootstrap, f"raw-{tag}", None))
+    c.assign([TopicPartition(INPUT, 0, 0)])
+    p = Producer(producer_config(bootstrap, None))
+
+    def handle(msgs: list[Any]) -> None:
+        for m in msgs:
+            p.produce(out, key=m.key(), value=m.value(), partition=0,
+                      headers=with_source(m.headers(), 0, m.offset()))
+        assert p.flush(30) == 0
+        c.commit(offsets=[TopicPartition(INPUT, 0, msgs[-1].offset() + 1)], asynchronous=False)
+
+    _consume_all(c, n, handle)
+    c.close()
+
+
+def naive(bootstrap: str, n: int, tag: str, store: RocksDBStore) -> None:
+    """(c) one lookup and one atomic write per message (same store, same clients)."""
+    out = f"bench-out-naive-{tag}"
+    create_topics(bootstrap, {out: 1})
+    c = Consumer(consumer_config(bootstrap, f"naive-{tag}", None))
+    c.assign([TopicPartition(INPUT, 0, 0)])
+    p = Producer(producer_config(bootstrap, None))
+
+    def handle(msgs: list[Any]) -> None:
+        for m in msgs:
+            key = encode_message_id(m.key().decode())
+            if store.lookup(key) is None:
+                p.produce(out, key=m.key(), value=m.value(), partition=0,
+                          headers=with_source(m.headers(), 0, m.offset()))
+                store.record([key], [m.timestamp()[1]], input_offset=m.offset() + 1, output_offset=0)
+        assert p.flush(30) == 0
+        c.commit(offsets=[TopicPartition(INPUT, 0, msgs[-1].offset() + 1)], asynchronous=False)
+
+    _consume_all(c, n, handle)
+    c.close()
+
+
+def ours(bootstrap: str, n: int, tag: str, data: Path) -> PartitionWorker:
+    cfg = load_config(None, bootstrap=bootstrap, input_topic=INPUT, output_topic=f"bench-out-ours-{tag}",
+                      dlq_topic=f"bench-dlq-{tag}", data_dir=data, group=f"ours-{tag}", batch_size=BATCH)
+    create_topics(bootstrap, {cfg.output_topic: 1, cfg.dlq_topic: 1})
+    w = PartitionWorker(cfg, 0, WorkerMetrics(CollectorRegistry()))
+    w.start()
+    done = 0
+    while done < n:
+        done += w.step().consumed
+    w.close_clients()
+    return w
+
+
+def prefill(path: Path, keys: int, tag: str) -> RocksDBStore:
+    store = RocksDBStore(path, RocksDBOptions(), topic=INPUT, partition=0)
+    chunk = 100_000
+    base = int(time.time() * 1000) - 3600_000
+    for start in range(0, keys, chunk):
+        batch = [uuid.uuid4().bytes for _ in range(min(chunk, keys - start))]
+        store.record(batch, [base] * len(batch), input_offset=0, output_offset=0)
+    store.flush()
+    return store
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, float, Any]:
+    w0, c0 = time.perf_counter(), time.process_time()
+    out = fn()
+    return time.perf_counter() - w0, time.process_time() - c0, out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--messages", type=int, default=200_000)
+    ap.add_argument("--prefill", type=int, default=1_000_000, help="keys in the store before each run")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--broker", choices=["tansu", "ads-broker"], default="tansu")
+    ap.add_argument("--json", type=Path, help="also write results here")
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="dedupe-bench-"))
+    proc = tansu_process() if args.broker == "tansu" else ads_broker_process(tmp / "broker")
+    results: dict[str, list[tuple[float, float]]] = {"raw": [], "ours": [], "naive": []}
+    extra: dict[str, float] = {}
+    with proc:
+        bs = proc.bootstrap
+        create_topics(bs, {INPUT: 1})
+        unique = produce_input(bs, args.messages, 0.006)
+        template = tmp / "template"
+        t_fill, _, store = timed(lambda: prefill(template, args.prefill, "t"))
+        store._db.compact_range(None, None)  # steady-state size, as after background compaction
+        store.flush()
+        extra["prefill_keys_per_s"] = args.prefill / t_fill
+        extra["disk_bytes_per_key"] = store.disk_bytes() / args.prefill
+        store.close()
+        shutil.copytree(template, tmp / "aging")
+        aging = RocksDBStore(tmp / "aging", RocksDBOptions(), topic=INPUT, partition=0)
+        to_delete = min(500_000, args.prefill // 2)
+        t_age, _, deleted = timed(lambda: sum(aging.age(10_000, 2**62).deleted
+                                              for _ in range(to_delete // 10_000)))
+        extra["aging_keys_per_s"] = deleted / t_age
+        aging.close()
+        for r in range(args.rounds):
+            tag = f"{r}-{uuid.uuid4().hex[:6]}"
+            wall, cpu, _ = timed(lambda tag=tag: raw_pipe(bs, args.messages, tag))
+            results["raw"].append((wall, cpu))
+            data = tmp / f"ours-{tag}"
+            shutil.copytree(template, data / "partition-0")
+            wall, cpu, worker = timed(lambda data=data, tag=tag: ours(bs, args.messages, tag, data))
+            results["ours"].append((wall, cpu))
+            assert worker.store is not None and worker.store.meta().sequence - args.prefill == unique, \
+                f"ours stored {worker.store.meta().sequence - args.prefill} new keys, expected {unique}"
+            out_topic = worker.cfg.output_topic
+            worker.close()
+            fresh = RocksDBStore(tmp / f"rec-{tag}", RocksDBOptions(), topic=INPUT, partition=0)
+            cfg = load_config(None, bootstrap=bs, input_topic=INPUT, output_topic=out_topic,
+                              dlq_topic="unused-dlq", group=f"rec-{tag}")
+            t_rec, _, rec = timed(lambda fresh=fresh, cfg=cfg: reconcile(fresh, cfg, 0))
+            extra.setdefault("reconcile_records_per_s", rec.records / t_rec)
+            fresh.close()
+            ndata = tmp / f"naive-{tag}"
+            shutil.copytree(template, ndata)
+            nstore = RocksDBStore(ndata, RocksDBOptions(), topic=INPUT, partition=0)
+            wall, cpu, _ = timed(lambda nstore=nstore, tag=tag: naive(bs, args.messages, tag, nstore))
+            results["naive"].append((wall, cpu))
+            nstore.close()
+            shutil.rmtree(data)
+            shutil.rmtree(ndata)
+    shutil.rmtree(tmp, ignore_errors=True)
+    report(args, results, extra)
+
+
+def report(args: argparse.Namespace, results: dict[str, list[tuple[float, float]]], extra: dict[str, float]) -> None:
+    n = args.messages
+    rate = {k: statistics.median(n / w for w, _ in v) for k, v in results.items()}
+    cpu_us = {k: statistics.median(c / n * 1e6 for _, c in v) for k, v in results.items()}
+    print(f"\n{n:,} messages, store pre-filled with {args.prefill:,} keys, broker {args.broker}, "
+          f"median of {args.rounds}")
+    print(f"{'pipeline':<28}{'msg/s':>12}{'process CPU µs/msg':>22}")
+    for name, label in (("raw", "(a) raw pipe, no dedupe"), ("ours", "(b) our worker"),
+                        ("naive", "(c) per-message get/put")):
+        print(f"{label:<28}{rate[name]:>12,.0f}{cpu_us[name]:>22.2f}")
+    print(f"ratio (b)/(a) = {rate['ours'] / rate['raw']:.2f}   (b)/(c) = {rate['ours'] / rate['naive']:.2f}")
+    for k, v in extra.items():
+        print(f"{k:<28}{v:>12,.1f}")
+    if args.json:
+        args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)}, "msgs_per_s": rate,
+                                         "cpu_us_per_msg": cpu_us, **extra}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
