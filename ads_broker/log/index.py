@@ -127,10 +127,12 @@ class OffsetIndex(_IndexFile):
             return self.base_offset, 0
         return self.base_offset + self._rel_offsets[i], self._positions[i]
 
-    def position_at_or_below(self, position: int) -> int:
-        """The greatest indexed batch position <= ``position`` (0 if none)."""
+    def entry_at_or_below_position(self, position: int) -> tuple[int, int]:
+        """(offset, position) of the entry with the greatest position <= ``position``, or (base, 0)."""
         i = bisect.bisect_right(self._positions, position) - 1
-        return self._positions[i] if i >= 0 else 0
+        if i < 0:
+            return self.base_offset, 0
+        return self.base_offset + self._rel_offsets[i], self._positions[i]
 
     def last_entry(self) -> tuple[int, int]:
         if not self._rel_offsets:

@@ -105,6 +105,9 @@ class LogSegment:
         last_offset, position = self.offset_index.last_entry()
         self.next_offset = self.base_offset
         end = position
+        first = self._header_at(position)
+        if self.offset_index.entries and (first is None or first.last_offset != last_offset):
+            return False  # the last entry must name the batch at its position (Kafka only checks sizes)
         for pos, header in self._headers_from(position):
             self.next_offset = header.next_offset
             self._observe_timestamp(header.max_timestamp, header.last_offset)
@@ -261,11 +264,22 @@ class LogSegment:
 
     def translate_offset(self, offset: int, start_position: int = 0) -> tuple[int, BatchHeader] | None:
         """Position and header of the first batch whose last offset >= ``offset`` (index + header scan)."""
-        _, position = self.offset_index.lookup(offset)
+        position = self._checked_position(*self.offset_index.lookup(offset))
         for pos, header in self._headers_from(max(position, start_position)):
             if header.last_offset >= offset:
                 return pos, header
         return None
+
+    def _checked_position(self, entry_offset: int, position: int) -> int:
+        """An index entry's position if the batch there ends at the entry's offset, else 0.
+
+        Load-time sanity checks (like Kafka's) see only sizes and order; this one comparison per
+        lookup keeps a damaged-but-plausible entry from sending a read into the middle of a batch.
+        """
+        if position == 0:
+            return 0
+        header = self._header_at(position)
+        return position if header is not None and header.last_offset == entry_offset else 0
 
     def position_of_first_batch_at_or_after(self, offset: int) -> int:
         """File position of the first batch with base offset >= ``offset`` (size if none)."""
@@ -292,7 +306,7 @@ class LogSegment:
         return FileSlice(self._read_file, position, end - position)
 
     def _whole_batches_end(self, start: int, limit: int) -> int:
-        position = max(start, self.offset_index.position_at_or_below(limit))
+        position = max(start, self._checked_position(*self.offset_index.entry_at_or_below_position(limit)))
         for pos, header in self._headers_from(position):
             if pos + header.size > limit:
                 return pos
@@ -303,7 +317,7 @@ class LogSegment:
         """(offset, timestamp) of the first record with timestamp >= ``timestamp`` and offset >=
         ``starting_offset`` (Kafka ``LogSegment.findOffsetByTimestamp``: decodes one batch)."""
         _, ts_offset = self.time_index.lookup(timestamp - 1)
-        _, position = self.offset_index.lookup(max(ts_offset, starting_offset))
+        position = self._checked_position(*self.offset_index.lookup(max(ts_offset, starting_offset)))
         for pos, header in self._headers_from(position):
             if header.max_timestamp < timestamp or header.last_offset < starting_offset:
                 continue

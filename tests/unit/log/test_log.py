@@ -223,3 +223,29 @@ def test_delete_removes_the_directory(tmp_path: Path) -> None:
     log = _filled(tmp_path / "p", n=3)
     log.delete()
     assert not (tmp_path / "p").exists()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    counts=st.lists(st.integers(1, 6), min_size=1, max_size=30),
+    segment_bytes=st.integers(150, 2000),
+    interval=st.integers(0, 600),
+    max_bytes=st.integers(1, 1500),
+)
+def test_every_offset_reads_from_its_own_batch_within_max_bytes(
+    tmp_path_factory: pytest.TempPathFactory, counts: list[int], segment_bytes: int, interval: int, max_bytes: int
+) -> None:
+    config = LogConfig(segment_bytes=segment_bytes, index_interval_bytes=interval)
+    log = open_log(tmp_path_factory.mktemp("reads"), config)
+    for i, n in enumerate(counts):
+        log.append_as_leader(batch(n, tag=b"%d-" % i, value_size=i % 40), 0)
+    everything = read_all(log)
+    assert offsets_in(everything) == list(range(sum(counts)))
+    for offset in range(log.log_end_offset):
+        slices = log.read(offset, max_bytes)
+        data = b"".join(s.read_bytes() for s in slices)
+        headers = [h for _, h in iter_batches(data, validate=True)]
+        assert headers[0].base_offset <= offset <= headers[0].last_offset
+        assert len(headers) == 1 or len(data) <= max_bytes
+        assert data in everything
+    log.close()

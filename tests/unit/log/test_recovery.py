@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 from pathlib import Path
 
 import pytest
@@ -124,8 +125,15 @@ def _lookups(log: Log) -> tuple[list[object], list[object]]:
     return by_offset, by_time
 
 
-@pytest.mark.parametrize("damage", ["delete", "garbage", "half-entry", "beyond-log"])
-def test_missing_or_garbled_indexes_are_rebuilt_with_identical_lookups(tmp_path: Path, damage: str) -> None:
+def _shift_positions(data: bytes) -> bytes:
+    """Every entry but the last points one byte into its batch: plausible, ordered, wrong."""
+    entries = [struct.unpack_from(">ii", data, i) for i in range(0, len(data), 8)]
+    shifted = [(rel, pos + 1) for rel, pos in entries[:-1]] + entries[-1:]
+    return b"".join(struct.pack(">ii", rel, pos) for rel, pos in shifted)
+
+
+@pytest.mark.parametrize("damage", ["delete", "garbage", "half-entry", "beyond-log", "shifted"])
+def test_missing_or_garbled_indexes_are_rebuilt_or_bypassed_with_identical_lookups(tmp_path: Path, damage: str) -> None:
     dir = tmp_path / "p"
     config = LogConfig(segment_bytes=1500, index_interval_bytes=100)
     log = open_log(dir, config)
@@ -144,6 +152,9 @@ def test_missing_or_garbled_indexes_are_rebuilt_with_identical_lookups(tmp_path:
                 path.write_bytes(b"\xff" * 48)
             elif damage == "half-entry":
                 path.write_bytes(path.read_bytes()[:-3])
+            elif damage == "shifted":
+                if suffix == ".index":
+                    path.write_bytes(_shift_positions(path.read_bytes()))
             else:
                 path.write_bytes(path.read_bytes() + (b"\x7f" * 12 if suffix == ".timeindex" else b"\x7f" * 8))
     reopened = open_log(dir, config, clean=True)
