@@ -1,0 +1,74 @@
+"""A raw Kafka-protocol client for tests that must send exact bytes (corrupt batches, replays).
+
+Requests and responses go through kafka-python's schema-driven codec, the same one the broker
+uses, but the framing and sockets are plain, so a test can send what no well-behaved client would.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from typing import Any
+
+from kafka.protocol.api_message import ApiMessage
+
+
+class RawClient:
+    def __init__(self, bootstrap: str, client_id: str = "raw-test-client") -> None:
+        host, _, port = bootstrap.rpartition(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=20)
+        self.client_id = client_id
+        self.correlation_id = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def send(self, request: ApiMessage, version: int) -> int:
+        self.correlation_id += 1
+        request.API_VERSION = version
+        request.with_header(correlation_id=self.correlation_id, client_id=self.client_id)
+        self.sock.sendall(bytes(request.encode(version=version, header=True, framed=True)))
+        return self.correlation_id
+
+    def send_bytes(self, payload: bytes) -> None:
+        self.sock.sendall(payload)
+
+    def recv_frame(self) -> bytes:
+        size = struct.unpack(">i", self._recv_exact(4))[0]
+        return self._recv_exact(size)
+
+    def _recv_exact(self, n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError("connection closed by the broker")
+            buf += chunk
+        return bytes(buf)
+
+    def request(self, request: ApiMessage, version: int) -> Any:
+        """Send and decode the response (response header v0 or v1 by the API's flexibility)."""
+        cid = self.send(request, version)
+        frame = self.recv_frame()
+        response_cls = type(request).__name__.replace("Request", "Response")
+        module = __import__(type(request).__module__, fromlist=[response_cls])
+        cls = getattr(module, response_cls)
+        flexible = cls.flexible_version_q(version) and response_cls != "ApiVersionsResponse"
+        header_len = 4 + (1 if flexible else 0)
+        (got_cid,) = struct.unpack_from(">i", frame, 0)
+        assert got_cid == cid, f"correlation id {got_cid} != {cid}"
+        return cls[version].decode(frame[header_len:])
+
+    def is_closed_by_peer(self) -> bool:
+        """True when the broker closed the connection (reads EOF)."""
+        self.sock.settimeout(20)
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
