@@ -57,8 +57,13 @@ def _configure_logging() -> None:
         processors=[structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso"),
                     structlog.dev.ConsoleRenderer(colors=False)],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=_stderr_logger,
     )
+
+
+def _stderr_logger(*_args: Any) -> structlog.PrintLogger:
+    """Look sys.stderr up per logger: it is swapped under CliRunner and by redirects."""
+    return structlog.PrintLogger(file=sys.stderr)
 
 
 def _config(**overrides: Any) -> EbsOpsConfig:

@@ -213,7 +213,8 @@ class Ec2VolumeBackend:
 
     def _waiter_config(self, timeout_s: float) -> dict[str, float]:
         delay = self.waiter_delay_s
-        return {"Delay": delay, "MaxAttempts": max(1, math.ceil(timeout_s / delay))}
+        # The epsilon keeps 0.05 / 0.01 (= 5.000000000000001) at 5 polls, not 6.
+        return {"Delay": delay, "MaxAttempts": max(1, math.ceil(timeout_s / delay - 1e-9))}
 
     def _wait(self, waiter: Any, what: str, timeout_s: float, **kwargs: Any) -> None:
         from botocore.exceptions import WaiterError

@@ -330,7 +330,7 @@ class LocalVolumeBackend:
         volume = volume_dir(data_dir, partition)
         marker = data_dir / f".partition-{partition}.ebs-ops-restore.json"
         self.progress("check target")
-        if self._already_restored(volume, marker, snap) and not self.replace:
+        if self._already_restored(volume, marker, snap):
             return self._restore_result(snap, volume, data_dir, resumed=True, dry_run=dry_run)
         self._check_target_free(volume)
         if dry_run:
@@ -348,6 +348,7 @@ class LocalVolumeBackend:
         os.replace(staging, volume)
         _fsync_dir(data_dir)
         _write_json_atomic(marker, {"snapshot_id": snap.snapshot_id, "state": "done",
+                                    "volume_inode": volume.stat().st_ino,
                                     "restored_at": datetime.now(UTC).isoformat()})
         return self._restore_result(snap, volume, data_dir, resumed=resumed, dry_run=False)
 
@@ -384,7 +385,10 @@ class LocalVolumeBackend:
             return False
         with contextlib.suppress(ValueError, OSError):
             body = json.loads(marker.read_text(encoding="utf-8"))
-            return bool(body.get("snapshot_id") == snap.snapshot_id and body.get("state") == "done")
+            # The inode ties the marker to the directory this restore created, not to whatever
+            # later sits at the same path.
+            return bool(body.get("snapshot_id") == snap.snapshot_id and body.get("state") == "done"
+                        and body.get("volume_inode") == volume.stat().st_ino)
         return False
 
     def _check_target_free(self, volume: Path) -> None:

@@ -120,10 +120,18 @@ def test_restore_refuses_existing_volume_and_replace_keeps_it(tmp_path: Path, wo
     with pytest.raises(VolumeInUseError, match="--replace"):
         b.restore(0, str(target), snap.snapshot_id)
     assert (target / "partition-0" / "precious").exists()
-    backend(tmp_path, worker, replace=True).restore(0, str(target), snap.snapshot_id)
+    replacing = backend(tmp_path, worker, replace=True)
+    assert not replacing.restore(0, str(target), snap.snapshot_id).resumed
+    assert replacing.restore(0, str(target), snap.snapshot_id).resumed  # the same command again: no-op
     aside = list(target.glob("partition-0.replaced-*"))
     assert len(aside) == 1 and (aside[0] / "precious").read_text() == "x"
     assert len(read_keys(target / "partition-0" / "db")) == 2000
+    # Another directory put at the same path later is not mistaken for the restored one.
+    os.rename(target / "partition-0", tmp_path / "elsewhere")
+    (target / "partition-0").mkdir()
+    (target / "partition-0" / "other").write_text("y")
+    with pytest.raises(VolumeInUseError, match="holds data"):
+        b.restore(0, str(target), snap.snapshot_id)
 
 
 def test_restore_refuses_a_volume_a_running_process_holds(tmp_path: Path, worker: WorkerDouble) -> None:
