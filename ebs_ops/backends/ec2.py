@@ -183,7 +183,9 @@ class Ec2VolumeBackend:
     @staticmethod
     def _translate(what: str, exc: Any) -> Exception:
         code = exc.response.get("Error", {}).get("Code", "")
-        message = exc.response.get("Error", {}).get("Message", str(exc))
+        message = exc.response.get("Error", {}).get("Message") or "no message"
+        if message == "None":  # some endpoints (moto) send the literal text
+            message = "no message"
         if code in _NOT_FOUND:
             cls = _NOT_FOUND[code]
             return cls(f"{what}: {message} ({code}); {_NEXT_STEP[cls]}")
@@ -303,24 +305,30 @@ class Ec2VolumeBackend:
             self._dry_run(f"create snapshots of {instance_id}", self.ec2.create_snapshots,
                           InstanceSpecification=spec)
             return []
-        partitions = [int(p["partition"]) for p in self.control.partitions()] if self.control else []
+        positions: dict[int, WorkerPosition] = {}
         with contextlib.ExitStack() as stack:
-            for p in partitions:
-                stack.enter_context(paused(self.control, p))  # type: ignore[arg-type]
+            if self.control is not None:
+                self.progress("pause worker")
+                for p in self.control.partitions():
+                    positions[int(p["partition"])] = stack.enter_context(
+                        paused(self.control, int(p["partition"])))
             self.progress("create snapshots")
             out = self._call(f"create snapshots of {instance_id}", self.ec2.create_snapshots,
                              InstanceSpecification=spec, CopyTagsFromSource="volume",
                              TagSpecifications=[self._tag_spec("snapshot", None, None)])
-        return [self._tag_from_volume(s) for s in out.get("Snapshots", [])]
+        return [self._tag_from_volume(s, positions) for s in out.get("Snapshots", [])]
 
-    def _tag_from_volume(self, snap: dict[str, Any]) -> SnapshotInfo:
-        """Copy the partition tag from the source volume (CopyTagsFromSource may not be honoured)."""
+    def _tag_from_volume(self, snap: dict[str, Any], positions: dict[int, WorkerPosition]) -> SnapshotInfo:
+        """Tag each snapshot of the set with its volume's partition and that partition's offsets
+        (one TagSpecification covers the whole set; CopyTagsFromSource may not be honoured)."""
         vol = self._call("describe volume", self.ec2.describe_volumes, VolumeIds=[snap["VolumeId"]])
-        partition = _tags(vol["Volumes"][0]).get(TAG_PARTITION)
-        if partition is not None:
-            self._call("tag snapshot", self.ec2.create_tags, Resources=[snap["SnapshotId"]],
-                       Tags=[{"Key": TAG_PARTITION, "Value": partition}])
-        snap.setdefault("Tags", []).append({"Key": TAG_PARTITION, "Value": partition or "-1"})
+        partition = _int_tag(_tags(vol["Volumes"][0]), TAG_PARTITION)
+        if partition is None:
+            return self._snapshot_info(snap)  # a data volume that is not a worker volume
+        spec = self._tag_spec("snapshot", partition, positions.get(partition))
+        tags = [t for t in spec["Tags"] if t["Key"] not in (TAG_CREATED_BY, TAG_WORKER, "Name")]
+        self._call("tag snapshot", self.ec2.create_tags, Resources=[snap["SnapshotId"]], Tags=tags)
+        snap["Tags"] = [*snap.get("Tags", []), *tags]
         snap.setdefault("StartTime", datetime.now(UTC))
         return self._snapshot_info(snap)
 

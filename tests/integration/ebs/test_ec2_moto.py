@@ -198,10 +198,14 @@ def test_move_with_hooks_and_az_mismatch(fleet: Fleet, tmp_path: Path) -> None:
     assert vol["Attachments"][0]["InstanceId"] == fleet.a
 
 
-def test_create_snapshots_for_an_instance_tags_partitions(fleet: Fleet) -> None:
-    snaps = fleet.backend().snapshot_instance(fleet.a)
-    assert [s.partition for s in snaps] == [0]
-    assert [s.snapshot_id for s in fleet.backend().list_snapshots(0)] == [snaps[0].snapshot_id]
+def test_create_snapshots_for_an_instance_tags_partitions_and_offsets(fleet: Fleet, tmp_path: Path) -> None:
+    with WorkerDouble(tmp_path / "data", 0) as worker:
+        worker.write(["a", "b"])
+        snaps = fleet.backend(control=WorkerControlClient(worker.url)).snapshot_instance(fleet.a)
+        assert worker.state == "running" and worker.requests[-1] == "POST /partitions/0/resume"
+    assert [(s.partition, s.input_offset, s.sequence) for s in snaps] == [(0, 2, 2)]
+    [listed] = fleet.backend().list_snapshots(0)
+    assert (listed.snapshot_id, listed.input_offset) == (snaps[0].snapshot_id, 2)
 
 
 def test_missing_credentials_says_what_to_set(fleet: Fleet, monkeypatch: pytest.MonkeyPatch,
