@@ -43,6 +43,7 @@ def run(
     control_port: Annotated[int | None, typer.Option(help="serve the control endpoint on this port")] = None,
     exactly_once: Annotated[str | None, typer.Option(help="reconcile | transactional")] = None,
     group: Annotated[str | None, typer.Option(help="consumer group for input offsets")] = None,
+    assignment: Annotated[str | None, typer.Option(help="static (--partitions) | group (cooperative)")] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
 ) -> None:
     """Run dedupe workers for the given input partitions until SIGTERM/SIGINT."""
@@ -61,7 +62,8 @@ def run(
     try:
         cfg = load_config(config, bootstrap=bootstrap, input_topic=input, output_topic=output, dlq_topic=dlq,
                           partitions=partitions, data_dir=data_dir, metrics_port=metrics_port,
-                          control_port=control_port, exactly_once=exactly_once, group=group)
+                          control_port=control_port, exactly_once=exactly_once, group=group,
+                          assignment=assignment)
         runner = WorkerRunner(cfg, stop_event=stop)
         runner.start()
     except DedupeError as e:

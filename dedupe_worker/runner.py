@@ -16,8 +16,9 @@ from prometheus_client import CollectorRegistry
 
 from dedupe_worker.config import WorkerConfig
 from dedupe_worker.control import ControlServer
-from dedupe_worker.exceptions import TopicLayoutError
+from dedupe_worker.exceptions import ConfigError, TopicLayoutError
 from dedupe_worker.faults import FaultHook
+from dedupe_worker.group import GroupWorker
 from dedupe_worker.kafka import check_layout
 from dedupe_worker.metrics import WorkerMetrics
 from dedupe_worker.worker import PartitionWorker
@@ -42,6 +43,8 @@ class WorkerRunner:
             raise TopicLayoutError(f"partitions {bad} do not exist: {self.cfg.input_topic!r} has {count}")
         metrics = WorkerMetrics(self.registry)
         faults = FaultHook.from_env()
+        if self.cfg.assignment == "group":
+            return self._start_group(metrics, faults)
         for p in partitions:
             self.workers[p] = PartitionWorker(self.cfg, p, metrics, faults, self.stop_event)
         for w in self.workers.values():
@@ -56,6 +59,20 @@ class WorkerRunner:
             t.start()
         log.info("worker started", partitions=partitions, metrics_port=self.metrics_port,
                  control_port=self.control.port if self.control else None)
+        return self
+
+    def _start_group(self, metrics: WorkerMetrics, faults: FaultHook) -> WorkerRunner:
+        if self.cfg.partitions is not None:
+            raise ConfigError("--partitions is for static assignment; in group mode the group assigns them")
+        group = GroupWorker(self.cfg, metrics, faults, self.stop_event)
+        self.workers = group.workers  # the control endpoint sees partitions as they come and go
+        if self.cfg.metrics_port is not None:
+            self.metrics_port = metrics.serve(self.cfg.metrics_port)
+        if self.cfg.control_port is not None:
+            self.control = ControlServer(self.workers, self.cfg.control_port).start()
+        self._threads = [threading.Thread(target=group.run, name="group", daemon=True)]
+        self._threads[0].start()
+        log.info("worker started", assignment="group", group=self.cfg.group)
         return self
 
     def stop(self) -> None:

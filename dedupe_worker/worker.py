@@ -113,6 +113,7 @@ class PartitionWorker:
         self._consumer: Any = None
         self._producer: Any = None
         self._batches = 0
+        self._owns_consumer = True
         self._dlq_partitions = 0
         self._dup_partitions = 0
         self._pause_requested = threading.Event()
@@ -131,22 +132,30 @@ class PartitionWorker:
         return self.store
 
     def start(self) -> None:
-        """Reconcile the store with the output, then position the input consumer."""
+        """Reconcile the store with the output, then position this partition's own input consumer."""
+        conf = consumer_config(self.cfg.bootstrap, self.cfg.group, self.cfg.kafka)
+        consumer = Consumer(conf)
+        position = self.prepare(consumer)
+        consumer.assign([TopicPartition(self.cfg.input_topic, self.partition, position)])
+
+    def prepare(self, consumer: Any, owns_consumer: bool = True) -> int:
+        """Open the store, reconcile it with the output, build the producer; returns the input
+        offset to resume from: max(committed offset, recorded position)."""
         store = self.open_store()
         self.state = "reconciling"
         counter = self.metrics.reconcile.labels(**self._labels)
         reconcile(store, self.cfg, self.partition, on_records=counter.inc)
         self._discover_side_topics()
         self._producer = self._make_producer()
-        conf = consumer_config(self.cfg.bootstrap, self.cfg.group, self.cfg.kafka)
-        self._consumer = Consumer(conf)
+        self._consumer = consumer
+        self._owns_consumer = owns_consumer
         tp = TopicPartition(self.cfg.input_topic, self.partition)
-        committed = self._consumer.committed([tp], timeout=10)[0].offset
+        committed = consumer.committed([tp], timeout=10)[0].offset
         position = max(committed, store.meta().input_offset)
-        self._consumer.assign([TopicPartition(self.cfg.input_topic, self.partition, position)])
         log.info("partition started", partition=self.partition, committed=committed, position=position,
                  output_offset=store.meta().output_offset, keys=store.meta().keys)
         self.state = "running"
+        return int(position)
 
     def _discover_side_topics(self) -> None:
         names = [self.cfg.dlq_topic] + ([self.cfg.duplicates_topic] if self.cfg.duplicates_topic else [])
@@ -165,7 +174,7 @@ class PartitionWorker:
         return producer
 
     def close_clients(self) -> None:
-        if self._consumer is not None:
+        if self._consumer is not None and self._owns_consumer:
             with contextlib.suppress(Exception):
                 self._consumer.close()
         if self._producer is not None:
@@ -215,6 +224,10 @@ class PartitionWorker:
         if not records:
             self._housekeeping(force=False)
             return BatchResult()
+        return self.process(records)
+
+    def process(self, records: list[Any]) -> BatchResult:
+        """One batch of this partition's records, in offset order (see the module docstring)."""
         started = time.perf_counter()
         self._batches += 1
         store = self.store

@@ -1,0 +1,75 @@
+"""Consumer-group mode: a cooperative rebalance hands a partition to a worker with no local state,
+which rebuilds it from the output topic before consuming; the output stays exact.
+
+Runs on ads-broker only: on tansu every group join takes ~25 s (PEERS.md) and this test needs
+three joins (110 s measured), which the suite's time budget cannot carry. It passes there too:
+``pytest tests/integration/worker/test_group.py`` with the fixture switched to ``broker``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from ads_broker.embedded import BrokerProcess
+from dedupe_worker.config import load_config
+from dedupe_worker.loadgen import LoadManifest, LoadSpec, plan, send
+from dedupe_worker.runner import WorkerRunner
+from tests.integration.worker.helpers import Topics, make_topics, message_ids, read_all, wait_for_output
+
+pytestmark = [pytest.mark.timeout(240)]
+
+
+def _runner(bootstrap: str, topics: Topics, data: Path, group: str) -> WorkerRunner:
+    cfg = load_config(None, bootstrap=bootstrap, input_topic=topics.input, output_topic=topics.output,
+                      dlq_topic=topics.dlq, data_dir=data, assignment="group", group=group, batch_size=200)
+    return WorkerRunner(cfg, registry=CollectorRegistry()).start()
+
+
+def _consumed(runner: WorkerRunner) -> float:
+    return sum(runner.registry.get_sample_value("dedupe_messages_total", {"partition": str(p), "result": r})
+               or 0 for p in (0, 1) for r in ("new", "duplicate"))
+
+
+def _wait(cond: object, what: str, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_rebalance_rebuilds_the_gained_partition_from_the_output(ads_broker: BrokerProcess, topic_name: str,
+                                                                 tmp_path: Path) -> None:
+    broker = ads_broker
+    topics = make_topics(broker.bootstrap, topic_name, 2)
+    records1, m1 = plan(LoadSpec(unique=1000, duplicate_rate=0.05, malformed_rate=0.0, seed=31))
+    records2, m2 = plan(LoadSpec(unique=1000, duplicate_rate=0.05, malformed_rate=0.0, seed=32))
+    send(broker.bootstrap, topics.input, records1, m1)
+    group = f"g-{topic_name}"
+    a = _runner(broker.bootstrap, topics, tmp_path / "a", group)
+    b: WorkerRunner | None = None
+    try:
+        wait_for_output(broker.bootstrap, topics.output, 2, len(m1.unique_ids), timeout_s=120)
+        _wait(lambda: _consumed(a) >= len(records1), "first load consumed")
+        b = _runner(broker.bootstrap, topics, tmp_path / "b", group)
+        _wait(lambda: len(a.workers) == 1 and len(b.workers) == 1
+              and all(w.state == "running" for w in [*a.workers.values(), *b.workers.values()]),
+              "cooperative rebalance to one partition each")
+        gained = next(iter(b.workers))
+        assert b.registry.get_sample_value("dedupe_reconcile_records_total", {"partition": str(gained)}), \
+            "the gained partition was not rebuilt from the output"
+        send(broker.bootstrap, topics.input, records2 + records1, LoadManifest())
+        wait_for_output(broker.bootstrap, topics.output, 2, len(m1.unique_ids) + len(m2.unique_ids))
+        _wait(lambda: _consumed(a) + _consumed(b) >= 2 * len(records1) + len(records2), "second load consumed")
+    finally:
+        for r in (a, b):
+            if r is not None:
+                r.stop()
+        for r in (a, b):
+            if r is not None:
+                r.join(60)
+    ids = message_ids(read_all(broker.bootstrap, topics.output, 2))
+    assert set(ids) == set(m1.unique_ids) | set(m2.unique_ids)
+    assert max(ids.values()) == 1
