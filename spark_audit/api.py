@@ -27,10 +27,12 @@ def run_config(cfg: AuditConfig, spark: Any | None = None, master: str = "local[
 def run_audit(bootstrap: str, input_topic: str, output_topic: str, out_dir: Path, *,
               date: str | None = None, window: tuple[datetime, datetime] | None = None,
               dlq_topic: str | None = "events.dlq", dedupe_window: timedelta = timedelta(days=7),
+              lookback: timedelta | None = None, max_output_duplicates: int = 0, max_missing: int = 0,
               master: str = "local[*]", spark: Any | None = None) -> Path:
     """Audit ``input_topic`` against ``output_topic`` for one day (``date``) or ``window``.
 
-    Returns the path of ``report.json``; ``index.html`` and ``details/`` sit next to it.
+    Returns the path of ``report.json``; ``index.html`` and ``details/`` sit next to it. The
+    report's ``status`` is ``alert`` when leaked duplicates or missing messages exceed the thresholds.
     """
     if (date is None) == (window is None):
         raise ValueError("run_audit: give exactly one of date='YYYY-MM-DD' or window=(start, end)")
@@ -38,7 +40,8 @@ def run_audit(bootstrap: str, input_topic: str, output_topic: str, out_dir: Path
     cfg = AuditConfig(
         input=KafkaSource(bootstrap, input_topic), output=KafkaSource(bootstrap, output_topic),
         dlq=KafkaSource(bootstrap, dlq_topic) if dlq_topic else None,
-        start=start, end=end, out_dir=Path(out_dir), dedupe_window=dedupe_window,
+        start=start, end=end, out_dir=Path(out_dir), dedupe_window=dedupe_window, lookback=lookback,
+        max_output_duplicates=max_output_duplicates, max_missing=max_missing,
     )
     run_config(cfg, spark=spark, master=master)
     return Path(out_dir) / "report.json"

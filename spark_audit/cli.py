@@ -1,8 +1,8 @@
 """`spark-audit` command line.
 
-Exit codes: 0 report written, all within thresholds; 2 report written, thresholds exceeded
+Exit codes: 0 report written, all within thresholds; 3 report written, thresholds exceeded
 (leaked duplicates or missing messages: the nightly scheduler should alert); 1 the audit could not
-run (bad arguments, broker unreachable).
+run (broker unreachable, ...); 2 bad command line (typer's usage error).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from spark_audit.sources import ExportSource, KafkaSource, Source
 
 app = typer.Typer(help="""Nightly duplicate audit of the input and output topics on PySpark.""", no_args_is_help=True)
 
-EXIT_THRESHOLD = 2
+EXIT_THRESHOLD = 3
 
 
 @app.command()

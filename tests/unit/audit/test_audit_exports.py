@@ -86,7 +86,7 @@ def test_details_hold_the_missing_and_leaked_ids(spark: Any, parquet_day: Path,
     leaked = [r["message_id"] for r in spark.read.parquet(str(details / "output_duplicates")).collect()]
     assert missing == sorted(sc.LOST)
     assert leaked == list(sc.LEAKED)
-    assert spark.read.parquet(str(details / "by_library")).count() == len(parquet_report["by_library"])
+    assert spark.read.parquet(str(details / "by_library.parquet")).count() == len(parquet_report["by_library"])
 
 
 def test_html_and_pngs_show_the_json_numbers(parquet_day: Path, parquet_report: dict[str, Any]) -> None:
@@ -128,9 +128,21 @@ def test_empty_day_and_missing_exports_are_reported_not_fatal(spark: Any, parque
     assert (tmp_path / "r" / "retry_gap_histogram.png").exists()
 
 
-def test_lost_output_topic_makes_every_new_id_missing(spark: Any, parquet_day: Path, tmp_path: Path) -> None:
-    cfg = config(parquet_day, output=ExportSource(str(tmp_path / "gone")), out_dir=tmp_path / "r")
-    report = run_config(cfg, spark=spark).report
-    # Every id first seen in the window is missing except bad-json, which was dead-lettered.
-    assert report["missing"] == sc.NEW_IDS
-    assert report["output_messages"] == 0 and report["status"] == "alert"
+def test_cli_exit_code_alerts_over_thresholds(spark: Any, parquet_day: Path, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from spark_audit.cli import EXIT_THRESHOLD, app
+
+    args = ["run", "--input-path", str(parquet_day / "in"), "--output-path", str(parquet_day / "out"),
+            "--dlq-path", str(parquet_day / "dlq"), "--date", sc.DAY, "--dedupe-window-hours", "192",
+            "--lookback-hours", "336", "--master", "local[2]"]
+    runner = CliRunner()
+    alert = runner.invoke(app, [*args, "--out", str(tmp_path / "a")])
+    assert alert.exit_code == EXIT_THRESHOLD, alert.output
+    assert "missing 2" in alert.output and "ALERT: missing 2 > threshold 0" in alert.output
+    ok = runner.invoke(app, [*args, "--out", str(tmp_path / "b"), "--max-missing", "2",
+                             "--max-output-duplicates", "1"])
+    assert ok.exit_code == 0, ok.output
+    assert json.loads((tmp_path / "b" / "report.json").read_text())["status"] == "ok"
+    bad = runner.invoke(app, [*args, "--out", str(tmp_path / "c"), "--start", "2026-11-20T00:00:00Z"])
+    assert bad.exit_code == 2 and "not both" in bad.output
