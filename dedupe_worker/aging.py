@@ -56,13 +56,20 @@ class Ager:
             if deleted < min(over, self.cfg.chunk):
                 self._warn("store over its bound but keys are inside the minimum window",
                            over=over, min_window_s=self.cfg.min_window_s)
-        oldest = self.store.oldest_first_seen_ms()
-        window = None if oldest is None else max(0.0, (now_ms - oldest) / 1000)
-        below = deleted > 0 and window is not None and window < self.cfg.window_floor_s
+        if not deleted:
+            return AgingStep(deleted=0, window_s=None, below_floor=False)
+        window = self.window_s(now_ms)
+        below = window is not None and window < self.cfg.window_floor_s
         if below:
             self._warn("effective dedupe window below floor", window_s=window,
                        floor_s=self.cfg.window_floor_s)
         return AgingStep(deleted=deleted, window_s=window, below_floor=below)
+
+    def window_s(self, now_ms: int | None = None) -> float | None:
+        """Effective window: age of the oldest stored key (None when the store is empty)."""
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        oldest = self.store.oldest_first_seen_ms()
+        return None if oldest is None else max(0.0, (now_ms - oldest) / 1000)
 
     def _warn(self, event: str, **kw: object) -> None:
         now = time.monotonic()

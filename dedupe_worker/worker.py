@@ -347,8 +347,9 @@ class PartitionWorker:
         meta = store.meta()
         self.metrics.keys.labels(**self._labels).set(meta.keys)
         self.metrics.db_bytes.labels(**self._labels).set(store.disk_bytes())
-        if aged.window_s is not None:
-            self.metrics.window.labels(**self._labels).set(aged.window_s)
+        window = ager.window_s()
+        if window is not None:
+            self.metrics.window.labels(**self._labels).set(window)
         stats = store.statistics()
         for ticker in ROCKSDB_TICKERS:
             self.metrics.rocksdb.labels(ticker=ticker, **self._labels).set(stats.get(ticker, 0))
