@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import contextvars
 import time
@@ -17,10 +18,11 @@ from ads_broker.config import BrokerConfig
 from ads_broker.coordinator.group import GroupCoordinator
 from ads_broker.coordinator.offsets import OffsetManager
 from ads_broker.exceptions import BrokerError
+from ads_broker.log.log import AppendInfo
 from ads_broker.producer_ids import ProducerIdManager
 from ads_broker.protocol import admin, fetch, groups, metadata, produce
 from ads_broker.protocol.codec import Chunk, DecodedRequest
-from ads_broker.replica_manager import ReplicaManager, now_ms
+from ads_broker.replica_manager import Partition, ReplicaManager, now_ms
 
 log = structlog.get_logger("ads_broker.broker")
 
@@ -71,6 +73,7 @@ class Broker:
         self.stopping = False
         self.messages_in = 0
         self._tasks: list[asyncio.Task[None]] = []
+        self._writers = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="log-append")
 
     async def start(self) -> None:
         self.replicas.open()
@@ -96,6 +99,15 @@ class Broker:
     def _flush_due(self) -> None:
         self.replicas.flush_due(now_ms())
 
+    async def append(self, partition: Partition, records: bytes) -> AppendInfo:
+        """Append a client's batch on a writer thread, serialized per partition by its lock."""
+
+        def locked_append() -> AppendInfo:
+            with partition.lock:
+                return partition.log.append_as_leader(records, partition.leader_epoch)
+
+        return await asyncio.get_running_loop().run_in_executor(self._writers, locked_append)
+
     def wake_fetchers(self) -> None:
         """Complete every long-polling fetch now (shutdown)."""
         for fut in list(self.fetch_waiters):
@@ -111,6 +123,7 @@ class Broker:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.groups.stop()
+        self._writers.shutdown(wait=True)
         self.replicas.close()
 
     # -- request plumbing --------------------------------------------------------------------

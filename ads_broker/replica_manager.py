@@ -23,6 +23,7 @@ import json
 import os
 import re
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -86,11 +87,19 @@ def atomic_write(path: Path, data: bytes) -> None:
 
 @dataclass
 class Partition:
+    """A partition's log plus what the network layer needs around it.
+
+    Appends run on a writer thread (the page-cache write is the slowest step, and the GIL is
+    released during it); ``lock`` serializes every access to ``log`` between that thread and the
+    event loop, so readers never see a half-applied append.
+    """
+
     topic: str
     index: int
     log: Log
     leader_epoch: int = 0
     waiters: set[asyncio.Future[None]] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def high_watermark(self) -> int:
@@ -178,7 +187,8 @@ class ReplicaManager:
     def close(self) -> None:
         """Clean shutdown: flush and close every log, checkpoint, then write the marker."""
         for partition in self.all_partitions():
-            partition.log.close()
+            with partition.lock:
+                partition.log.close()
         self.write_recovery_checkpoint()
         atomic_write(self.data_dir / CLEAN_SHUTDOWN_FILE, b"")
         if self._lock_fd is not None:
@@ -187,7 +197,10 @@ class ReplicaManager:
         log.info("logs closed cleanly", data_dir=str(self.data_dir))
 
     def write_recovery_checkpoint(self) -> None:
-        entries = [f"{p.topic} {p.index} {p.log.recovery_point}" for p in self.all_partitions()]
+        entries = []
+        for p in self.all_partitions():
+            with p.lock:
+                entries.append(f"{p.topic} {p.index} {p.log.recovery_point}")
         text = "\n".join(["0", str(len(entries)), *entries]) + "\n"
         atomic_write(self.data_dir / RECOVERY_CHECKPOINT_FILE, text.encode())
 
@@ -217,7 +230,8 @@ class ReplicaManager:
 
     def _open_log(self, topic: str, index: int, config: LogConfig, recovery_point: int, clean: bool) -> Log:
         return Log(self.data_dir / f"{topic}-{index}", config, topic=topic, partition=index,
-                   recovery_point=recovery_point, clean_shutdown=clean, now_ms=now_ms)
+                   recovery_point=recovery_point, clean_shutdown=clean, now_ms=now_ms,
+                   producer_id_expiration_ms=int(self.config["producer.id.expiration.ms"]))
 
     def _load_topic(self, meta: dict[str, object], recovery_points: dict[tuple[str, int], int]) -> None:
         name = str(meta["name"])
@@ -266,7 +280,8 @@ class ReplicaManager:
         self._write_topic_metadata()
         for partition in topic.partitions:
             partition.notify()
-            partition.log.delete()
+            with partition.lock:
+                partition.log.delete()
         log.info("topic deleted", topic=name)
 
     def create_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
@@ -323,22 +338,25 @@ class ReplicaManager:
         """``flush.ms``: fsync logs whose oldest unflushed write is older than their interval."""
         flushed = 0
         for partition in self.all_partitions():
-            plog = partition.log
-            if plog.unflushed_messages() and now - plog.last_flush_ms >= plog.config.flush_interval_ms:
-                plog.flush()
-                flushed += 1
+            with partition.lock:
+                plog = partition.log
+                if plog.unflushed_messages() and now - plog.last_flush_ms >= plog.config.flush_interval_ms:
+                    plog.flush()
+                    flushed += 1
         return flushed
 
     def enforce_retention(self) -> int:
         deleted = 0
         for partition in self.all_partitions():
-            partition.log.maybe_roll_by_time()
-            deleted += partition.log.enforce_retention()
+            with partition.lock:
+                partition.log.maybe_roll_by_time()
+                deleted += partition.log.enforce_retention()
         return deleted
 
     def expire_producers(self) -> None:
         for partition in self.all_partitions():
-            partition.log.expire_producers()
+            with partition.lock:
+                partition.log.expire_producers()
 
 
 def partitions_of(manager: ReplicaManager, names: Iterable[str]) -> list[Partition]:

@@ -188,17 +188,25 @@ class _Group:
     def num_awaiting_join(self) -> int:
         return sum(1 for m in self.members.values() if m.awaiting_join)
 
-    def candidate_protocols(self) -> set[str]:
+    def _protocol_support_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
         for member in self.members.values():
             for name in set(member.protocol_names()):
                 counts[name] = counts.get(name, 0) + 1
-        return {name for name, count in counts.items() if count == len(self.members)}
+        return counts
+
+    def candidate_protocols(self) -> set[str]:
+        return {name for name, count in self._protocol_support_counts().items() if count == len(self.members)}
 
     def supports_protocols(self, protocol_type: str, protocol_names: set[str]) -> bool:
         if self.state is GroupState.EMPTY:
             return bool(protocol_type) and bool(protocol_names)
-        return self.protocol_type == protocol_type and bool(protocol_names & self.candidate_protocols())
+        # A rebalancing group whose members all left (a pending member keeps it from completing)
+        # supports any protocol: every name is supported by all zero members, as in Kafka.
+        counts = self._protocol_support_counts()
+        return self.protocol_type == protocol_type and any(
+            counts.get(name, 0) == len(self.members) for name in protocol_names
+        )
 
     def select_protocol(self) -> str:
         """Majority vote among protocols every member supports; each member votes for its most

@@ -177,8 +177,7 @@ class OffsetManager:
                                   value=encode_value(offset, epoch, meta, now), headers=[]))
             accepted.append(((topic, partition), CommittedOffset(offset, epoch, meta, now)))
         if records:
-            plog = self.replicas.get_partition(OFFSETS_TOPIC, partition_for_group(group, self.num_partitions)).log
-            plog.append_internal(build_batch(records), leader_epoch=0)
+            self._append(group, records)
             cache = self._cache.setdefault(group, {})
             for key, value in accepted:
                 cache[key] = value
@@ -202,5 +201,9 @@ class OffsetManager:
         now = int(time.time() * 1000)
         records = [Record(offset=i, timestamp=now, key=encode_key(group, t, p), value=None, headers=[])
                    for i, (t, p) in enumerate(offsets)]
-        plog = self.replicas.get_partition(OFFSETS_TOPIC, partition_for_group(group, self.num_partitions)).log
-        plog.append_internal(build_batch(records), leader_epoch=0)
+        self._append(group, records)
+
+    def _append(self, group: str, records: list[Record]) -> None:
+        partition = self.replicas.get_partition(OFFSETS_TOPIC, partition_for_group(group, self.num_partitions))
+        with partition.lock:
+            partition.log.append_internal(build_batch(records), leader_epoch=0)

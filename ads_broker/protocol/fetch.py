@@ -53,16 +53,16 @@ def _read_partitions(broker: Broker, req: DecodedRequest) -> tuple[ReadResult, i
             slices: list[FileSlice] = []
             try:
                 partition = broker.replicas.get_partition(ftopic.topic, fpart.partition)
-                plog = partition.log
-                data.high_watermark = partition.high_watermark
-                data.last_stable_offset = partition.last_stable_offset
-                data.log_start_offset = plog.log_start_offset
                 limit = min(fpart.partition_max_bytes, remaining)
-                if limit > 0 or first_with_data:
-                    found = plog.read(fpart.fetch_offset, max(limit, 0),
-                                      max_offset=_upper_bound(partition, body.isolation_level),
-                                      min_one_batch=first_with_data)
-                    slices = list(found)
+                with partition.lock:
+                    plog = partition.log
+                    data.high_watermark = partition.high_watermark
+                    data.last_stable_offset = partition.last_stable_offset
+                    data.log_start_offset = plog.log_start_offset
+                    if limit > 0 or first_with_data:
+                        slices = list(plog.read(fpart.fetch_offset, max(limit, 0),
+                                                max_offset=_upper_bound(partition, body.isolation_level),
+                                                min_one_batch=first_with_data))
                 size = sum(s.size for s in slices)
                 if size:
                     first_with_data = False
@@ -150,18 +150,19 @@ async def handle_list_offsets(broker: Broker, req: DecodedRequest) -> ListOffset
                 partition_index=lpart.partition_index, error_code=0, timestamp=-1, offset=-1, leader_epoch=-1)
             try:
                 partition = broker.replicas.get_partition(ltopic.name, lpart.partition_index)
-                plog = partition.log
                 ts = lpart.timestamp
-                if ts == EARLIEST_TIMESTAMP:
-                    resp.offset = plog.log_start_offset
-                elif ts == LATEST_TIMESTAMP:
-                    resp.offset = _upper_bound(partition, isolation)
-                elif ts == MAX_TIMESTAMP:
-                    resp.timestamp, resp.offset = plog.max_timestamp_and_offset()
-                else:
-                    found = plog.offset_for_timestamp(ts)
-                    if found is not None:
-                        resp.offset, resp.timestamp = found
+                with partition.lock:
+                    plog = partition.log
+                    if ts == EARLIEST_TIMESTAMP:
+                        resp.offset = plog.log_start_offset
+                    elif ts == LATEST_TIMESTAMP:
+                        resp.offset = _upper_bound(partition, isolation)
+                    elif ts == MAX_TIMESTAMP:
+                        resp.timestamp, resp.offset = plog.max_timestamp_and_offset()
+                    else:
+                        found = plog.offset_for_timestamp(ts)
+                        if found is not None:
+                            resp.offset, resp.timestamp = found
                 if resp.offset >= 0:
                     resp.leader_epoch = partition.leader_epoch
             except BrokerError as e:
@@ -187,7 +188,8 @@ async def handle_delete_records(broker: Broker, req: DecodedRequest) -> DeleteRe
                     raise OffsetOutOfRangeError(
                         f"cannot delete records of {dtopic.name}-{dpart.partition_index} before offset "
                         f"{dpart.offset}: the high watermark is {partition.high_watermark}")
-                resp.low_watermark = partition.log.delete_records_before(target)
+                with partition.lock:
+                    resp.low_watermark = partition.log.delete_records_before(target)
             except BrokerError as e:
                 broker.log_client_error(req, "delete_records", e, topic=dtopic.name, partition=dpart.partition_index)
                 resp.error_code = e.error_code

@@ -8,7 +8,8 @@ and is not appended again.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import asyncio
+from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 
@@ -22,10 +23,29 @@ INVALID_REQUIRED_ACKS = 21
 TRANSACTIONAL_ID_NOT_SUPPORTED = 42  # INVALID_REQUEST, with an explanation in the log
 
 
+async def _append_one(broker: Broker, req: DecodedRequest, topic: str, pdata: Any, resp: Any) -> None:
+    try:
+        partition = broker.replicas.get_partition(topic, pdata.index)
+        if pdata.records is None:
+            raise InvalidRecordError("produce request carries null records")
+        info = await broker.append(partition, pdata.records)
+        resp.base_offset = info.first_offset
+        resp.log_append_time_ms = info.log_append_time_ms
+        resp.log_start_offset = info.log_start_offset
+        if not info.duplicate:
+            partition.notify()
+            broker.metrics_appended(info.record_count)
+    except BrokerError as e:
+        broker.log_client_error(req, "produce", e, topic=topic, partition=pdata.index)
+        resp.error_code = e.error_code
+        resp.error_message = str(e)
+
+
 async def handle_produce(broker: Broker, req: DecodedRequest) -> ProduceResponse | None:
     body = req.body
     acks = body.acks
     topic_responses = []
+    appends = []
     for topic_data in body.topic_data:
         partition_responses = []
         for pdata in topic_data.partition_data:
@@ -38,24 +58,13 @@ async def handle_produce(broker: Broker, req: DecodedRequest) -> ProduceResponse
                 resp.error_code = TRANSACTIONAL_ID_NOT_SUPPORTED
                 resp.error_message = "transactional produce is not supported by this ads-broker version"
             else:
-                try:
-                    partition = broker.replicas.get_partition(topic_data.name, pdata.index)
-                    if pdata.records is None:
-                        raise InvalidRecordError("produce request carries null records")
-                    info = partition.log.append_as_leader(bytes(pdata.records), partition.leader_epoch)
-                    resp.base_offset = info.first_offset
-                    resp.log_append_time_ms = info.log_append_time_ms
-                    resp.log_start_offset = info.log_start_offset
-                    if not info.duplicate:
-                        partition.notify()
-                        broker.metrics_appended(info.record_count)
-                except BrokerError as e:
-                    broker.log_client_error(req, "produce", e, topic=topic_data.name, partition=pdata.index)
-                    resp.error_code = e.error_code
-                    resp.error_message = str(e)
+                appends.append(_append_one(broker, req, topic_data.name, pdata, resp))
             partition_responses.append(resp)
         topic_responses.append(ProduceResponse.TopicProduceResponse(
             name=topic_data.name, partition_responses=partition_responses))
+    # The partitions of one request are appended in parallel; a request's own order per
+    # partition is kept because a connection's next request waits for this response.
+    await asyncio.gather(*appends)
     if acks == 0:
         # No response at all for acks=0; on an error Kafka closes the connection so the client notices.
         if any(p.error_code for t in topic_responses for p in t.partition_responses):
