@@ -555,3 +555,44 @@ def test_background_task_fires_deadlines_on_the_real_clock() -> None:
             await coord.stop()
 
     asyncio.run(scenario())
+
+
+def test_pending_member_holds_the_join_phase_and_empty_rebalancing_group_accepts_joiners() -> None:
+    """Found by the state machine: a rebalancing group whose members all left, kept open by a
+    MEMBER_ID_REQUIRED member, must still accept joiners (Kafka counts support over zero members)."""
+
+    async def scenario() -> None:
+        clock = FakeClock()
+        coord = make_coordinator(clock)
+        generation, [a] = await stable_group(coord, clock, "g20", [None])
+        pending = await join(coord, "g20", require_known=True)
+        assert pending.error_code == errors.MEMBER_ID_REQUIRED
+        await coord.leave_group("g20", [(a, None)])
+        described = coord.describe_group("g20")
+        assert (described.state, described.members) == ("PreparingRebalance", [])  # waits for pending
+        newcomer = spawn(join(coord, "g20", protocols=[("roundrobin", b"rr")]))
+        await settle()
+        assert not newcomer.done()
+        rejoined = await join(coord, "g20", pending.member_id, protocols=[("roundrobin", b"rr")])
+        await settle()
+        assert rejoined.generation_id == newcomer.result().generation_id == generation + 1
+        assert rejoined.protocol_name == "roundrobin"
+
+    asyncio.run(scenario())
+
+
+def test_unanswered_member_id_required_expires_after_the_session_timeout() -> None:
+    async def scenario() -> None:
+        clock = FakeClock()
+        coord = make_coordinator(clock)
+        generation, [a] = await stable_group(coord, clock, "g21", [None])
+        pending = await join(coord, "g21", require_known=True)
+        a_rejoin = spawn(join(coord, "g21", a))  # the leader rejoins: a rebalance starts
+        await settle()
+        assert not a_rejoin.done()  # the pending member might still come back
+        await tick(coord, clock, SESSION_MS / 1000 + 0.001)
+        assert a_rejoin.result().generation_id == generation + 1
+        assert [m[0] for m in a_rejoin.result().members] == [a]
+        assert (await join(coord, "g21", pending.member_id)).error_code == errors.UNKNOWN_MEMBER_ID
+
+    asyncio.run(scenario())
