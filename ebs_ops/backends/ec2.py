@@ -304,7 +304,10 @@ class Ec2VolumeBackend:
         if dry_run:
             self._dry_run(f"create snapshots of {instance_id}", self.ec2.create_snapshots,
                           InstanceSpecification=spec)
-            return []
+            attached = self._call(f"list volumes of {instance_id}", self.ec2.describe_volumes, Filters=[
+                {"Name": "attachment.instance-id", "Values": [instance_id]},
+                {"Name": f"tag:{TAG_PARTITION}", "Values": ["*"]}])["Volumes"]
+            return [self._dry_info(_int_tag(_tags(v), TAG_PARTITION) or 0, v["VolumeId"]) for v in attached]
         positions: dict[int, WorkerPosition] = {}
         with contextlib.ExitStack() as stack:
             if self.control is not None:

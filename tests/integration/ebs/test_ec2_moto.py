@@ -199,6 +199,9 @@ def test_move_with_hooks_and_az_mismatch(fleet: Fleet, tmp_path: Path) -> None:
 
 
 def test_create_snapshots_for_an_instance_tags_partitions_and_offsets(fleet: Fleet, tmp_path: Path) -> None:
+    dry = fleet.backend().snapshot_instance(fleet.a, dry_run=True)
+    assert [(s.partition, s.state, s.source) for s in dry] == [(0, "dry-run", fleet.volume)]
+    assert fleet.backend().list_snapshots() == []
     with WorkerDouble(tmp_path / "data", 0) as worker:
         worker.write(["a", "b"])
         snaps = fleet.backend(control=WorkerControlClient(worker.url)).snapshot_instance(fleet.a)

@@ -10,8 +10,10 @@ call the backend should have made (e.g. the rollback detach) but didn't fails th
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -19,7 +21,9 @@ import pytest
 from botocore.stub import Stubber
 
 from ebs_ops.backends.ec2 import Ec2VolumeBackend
-from ebs_ops.exceptions import CredentialsError, SnapshotFailedError, StepTimeoutError
+from ebs_ops.control import WorkerControlClient
+from ebs_ops.exceptions import AwsError, CredentialsError, SnapshotFailedError, StepTimeoutError
+from tests.unit.ebs.control_double import WorkerDouble
 
 SNAP = "snap-0123456789abcdef0"
 VOL = "vol-0123456789abcdef0"
@@ -116,3 +120,19 @@ def test_permission_denied_names_the_policy(stub: tuple[Ec2VolumeBackend, Stubbe
                              http_status_code=403)
     with pytest.raises(CredentialsError, match=r"ebs-ops-policy\.json"):
         backend.describe_snapshot(SNAP)
+
+
+def test_failed_create_snapshot_still_thaws_and_resumes_worker(stub: tuple[Ec2VolumeBackend, Stubber],
+                                                               tmp_path: Path) -> None:
+    backend, stubber = stub
+    marker = tmp_path / "hooks"
+    hook = f"{sys.executable} -c \"import sys; open(sys.argv[1], 'a').write(sys.argv[2] + ' ')\" {marker}"
+    backend.freeze_cmd, backend.thaw_cmd = f"{hook} freeze", f"{hook} thaw"
+    stubber.add_response("describe_volumes", volume("in-use", "attached") | {"NextToken": ""})
+    stubber.add_client_error("create_snapshot", "SnapshotCreationPerVolumeRateExceeded", "slow down")
+    with WorkerDouble(tmp_path / "data", 2) as worker:
+        backend.control = WorkerControlClient(worker.url)
+        with pytest.raises(AwsError, match="SnapshotCreationPerVolumeRateExceeded"):
+            backend.snapshot(2)
+        assert worker.state == "running" and worker.requests[-1] == "POST /partitions/2/resume"
+    assert marker.read_text().split() == ["freeze", "thaw"]
