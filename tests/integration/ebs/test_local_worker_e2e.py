@@ -1,4 +1,4 @@
-"""Local backend end to end with a REAL worker process (`python -m dedupe_worker run`) on tansu.
+"""Local backend end to end with a REAL worker process (`python -m dedupe_worker run`) on both brokers.
 
 Snapshot a running worker, keep feeding it, SIGKILL it (by PID), restore the stale snapshot with
 `ebs-ops restore`, restart the worker, keep feeding, and check the output topic: every messageId
@@ -114,8 +114,8 @@ def ebs_ops(*args: str) -> dict[str, Any]:
 
 
 def test_restore_stale_snapshot_of_killed_worker_loses_nothing_duplicates_nothing(
-        tansu: BrokerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    bs, topic = tansu.bootstrap, f"ebs-{uuid.uuid4().hex[:10]}"
+        broker: BrokerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bs, topic = broker.bootstrap, f"ebs-{uuid.uuid4().hex[:10]}"
     create_topics(bs, {f"{topic}-in": 1, f"{topic}-out": 1, f"{topic}-dlq": 1})
     data, snaps = tmp_path / "data", tmp_path / "snapshots"
     phase1 = [f"p1-{i}" for i in range(300)]
