@@ -773,8 +773,9 @@ class GroupCoordinator:
             return error
         if group.state is GroupState.EMPTY:
             return errors.UNKNOWN_MEMBER_ID
+        # No wake-up: a heartbeat only moves a deadline later, so the expiry task's next wake
+        # is still early enough (it re-reads the deadlines when it wakes).
         self._schedule_heartbeat(group.members[member_id])
-        self._wake()
         if group.state is GroupState.PREPARING_REBALANCE:
             return errors.REBALANCE_IN_PROGRESS
         return errors.NONE

@@ -596,3 +596,32 @@ def test_unanswered_member_id_required_expires_after_the_session_timeout() -> No
         assert (await join(coord, "g21", pending.member_id)).error_code == errors.UNKNOWN_MEMBER_ID
 
     asyncio.run(scenario())
+
+
+def test_retried_or_abandoned_join_requests_do_not_wedge_the_group() -> None:
+    async def scenario() -> None:
+        clock = FakeClock()
+        coord = make_coordinator(clock)
+        generation, [a, b] = await stable_group(coord, clock, "g22", [None, None])
+        first = spawn(join(coord, "g22", a))
+        await settle()
+        retry = spawn(join(coord, "g22", a))  # the client timed out and retried
+        await settle()
+        assert first.result().error_code == errors.REBALANCE_IN_PROGRESS  # the superseded one is answered
+        b_join = spawn(join(coord, "g22", b))
+        await settle()
+        assert retry.result().generation_id == b_join.result().generation_id == generation + 1
+        # CompletingRebalance + unchanged metadata (a lost response): the generation comes back at once.
+        again = await join(coord, "g22", b)
+        assert again.generation_id == generation + 1
+        # The connection dies while a's JoinGroup is parked (its handler task is cancelled). As in
+        # Kafka, a still counts as rejoined: the phase completes when b arrives, and nothing raises.
+        a_lost = spawn(join(coord, "g22", a, protocols=[("range", b"new")]))  # new metadata: rebalance
+        await settle()
+        a_lost.cancel()
+        await settle()
+        b_again = await join(coord, "g22", b)
+        assert b_again.generation_id == generation + 2 and b_again.leader == a
+        assert coord.describe_group("g22").state == "CompletingRebalance"
+
+    asyncio.run(scenario())
