@@ -108,7 +108,9 @@ def dump_log(
 def _admin(bootstrap: str) -> Any:
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000})
+    # Producer-type handles default to allow.auto.create.topics=true: `describe` of a missing topic
+    # would create it on a broker with auto.create.topics.enable.
+    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000, "allow.auto.create.topics": False})
 
 
 def _result(future: Any, what: str) -> Any:
@@ -137,7 +139,8 @@ def topics_create(
         cfg = dict(split_override(c) for c in config or [])
     except BrokerError as e:
         fail(str(e))
-    futures = _admin(bootstrap).create_topics([NewTopic(topic, partitions, 1, config=cfg)], request_timeout=30)
+    admin = _admin(bootstrap)  # must outlive its futures: a destroyed client fails them
+    futures = admin.create_topics([NewTopic(topic, partitions, 1, config=cfg)], request_timeout=30)
     _result(futures[topic], f"create topic {topic!r}")
     typer.echo(f"Created topic {topic} with {partitions} partition(s).")
 
@@ -182,7 +185,8 @@ def topics_describe(topic: str, bootstrap: Bootstrap = "127.0.0.1:9092") -> None
 @topics_app.command("delete")
 def topics_delete(topic: str, bootstrap: Bootstrap = "127.0.0.1:9092") -> None:
     """Delete a topic and its data."""
-    futures = _admin(bootstrap).delete_topics([topic], request_timeout=30)
+    admin = _admin(bootstrap)
+    futures = admin.delete_topics([topic], request_timeout=30)
     _result(futures[topic], f"delete topic {topic!r}")
     typer.echo(f"Deleted topic {topic}.")
 
@@ -190,7 +194,8 @@ def topics_delete(topic: str, bootstrap: Bootstrap = "127.0.0.1:9092") -> None:
 @groups_app.command("list")
 def groups_list(bootstrap: Bootstrap = "127.0.0.1:9092") -> None:
     """List consumer groups with their state."""
-    result = _result(_admin(bootstrap).list_consumer_groups(request_timeout=30), "list groups")
+    admin = _admin(bootstrap)
+    result = _result(admin.list_consumer_groups(request_timeout=30), "list groups")
     for g in sorted(result.valid, key=lambda g: g.group_id):
         typer.echo(f"{g.group_id}\t{g.state.name}")
 
