@@ -77,7 +77,7 @@ def test_config_file_overrides_and_validation(tmp_path: Path) -> None:
     assert cfg["auto.create.topics.enable"] is False
     assert cfg.topic_defaults()["segment.bytes"] == "2048"
     assert cfg["advertised.listeners"] == cfg["listeners"]
-    with pytest.raises(ConfigError, match="unknown broker config 'num.partition'"):
+    with pytest.raises(ConfigError, match=r"unknown broker config 'num\.partition'"):
         BrokerConfig.load(None, {"num.partition": "1"})
     with pytest.raises(ConfigError, match="below the minimum 1"):
         BrokerConfig.load(None, {"num.partitions": "0"})
@@ -85,7 +85,7 @@ def test_config_file_overrides_and_validation(tmp_path: Path) -> None:
         BrokerConfig.load(None, {"auto.create.topics.enable": "yes"})
     with pytest.raises(ConfigError, match=r"server.properties:1: expected key=value"):
         parse_properties("garbage line\n", "server.properties")
-    with pytest.raises(ConfigError, match="--override expects key=value"):
+    with pytest.raises(ConfigError, match=r"--override expects key=value"):
         split_override("novalue")
     with pytest.raises(ConfigError, match="cannot read config file"):
         BrokerConfig.load(tmp_path / "missing.properties")
