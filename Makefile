@@ -6,7 +6,7 @@ PIP    := $(VENV)/bin/pip
 # System packages the test suite starts for real (ZooKeeper for cluster mode, a JRE for Spark).
 APT_PACKAGES := openjdk-17-jre-headless
 
-.PHONY: run test lint unit integration bench clean apt-deps
+.PHONY: run run-broker test lint unit integration bench clean apt-deps
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,12 @@ apt-deps:
 	  SUDO=$$(command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq $(APT_PACKAGES); }
 
+# The main job on the embedded default: ads-broker, load generator, dedupe workers, verified output.
 run: $(VENV)/.base
+	$(PY) -m dedupe_worker.demo
+
+# The broker alone: produce/consume through confluent-kafka, restart, committed offsets.
+run-broker: $(VENV)/.base
 	$(PY) -m ads_broker.demo
 
 lint: $(VENV)/.test
