@@ -107,6 +107,10 @@ def _tags(resource: dict[str, Any]) -> dict[str, str]:
     return {t["Key"]: t["Value"] for t in resource.get("Tags", [])}
 
 
+def _pick(value: int | None, default: int) -> int:
+    return default if value is None else value
+
+
 def _int_tag(tags: dict[str, str], key: str) -> int | None:
     value = tags.get(key)
     return int(value) if value is not None and value.lstrip("-").isdigit() else None
@@ -307,7 +311,8 @@ class Ec2VolumeBackend:
             attached = self._call(f"list volumes of {instance_id}", self.ec2.describe_volumes, Filters=[
                 {"Name": "attachment.instance-id", "Values": [instance_id]},
                 {"Name": f"tag:{TAG_PARTITION}", "Values": ["*"]}])["Volumes"]
-            return [self._dry_info(_int_tag(_tags(v), TAG_PARTITION) or 0, v["VolumeId"]) for v in attached]
+            return [self._dry_info(_pick(_int_tag(_tags(v), TAG_PARTITION), -1), v["VolumeId"])
+                    for v in attached]
         positions: dict[int, WorkerPosition] = {}
         with contextlib.ExitStack() as stack:
             if self.control is not None:
@@ -370,7 +375,7 @@ class Ec2VolumeBackend:
     def _snapshot_info(snap: dict[str, Any]) -> SnapshotInfo:
         tags = _tags(snap)
         return SnapshotInfo(
-            snapshot_id=snap["SnapshotId"], partition=_int_tag(tags, TAG_PARTITION) or 0,
+            snapshot_id=snap["SnapshotId"], partition=_pick(_int_tag(tags, TAG_PARTITION), -1),
             state=snap.get("State", "pending"), created_at=snap.get("StartTime", datetime.now(UTC)),
             created_by=tags.get(TAG_CREATED_BY, ""), input_offset=_int_tag(tags, TAG_INPUT_OFFSET),
             output_offset=_int_tag(tags, TAG_OUTPUT_OFFSET), sequence=_int_tag(tags, TAG_SEQUENCE),

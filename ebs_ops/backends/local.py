@@ -179,7 +179,7 @@ class LocalVolumeBackend:
         staging = final.with_name(snap_id + INCOMPLETE)
         if dry_run:
             self.control.partitions()  # proves the worker answers; changes nothing
-            return self._info(snap_id, partition, "dry-run", now, None, volume, final)
+            return self._info(snap_id, partition, "dry-run", now, volume, final)
         staging.mkdir(parents=True)
         position = self._checkpoint(partition, volume, staging)
         self.progress("write manifest")
@@ -255,7 +255,7 @@ class LocalVolumeBackend:
             snap_id = path.name.removesuffix(INCOMPLETE)
             partition = int(path.parent.name.removeprefix("partition-"))
             created = datetime.fromtimestamp(path.stat().st_mtime, UTC)
-            return self._info(snap_id, partition, "incomplete", created, None, Path(), path)
+            return self._info(snap_id, partition, "incomplete", created, Path(), path)
         try:
             manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
         except FileNotFoundError:
@@ -267,8 +267,8 @@ class LocalVolumeBackend:
             ) from exc
         return self._from_manifest(manifest, path)
 
-    def _info(self, snap_id: str, partition: int, state: str, created: datetime,
-              pos: WorkerPosition | None, volume: Path, location: Path) -> SnapshotInfo:
+    def _info(self, snap_id: str, partition: int, state: str, created: datetime, volume: Path,
+              location: Path) -> SnapshotInfo:
         return SnapshotInfo(snapshot_id=snap_id, partition=partition, state=state, created_at=created,
                             created_by=CREATED_BY, worker=self.worker, source=str(volume),
                             location=str(location))
@@ -441,13 +441,16 @@ class LocalVolumeBackend:
         return result
 
     def _wait_released(self, volume: Path) -> None:
+        """Wait (up to the step timeout) for the stopped worker to release its RocksDB LOCK."""
+        if not self.stop_cmd and volume_in_use(volume):
+            raise VolumeInUseError(
+                f"volume {volume} is still open by a running worker; stop it "
+                "(or pass --stop-cmd) and re-run: nothing was moved"
+            )
         deadline = time.monotonic() + self.step_timeout_s
         while volume_in_use(volume):
-            if time.monotonic() >= deadline or not self.stop_cmd:
-                raise VolumeInUseError(
-                    f"volume {volume} is still open by a running worker; stop it "
-                    "(or pass --stop-cmd) and re-run: nothing was moved"
-                ) if not self.stop_cmd else StepTimeoutError(
+            if time.monotonic() >= deadline:
+                raise StepTimeoutError(
                     f"worker still holds {volume} {self.step_timeout_s:.0f}s after the stop hook; "
                     "check the worker and re-run: nothing was moved"
                 )
