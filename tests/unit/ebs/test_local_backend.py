@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -236,3 +237,31 @@ def test_move_refuses_held_volume_then_moves(tmp_path: Path) -> None:
     (data / "partition-4").mkdir()
     with pytest.raises(VolumeInUseError, match="already has a volume"):
         b.move(4, str(other))
+
+
+@pytest.fixture
+def other_filesystem(tmp_path: Path) -> Iterator[Path]:
+    """A directory on another filesystem than tmp_path (tmpfs /dev/shm), removed afterwards."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("no second filesystem (/dev/shm) on this machine")
+    path = Path(tempfile.mkdtemp(prefix="ebs-ops-test-", dir=shm))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def test_restore_and_move_across_filesystems(tmp_path: Path, worker: WorkerDouble,
+                                             other_filesystem: Path) -> None:
+    b = backend(tmp_path, worker)
+    snap = b.snapshot(0)
+    host = other_filesystem / "host"
+    host.mkdir()
+    b.restore(0, str(host), snap.snapshot_id)  # hard links impossible: copied
+    assert len(read_keys(host / "partition-0" / "db")) == 2000
+    back = tmp_path / "back"
+    back.mkdir()
+    LocalVolumeBackend(host, tmp_path / "snaps").move(0, str(back))
+    assert not (host / "partition-0").exists() and not list(back.glob(".moving-*"))
+    assert len(read_keys(back / "partition-0" / "db")) == 2000
