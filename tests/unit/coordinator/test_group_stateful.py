@@ -138,24 +138,38 @@ class GroupMachine(RuleBasedStateMachine):
     clients_idx = st.integers(0, N_CLIENTS - 1)
 
     @rule(i=clients_idx, require_known=st.booleans())
-    def join_group(self, i: int, require_known: bool) -> None:
+    def join_group(self, i: int, require_known: bool, skip_assignment_ok: bool = False) -> None:
         client = self.clients[i]
         client.join_task = self._spawn(
             join(
                 self.coord, GROUP, client.member_id, client.instance_id,
                 protocols=[("range", client.name.encode())], session_ms=SESSION_MS,
-                rebalance_ms=REBALANCE_MS, require_known=require_known,
+                rebalance_ms=REBALANCE_MS, require_known=require_known, skip_assignment_ok=skip_assignment_ok,
             )
         )
         self._settle()
 
-    @rule(i=clients_idx)
-    def restart(self, i: int) -> None:
-        """The process restarts: it forgets its member id (a static member keeps its instance id)."""
+    @rule(i=clients_idx, skip_assignment_ok=st.booleans())
+    def restart(self, i: int, skip_assignment_ok: bool) -> None:
+        """The process restarts: it forgets its member id (a static member keeps its instance id).
+        ``skip_assignment_ok`` is a JoinGroup v9+ client (KIP-814)."""
         client = self.clients[i]
         client.join_task = client.sync_task = None  # the old process's requests are abandoned
         client.reset()
-        self.join_group(i, require_known=True)
+        self.join_group(i, require_known=True, skip_assignment_ok=skip_assignment_ok)
+
+    @rule()
+    def delete_group(self) -> None:
+        group = self.coord._groups.get(GROUP)
+        state = str(group.state) if group is not None else None
+        code = self.coord.delete_group(GROUP)
+        expected = {None: errors.GROUP_ID_NOT_FOUND, "Empty": errors.NONE}.get(state, errors.NON_EMPTY_GROUP)
+        assert code == expected, (state, code)
+        if code == errors.NONE:
+            # A new group with this id starts again at generation 0 (as in Kafka); member ids are
+            # never reused, so nothing from the old incarnation is valid in the new one.
+            self.max_generation = self.last_stable_generation = 0
+            self.stable_membership.clear()
 
     @rule(i=clients_idx)
     def sync_group(self, i: int) -> None:
