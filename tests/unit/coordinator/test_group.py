@@ -625,3 +625,28 @@ def test_retried_or_abandoned_join_requests_do_not_wedge_the_group() -> None:
         assert coord.describe_group("g22").state == "CompletingRebalance"
 
     asyncio.run(scenario())
+
+
+def test_new_member_parked_longer_than_five_minutes_is_dropped() -> None:
+    """Kafka's NewMemberJoinTimeoutMs: a new member cannot heartbeat while its first JoinGroup is
+    parked, so after 5 minutes it is dropped (its client has likely retried already)."""
+
+    async def scenario() -> None:
+        clock = FakeClock()
+        coord = make_coordinator(clock)
+        first = spawn(join(coord, "g23", rebalance_ms=600_000))
+        await settle()
+        await tick(coord, clock, INITIAL_DELAY_MS / 1000)
+        a = first.result()
+        await sync(coord, "g23", a.generation_id, a.member_id, assignments={a.member_id: b"p"})
+        newcomer = spawn(join(coord, "g23", rebalance_ms=600_000))
+        await settle()
+        for _ in range(59):  # a heartbeats but never rejoins; the rebalance timeout is 10 minutes
+            await tick(coord, clock, 5)
+            assert await coord.heartbeat("g23", a.generation_id, a.member_id, None) == errors.REBALANCE_IN_PROGRESS
+        assert not newcomer.done()
+        await tick(coord, clock, 5.01)
+        assert newcomer.result().error_code == errors.UNKNOWN_MEMBER_ID
+        assert [m.member_id for m in coord.describe_group("g23").members] == [a.member_id]
+
+    asyncio.run(scenario())
