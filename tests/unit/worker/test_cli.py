@@ -6,6 +6,7 @@ import json
 import signal
 from pathlib import Path
 
+import structlog
 from typer.testing import CliRunner
 
 from dedupe_worker.cli import app
@@ -38,7 +39,8 @@ def test_run_with_invalid_config_exits_2_naming_the_setting(tmp_path: Path) -> N
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         result = runner.invoke(app, ["run", "--config", str(cfg)])
-    finally:  # `run` installs SIGTERM/SIGINT handlers; give pytest its own back
+    finally:  # `run` installs signal handlers and configures logging: undo both
         for sig, handler in saved.items():
             signal.signal(sig, handler)
+        structlog.reset_defaults()
     assert result.exit_code == 2 and "batch_size" in result.output
