@@ -13,7 +13,6 @@ marker.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import struct
@@ -33,46 +32,155 @@ SENDFILE_MIN_BYTES = 64 * 1024
 UNSUPPORTED_VERSION = 35
 
 
-class Connection:
-    def __init__(self, server: BrokerServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+class FrameReceiver(asyncio.BufferedProtocol):
+    """Kafka framing with as few copies as possible: the kernel writes a large request's body
+    straight into that frame's own buffer; small frames are cut out of a shared read buffer.
+
+    Complete frames are queued for the connection's request loop; reading pauses while too many
+    are waiting, so a client pipelining faster than we answer cannot grow memory without bound.
+    """
+
+    READ_BUFFER = 64 * 1024
+    MAX_QUEUED_FRAMES = 16
+
+    def __init__(self, server: BrokerServer) -> None:
         self.server = server
-        self.reader = reader
-        self.writer = writer
-        peer = writer.get_extra_info("peername")
+        self.max_frame = int(server.broker.config["socket.request.max.bytes"])
+        self.frames: asyncio.Queue[bytearray | None] = asyncio.Queue()
+        self.transport: asyncio.Transport | None = None
+        self.peer = "unknown"
+        self._buf = bytearray(self.READ_BUFFER)
+        self._view = memoryview(self._buf)
+        self._have = 0  # bytes in _buf
+        self._frame: bytearray | None = None  # a large frame being received in place
+        self._frame_got = 0
+        self._can_write = asyncio.Event()
+        self._can_write.set()
+        self._paused_reading = False
+        self.connection: Connection | None = None
+
+    # -- asyncio.BufferedProtocol -----------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "unknown"
+        self.connection = Connection(self.server, self)
+        self.server.connections.add(self.connection)
+        self.connection.task = asyncio.ensure_future(self.connection.serve())
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._frame is not None:
+            return memoryview(self._frame)[self._frame_got:]
+        return self._view[self._have:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._frame is not None:
+            self._frame_got += nbytes
+            if self._frame_got == len(self._frame):
+                self._deliver(self._frame)
+                self._frame = None
+            return
+        self._have += nbytes
+        self._cut_frames()
+
+    def _cut_frames(self) -> None:
+        pos = 0
+        while self._have - pos >= 4:
+            (size,) = struct.unpack_from(">i", self._buf, pos)
+            if size < 0 or size > self.max_frame:
+                log.warning("closing connection: bad frame size", client=self.peer, size=size, max=self.max_frame)
+                self._close()
+                return
+            available = self._have - pos - 4
+            if available >= size:
+                self._deliver(bytearray(self._view[pos + 4:pos + 4 + size]))
+                pos += 4 + size
+                continue
+            if size > self.READ_BUFFER // 2:
+                # Large frame: receive the rest directly into its own buffer.
+                frame = bytearray(size)
+                frame[:available] = self._view[pos + 4:self._have]
+                self._frame, self._frame_got = frame, available
+                pos = self._have
+            break
+        remaining = self._have - pos
+        if pos and remaining:
+            self._buf[:remaining] = self._view[pos:self._have]
+        self._have = remaining
+
+    def _deliver(self, frame: bytearray) -> None:
+        self.frames.put_nowait(frame)
+        if self.frames.qsize() >= self.MAX_QUEUED_FRAMES and not self._paused_reading and self.transport:
+            self._paused_reading = True
+            self.transport.pause_reading()
+
+    def next_frame_taken(self) -> None:
+        if self._paused_reading and self.frames.qsize() < self.MAX_QUEUED_FRAMES // 2 and self.transport:
+            self._paused_reading = False
+            self.transport.resume_reading()
+
+    def eof_received(self) -> bool | None:
+        if self._frame is not None or self._have:
+            log.warning("closing connection: truncated frame", client=self.peer)
+        return None  # close the transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.frames.put_nowait(None)
+        self._can_write.set()
+
+    def pause_writing(self) -> None:
+        self._can_write.clear()
+
+    def resume_writing(self) -> None:
+        self._can_write.set()
+
+    # -- used by Connection ------------------------------------------------------------------
+
+    async def drain(self) -> None:
+        await self._can_write.wait()
+        if self.transport is None or self.transport.is_closing():
+            raise ConnectionResetError("connection lost")
+
+    def _close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+class Connection:
+    """One client connection: requests handled one at a time and answered in order."""
+
+    def __init__(self, server: BrokerServer, receiver: FrameReceiver) -> None:
+        self.server = server
+        self.receiver = receiver
+        self.peer = receiver.peer
         self.busy = False
+        self.task: asyncio.Future[None] | None = None
+
+    def close(self) -> None:
+        self.receiver._close()
 
     async def serve(self) -> None:
-        max_bytes = int(self.server.broker.config["socket.request.max.bytes"])
         try:
             while not self.server.closing:
-                try:
-                    size_bytes = await self.reader.readexactly(4)
-                except (asyncio.IncompleteReadError, ConnectionError):
+                frame = await self.receiver.frames.get()
+                if frame is None:
                     return
-                (size,) = struct.unpack(">i", size_bytes)
-                if size < 0 or size > max_bytes:
-                    log.warning("closing connection: bad frame size", client=self.peer, size=size, max=max_bytes)
-                    return
-                try:
-                    frame = await self.reader.readexactly(size)
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    log.warning("closing connection: truncated frame", client=self.peer, expected=size)
-                    return
+                self.receiver.next_frame_taken()
                 self.busy = True
                 try:
-                    if not await self._handle_frame(frame):
+                    if not await self._handle_frame(bytes(frame) if len(frame) < 4096 else frame):
                         return
                 except ConnectionError:
                     return  # the client went away while we answered
                 finally:
                     self.busy = False
         finally:
-            self.writer.close()
-            with contextlib.suppress(Exception):
-                await self.writer.wait_closed()
+            self.close()
+            self.server.connections.discard(self)
 
-    async def _handle_frame(self, frame: bytes) -> bool:
+    async def _handle_frame(self, frame: bytes | bytearray) -> bool:
         """Decode, dispatch and answer one request; False closes the connection."""
         try:
             req = decode_request(frame)
@@ -107,7 +215,9 @@ class Connection:
 
     async def _send(self, chunks: list[Chunk]) -> None:
         loop = asyncio.get_running_loop()
-        transport = self.writer.transport
+        transport = self.receiver.transport
+        if transport is None or transport.is_closing():
+            raise ConnectionResetError("connection lost")
         try:
             pending = bytearray()
             for chunk in chunks:
@@ -117,13 +227,13 @@ class Connection:
                     pending += chunk.read()
                 else:
                     if pending:
-                        self.writer.write(bytes(pending))
+                        transport.write(bytes(pending))
                         pending.clear()
                     with os.fdopen(os.dup(chunk.fd), "rb", closefd=True) as f:
                         await loop.sendfile(transport, f, chunk.position, chunk.size)
             if pending:
-                self.writer.write(bytes(pending))
-            await self.writer.drain()
+                transport.write(bytes(pending))
+            await self.receiver.drain()
         finally:
             for chunk in chunks:
                 if isinstance(chunk, SendfileSlice):
@@ -140,19 +250,11 @@ class BrokerServer:
         self._stopped = asyncio.Event()
         self._shutdown_task: asyncio.Future[None] | None = None
 
-    async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = Connection(self, reader, writer)
-        self.connections.add(conn)
-        try:
-            await conn.serve()
-        finally:
-            self.connections.discard(conn)
-
     async def start(self) -> None:
         await self.broker.start()
         host, port = self.config.listen
-        self._server = await asyncio.start_server(self._on_connect, host, port, reuse_address=True,
-                                                  limit=1 << 20)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: FrameReceiver(self), host, port, reuse_address=True)
         log.info("ads-broker listening", listen=f"{host}:{port}",
                  advertised="{}:{}".format(*self.config.advertised), node_id=self.broker.node_id,
                  data_dir=str(self.broker.replicas.data_dir))
@@ -172,7 +274,7 @@ class BrokerServer:
                 break
             await asyncio.sleep(0.05)
         for conn in list(self.connections):
-            conn.writer.close()
+            conn.close()
         await self.broker.stop()
         self._stopped.set()
 
