@@ -17,10 +17,11 @@ from kafka.protocol.api_message import ApiMessage
 from ads_broker.config import BrokerConfig
 from ads_broker.coordinator.group import GroupCoordinator
 from ads_broker.coordinator.offsets import OffsetManager
+from ads_broker.coordinator.transaction import TransactionCoordinator
 from ads_broker.exceptions import BrokerError
 from ads_broker.log.log import AppendInfo
 from ads_broker.producer_ids import ProducerIdManager
-from ads_broker.protocol import admin, fetch, groups, metadata, produce
+from ads_broker.protocol import admin, fetch, groups, metadata, produce, txn
 from ads_broker.protocol.codec import Chunk, DecodedRequest
 from ads_broker.replica_manager import Partition, ReplicaManager, now_ms
 
@@ -47,6 +48,10 @@ HANDLERS: dict[int, Handler] = {
     21: fetch.handle_delete_records,
     22: produce.handle_init_producer_id,
     32: admin.handle_describe_configs,
+    24: txn.handle_add_partitions_to_txn,
+    25: txn.handle_add_offsets_to_txn,
+    26: txn.handle_end_txn,
+    28: txn.handle_txn_offset_commit,
     37: admin.handle_create_partitions,
 }
 
@@ -69,6 +74,11 @@ class Broker:
             max_group_size=int(config["group.max.size"]))
         self.offsets = OffsetManager(self.replicas, int(config["offsets.topic.num.partitions"]))
         self.producer_ids = ProducerIdManager(data_dir)
+        self.txn = TransactionCoordinator(
+            self.replicas, self.offsets, self.producer_ids,
+            num_partitions=int(config["transaction.state.log.num.partitions"]),
+            max_timeout_ms=int(config["transaction.max.timeout.ms"]),
+            id_expiration_ms=int(config["transactional.id.expiration.ms"]))
         self.fetch_waiters: set[asyncio.Future[None]] = set()
         self.stopping = False
         self.messages_in = 0
@@ -78,6 +88,7 @@ class Broker:
     async def start(self) -> None:
         self.replicas.open()
         self.offsets.load()
+        self.txn.load()
         await self.groups.start()
         self._tasks = [
             asyncio.create_task(self._every(int(self.config["log.flush.scheduler.interval.ms"]), self._flush_due)),
@@ -86,6 +97,10 @@ class Broker:
             asyncio.create_task(self._every(int(self.config["producer.id.expiration.check.interval.ms"]),
                                             self.replicas.expire_producers)),
             asyncio.create_task(self._every(60000, self.replicas.write_recovery_checkpoint)),
+            asyncio.create_task(self._every(
+                int(self.config["transaction.abort.timed.out.transaction.cleanup.interval.ms"]),
+                self.txn.abort_timed_out)),
+            asyncio.create_task(self._every(3600000, self.txn.expire_ids)),
         ]
 
     async def _every(self, interval_ms: int, job: Callable[[], Any]) -> None:

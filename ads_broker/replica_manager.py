@@ -108,7 +108,8 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        return self.high_watermark
+        # The first offset of the oldest open transaction, or the high watermark (caller holds lock).
+        return self.log.last_stable_offset(self.high_watermark)
 
     def notify(self) -> None:
         """Wake long-polling fetches waiting on this partition."""

@@ -94,6 +94,13 @@ def decode_value(buf: bytes) -> tuple[int, int, str, int]:
     return int(offset), int(epoch), metadata, int(commit_ts)
 
 
+def _control_kind(records: list[Record]) -> int | None:
+    """0 = ABORT, 1 = COMMIT for a control batch's first record (Kafka's EndTransactionMarker key)."""
+    if not records or records[0].key is None or len(records[0].key) < 4:
+        return None
+    return int(struct.unpack_from(">h", records[0].key, 2)[0])
+
+
 @dataclass(frozen=True, slots=True)
 class CommittedOffset:
     offset: int
@@ -109,6 +116,12 @@ class OffsetManager:
         self.replicas = replicas
         self.num_partitions = num_partitions
         self._cache: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
+        # Transactional commits not yet decided: producer id -> group -> (topic, partition) -> offset.
+        # They become visible when the coordinator writes COMMIT to the group's partition.
+        self._pending: dict[int, dict[str, dict[tuple[str, int], CommittedOffset]]] = {}
+
+    def partition_for(self, group: str) -> int:
+        return partition_for_group(group, self.num_partitions)
 
     def load(self) -> None:
         """Create the internal topic if needed and rebuild the cache from its logs."""
@@ -138,20 +151,28 @@ class OffsetManager:
         while pos + 12 <= len(data):
             size = 12 + int.from_bytes(data[pos + 8:pos + 12], "big")
             header, batch_records = decode_batch(data[pos:pos + size])
-            for record in batch_records:
-                self._apply(record)
+            if header.is_control:
+                kind = _control_kind(batch_records)
+                if kind is not None:
+                    self._resolve(header.producer_id, None, kind == 1)
+            elif header.is_transactional:
+                for record in batch_records:
+                    self._apply(record, self._pending.setdefault(header.producer_id, {}))
+            else:
+                for record in batch_records:
+                    self._apply(record, self._cache)
             next_offset = max(next_offset, header.last_offset + 1)
             pos += size
         return next_offset
 
-    def _apply(self, record: Record) -> None:
+    def _apply(self, record: Record, target: dict[str, dict[tuple[str, int], CommittedOffset]]) -> None:
         if record.key is None:
             return
         key = decode_key(record.key)
         if key is None:
             return
         group, topic, partition = key
-        offsets = self._cache.setdefault(group, {})
+        offsets = target.setdefault(group, {})
         if record.value is None:
             offsets.pop((topic, partition), None)
         else:
@@ -182,6 +203,57 @@ class OffsetManager:
             for key, value in accepted:
                 cache[key] = value
         return errors
+
+    def commit_transactional(self, group: str, producer_id: int, producer_epoch: int,
+                             entries: Iterable[tuple[str, int, int, int, str | None]]) -> dict[tuple[str, int], int]:
+        """TxnOffsetCommit: append a transactional batch; the offsets stay pending until the marker."""
+        now = int(time.time() * 1000)
+        errors: dict[tuple[str, int], int] = {}
+        records: list[Record] = []
+        accepted: list[tuple[tuple[str, int], CommittedOffset]] = []
+        for topic, partition, offset, epoch, metadata in entries:
+            meta = metadata or ""
+            if len(meta.encode("utf-8")) > OFFSET_METADATA_MAX_BYTES:
+                errors[(topic, partition)] = OFFSET_METADATA_TOO_LARGE
+                continue
+            errors[(topic, partition)] = 0
+            records.append(Record(offset=len(records), timestamp=now, key=encode_key(group, topic, partition),
+                                  value=encode_value(offset, epoch, meta, now), headers=[]))
+            accepted.append(((topic, partition), CommittedOffset(offset, epoch, meta, now)))
+        if records:
+            target = self.replicas.get_partition(OFFSETS_TOPIC, self.partition_for(group))
+            batch = build_batch(records, producer_id=producer_id, producer_epoch=producer_epoch,
+                                is_transactional=True)
+            with target.lock:
+                target.log.append_internal(batch, leader_epoch=0)
+            pending = self._pending.setdefault(producer_id, {}).setdefault(group, {})
+            for key, value in accepted:
+                pending[key] = value
+        return errors
+
+    def complete_transaction(self, producer_id: int, partition: int, commit: bool) -> None:
+        """The coordinator wrote a marker for ``producer_id`` to ``__consumer_offsets``-``partition``."""
+        self._resolve(producer_id, partition, commit)
+
+    def _resolve(self, producer_id: int, partition: int | None, commit: bool) -> None:
+        groups = self._pending.get(producer_id)
+        if not groups:
+            return
+        for group in [g for g in groups if partition is None or self.partition_for(g) == partition]:
+            offsets = groups.pop(group)
+            if commit:
+                self._cache.setdefault(group, {}).update(offsets)
+        if not groups:
+            del self._pending[producer_id]
+
+    def has_pending(self, group: str, partitions: Iterable[tuple[str, int]] | None) -> bool:
+        """Are transactional commits of ``group`` (for ``partitions``, or any) still undecided?"""
+        wanted = None if partitions is None else set(partitions)
+        for groups in self._pending.values():
+            offsets = groups.get(group)
+            if offsets and (wanted is None or not wanted.isdisjoint(offsets)):
+                return True
+        return False
 
     def fetch(self, group: str,
               partitions: Iterable[tuple[str, int]] | None) -> dict[tuple[str, int], CommittedOffset | None]:

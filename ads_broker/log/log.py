@@ -21,29 +21,46 @@ import bisect
 import os
 import re
 import shutil
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ads_broker.exceptions import OffsetOutOfRangeError
+from ads_broker.exceptions import InvalidProducerEpochError, OffsetOutOfRangeError
 from ads_broker.log.config import LogConfig
-from ads_broker.log.producer_state import ProducerStateManager
+from ads_broker.log.producer_state import CONTROL_ABORT, CONTROL_COMMIT, CompletedTxn, ProducerStateManager
 from ads_broker.log.records import (
     BatchHeader,
+    Record,
+    build_batch,
+    decode_batch,
     iter_batches,
+    read_header,
     stamp_log_append_time,
     stamp_offsets,
     validate_produce_batches,
 )
 from ads_broker.log.segment import DELETED_SUFFIX, FileSlice, LogSegment
+from ads_broker.log.txn_index import TXN_INDEX_SUFFIX, AbortedTxn, TxnIndex
 
 __all__ = ["LOG_START_OFFSET_FILE", "AppendInfo", "FileSlice", "Log"]
 
 LOG_START_OFFSET_FILE = "log-start-offset"
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
+_CONTROL_KEY = struct.Struct(">hh")  # version, type (Kafka's EndTransactionMarker key)
+_CONTROL_VALUE = struct.Struct(">hi")  # version, coordinator epoch
 _SEGMENT_FILE = re.compile(r"^(\d{20})\.log$")
 _TEMP_SUFFIXES = (".tmp", ".cleaned", DELETED_SUFFIX)
+
+
+def _control_type(batch: bytes | bytearray) -> int | None:
+    """The marker type (CONTROL_ABORT / CONTROL_COMMIT) of a control batch; None if unknown."""
+    _header, records = decode_batch(batch)
+    if not records or records[0].key is None or len(records[0].key) < _CONTROL_KEY.size:
+        return None
+    _version, kind = _CONTROL_KEY.unpack_from(records[0].key, 0)
+    return int(kind)
 
 
 def _base_offset(segment: LogSegment) -> int:
@@ -88,6 +105,7 @@ class Log:
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self._now_ms = now_ms
         self.producer_state = ProducerStateManager(dir)
+        self.txn_index = TxnIndex(dir)
         self._segments: list[LogSegment] = []
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._unflushed = 0
@@ -119,7 +137,7 @@ class Log:
         for path in self.dir.iterdir():
             if path.name.endswith(_TEMP_SUFFIXES):
                 path.unlink(missing_ok=True)
-        for suffix in (".index", ".timeindex"):
+        for suffix in (".index", ".timeindex", TXN_INDEX_SUFFIX):
             for path in self.dir.glob(f"*{suffix}"):
                 if not path.with_suffix(".log").exists():
                     path.unlink(missing_ok=True)
@@ -148,15 +166,21 @@ class Log:
             segment.delete()
         self._segments = [LogSegment(self.dir, offset, self.config, now_ms=self._now_ms())]
         self.producer_state.truncate_and_reload(offset, offset)
+        self.txn_index.load([offset], offset)
 
     def _load_producer_state(self) -> None:
         leo = self.log_end_offset
         replay_from = self.producer_state.load(leo)
         replay_from = max(replay_from, self._segments[0].base_offset)
+        # Aborted-transaction entries at or after the replay start are re-derived by the replay.
+        self.txn_index.load([s.base_offset for s in self._segments], replay_from)
         for segment in self._segments[self._segment_index_for(replay_from) :]:
-            for _pos, header in segment.batches_from(replay_from):
+            for pos, header in segment.batches_from(replay_from):
                 if header.base_offset >= replay_from and header.has_producer_id:
-                    self.producer_state.load_from_batch(header)
+                    control = _control_type(segment.read_batch(pos, header.size)) if header.is_control else None
+                    completed = self.producer_state.load_from_batch(header, control)
+                    if completed is not None:
+                        self._record_completed(completed, segment.base_offset)
         self.producer_state.map_end_offset = leo
         self.producer_state.remove_expired(self._now_ms(), self.producer_id_expiration_ms)
 
@@ -233,6 +257,47 @@ class Log:
             raise ValueError("append_internal needs at least one record batch")
         return self._append(bytearray(records), batches, leader_epoch)
 
+    def append_end_txn_marker(
+        self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, leader_epoch: int
+    ) -> AppendInfo:
+        """Append a COMMIT or ABORT control batch for ``producer_id`` (the coordinator's
+        WriteTxnMarkers); it ends the producer's open transaction in this partition."""
+        entry = self.producer_state.producers.get(producer_id)
+        if entry is not None and entry.producer_epoch > producer_epoch:
+            raise InvalidProducerEpochError(
+                f"marker epoch {producer_epoch} for producer {producer_id} in {self.topic}-{self.partition} is older "
+                f"than the partition's epoch {entry.producer_epoch}"
+            )
+        marker = Record(
+            offset=0,
+            timestamp=self._now_ms(),
+            key=_CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT),
+            value=_CONTROL_VALUE.pack(0, coordinator_epoch),
+        )
+        batch = build_batch(
+            [marker], producer_id=producer_id, producer_epoch=producer_epoch, is_transactional=True, is_control=True
+        )
+        return self._append(bytearray(batch), [(0, read_header(batch))], leader_epoch)
+
+    def first_unstable_offset(self) -> int | None:
+        return self.producer_state.first_unstable_offset()
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        first = self.producer_state.first_unstable_offset()
+        return high_watermark if first is None else min(first, high_watermark)
+
+    def collect_aborted_txns(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        return self.txn_index.collect(fetch_offset, upper_bound)
+
+    def _record_completed(self, completed: CompletedTxn, segment_base: int) -> None:
+        if not completed.is_aborted:
+            return
+        first_unstable = self.producer_state.first_unstable_offset()
+        lso = completed.last_offset + 1 if first_unstable is None else first_unstable
+        self.txn_index.append(
+            segment_base, AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset, lso)
+        )
+
     def _append(self, buf: bytearray, batches: list[tuple[int, BatchHeader]], leader_epoch: int) -> AppendInfo:
         now = self._now_ms()
         log_append_time = self.config.log_append_time
@@ -253,7 +318,10 @@ class Log:
             data = buf if len(placed) == 1 else buf[pos : pos + header.size]
             segment.append(offset + header.last_offset_delta, max_ts, data)
             if header.has_producer_id:
-                self.producer_state.update(header, offset, max_ts)
+                control = _control_type(data if len(placed) == 1 else bytes(data)) if header.is_control else None
+                completed = self.producer_state.update(header, offset, max_ts, control)
+                if completed is not None:
+                    self._record_completed(completed, segment.base_offset)
         self.producer_state.map_end_offset = next_offset
         count = sum(h.records_count for _, h, _, _ in placed)
         self._unflushed += count
@@ -396,6 +464,7 @@ class Log:
 
     def _schedule_delete(self, segment: LogSegment) -> None:
         segment.rename_to_deleted()
+        self.txn_index.drop_segment(segment.base_offset)
         self._pending_deletes.append((self._now_ms() + self.config.file_delete_delay_ms, segment))
         self.producer_state.delete_snapshots_before(self._segments[0].base_offset)
 

@@ -98,13 +98,37 @@ class ProducerStateEntry:
         self.last_timestamp = batch.timestamp
 
 
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction ended by a control batch (Kafka's ``CompletedTxn``): data from
+    ``first_offset`` up to the marker at ``last_offset``."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
+
+
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+
+
 class ProducerStateManager:
-    """Producer entries of one partition directory, with snapshots ``{offset:020d}.snapshot``."""
+    """Producer entries of one partition directory, with snapshots ``{offset:020d}.snapshot``.
+
+    Also tracks each producer's ongoing transaction (``current_txn_first_offset``, mirrored in
+    ``ongoing`` for the LSO): set by its first transactional data batch, cleared by its marker.
+    """
 
     def __init__(self, dir: Path) -> None:
         self.dir = dir
         self.producers: dict[int, ProducerStateEntry] = {}
+        self.ongoing: dict[int, int] = {}  # producer id -> first offset of its open transaction
         self.map_end_offset = 0  # the state reflects the log up to (excluding) this offset
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open transaction (the LSO bound), or None."""
+        return min(self.ongoing.values()) if self.ongoing else None
 
     # -- appends ---------------------------------------------------------------------------
 
@@ -149,28 +173,48 @@ class ProducerStateManager:
                 f"sequence number); expected {_next_seq(entry.last_seq)}"
             )
 
-    def update(self, header: BatchHeader, first_offset: int, timestamp: int | None = None) -> None:
-        """Record a batch appended at ``first_offset`` (after ``check`` accepted it)."""
+    def update(
+        self,
+        header: BatchHeader,
+        first_offset: int,
+        timestamp: int | None = None,
+        control_type: int | None = None,
+    ) -> CompletedTxn | None:
+        """Record a batch appended at ``first_offset`` (after ``check`` accepted it).
+
+        ``control_type`` (CONTROL_ABORT / CONTROL_COMMIT) is the marker type of a control batch;
+        the transaction it ends is returned.
+        """
         last_offset = first_offset + header.last_offset_delta
         entry = self.producers.get(header.producer_id)
         if entry is None:
             entry = self.producers[header.producer_id] = ProducerStateEntry(header.producer_id)
         ts = header.max_timestamp if timestamp is None else timestamp
+        completed: CompletedTxn | None = None
         if header.is_control or header.base_sequence == NO_SEQUENCE:
             if header.producer_epoch > entry.producer_epoch:
                 entry.batches.clear()
                 entry.producer_epoch = header.producer_epoch
             entry.last_timestamp = ts
+            if header.is_control and control_type in (CONTROL_ABORT, CONTROL_COMMIT):
+                first = entry.current_txn_first_offset if entry.current_txn_first_offset >= 0 else first_offset
+                completed = CompletedTxn(header.producer_id, first, last_offset, control_type == CONTROL_ABORT)
+                entry.current_txn_first_offset = -1
+                self.ongoing.pop(header.producer_id, None)
         else:
             entry.add(
                 header.producer_epoch,
                 BatchMetadata(header.base_sequence, header.last_sequence, first_offset, last_offset, ts),
             )
+        if header.is_transactional and not header.is_control and entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = first_offset
+            self.ongoing[header.producer_id] = first_offset
         self.map_end_offset = max(self.map_end_offset, last_offset + 1)
+        return completed
 
-    def load_from_batch(self, header: BatchHeader) -> None:
+    def load_from_batch(self, header: BatchHeader, control_type: int | None = None) -> CompletedTxn | None:
         """Replay a stored batch during recovery (no validation, like Kafka's replication origin)."""
-        self.update(header, header.base_offset)
+        return self.update(header, header.base_offset, control_type=control_type)
 
     def remove_expired(self, now_ms: int, expiration_ms: int) -> list[int]:
         """Drop producers idle for ``expiration_ms`` (``producer.id.expiration.ms``); returns their ids."""
@@ -216,6 +260,7 @@ class ProducerStateManager:
         Returns the offset the caller must replay the log from (0 when no snapshot is usable).
         """
         self.producers = {}
+        self.ongoing = {}
         self.map_end_offset = 0
         for offset in reversed(self.snapshot_offsets()):
             path = self.snapshot_path(offset)
@@ -229,8 +274,15 @@ class ProducerStateManager:
                 continue
             self.producers = entries
             self.map_end_offset = offset
+            self._rebuild_ongoing()
             return offset
+        self.ongoing = {}
         return 0
+
+    def _rebuild_ongoing(self) -> None:
+        self.ongoing = {
+            pid: e.current_txn_first_offset for pid, e in self.producers.items() if e.current_txn_first_offset >= 0
+        }
 
     def truncate_and_reload(self, log_start_offset: int, log_end_offset: int) -> int:
         """Drop snapshots outside [log_start_offset, log_end_offset] and reload; returns replay start."""

@@ -248,6 +248,10 @@ class LogSegment:
             return None
         return header
 
+    def read_batch(self, position: int, size: int) -> bytes:
+        """The bytes of the batch at ``position`` (control batches, the cleaner)."""
+        return FileSlice(self._read_file, position, size).read_bytes()
+
     def _headers_from(self, position: int) -> Iterator[tuple[int, BatchHeader]]:
         while True:
             header = self._header_at(position)

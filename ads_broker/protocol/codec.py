@@ -37,7 +37,14 @@ from kafka.protocol.consumer import (
     SyncGroupRequest,
 )
 from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
-from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
+from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest,
+    EndTxnRequest,
+    InitProducerIdRequest,
+    ProduceRequest,
+    TxnOffsetCommitRequest,
+)
 
 from ads_broker.exceptions import MalformedFrameError
 
@@ -66,6 +73,10 @@ SUPPORTED_APIS: dict[int, tuple[type[ApiMessage], int, int]] = {
         (InitProducerIdRequest, 0, 4),
         (DescribeConfigsRequest, 1, 4),
         (CreatePartitionsRequest, 0, 3),
+        (AddPartitionsToTxnRequest, 0, 3),
+        (AddOffsetsToTxnRequest, 0, 3),
+        (EndTxnRequest, 0, 3),
+        (TxnOffsetCommitRequest, 0, 3),
     )
 }
 API_VERSIONS_KEY = ApiVersionsRequest.API_KEY
@@ -81,7 +92,7 @@ class DecodedRequest:
     body: Any  # the kafka-python request object; None when the version is unsupported
 
 
-def peek_header(frame: bytes) -> tuple[int, int, int]:
+def peek_header(frame: bytes | bytearray) -> tuple[int, int, int]:
     """(api_key, api_version, correlation_id) of a request frame, without the length prefix."""
     if len(frame) < _HEADER_PREFIX.size:
         raise MalformedFrameError(f"request frame of {len(frame)} bytes is shorter than a header")
@@ -89,7 +100,7 @@ def peek_header(frame: bytes) -> tuple[int, int, int]:
     return int(api_key), int(api_version), int(correlation_id)
 
 
-def decode_request(frame: bytes) -> DecodedRequest:
+def decode_request(frame: bytes | bytearray) -> DecodedRequest:
     """Decode one request frame (the bytes after the 4-byte size).
 
     Returns ``body=None`` for a known API at a version outside the supported range, so the caller
@@ -105,7 +116,10 @@ def decode_request(frame: bytes) -> DecodedRequest:
         return DecodedRequest(api_key, api_version, correlation_id, None, None)
     flexible = cls.flexible_version_q(api_version)
     try:
-        stream = io.BytesIO(frame)
+        # The header parser wants a stream: give it only the header's bytes (client id length
+        # plus room for tagged fields), not a copy of a frame that may carry megabytes of records.
+        (client_id_len,) = struct.unpack_from(">h", frame, 8) if len(frame) >= 10 else (0,)
+        stream = io.BytesIO(bytes(memoryview(frame)[:10 + max(client_id_len, 0) + (4096 if flexible else 0)]))
         header = RequestHeader.decode(stream, flexible=flexible)
         body = cls[api_version].decode(memoryview(frame)[stream.tell():])
     except Exception as e:  # the codec raises assorted errors on truncated/garbled input

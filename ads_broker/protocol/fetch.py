@@ -59,17 +59,21 @@ def _read_partitions(broker: Broker, req: DecodedRequest) -> tuple[ReadResult, i
                     data.high_watermark = partition.high_watermark
                     data.last_stable_offset = partition.last_stable_offset
                     data.log_start_offset = plog.log_start_offset
+                    upper = _upper_bound(partition, body.isolation_level)
                     if limit > 0 or first_with_data:
-                        slices = list(plog.read(fpart.fetch_offset, max(limit, 0),
-                                                max_offset=_upper_bound(partition, body.isolation_level),
+                        slices = list(plog.read(fpart.fetch_offset, max(limit, 0), max_offset=upper,
                                                 min_one_batch=first_with_data))
+                    aborted = (plog.collect_aborted_txns(fpart.fetch_offset, upper)
+                               if slices and body.isolation_level == READ_COMMITTED else [])
                 size = sum(s.size for s in slices)
                 if size:
                     first_with_data = False
                     remaining -= size
                     total += size
                 if body.isolation_level == READ_COMMITTED:
-                    data.aborted_transactions = []
+                    data.aborted_transactions = [
+                        PartitionData.AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
+                        for a in aborted]
             except BrokerError as e:
                 if not isinstance(e, OffsetOutOfRangeError):
                     broker.log_client_error(req, "fetch", e, topic=ftopic.topic, partition=fpart.partition)

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
 INVALID_GROUP_ID = 24
+UNSTABLE_OFFSET_COMMIT = 88
 
 
 async def handle_join_group(broker: Broker, req: DecodedRequest) -> JoinGroupResponse:
@@ -136,14 +137,20 @@ async def handle_offset_commit(broker: Broker, req: DecodedRequest) -> OffsetCom
         for topic in body.topics])
 
 
-def _fetch_group(broker: Broker, group_id: str, topics: list[tuple[str, list[int]]] | None
-                 ) -> list[tuple[str, list[tuple[int, int, int, str, int]]]]:
-    """Rows (topic, [(partition, offset, leader_epoch, metadata, error)]) for one group."""
+def _fetch_group(broker: Broker, group_id: str, topics: list[tuple[str, list[int]]] | None,
+                 require_stable: bool = False) -> list[tuple[str, list[tuple[int, int, int, str, int]]]]:
+    """Rows (topic, [(partition, offset, leader_epoch, metadata, error)]) for one group.
+
+    With ``require_stable`` (KIP-447) a partition with an undecided transactional commit answers
+    UNSTABLE_OFFSET_COMMIT so the client retries instead of reading a soon-stale offset.
+    """
     wanted = None if topics is None else [(t, p) for t, parts in topics for p in parts]
     found = broker.offsets.fetch(group_id, wanted)
     by_topic: dict[str, list[tuple[int, int, int, str, int]]] = {}
     for (topic, partition), committed in found.items():
-        if committed is None:
+        if require_stable and broker.offsets.has_pending(group_id, [(topic, partition)]):
+            row = (partition, -1, -1, "", UNSTABLE_OFFSET_COMMIT)
+        elif committed is None:
             row = (partition, -1, -1, "", 0)
         else:
             row = (partition, committed.offset, committed.leader_epoch, committed.metadata, 0)
@@ -158,7 +165,7 @@ async def handle_offset_fetch(broker: Broker, req: DecodedRequest) -> OffsetFetc
         groups = []
         for g in body.groups:
             topics = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
-            rows = _fetch_group(broker, g.group_id, topics)
+            rows = _fetch_group(broker, g.group_id, topics, bool(body.require_stable))
             groups.append(OffsetFetchResponse.OffsetFetchResponseGroup(group_id=g.group_id, error_code=0, topics=[
                 OffsetFetchResponse.OffsetFetchResponseGroup.OffsetFetchResponseTopics(name=t, partitions=[
                     OffsetFetchResponse.OffsetFetchResponseGroup.OffsetFetchResponseTopics.OffsetFetchResponsePartitions(
@@ -166,7 +173,7 @@ async def handle_offset_fetch(broker: Broker, req: DecodedRequest) -> OffsetFetc
                     for p, o, e, m, c in parts]) for t, parts in rows]))
         return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
     topics = None if body.topics is None else [(t.name, list(t.partition_indexes)) for t in body.topics]
-    rows = _fetch_group(broker, body.group_id, topics)
+    rows = _fetch_group(broker, body.group_id, topics, v >= 7 and bool(body.require_stable))
     return OffsetFetchResponse(throttle_time_ms=0, error_code=0, topics=[
         OffsetFetchResponse.OffsetFetchResponseTopic(name=t, partitions=[
             OffsetFetchResponse.OffsetFetchResponseTopic.OffsetFetchResponsePartition(

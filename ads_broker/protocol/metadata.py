@@ -85,9 +85,7 @@ async def handle_find_coordinator(broker: Broker, req: DecodedRequest) -> FindCo
         if key_type == COORDINATOR_GROUP:
             return 0, None
         if key_type == COORDINATOR_TRANSACTION:
-            err = InvalidRequestError("transactions are not supported by this ads-broker version "
-                                      "(idempotent producers are); use Apache Kafka for transactional producers")
-            return err.error_code, str(err)
+            return 0, None
         return InvalidRequestError.error_code, f"unknown coordinator key type {key_type}"
 
     code, message = error_for(body.key_type)

@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING, Any
 from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 
 from ads_broker.exceptions import BrokerError, InvalidRecordError
+from ads_broker.log.records import RECORD_BATCH_OVERHEAD, read_header
 from ads_broker.protocol.codec import DecodedRequest
 
 if TYPE_CHECKING:
     from ads_broker.broker import Broker
 
 INVALID_REQUIRED_ACKS = 21
-TRANSACTIONAL_ID_NOT_SUPPORTED = 42  # INVALID_REQUEST, with an explanation in the log
+INVALID_TXN_STATE = 48
 
 
 async def _append_one(broker: Broker, req: DecodedRequest, topic: str, pdata: Any, resp: Any) -> None:
@@ -54,9 +55,13 @@ async def handle_produce(broker: Broker, req: DecodedRequest) -> ProduceResponse
                 record_errors=[], error_message=None)
             if acks not in (-1, 0, 1):
                 resp.error_code = INVALID_REQUIRED_ACKS
-            elif body.transactional_id is not None:
-                resp.error_code = TRANSACTIONAL_ID_NOT_SUPPORTED
-                resp.error_message = "transactional produce is not supported by this ads-broker version"
+            elif body.transactional_id is not None and (
+                    code := _verify_transactional(broker, body.transactional_id, topic_data.name, pdata)):
+                resp.error_code = code
+                resp.error_message = (f"partition {topic_data.name}-{pdata.index} is not part of an ongoing "
+                                      f"transaction of {body.transactional_id!r} at this producer epoch")
+                broker.log_client_error(req, "produce", None, topic=topic_data.name, partition=pdata.index,
+                                        transactional_id=body.transactional_id, error_code=code)
             else:
                 appends.append(_append_one(broker, req, topic_data.name, pdata, resp))
             partition_responses.append(resp)
@@ -73,14 +78,30 @@ async def handle_produce(broker: Broker, req: DecodedRequest) -> ProduceResponse
     return ProduceResponse(responses=topic_responses, throttle_time_ms=0)
 
 
+def _verify_transactional(broker: Broker, transactional_id: str, topic: str, pdata: Any) -> int:
+    """0 if the batch's producer may write ``topic``-``pdata.index`` in its ongoing transaction."""
+    records = pdata.records
+    if records is None or len(records) < RECORD_BATCH_OVERHEAD:
+        return 0  # the log rejects it with the precise reason
+    header = read_header(records)
+    if not header.is_transactional:
+        return INVALID_TXN_STATE
+    return broker.txn.verify_partition(transactional_id, header.producer_id, header.producer_epoch,
+                                       (topic, pdata.index))
+
+
 async def handle_init_producer_id(broker: Broker, req: DecodedRequest) -> InitProducerIdResponse:
     body = req.body
+    v = req.api_version
     if body.transactional_id is not None:
-        broker.log_client_error(req, "init_producer_id",
-                                InvalidRecordError("transactional.id is not supported yet"),
-                                transactional_id=body.transactional_id)
-        return InitProducerIdResponse(throttle_time_ms=0, error_code=TRANSACTIONAL_ID_NOT_SUPPORTED,
-                                      producer_id=-1, producer_epoch=-1)
+        code, pid, epoch = broker.txn.init_producer_id(
+            body.transactional_id, body.transaction_timeout_ms,
+            body.producer_id if v >= 3 else -1, body.producer_epoch if v >= 3 else -1,
+            fenced_code=90 if v >= 4 else 47)
+        if code:
+            broker.log_client_error(req, "init_producer_id", None, transactional_id=body.transactional_id,
+                                    timeout_ms=body.transaction_timeout_ms, error_code=code)
+        return InitProducerIdResponse(throttle_time_ms=0, error_code=code, producer_id=pid, producer_epoch=epoch)
     # Idempotent producers without a transactional id always get a fresh id at epoch 0 (Kafka's
     # TransactionCoordinator.handleInitProducerId), also when they send their old id (KIP-360).
     return InitProducerIdResponse(throttle_time_ms=0, error_code=0, producer_id=broker.producer_ids.generate(),

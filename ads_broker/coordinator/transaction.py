@@ -1,0 +1,449 @@
+"""The transaction coordinator: ``transactional.id`` -> (producer id, epoch, state, partitions).
+
+Ports Kafka's ``TransactionCoordinator`` / ``TransactionStateManager`` / ``TransactionMetadata``
+for one node. Every state change is a record in the compacted internal topic
+``__transaction_state`` (Kafka's ``TransactionLogKey`` v0 / ``TransactionLogValue`` v0 layout,
+partition ``abs(java_hash(transactional.id)) % transaction.state.log.num.partitions``), appended
+*before* the change is acted on and reloaded on start.
+
+Invariants:
+
+* the Prepare{Commit,Abort} record is the decision point: once it is in the log the transaction
+  completes that way, also after a crash (``load`` finishes it: markers, then Complete*);
+* a transaction's markers are written to every partition it added (WriteTxnMarkers is internal:
+  the coordinator appends control batches under each partition's lock), then Complete* is logged;
+* an older epoch of a transactional id can neither write nor end a transaction: InitProducerId
+  bumps the epoch (aborting an open transaction with a fenced epoch first), and a transaction
+  older than its ``transaction.timeout.ms`` is aborted with a bumped epoch;
+* every call runs on the event loop and does not await, so one call is atomic for the others.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import structlog
+
+from ads_broker.coordinator.offsets import OFFSETS_TOPIC, OffsetManager, java_string_hash
+from ads_broker.exceptions import BrokerError
+from ads_broker.log.records import Record, build_batch, decode_batch
+from ads_broker.producer_ids import ProducerIdManager
+from ads_broker.replica_manager import ReplicaManager
+
+log = structlog.get_logger("ads_broker.transaction")
+
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+MAX_EPOCH = 32767  # Short.MAX_VALUE; Kafka rolls to a new producer id before reaching it
+
+# Kafka error codes used here.
+NONE = 0
+UNKNOWN_TOPIC_OR_PARTITION = 3
+COORDINATOR_NOT_AVAILABLE = 15
+INVALID_PRODUCER_EPOCH = 47
+INVALID_TXN_STATE = 48
+INVALID_PRODUCER_ID_MAPPING = 49
+INVALID_TRANSACTION_TIMEOUT = 50
+CONCURRENT_TRANSACTIONS = 51
+OPERATION_NOT_ATTEMPTED = 55
+PRODUCER_FENCED = 90
+
+
+class TxnState(enum.IntEnum):
+    """Kafka's ``TransactionState`` with its on-disk ids."""
+
+    EMPTY = 0
+    ONGOING = 1
+    PREPARE_COMMIT = 2
+    PREPARE_ABORT = 3
+    COMPLETE_COMMIT = 4
+    COMPLETE_ABORT = 5
+    DEAD = 6
+    PREPARE_EPOCH_FENCE = 7
+
+
+# Kafka's TransactionState.validPreviousStates.
+VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
+    TxnState.EMPTY: frozenset({TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT}),
+    TxnState.ONGOING: frozenset({TxnState.ONGOING, TxnState.EMPTY, TxnState.COMPLETE_COMMIT,
+                                 TxnState.COMPLETE_ABORT}),
+    TxnState.PREPARE_COMMIT: frozenset({TxnState.ONGOING}),
+    TxnState.PREPARE_ABORT: frozenset({TxnState.ONGOING, TxnState.PREPARE_EPOCH_FENCE}),
+    TxnState.COMPLETE_COMMIT: frozenset({TxnState.PREPARE_COMMIT}),
+    TxnState.COMPLETE_ABORT: frozenset({TxnState.PREPARE_ABORT}),
+    TxnState.DEAD: frozenset({TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT}),
+    TxnState.PREPARE_EPOCH_FENCE: frozenset({TxnState.ONGOING}),
+}
+
+
+class IllegalTransitionError(BrokerError):
+    """A state change Kafka's state machine does not allow (a coordinator bug, never client input)."""
+
+    error_code = INVALID_TXN_STATE
+
+
+@dataclass(slots=True)
+class TxnMetadata:
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    state: TxnState = TxnState.EMPTY
+    partitions: set[tuple[str, int]] = field(default_factory=set)
+    start_ms: int = -1
+    last_update_ms: int = -1
+    last_producer_id: int = -1
+    last_producer_epoch: int = -1
+
+
+def partition_for_txn(transactional_id: str, num_partitions: int) -> int:
+    h = java_string_hash(transactional_id)
+    return (0 if h == -(1 << 31) else abs(h)) % num_partitions
+
+
+# -- __transaction_state records (Kafka TransactionLogKey v0 / TransactionLogValue v0) ---------
+
+
+def _string(s: str) -> bytes:
+    raw = s.encode("utf-8")
+    return struct.pack(">h", len(raw)) + raw
+
+
+def _read_string(buf: bytes, pos: int) -> tuple[str, int]:
+    (n,) = struct.unpack_from(">h", buf, pos)
+    return buf[pos + 2 : pos + 2 + n].decode("utf-8"), pos + 2 + n
+
+
+def encode_key(transactional_id: str) -> bytes:
+    return struct.pack(">h", 0) + _string(transactional_id)
+
+
+def decode_key(buf: bytes) -> str:
+    (version,) = struct.unpack_from(">h", buf, 0)
+    if version != 0:
+        raise ValueError(f"unknown transaction log key version {version}")
+    return _read_string(buf, 2)[0]
+
+
+def encode_value(md: TxnMetadata) -> bytes:
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in sorted(md.partitions):
+        by_topic.setdefault(topic, []).append(partition)
+    out = bytearray(struct.pack(">hqhib", 0, md.producer_id, md.producer_epoch, md.timeout_ms, int(md.state)))
+    out += struct.pack(">i", len(by_topic))
+    for topic, parts in by_topic.items():
+        out += _string(topic) + struct.pack(">i", len(parts)) + b"".join(struct.pack(">i", p) for p in parts)
+    out += struct.pack(">qq", md.last_update_ms, md.start_ms)
+    return bytes(out)
+
+
+def decode_value(transactional_id: str, buf: bytes) -> TxnMetadata:
+    version, pid, epoch, timeout, status = struct.unpack_from(">hqhib", buf, 0)
+    if version != 0:
+        raise ValueError(f"unknown transaction log value version {version}")
+    pos = 17
+    (n_topics,) = struct.unpack_from(">i", buf, pos)
+    pos += 4
+    partitions: set[tuple[str, int]] = set()
+    for _ in range(max(n_topics, 0)):
+        topic, pos = _read_string(buf, pos)
+        (n,) = struct.unpack_from(">i", buf, pos)
+        pos += 4
+        for _ in range(n):
+            (p,) = struct.unpack_from(">i", buf, pos)
+            pos += 4
+            partitions.add((topic, int(p)))
+    last_update, start = struct.unpack_from(">qq", buf, pos)
+    return TxnMetadata(transactional_id, int(pid), int(epoch), int(timeout), TxnState(status), partitions,
+                       int(start), int(last_update))
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class TransactionCoordinator:
+    """Kafka's transaction coordinator on one node (see the module docstring)."""
+
+    def __init__(
+        self,
+        replicas: ReplicaManager,
+        offsets: OffsetManager,
+        producer_ids: ProducerIdManager,
+        *,
+        num_partitions: int,
+        max_timeout_ms: int,
+        id_expiration_ms: int = 604_800_000,
+        now_ms: Callable[[], int] = _wall_ms,
+    ) -> None:
+        self.replicas = replicas
+        self.offsets = offsets
+        self.producer_ids = producer_ids
+        self.num_partitions = num_partitions
+        self.max_timeout_ms = max_timeout_ms
+        self.id_expiration_ms = id_expiration_ms
+        self.now_ms = now_ms
+        self.txns: dict[str, TxnMetadata] = {}
+        self.coordinator_epoch = 0
+
+    # -- persistence -------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Create ``__transaction_state`` if needed, rebuild the map, finish decided transactions."""
+        if TRANSACTION_STATE_TOPIC not in self.replicas.topics:
+            self.replicas.create_topic(TRANSACTION_STATE_TOPIC, self.num_partitions, 1,
+                                       {"cleanup.policy": "compact"}, internal=True)
+        topic = self.replicas.get_topic(TRANSACTION_STATE_TOPIC)
+        self.num_partitions = len(topic.partitions)
+        self.txns = {}
+        for partition in topic.partitions:
+            with partition.lock:
+                plog = partition.log
+                offset = plog.log_start_offset
+                data = b""
+                chunks = []
+                while offset < plog.log_end_offset:
+                    slices = plog.read(offset, 1 << 20, max_offset=plog.log_end_offset)
+                    if not slices:
+                        break
+                    data = b"".join(s.read_bytes() for s in slices)
+                    chunks.append(data)
+                    offset = self._next_offset(data, offset)
+            for chunk in chunks:
+                self._apply_chunk(chunk)
+        pending = [md for md in self.txns.values()
+                   if md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)]
+        for md in pending:
+            log.info("completing a transaction decided before the restart", transactional_id=md.transactional_id,
+                     state=md.state.name, partitions=len(md.partitions))
+            self._write_markers_and_complete(md)
+        log.info("transactions loaded", transactional_ids=len(self.txns), completed_on_load=len(pending))
+
+    @staticmethod
+    def _next_offset(data: bytes, offset: int) -> int:
+        pos = 0
+        while pos + 12 <= len(data):
+            size = 12 + int.from_bytes(data[pos + 8 : pos + 12], "big")
+            offset = int.from_bytes(data[pos : pos + 8], "big", signed=True) + \
+                int.from_bytes(data[pos + 23 : pos + 27], "big", signed=True) + 1
+            pos += size
+        return offset
+
+    def _apply_chunk(self, data: bytes) -> None:
+        pos = 0
+        while pos + 12 <= len(data):
+            size = 12 + int.from_bytes(data[pos + 8 : pos + 12], "big")
+            _header, records = decode_batch(data[pos : pos + size])
+            for record in records:
+                if record.key is None:
+                    continue
+                txn_id = decode_key(record.key)
+                if record.value is None:
+                    self.txns.pop(txn_id, None)
+                else:
+                    self.txns[txn_id] = decode_value(txn_id, record.value)
+            pos += size
+
+    def _persist(self, md: TxnMetadata) -> None:
+        partition = self.replicas.get_partition(TRANSACTION_STATE_TOPIC,
+                                                partition_for_txn(md.transactional_id, self.num_partitions))
+        record = Record(offset=0, timestamp=self.now_ms(), key=encode_key(md.transactional_id),
+                        value=encode_value(md))
+        with partition.lock:
+            partition.log.append_internal(build_batch([record]), leader_epoch=0)
+
+    def _transition(self, md: TxnMetadata, to: TxnState, **changes: object) -> None:
+        """Validate against Kafka's state machine, persist the new state, then apply it in memory."""
+        if md.state not in VALID_PREVIOUS[to]:
+            raise IllegalTransitionError(
+                f"transactional id {md.transactional_id!r}: illegal transition {md.state.name} -> {to.name}")
+        new = TxnMetadata(**{f: getattr(md, f) for f in TxnMetadata.__dataclass_fields__})
+        new.partitions = set(md.partitions)
+        for key, value in changes.items():
+            setattr(new, key, value)
+        new.state = to
+        new.last_update_ms = self.now_ms()
+        if to is not TxnState.PREPARE_EPOCH_FENCE:  # an in-memory pending state only (as in Kafka)
+            self._persist(new)
+        self.txns[md.transactional_id] = new
+        for f in TxnMetadata.__dataclass_fields__:
+            setattr(md, f, getattr(new, f))
+
+    # -- markers -----------------------------------------------------------------------------
+
+    def _write_markers_and_complete(self, md: TxnMetadata) -> None:
+        commit = md.state is TxnState.PREPARE_COMMIT
+        for topic, index in sorted(md.partitions):
+            try:
+                partition = self.replicas.get_partition(topic, index)
+            except BrokerError:
+                log.warning("transaction partition no longer exists; skipping its marker",
+                            transactional_id=md.transactional_id, topic=topic, partition=index)
+                continue
+            with partition.lock:
+                partition.log.append_end_txn_marker(md.producer_id, md.producer_epoch, commit,
+                                                    self.coordinator_epoch, partition.leader_epoch)
+            if topic == OFFSETS_TOPIC:
+                self.offsets.complete_transaction(md.producer_id, index, commit)
+            partition.notify()
+        self._transition(md, TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
+                         partitions=set(), start_ms=-1)
+
+    def _abort_with_bumped_epoch(self, md: TxnMetadata, reason: str) -> None:
+        """Fence the current producer and abort its open transaction (Kafka's PrepareEpochFence)."""
+        log.info("aborting transaction with a bumped epoch", transactional_id=md.transactional_id,
+                 producer_id=md.producer_id, epoch=md.producer_epoch, reason=reason)
+        self._transition(md, TxnState.PREPARE_EPOCH_FENCE)
+        self._transition(md, TxnState.PREPARE_ABORT, producer_epoch=md.producer_epoch + 1,
+                         last_producer_epoch=md.producer_epoch)
+        self._write_markers_and_complete(md)
+
+    # -- validation shared by the APIs ---------------------------------------------------------
+
+    def _check_producer(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                        fenced_code: int) -> tuple[TxnMetadata | None, int]:
+        md = self.txns.get(transactional_id)
+        if md is None or md.producer_id != producer_id:
+            return None, INVALID_PRODUCER_ID_MAPPING
+        if md.producer_epoch != producer_epoch:
+            return None, fenced_code
+        return md, NONE
+
+    # -- APIs --------------------------------------------------------------------------------
+
+    def init_producer_id(self, transactional_id: str, timeout_ms: int, expected_pid: int = -1,
+                         expected_epoch: int = -1, fenced_code: int = PRODUCER_FENCED) -> tuple[int, int, int]:
+        """(error, producer id, epoch) — Kafka's ``handleInitProducerId`` with a transactional id."""
+        if not transactional_id:
+            return INVALID_TXN_STATE, -1, -1
+        if timeout_ms <= 0 or timeout_ms > self.max_timeout_ms:
+            log.warning("transaction timeout out of range", transactional_id=transactional_id,
+                        timeout_ms=timeout_ms, max_timeout_ms=self.max_timeout_ms)
+            return INVALID_TRANSACTION_TIMEOUT, -1, -1
+        md = self.txns.get(transactional_id)
+        if md is None:
+            md = TxnMetadata(transactional_id, self.producer_ids.generate(), -1, timeout_ms)
+            self.txns[transactional_id] = md
+            self._transition(md, TxnState.EMPTY, producer_epoch=0)
+            return NONE, md.producer_id, md.producer_epoch
+        if expected_pid >= 0 and not (
+                (expected_pid, expected_epoch) == (md.producer_id, md.producer_epoch)
+                or (expected_pid, expected_epoch) == (md.last_producer_id, md.last_producer_epoch)):
+            log.warning("InitProducerId from a fenced producer", transactional_id=transactional_id,
+                        producer_id=expected_pid, epoch=expected_epoch, current_epoch=md.producer_epoch)
+            return fenced_code, -1, -1
+        if md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT, TxnState.PREPARE_EPOCH_FENCE):
+            return CONCURRENT_TRANSACTIONS, -1, -1
+        if md.state is TxnState.ONGOING:
+            self._abort_with_bumped_epoch(md, "a new producer instance called InitProducerId")
+        if md.producer_epoch + 1 >= MAX_EPOCH - 1:
+            self._transition(md, TxnState.EMPTY, last_producer_id=md.producer_id,
+                             last_producer_epoch=md.producer_epoch, producer_id=self.producer_ids.generate(),
+                             producer_epoch=0, timeout_ms=timeout_ms, partitions=set(), start_ms=-1)
+        else:
+            self._transition(md, TxnState.EMPTY, last_producer_id=md.producer_id,
+                             last_producer_epoch=md.producer_epoch, producer_epoch=md.producer_epoch + 1,
+                             timeout_ms=timeout_ms, partitions=set(), start_ms=-1)
+        return NONE, md.producer_id, md.producer_epoch
+
+    def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                       partitions: Iterable[tuple[str, int]],
+                       fenced_code: int = PRODUCER_FENCED) -> dict[tuple[str, int], int]:
+        wanted = list(dict.fromkeys(partitions))
+        md, code = self._check_producer(transactional_id, producer_id, producer_epoch, fenced_code)
+        if md is not None and md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT,
+                                           TxnState.PREPARE_EPOCH_FENCE):
+            code = CONCURRENT_TRANSACTIONS
+        if md is None or code:
+            log.warning("AddPartitionsToTxn rejected", transactional_id=transactional_id,
+                        producer_id=producer_id, epoch=producer_epoch, error_code=code)
+            return {tp: code for tp in wanted}
+        unknown = {tp for tp in wanted if not self._exists(tp)}
+        if unknown:
+            return {tp: UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else OPERATION_NOT_ATTEMPTED for tp in wanted}
+        new = md.partitions | set(wanted)
+        if md.state is not TxnState.ONGOING or new != md.partitions:
+            start = md.start_ms if md.state is TxnState.ONGOING else self.now_ms()
+            self._transition(md, TxnState.ONGOING, partitions=new, start_ms=start)
+        return {tp: NONE for tp in wanted}
+
+    def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str,
+                    fenced_code: int = PRODUCER_FENCED) -> int:
+        tp = (OFFSETS_TOPIC, self.offsets.partition_for(group_id))
+        return self.add_partitions(transactional_id, producer_id, producer_epoch, [tp], fenced_code)[tp]
+
+    def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
+                fenced_code: int = PRODUCER_FENCED) -> int:
+        md, code = self._check_producer(transactional_id, producer_id, producer_epoch, fenced_code)
+        if md is None:
+            log.warning("EndTxn rejected", transactional_id=transactional_id, producer_id=producer_id,
+                        epoch=producer_epoch, commit=commit, error_code=code)
+            return code
+        state = md.state
+        if state is TxnState.ONGOING:
+            self._transition(md, TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT)
+            self._write_markers_and_complete(md)
+            return NONE
+        if (state is TxnState.COMPLETE_COMMIT and commit) or (state is TxnState.COMPLETE_ABORT and not commit):
+            return NONE  # a retry of an EndTxn that already completed
+        if state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT, TxnState.PREPARE_EPOCH_FENCE):
+            return CONCURRENT_TRANSACTIONS
+        log.warning("EndTxn in an invalid state", transactional_id=transactional_id, state=state.name,
+                    commit=commit)
+        return INVALID_TXN_STATE
+
+    def verify_partition(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                         tp: tuple[str, int]) -> int:
+        """May this transactional Produce write to ``tp``? (Kafka 3.6's verification, KIP-890 part 1)."""
+        md = self.txns.get(transactional_id)
+        if md is None or md.producer_id != producer_id:
+            return INVALID_PRODUCER_ID_MAPPING
+        if producer_epoch < md.producer_epoch:
+            return INVALID_PRODUCER_EPOCH
+        if md.state is not TxnState.ONGOING or tp not in md.partitions:
+            return INVALID_TXN_STATE
+        return NONE
+
+    def check_offset_commit(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                            group_id: str, fenced_code: int) -> int:
+        md, code = self._check_producer(transactional_id, producer_id, producer_epoch, fenced_code)
+        if md is None:
+            return code
+        if md.state is not TxnState.ONGOING or \
+                (OFFSETS_TOPIC, self.offsets.partition_for(group_id)) not in md.partitions:
+            return INVALID_TXN_STATE
+        return NONE
+
+    def _exists(self, tp: tuple[str, int]) -> bool:
+        topic = self.replicas.topics.get(tp[0])
+        return topic is not None and 0 <= tp[1] < len(topic.partitions)
+
+    # -- background --------------------------------------------------------------------------
+
+    def abort_timed_out(self) -> int:
+        """Abort (with an epoch bump) every transaction open longer than its timeout."""
+        now = self.now_ms()
+        expired = [md for md in self.txns.values()
+                   if md.state is TxnState.ONGOING and md.start_ms >= 0 and now - md.start_ms > md.timeout_ms]
+        for md in expired:
+            self._abort_with_bumped_epoch(md, f"open longer than transaction.timeout.ms={md.timeout_ms}")
+        return len(expired)
+
+    def expire_ids(self) -> int:
+        """Forget transactional ids idle for ``transactional.id.expiration.ms`` (tombstone)."""
+        now = self.now_ms()
+        idle = [md for md in self.txns.values()
+                if md.state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+                and now - md.last_update_ms > self.id_expiration_ms]
+        for md in idle:
+            self._transition(md, TxnState.DEAD)
+            partition = self.replicas.get_partition(
+                TRANSACTION_STATE_TOPIC, partition_for_txn(md.transactional_id, self.num_partitions))
+            with partition.lock:
+                partition.log.append_internal(build_batch([Record(
+                    offset=0, timestamp=now, key=encode_key(md.transactional_id), value=None)]), leader_epoch=0)
+            del self.txns[md.transactional_id]
+        return len(idle)

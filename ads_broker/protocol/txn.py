@@ -1,0 +1,113 @@
+"""AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and TxnOffsetCommit (transactional clients).
+
+The coordinator (`ads_broker.coordinator.transaction`) decides; these handlers translate requests
+and map PRODUCER_FENCED to INVALID_PRODUCER_EPOCH for request versions older than KIP-588 (as
+Kafka's ``KafkaApis`` does).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kafka.protocol.producer import (
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnResponse,
+    EndTxnResponse,
+    TxnOffsetCommitResponse,
+)
+
+from ads_broker.coordinator.transaction import INVALID_PRODUCER_EPOCH, PRODUCER_FENCED
+from ads_broker.protocol.codec import DecodedRequest
+
+if TYPE_CHECKING:
+    from ads_broker.broker import Broker
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+INVALID_GROUP_ID = 24
+
+
+def _fenced_code(api_version: int, first_with_fenced: int) -> int:
+    return PRODUCER_FENCED if api_version >= first_with_fenced else INVALID_PRODUCER_EPOCH
+
+
+async def handle_add_partitions_to_txn(broker: Broker, req: DecodedRequest) -> AddPartitionsToTxnResponse:
+    body = req.body
+    wanted = [(t.name, p) for t in body.v3_and_below_topics for p in t.partitions]
+    codes = broker.txn.add_partitions(body.v3_and_below_transactional_id, body.v3_and_below_producer_id,
+                                      body.v3_and_below_producer_epoch, wanted, _fenced_code(req.api_version, 2))
+    if any(codes.values()):
+        broker.log_client_error(req, "add_partitions_to_txn", None,
+                                transactional_id=body.v3_and_below_transactional_id,
+                                error_code=next(c for c in codes.values() if c))
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in wanted:
+        by_topic.setdefault(topic, []).append(partition)
+    result = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
+    return AddPartitionsToTxnResponse(throttle_time_ms=0, error_code=0, results_by_transaction=[],
+                                      results_by_topic_v3_and_below=[
+        result(name=topic, results_by_partition=[
+            result.AddPartitionsToTxnPartitionResult(partition_index=p, partition_error_code=codes[(topic, p)])
+            for p in parts])
+        for topic, parts in by_topic.items()])
+
+
+async def handle_add_offsets_to_txn(broker: Broker, req: DecodedRequest) -> AddOffsetsToTxnResponse:
+    body = req.body
+    if not body.group_id:
+        code = INVALID_GROUP_ID
+    else:
+        code = broker.txn.add_offsets(body.transactional_id, body.producer_id, body.producer_epoch, body.group_id,
+                                      _fenced_code(req.api_version, 2))
+    if code:
+        broker.log_client_error(req, "add_offsets_to_txn", None, transactional_id=body.transactional_id,
+                                group=body.group_id, error_code=code)
+    return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=code)
+
+
+async def handle_end_txn(broker: Broker, req: DecodedRequest) -> EndTxnResponse:
+    body = req.body
+    code = broker.txn.end_txn(body.transactional_id, body.producer_id, body.producer_epoch, bool(body.committed),
+                              _fenced_code(req.api_version, 2))
+    if code:
+        broker.log_client_error(req, "end_txn", None, transactional_id=body.transactional_id,
+                                commit=bool(body.committed), error_code=code)
+    return EndTxnResponse(throttle_time_ms=0, error_code=code, producer_id=-1, producer_epoch=-1)
+
+
+async def handle_txn_offset_commit(broker: Broker, req: DecodedRequest) -> TxnOffsetCommitResponse:
+    body = req.body
+    v = req.api_version
+    code = broker.txn.check_offset_commit(body.transactional_id, body.producer_id, body.producer_epoch,
+                                          body.group_id, _fenced_code(v, 3))
+    if not code and not body.group_id:
+        code = INVALID_GROUP_ID
+    if not code and v >= 3 and (body.generation_id >= 0 or body.member_id or body.group_instance_id):
+        # KIP-447: a zombie from an older generation cannot commit after a rebalance.
+        code = broker.groups.validate_offset_commit(body.group_id, body.generation_id, body.member_id or "",
+                                                    body.group_instance_id)
+    codes: dict[tuple[str, int], int] = {}
+    entries = []
+    for topic in body.topics:
+        for p in topic.partitions:
+            tp = (topic.name, p.partition_index)
+            if code:
+                codes[tp] = code
+            elif topic.name not in broker.replicas.topics or not (
+                    0 <= p.partition_index < len(broker.replicas.topics[topic.name].partitions)):
+                codes[tp] = UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                entries.append((topic.name, p.partition_index, p.committed_offset,
+                                p.committed_leader_epoch if v >= 2 else -1, p.committed_metadata))
+    if entries:
+        codes.update(broker.offsets.commit_transactional(body.group_id, body.producer_id, body.producer_epoch,
+                                                         entries))
+    if code:
+        broker.log_client_error(req, "txn_offset_commit", None, transactional_id=body.transactional_id,
+                                group=body.group_id, error_code=code)
+    topic_cls = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
+    return TxnOffsetCommitResponse(throttle_time_ms=0, topics=[
+        topic_cls(name=topic.name, partitions=[
+            topic_cls.TxnOffsetCommitResponsePartition(partition_index=p.partition_index,
+                                                       error_code=codes[(topic.name, p.partition_index)])
+            for p in topic.partitions])
+        for topic in body.topics])
