@@ -22,7 +22,6 @@ import structlog
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from dedupe_worker.config import WorkerConfig
-from dedupe_worker.exceptions import DedupeError
 from dedupe_worker.faults import FaultHook
 from dedupe_worker.kafka import consumer_config
 from dedupe_worker.metrics import WorkerMetrics
@@ -92,7 +91,7 @@ class GroupWorker:
                         self._subscribe()
                     self.step()
                     backoff = 0.5
-                except (DedupeError, KafkaException) as e:
+                except Exception as e:
                     log.error("group worker error; rejoining and reconciling", error=str(e))
                     self._close()
                     self.stop_event.wait(backoff)

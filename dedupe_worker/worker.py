@@ -43,6 +43,10 @@ from dedupe_worker.store.rocksdb import RocksDBStore
 
 log = structlog.get_logger("dedupe_worker.worker")
 
+TOO_LARGE = "message_too_large"  # not yet in docs/CONTRACTS.md's reason list (requested)
+H_DLQ_TRUNCATED = "dedupe.dlq.truncated"
+DLQ_TRUNCATE_BYTES = 64 * 1024
+
 
 @dataclass
 class BatchResult:
@@ -204,7 +208,7 @@ class PartitionWorker:
                         break
                     self.step()
                     backoff = 0.5
-                except (DedupeError, KafkaException) as e:
+                except Exception as e:
                     if isinstance(e, StoreError) and self.store is None:
                         raise
                     log.error("partition error; restarting from reconcile", partition=self.partition,
@@ -284,14 +288,21 @@ class PartitionWorker:
             self._producer.begin_transaction()
         try:
             half = len(split.new) // 2
-            for i, msg in enumerate(split.new):
+            kept_keys: list[bytes] = []
+            kept: list[Any] = []
+            for i, (key, msg) in enumerate(zip(split.new_keys, split.new, strict=True)):
                 if i == half and half and self.faults.point == "mid_produce":
                     self._producer.flush(self.cfg.delivery_timeout_s)
                     self.faults.hit("mid_produce", self._batches)
-                self._produce(self.cfg.output_topic, self.partition, msg, [], on_output)
+                if self._produce(self.cfg.output_topic, self.partition, msg, [], on_output):
+                    kept_keys.append(key)
+                    kept.append(msg)
+                else:  # bad input: too large to publish with our headers; never recorded as seen
+                    split.dead.append((msg, TOO_LARGE))
+            split.new_keys, split.new = kept_keys, kept
             for msg, reason in split.dead:
                 self._produce(self.cfg.dlq_topic, self.partition % self._dlq_partitions, msg,
-                              [(H_DLQ_REASON, reason.encode())], on_side)
+                              [(H_DLQ_REASON, reason.encode())], on_side, truncate=reason == TOO_LARGE)
             if self.cfg.duplicates_topic:
                 for msg, reason in split.duplicates:
                     self._produce(self.cfg.duplicates_topic, self.partition % self._dup_partitions, msg,
@@ -316,15 +327,25 @@ class PartitionWorker:
         return max(out_offsets) + 1 if out_offsets else store.meta().output_offset
 
     def _produce(self, topic: str, partition: int, msg: Any, extra: list[tuple[str, bytes | None]],
-                 callback: Callable[[Any, Any], None]) -> None:
+                 callback: Callable[[Any, Any], None], truncate: bool = False) -> bool:
+        """Produce one record (waiting for queue space); False if it is too large to produce."""
+        value = msg.value()
+        limit = min(DLQ_TRUNCATE_BYTES, int(self.cfg.kafka.get("message.max.bytes", 1_000_000)) // 2)
+        if truncate and value is not None and len(value) > limit:
+            extra = [*extra, (H_DLQ_TRUNCATED, str(len(value)).encode())]
+            value = value[:limit]
         headers = with_source(msg.headers(), self.partition, msg.offset(), extra)
         while True:
             try:
-                self._producer.produce(topic, value=msg.value(), key=msg.key(), partition=partition,
+                self._producer.produce(topic, value=value, key=msg.key(), partition=partition,
                                        headers=headers, timestamp=_timestamp(msg), on_delivery=callback)
-                return
+                return True
             except BufferError:
                 self._producer.poll(0.05)
+            except KafkaException as e:
+                if e.args and e.args[0].code() == KafkaError.MSG_SIZE_TOO_LARGE and not truncate:
+                    return False
+                raise
 
     # -- metrics, aging, pause ----------------------------------------------------------------
 

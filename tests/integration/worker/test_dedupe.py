@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 from ads_broker.embedded import BrokerProcess
 from dedupe_worker.config import load_config
 from dedupe_worker.exceptions import TopicLayoutError
-from dedupe_worker.loadgen import LoadSpec, plan, send
+from dedupe_worker.loadgen import LoadManifest, LoadSpec, plan, send
 from dedupe_worker.records import H_DLQ_REASON, H_SOURCE_PARTITION
 from dedupe_worker.runner import WorkerRunner
 from tests.integration.worker.helpers import make_topics, message_ids, read_all, wait_for_output
@@ -72,3 +72,28 @@ def test_partition_count_mismatch_is_refused(broker: BrokerProcess, topic_name: 
     topics = make_topics(broker.bootstrap, topic_name, 2, output_partitions=3)
     with pytest.raises(TopicLayoutError, match=r"has 2 partitions but output topic .* has 3"):
         _runner(broker.bootstrap, topics, tmp_path / "data").start()
+
+
+def test_oversized_message_is_dead_lettered_not_stalled(broker: BrokerProcess, topic_name: str,
+                                                        tmp_path: Path) -> None:
+    """A record the worker cannot republish (over its producer's message.max.bytes) goes to the DLQ,
+    truncated, and is not recorded as seen; the partition keeps going."""
+    topics = make_topics(broker.bootstrap, topic_name, 1)
+    big = b'{"messageId":"big-1","pad":"' + b"x" * 30_000 + b'"}'
+    records = [(b"small-1", b"{}"), (b"big-1", big), (b"small-2", b"{}")]
+    send(broker.bootstrap, topics.input, records, LoadManifest())
+    cfg = load_config(None, bootstrap=broker.bootstrap, input_topic=topics.input, output_topic=topics.output,
+                      dlq_topic=topics.dlq, data_dir=tmp_path / "data", group=f"g-{topic_name}",
+                      kafka={"message.max.bytes": "20000"})
+    runner = WorkerRunner(cfg, registry=CollectorRegistry()).start()
+    try:
+        out = wait_for_output(broker.bootstrap, topics.output, 1, 2)
+        dead = wait_for_output(broker.bootstrap, topics.dlq, 1, 1)
+    finally:
+        runner.stop()
+        runner.join(60)
+    assert sorted(m.key() for m in out) == [b"small-1", b"small-2"]
+    headers = dict(dead[0].headers())
+    assert headers[H_DLQ_REASON] == b"message_too_large"
+    assert headers["dedupe.dlq.truncated"] == str(len(big)).encode()
+    assert dead[0].key() == b"big-1" and big.startswith(dead[0].value())
