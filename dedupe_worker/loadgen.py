@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 import time
 import uuid
 from collections import Counter
@@ -147,6 +148,16 @@ def run_loadgen(bootstrap: str, topic: str, spec: LoadSpec,
     started = time.monotonic()
     send(bootstrap, topic, records, manifest)
     if manifest_path is not None:
-        body = {**manifest.to_json(), "seconds": round(time.monotonic() - started, 3), "topic": topic}
+        ids_path = manifest_path.with_suffix(".ids")
+        ids_path.write_text("\n".join(manifest.unique_ids) + "\n")
+        body = {**manifest.to_json(), "seconds": round(time.monotonic() - started, 3), "topic": topic,
+                "unique_ids_file": str(ids_path)}
         manifest_path.write_text(json.dumps(body, indent=2))
     return manifest
+
+
+def main() -> None:
+    """``dedupe-loadgen`` (same options as ``dedupe-worker loadgen``)."""
+    from dedupe_worker.cli import app
+
+    app(args=["loadgen", *sys.argv[1:]], prog_name="dedupe-loadgen")
