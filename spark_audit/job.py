@@ -18,8 +18,11 @@ the executors as Parquet detail tables and counted from there.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import operator
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -86,7 +89,7 @@ def _empty_records(spark: Any) -> Any:
     return spark.createDataFrame([], RECORD_SCHEMA_DDL)
 
 
-def annotate_copies(df: Any, cfg: AuditConfig) -> Any:
+def annotate_copies(df: Any, cfg: AuditConfig, keep: tuple[str, ...] = ()) -> Any:
     """Tag each record with its copy number and first-copy time per key.
 
     Rows without key or timestamp get a private partition of the window function (no skew onto
@@ -102,7 +105,7 @@ def annotate_copies(df: Any, cfg: AuditConfig) -> Any:
     whole = by_key.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
     start = F.lit(cfg.start)
     return df.select(
-        "key", "timestamp", "partition", "offset", "value",
+        "key", "timestamp", "partition", "offset", *keep,
         identified.alias("identified"),
         (ts >= start).alias("in_window"),
         F.row_number().over(by_key).alias("copy"),
@@ -125,11 +128,6 @@ def input_facts(annotated: Any, cfg: AuditConfig) -> Any:
     ts = F.col("timestamp")
     event = F.from_json(F.col("value").cast("string"), EVENT_SCHEMA_DDL, {"columnNameOfCorruptRecord": "_corrupt"})
     gap_s = (F.unix_micros(ts) - F.unix_micros(F.col("first_ts"))) / 1e6
-    window_s = cfg.dedupe_window.total_seconds()
-    bucket = F.when(gap_s > window_s, F.lit("beyond_window"))
-    for name, bound in GAP_BOUNDS_S:
-        bucket = bucket.when(gap_s <= bound, F.lit(name))
-    bucket = bucket.otherwise(F.lit("le_window"))
     rows = annotated.where(ts.isNull() | ((ts >= F.lit(cfg.start)) & (ts < F.lit(cfg.end))))
     rows = rows.withColumn("event", event)
     is_dup = F.col("identified") & (F.col("copy") > 1)
@@ -145,13 +143,20 @@ def input_facts(annotated: Any, cfg: AuditConfig) -> Any:
         (F.col("identified") & (F.col("copies_before") > 0) & (F.col("copy") == F.col("copies_before") + 1))
         .alias("seen_before"),
         F.when(is_dup, gap_s).alias("gap_s"),
-        F.when(is_dup, bucket).alias("gap_bucket"),
         F.coalesce(F.col("event.context.library.name"), F.lit("unknown")).alias("library"),
         F.coalesce(F.col("event.type"), F.lit("unknown")).alias("event_type"),
         F.coalesce(F.col("event.userId"), F.col("event.anonymousId"), F.lit("unknown")).alias("client"),
-        F.date_format(ts, "yyyy-MM-dd").alias("day"),
-        F.date_format(F.date_trunc("hour", ts), "yyyy-MM-dd'T'HH:00'Z'").alias("hour"),
     )
+
+
+def gap_bucket(gap_s: Any, dedupe_window_s: float) -> Any:
+    """The retry-gap bucket name of a gap in seconds (see GAP_BOUNDS_S)."""
+    from pyspark.sql import functions as F
+
+    bucket = F.when(gap_s > dedupe_window_s, F.lit("beyond_window"))
+    for name, bound in GAP_BOUNDS_S:
+        bucket = bucket.when(gap_s <= bound, F.lit(name))
+    return bucket.otherwise(F.lit("le_window"))
 
 
 def _sum(cond: Any) -> Any:
@@ -160,12 +165,12 @@ def _sum(cond: Any) -> Any:
     return F.sum(F.when(cond, 1).otherwise(0))
 
 
-def input_totals(facts: Any) -> dict[str, int]:
+def input_totals(facts: Any, cfg: AuditConfig) -> dict[str, int]:
     """The input-side counts in one aggregation pass."""
     from pyspark.sql import functions as F
 
     timed = F.col("timestamp").isNotNull()
-    bucket = F.col("gap_bucket")
+    bucket = F.when(F.col("is_dup"), gap_bucket(F.col("gap_s"), cfg.dedupe_window.total_seconds()))
     aggs = [
         _sum(timed).alias("input_messages"),
         _sum(F.col("first_in_window")).alias("input_unique"),
@@ -191,7 +196,10 @@ def breakdowns(facts: Any) -> dict[str, list[dict[str, Any]]]:
     """
     from pyspark.sql import functions as F
 
-    keyed = facts.where(F.col("timestamp").isNotNull() & F.col("identified"))
+    ts = F.col("timestamp")
+    keyed = facts.where(ts.isNotNull() & F.col("identified")).select(
+        "is_dup", "library", "event_type", F.date_format(ts, "yyyy-MM-dd").alias("day"),
+        F.date_format(F.date_trunc("hour", ts), "yyyy-MM-dd'T'HH:00'Z'").alias("hour"))
     grouped = keyed.groupingSets([[c] for c in BREAKDOWNS], *BREAKDOWNS).agg(
         F.count(F.lit(1)).alias("input_messages"), _sum(F.col("is_dup")).alias("input_duplicates"),
         *(F.grouping(c).alias(f"g_{c}") for c in BREAKDOWNS),
@@ -228,22 +236,26 @@ def _rated(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def output_duplicates(output: Any, cfg: AuditConfig, details_dir: Path) -> tuple[int, int, Path]:
-    """Count output records in the window and leaked copies; write the leaked ones as Parquet."""
+    """Count output records in the window and leaked copies; write the leaked ones as Parquet.
+
+    One pass counts both; the details are written (a second pass) only when something leaked.
+    """
     from pyspark.sql import functions as F
 
     annotated = annotate_copies(output, cfg)
     in_window = annotated.where(F.col("in_window") & (F.col("timestamp") < F.lit(cfg.end)))
-    total = in_window.count()
-    leaked_path = details_dir / "output_duplicates"
     # A repeat after the dedupe window expired is the workers' documented behaviour, not a leak.
     since_previous_s = (F.unix_micros(F.col("timestamp")) - F.unix_micros(F.col("previous_ts"))) / 1e6
-    leaks = in_window.where(F.col("identified") & (F.col("copy") > 1)
-                            & (since_previous_s <= cfg.dedupe_window.total_seconds()))
+    is_leak = (F.col("identified") & (F.col("copy") > 1)
+               & (since_previous_s <= cfg.dedupe_window.total_seconds()))
+    row = in_window.agg(F.count(F.lit(1)).alias("n"), _sum(is_leak).alias("leaked")).first()
+    total, leaked = int(row["n"] or 0), int(row["leaked"] or 0)
+    path = details_dir / "output_duplicates"
+    leaks = in_window.where(is_leak) if leaked else in_window.limit(0)
     (leaks.select(F.col("key").cast("string").alias("message_id"), "timestamp", "partition", "offset",
                   "copy", "previous_ts")
-     .write.mode("overwrite").parquet(str(leaked_path)))
-    leaked = output.sparkSession.read.parquet(str(leaked_path)).count()
-    return int(total), int(leaked), leaked_path
+     .write.mode("overwrite").parquet(str(path)))
+    return total, leaked, path
 
 
 def missing_ids(facts: Any, output: Any, dlq: Any, details_dir: Path) -> tuple[int, Path]:
@@ -286,6 +298,13 @@ def write_breakdowns(tables: dict[str, list[dict[str, Any]]], details_dir: Path)
     return paths
 
 
+@contextlib.contextmanager
+def _step(name: str) -> Iterator[None]:
+    t0 = time.monotonic()
+    yield
+    log.info("audit step %s took %.1fs", name, time.monotonic() - t0)
+
+
 def audit(spark: Any, cfg: AuditConfig) -> AuditResult:
     """Run every aggregation and assemble the report dictionary (not yet written)."""
     from pyspark import StorageLevel
@@ -312,17 +331,23 @@ def audit(spark: Any, cfg: AuditConfig) -> AuditResult:
 
     input_df = raw_input if raw_input is not None else _empty_records(spark)
     output_df = raw_output if raw_output is not None else _empty_records(spark)
-    facts = input_facts(annotate_copies(input_df, cfg), cfg).persist(StorageLevel.MEMORY_AND_DISK)
-    output_df = output_df.persist(StorageLevel.MEMORY_AND_DISK)
+    facts = input_facts(annotate_copies(input_df, cfg, keep=("value",)), cfg).persist(StorageLevel.MEMORY_AND_DISK)
+    # The output is read twice (leaks, then missing): keep only what both need, not the values.
+    output_df = output_df.select("key", "timestamp", "partition", "offset").persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        totals = input_totals(facts)
-        out_total, leaked, leaked_path = output_duplicates(output_df, cfg, details_dir)
-        missing, missing_path = missing_ids(facts, output_df, raw_dlq, details_dir)
-        dead, reasons = dead_letters(raw_dlq, cfg) if raw_dlq is not None else (0, {})
-        tables = {
-            **breakdowns(facts),
-            "top_clients": top_clients(facts, cfg.min_client_messages, cfg.top_clients),
-        }
+        with _step("input totals"):
+            totals = input_totals(facts, cfg)
+        with _step("output duplicates"):
+            out_total, leaked, leaked_path = output_duplicates(output_df, cfg, details_dir)
+        with _step("missing"):
+            missing, missing_path = missing_ids(facts, output_df, raw_dlq, details_dir)
+        with _step("dead letters"):
+            dead, reasons = dead_letters(raw_dlq, cfg) if raw_dlq is not None else (0, {})
+        with _step("breakdowns"):
+            tables = {
+                **breakdowns(facts),
+                "top_clients": top_clients(facts, cfg.min_client_messages, cfg.top_clients),
+            }
     finally:
         facts.unpersist()
         output_df.unpersist()
