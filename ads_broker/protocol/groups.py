@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from ads_broker.broker import Broker
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
-INVALID_GROUP_ID = 24
 UNSTABLE_OFFSET_COMMIT = 88
 
 
@@ -38,7 +37,8 @@ async def handle_join_group(broker: Broker, req: DecodedRequest) -> JoinGroupRes
         rebalance_timeout_ms=body.rebalance_timeout_ms if v >= 1 else body.session_timeout_ms,
         protocol_type=body.protocol_type, protocols=[(p.name, bytes(p.metadata)) for p in body.protocols],
         client_id=req.client_id or "", client_host=broker.current_client_host(),
-        require_known_member_id=v >= 4, reason=body.reason if v >= 8 else None)
+        require_known_member_id=v >= 4, reason=body.reason if v >= 8 else None,
+        supports_skip_assignment=v >= 9)
     members = [JoinGroupResponse.JoinGroupResponseMember(member_id=m, group_instance_id=i, metadata=md)
                for m, i, md in result.members]
     return JoinGroupResponse(
@@ -72,6 +72,9 @@ async def handle_leave_group(broker: Broker, req: DecodedRequest) -> LeaveGroupR
     else:
         members = [(body.member_id, None)]
     code, per_member = await broker.groups.leave_group(body.group_id, members)
+    if req.api_version <= 2 and code == 0:
+        # Kafka's LeaveGroupResponse v0-2 carries the single member's error at the top level.
+        code = next((c for _, _, c in per_member if c != 0), 0)
     return LeaveGroupResponse(throttle_time_ms=0, error_code=code, members=[
         LeaveGroupResponse.MemberResponse(member_id=m, group_instance_id=i, error_code=c) for m, i, c in per_member])
 
@@ -109,7 +112,8 @@ async def handle_describe_groups(broker: Broker, req: DecodedRequest) -> Describ
 async def handle_offset_commit(broker: Broker, req: DecodedRequest) -> OffsetCommitResponse:
     body = req.body
     v = req.api_version
-    group_code = INVALID_GROUP_ID if not body.group_id else broker.groups.validate_offset_commit(
+    # Kafka accepts an empty group id for OffsetCommit/OffsetFetch (isValidGroupId allows it for offset APIs).
+    group_code = broker.groups.validate_offset_commit(
         body.group_id, body.generation_id_or_member_epoch, body.member_id or "",
         body.group_instance_id if v >= 7 else None)
     entries = []
