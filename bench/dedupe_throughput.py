@@ -38,7 +38,7 @@ from dedupe_worker.records import with_source
 from dedupe_worker.store.rocksdb import RocksDBOptions, RocksDBStore
 from dedupe_worker.worker import PartitionWorker
 
-BATCH = 1000
+BATCH = 5000  # the worker's default batch_size; --batch overrides it for every pipeline
 INPUT = "bench-in"
 
 
@@ -148,13 +148,16 @@ def timed(fn: Callable[[], Any]) -> tuple[float, float, Any]:
 
 
 def main() -> None:
+    global BATCH
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--messages", type=int, default=200_000)
     ap.add_argument("--prefill", type=int, default=1_000_000, help="keys in the store before each run")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--broker", choices=["tansu", "ads-broker"], default="tansu")
     ap.add_argument("--json", type=Path, help="also write results here")
+    ap.add_argument("--batch", type=int, default=BATCH, help="batch size for every pipeline")
     args = ap.parse_args()
+    BATCH = args.batch
     tmp = Path(tempfile.mkdtemp(prefix="dedupe-bench-"))
     proc = tansu_process() if args.broker == "tansu" else ads_broker_process(tmp / "broker")
     results: dict[str, list[tuple[float, float]]] = {"raw": [], "ours": [], "naive": []}

@@ -9,30 +9,41 @@ share a key.
 
 from __future__ import annotations
 
+import binascii
 import uuid
 
 UUID_LEN = 16
 _RAW_TAG = b"\x00"
 _RAW_PADDED_TAG = b"\x01"
-_HEX = frozenset("0123456789abcdef")
+_DASH = 45  # ord("-")
 
 
-def _is_canonical_uuid(message_id: str) -> bool:
-    if len(message_id) != 36:
-        return False
-    if message_id[8] != "-" or message_id[13] != "-" or message_id[18] != "-" or message_id[23] != "-":
-        return False
-    return all(c in _HEX for c in message_id.replace("-", ""))
+def uuid_key(raw: bytes) -> bytes | None:
+    """16 bytes if ``raw`` is a canonical lowercase UUID string (``8-4-4-4-12`` hex), else None."""
+    if len(raw) != 36 or raw[8] != _DASH or raw[13] != _DASH or raw[18] != _DASH or raw[23] != _DASH:
+        return None
+    hexed = raw[0:8] + raw[9:13] + raw[14:18] + raw[19:23] + raw[24:36]
+    if hexed.lower() != hexed:
+        return None
+    try:
+        return binascii.unhexlify(hexed)
+    except binascii.Error:
+        return None
+
+
+def encode_raw(raw: bytes) -> bytes:
+    """Store key for UTF-8 bytes ``raw`` (the caller has validated them)."""
+    key = uuid_key(raw)
+    if key is not None:
+        return key
+    if len(raw) + 1 == UUID_LEN:
+        return _RAW_PADDED_TAG + raw + b"\x00"
+    return _RAW_TAG + raw
 
 
 def encode_message_id(message_id: str) -> bytes:
     """Store key for ``message_id`` (16 bytes for canonical UUIDs)."""
-    if _is_canonical_uuid(message_id):
-        return uuid.UUID(message_id).bytes
-    raw = message_id.encode("utf-8")
-    if len(raw) + 1 == UUID_LEN:
-        return _RAW_PADDED_TAG + raw + b"\x00"
-    return _RAW_TAG + raw
+    return encode_raw(message_id.encode("utf-8"))
 
 
 def decode_message_id(key: bytes) -> str:

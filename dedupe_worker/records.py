@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass
 from enum import StrEnum
 
+from dedupe_worker.keys import encode_message_id, encode_raw, uuid_key
+
 MAX_MESSAGE_ID_BYTES = 200
 H_SOURCE_PARTITION = "dedupe.source.partition"
 H_SOURCE_OFFSET = "dedupe.source.offset"
@@ -58,6 +60,24 @@ def _from_value(value: bytes | None) -> Classified:
     if len(mid.encode("utf-8")) > MAX_MESSAGE_ID_BYTES:
         return Classified(None, DeadLetterReason.MESSAGE_ID_TOO_LONG)
     return Classified(mid, None)
+
+
+def store_key(key: bytes | None, value: bytes | None) -> tuple[bytes | None, DeadLetterReason | None]:
+    """The store key of a record's messageId, or why it is a dead letter (hot path of the batch loop:
+    a UUID-shaped key is encoded without decoding it). Agrees with ``encode_message_id(classify(...))``."""
+    if key:
+        if len(key) > MAX_MESSAGE_ID_BYTES:
+            return None, DeadLetterReason.MESSAGE_ID_TOO_LONG
+        fast = uuid_key(key)
+        if fast is not None:
+            return fast, None
+        try:
+            key.decode("utf-8")
+        except UnicodeDecodeError:
+            return None, DeadLetterReason.INVALID_UTF8_KEY
+        return encode_raw(key), None
+    c = _from_value(value)
+    return (None, c.reason) if c.message_id is None else (encode_message_id(c.message_id), None)
 
 
 def classify(key: bytes | None, value: bytes | None) -> Classified:

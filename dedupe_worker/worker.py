@@ -35,10 +35,9 @@ from dedupe_worker.config import WorkerConfig
 from dedupe_worker.exceptions import DedupeError, DeliveryError, StoreError
 from dedupe_worker.faults import FaultHook
 from dedupe_worker.kafka import consumer_config, partition_counts, producer_config
-from dedupe_worker.keys import encode_message_id
 from dedupe_worker.metrics import ROCKSDB_TICKERS, WorkerMetrics
 from dedupe_worker.reconcile import reconcile
-from dedupe_worker.records import H_DLQ_REASON, H_DUPLICATE_REASON, classify, with_source
+from dedupe_worker.records import H_DLQ_REASON, H_DUPLICATE_REASON, store_key, with_source
 from dedupe_worker.store.rocksdb import RocksDBStore
 
 log = structlog.get_logger("dedupe_worker.worker")
@@ -72,11 +71,10 @@ def split_batch(records: list[Any], contains: Callable[[list[bytes]], list[bool]
     duplicates: list[tuple[Any, str]] = []
     dead: list[tuple[Any, str]] = []
     for msg in records:
-        c = classify(msg.key(), msg.value())
-        if c.message_id is None:
-            dead.append((msg, str(c.reason)))
+        key, reason = store_key(msg.key(), msg.value())
+        if key is None:
+            dead.append((msg, str(reason)))
             continue
-        key = encode_message_id(c.message_id)
         if key in first:
             duplicates.append((msg, "in_batch"))
         else:
@@ -330,15 +328,17 @@ class PartitionWorker:
                  callback: Callable[[Any, Any], None], truncate: bool = False) -> bool:
         """Produce one record (waiting for queue space); False if it is too large to produce."""
         value = msg.value()
-        limit = min(DLQ_TRUNCATE_BYTES, int(self.cfg.kafka.get("message.max.bytes", 1_000_000)) // 2)
-        if truncate and value is not None and len(value) > limit:
-            extra = [*extra, (H_DLQ_TRUNCATED, str(len(value)).encode())]
-            value = value[:limit]
+        if truncate:
+            limit = min(DLQ_TRUNCATE_BYTES, int(self.cfg.kafka.get("message.max.bytes", 1_000_000)) // 2)
+            if value is not None and len(value) > limit:
+                extra = [*extra, (H_DLQ_TRUNCATED, str(len(value)).encode())]
+                value = value[:limit]
         headers = with_source(msg.headers(), self.partition, msg.offset(), extra)
+        ts = msg.timestamp()[1]
         while True:
             try:
                 self._producer.produce(topic, value=value, key=msg.key(), partition=partition,
-                                       headers=headers, timestamp=_timestamp(msg), on_delivery=callback)
+                                       headers=headers, timestamp=ts if ts > 0 else 0, on_delivery=callback)
                 return True
             except BufferError:
                 self._producer.poll(0.05)

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dedupe_worker.keys import decode_message_id, encode_message_id
-from dedupe_worker.records import DeadLetterReason, classify, source_offset, with_source
+from dedupe_worker.records import DeadLetterReason, classify, source_offset, store_key, with_source
 
 
 def test_canonical_uuid_is_16_bytes() -> None:
@@ -72,6 +72,15 @@ def test_200_byte_key_is_accepted() -> None:
 def test_classify_never_raises(key: bytes | None, value: bytes | None) -> None:
     c = classify(key, value)
     assert (c.message_id is None) != (c.reason is None)
+
+
+@given(st.one_of(st.none(), st.binary(max_size=60), st.uuids().map(lambda u: str(u).encode())),
+       st.one_of(st.none(), st.binary(max_size=60),
+                 st.text(max_size=40).map(lambda t: json.dumps({"messageId": t}).encode())))
+def test_fast_store_key_agrees_with_classify(key: bytes | None, value: bytes | None) -> None:
+    c = classify(key, value)
+    expected = (None, c.reason) if c.message_id is None else (encode_message_id(c.message_id), None)
+    assert store_key(key, value) == expected
 
 
 def test_source_headers_are_appended_and_read_back() -> None:
