@@ -19,6 +19,7 @@ from ads_broker.coordinator.group import GroupCoordinator
 from ads_broker.coordinator.offsets import OffsetManager
 from ads_broker.coordinator.transaction import TransactionCoordinator
 from ads_broker.exceptions import BrokerError
+from ads_broker.log.cleaner import CleanablePartition, LogCleaner
 from ads_broker.log.log import AppendInfo
 from ads_broker.producer_ids import ProducerIdManager
 from ads_broker.protocol import admin, fetch, groups, metadata, produce, txn
@@ -79,6 +80,11 @@ class Broker:
             num_partitions=int(config["transaction.state.log.num.partitions"]),
             max_timeout_ms=int(config["transaction.max.timeout.ms"]),
             id_expiration_ms=int(config["transactional.id.expiration.ms"]))
+        self.cleaner = LogCleaner(
+            self._partitions_snapshot,
+            buffer_bytes=int(config["log.cleaner.dedupe.buffer.size"]),
+            io_max_bytes_per_second=float(config["log.cleaner.io.max.bytes.per.second"]),
+            backoff_ms=int(config["log.cleaner.backoff.ms"]))
         self.fetch_waiters: set[asyncio.Future[None]] = set()
         self.stopping = False
         self.messages_in = 0
@@ -90,6 +96,8 @@ class Broker:
         self.offsets.load()
         self.txn.load()
         await self.groups.start()
+        if self.config["log.cleaner.enable"]:
+            self.cleaner.start()
         self._tasks = [
             asyncio.create_task(self._every(int(self.config["log.flush.scheduler.interval.ms"]), self._flush_due)),
             asyncio.create_task(self._every(int(self.config["log.retention.check.interval.ms"]),
@@ -110,6 +118,10 @@ class Broker:
                 job()
             except Exception:
                 log.exception("background job failed", job=getattr(job, "__name__", repr(job)))
+
+    def _partitions_snapshot(self) -> list[CleanablePartition]:
+        """Every partition, from a copy of the topic table (the cleaner thread calls this)."""
+        return [p for topic in list(self.replicas.topics.values()) for p in list(topic.partitions)]
 
     def _flush_due(self) -> None:
         self.replicas.flush_due(now_ms())
@@ -138,6 +150,7 @@ class Broker:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.groups.stop()
+        await asyncio.get_running_loop().run_in_executor(None, self.cleaner.stop)
         self._writers.shutdown(wait=True)
         self.replicas.close()
 

@@ -126,7 +126,8 @@ class OffsetManager:
     def load(self) -> None:
         """Create the internal topic if needed and rebuild the cache from its logs."""
         if OFFSETS_TOPIC not in self.replicas.topics:
-            self.replicas.create_topic(OFFSETS_TOPIC, self.num_partitions, 1, {}, internal=True)
+            self.replicas.create_topic(OFFSETS_TOPIC, self.num_partitions, 1, {"cleanup.policy": "compact"},
+                                       internal=True)
         topic = self.replicas.get_topic(OFFSETS_TOPIC)
         if len(topic.partitions) != self.num_partitions:
             # Kafka has the same rule: the offsets topic's partition count is fixed at creation.

@@ -25,11 +25,16 @@ _INT_KEYS: dict[str, tuple[str, int, int]] = {
     "segment.index.bytes": ("segment_index_bytes", 4, _INT_MAX),
     "max.message.bytes": ("max_message_bytes", 0, _INT_MAX),
     "file.delete.delay.ms": ("file_delete_delay_ms", 0, _LONG_MAX),
+    "delete.retention.ms": ("delete_retention_ms", 0, _LONG_MAX),
+    "min.compaction.lag.ms": ("min_compaction_lag_ms", 0, _LONG_MAX),
+    "max.compaction.lag.ms": ("max_compaction_lag_ms", 1, _LONG_MAX),
 }
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 _CLEANUP_POLICIES = frozenset({"delete", "compact"})
 
-TOPIC_CONFIG_KEYS: frozenset[str] = frozenset([*_INT_KEYS, "message.timestamp.type", "cleanup.policy"])
+TOPIC_CONFIG_KEYS: frozenset[str] = frozenset(
+    [*_INT_KEYS, "message.timestamp.type", "cleanup.policy", "min.cleanable.dirty.ratio"]
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +53,14 @@ class LogConfig:
     message_timestamp_type: str = "CreateTime"
     cleanup_policy: str = "delete"
     file_delete_delay_ms: int = 60000
+    delete_retention_ms: int = 86400000
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = _LONG_MAX
+    min_cleanable_dirty_ratio: float = 0.5
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy.split(",")
 
     @classmethod
     def from_topic_config(cls, props: Mapping[str, str]) -> LogConfig:
@@ -60,6 +73,8 @@ class LogConfig:
             values["message_timestamp_type"] = _parse_timestamp_type(props["message.timestamp.type"])
         if "cleanup.policy" in props:
             values["cleanup_policy"] = _parse_cleanup_policy(props["cleanup.policy"])
+        if "min.cleanable.dirty.ratio" in props:
+            values["min_cleanable_dirty_ratio"] = _parse_ratio(props["min.cleanable.dirty.ratio"])
         return cls(**values)
 
     def to_topic_config(self) -> dict[str, str]:
@@ -67,6 +82,7 @@ class LogConfig:
         out = {key: str(getattr(self, field_name)) for key, (field_name, _, _) in _INT_KEYS.items()}
         out["message.timestamp.type"] = self.message_timestamp_type
         out["cleanup.policy"] = self.cleanup_policy
+        out["min.cleanable.dirty.ratio"] = str(self.min_cleanable_dirty_ratio)
         return out
 
     @property
@@ -103,3 +119,15 @@ def _parse_cleanup_policy(raw: str) -> str:
             f"Invalid value {raw!r} for configuration cleanup.policy: must be a comma-separated list of delete, compact"
         )
     return ",".join(dict.fromkeys(parts))
+
+
+def _parse_ratio(raw: str) -> float:
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1.0:
+        raise InvalidConfigurationError(
+            f"Invalid value {raw!r} for configuration min.cleanable.dirty.ratio: must be a number in [0, 1]"
+        )
+    return value

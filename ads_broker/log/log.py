@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ads_broker.exceptions import InvalidProducerEpochError, OffsetOutOfRangeError
+from ads_broker.exceptions import InvalidProducerEpochError, InvalidRecordError, OffsetOutOfRangeError
 from ads_broker.log.config import LogConfig
 from ads_broker.log.producer_state import CONTROL_ABORT, CONTROL_COMMIT, CompletedTxn, ProducerStateManager
 from ads_broker.log.records import (
@@ -51,7 +51,11 @@ DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
 _CONTROL_KEY = struct.Struct(">hh")  # version, type (Kafka's EndTransactionMarker key)
 _CONTROL_VALUE = struct.Struct(">hi")  # version, coordinator epoch
 _SEGMENT_FILE = re.compile(r"^(\d{20})\.log$")
-_TEMP_SUFFIXES = (".tmp", ".cleaned", DELETED_SUFFIX)
+SWAP_SUFFIX = ".swap"
+SWAP_RANGE_SUFFIX = ".swap-range"
+CLEANED_SUFFIX = ".cleaned"
+CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
+_TEMP_SUFFIXES = (".tmp", CLEANED_SUFFIX, DELETED_SUFFIX)
 
 
 def _control_type(batch: bytes | bytearray) -> int | None:
@@ -61,6 +65,14 @@ def _control_type(batch: bytes | bytearray) -> int | None:
         return None
     _version, kind = _CONTROL_KEY.unpack_from(records[0].key, 0)
     return int(kind)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _base_offset(segment: LogSegment) -> int:
@@ -119,7 +131,11 @@ class Log:
     # -- loading ---------------------------------------------------------------------------
 
     def _load(self, recovery_point: int, clean_shutdown: bool) -> None:
+        swapped = self._complete_swaps()
         self._remove_temp_files()
+        if swapped:
+            clean_shutdown = False  # the swapped-in segments have no indexes yet: rebuild them
+            recovery_point = min(recovery_point, min(swapped))
         persisted_start = self._read_log_start_offset()
         now = self._now_ms()
         bases = sorted(int(m.group(1)) for p in self.dir.iterdir() if (m := _SEGMENT_FILE.match(p.name)) is not None)
@@ -132,6 +148,33 @@ class Log:
             self._truncate_fully_and_start_at(self.log_start_offset)
         self._load_producer_state()
         self.recovery_point = self.log_end_offset
+
+    def _complete_swaps(self) -> list[int]:
+        """Finish a cleaner swap interrupted by a crash (see ``replace_segments``): a ``.swap``
+        file is the committed new version of the segments in its range. Returns the swapped bases."""
+        done = []
+        for swap in sorted(self.dir.glob(f"*.log{SWAP_SUFFIX}")):
+            base = int(swap.name.split(".")[0])
+            range_file = self.dir / f"{base:020d}{SWAP_RANGE_SUFFIX}"
+            try:
+                end = int(range_file.read_text().strip())
+            except (FileNotFoundError, ValueError):
+                end = base  # cannot happen (written before the swap); replace only segment `base`
+            for path in self.dir.iterdir():
+                m = _SEGMENT_FILE.match(path.name)
+                if m is not None and base <= int(m.group(1)) < max(end, base + 1):
+                    other = int(m.group(1))
+                    for suffix in (".log", ".index", ".timeindex") + (() if other == base else (TXN_INDEX_SUFFIX,)):
+                        (self.dir / f"{other:020d}{suffix}").unlink(missing_ok=True)
+            for suffix in (".index", ".timeindex"):
+                (self.dir / f"{base:020d}{suffix}").unlink(missing_ok=True)
+            os.replace(swap, self.dir / f"{base:020d}.log")
+            range_file.unlink(missing_ok=True)
+            _fsync_dir(self.dir)
+            done.append(base)
+        for orphan in self.dir.glob(f"*{SWAP_RANGE_SUFFIX}"):
+            orphan.unlink(missing_ok=True)
+        return done
 
     def _remove_temp_files(self) -> None:
         for path in self.dir.iterdir():
@@ -237,6 +280,13 @@ class Log:
     def append_as_leader(self, records: bytes, leader_epoch: int) -> AppendInfo:
         """Validate a client's batch, dedupe idempotent retries, assign offsets and append."""
         (header,) = validate_produce_batches(records, self.config)
+        if self.config.compact:
+            _header, decoded = decode_batch(records)
+            if any(r.key is None for r in decoded):
+                raise InvalidRecordError(
+                    f"Compacted topic cannot accept message without key in topic partition "
+                    f"{self.topic}-{self.partition}; give every record a key or use cleanup.policy=delete"
+                )
         if header.has_producer_id:
             duplicate = self.producer_state.check(header)
             if duplicate is not None:
@@ -476,6 +526,78 @@ class Log:
             else:
                 keep.append((deadline, segment))
         self._pending_deletes = keep
+
+    # -- compaction --------------------------------------------------------------------------
+
+    @property
+    def cleaner_checkpoint(self) -> int:
+        """The first dirty offset: everything below it was cleaned at least once."""
+        try:
+            return max(int((self.dir / CLEANER_CHECKPOINT_FILE).read_text().strip()), self.log_start_offset)
+        except (FileNotFoundError, ValueError):
+            return self.log_start_offset
+
+    def write_cleaner_checkpoint(self, offset: int) -> None:
+        path = self.dir / CLEANER_CHECKPOINT_FILE
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "w") as f:
+            f.write(f"{offset}\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
+    def replace_segments(
+        self,
+        old: list[LogSegment],
+        cleaned: Path,
+        end_offset: int,
+        fault: Callable[[str], None] | None = None,
+    ) -> LogSegment:
+        """Swap ``old`` (consecutive, inactive) for the cleaner's output ``cleaned``
+        (``{base}.log.cleaned``, fsynced) covering offsets [old[0].base_offset, end_offset).
+
+        Crash-safe (Kafka's ``replaceSegments``): range file -> aborted-txn entries merged into the
+        new base's ``.txnindex`` -> rename ``.cleaned`` to ``.swap`` (the commit point) -> old
+        segments renamed ``.deleted`` -> ``.swap`` renamed ``.log`` -> indexes rebuilt. A crash
+        before the commit point leaves the old log (``.cleaned``/range files are removed on load),
+        after it the new one (``_complete_swaps``). ``fault(step)`` lets tests crash at each step.
+        """
+        step = fault or (lambda _name: None)
+        base = old[0].base_offset
+        if self._segments[self._segments.index(old[0]) : self._segments.index(old[0]) + len(old)] != old or (
+            old[-1] is self.active_segment
+        ):
+            raise ValueError("replace_segments needs consecutive inactive segments of this log")
+        range_file = self.dir / f"{base:020d}{SWAP_RANGE_SUFFIX}"
+        with open(range_file, "w") as f:
+            f.write(f"{end_offset}\n")
+            f.flush()
+            os.fsync(f.fileno())
+        step("range-written")
+        self.txn_index.merge_into([s.base_offset for s in old], base)
+        step("txnindex-merged")
+        swap = self.dir / f"{base:020d}.log{SWAP_SUFFIX}"
+        os.replace(cleaned, swap)
+        _fsync_dir(self.dir)
+        step("swap-renamed")
+        first = self._segments.index(old[0])
+        for segment in old:
+            segment.flush()
+            segment.rename_to_deleted()
+            self._pending_deletes.append((self._now_ms() + self.config.file_delete_delay_ms, segment))
+        step("old-deleted")
+        os.replace(swap, self.dir / f"{base:020d}.log")
+        _fsync_dir(self.dir)
+        step("swap-to-log")
+        new = LogSegment(self.dir, base, self.config, now_ms=self._now_ms())
+        new.recover()
+        new.on_become_inactive()
+        new.flush()
+        self._segments[first : first + len(old)] = [new]
+        self.txn_index.drop_merged([s.base_offset for s in old], base)
+        range_file.unlink(missing_ok=True)
+        step("done")
+        return new
 
     # -- durability ------------------------------------------------------------------------
 

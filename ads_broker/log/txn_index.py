@@ -92,6 +92,10 @@ class TxnIndex:
             for e in kept:
                 self.entries.append(e)
                 self._segment_of.append(base)
+        unique: dict[AbortedTxn, int] = {}
+        for e, b in zip(self.entries, self._segment_of, strict=True):
+            unique.setdefault(e, b)  # a crash mid-swap can leave an entry in two files
+        self.entries, self._segment_of = list(unique), list(unique.values())
         order = sorted(range(len(self.entries)), key=lambda i: self.entries[i].last_offset)
         self.entries = [self.entries[i] for i in order]
         self._segment_of = [self._segment_of[i] for i in order]
@@ -124,11 +128,15 @@ class TxnIndex:
         self._segment_of = [self._segment_of[i] for i in keep]
         txn_index_path(self.dir, segment_base).unlink(missing_ok=True)
 
-    def replace_segments(self, old_bases: list[int], new_base: int) -> None:
-        """The cleaner replaced ``old_bases`` by one segment at ``new_base``: move the entries."""
+    def merge_into(self, old_bases: list[int], new_base: int) -> None:
+        """Write every entry of ``old_bases`` into ``new_base``'s file (before a cleaner swap
+        commits; until the old files go, ``load`` dedupes the copies)."""
         moved = [e for e, b in zip(self.entries, self._segment_of, strict=True) if b in old_bases]
-        self._segment_of = [new_base if b in old_bases else b for b in self._segment_of]
         _rewrite(txn_index_path(self.dir, new_base), moved)
+
+    def drop_merged(self, old_bases: list[int], new_base: int) -> None:
+        """After the swap: the entries now live in ``new_base``'s file only."""
+        self._segment_of = [new_base if b in old_bases else b for b in self._segment_of]
         for base in old_bases:
             if base != new_base:
                 txn_index_path(self.dir, base).unlink(missing_ok=True)
