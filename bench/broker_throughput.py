@@ -24,7 +24,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from ads_broker.embedded import BrokerProcess, ads_broker_process, tansu_process  # noqa: E402
+from ads_broker.embedded import BrokerProcess, ads_broker_process, tansu_process
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -113,7 +113,8 @@ def main() -> None:
             with proc:
                 results[name].append(run_one(proc, name, args.messages, args.partitions, repeat))
             shutil.rmtree(tmp, ignore_errors=True)
-    print(f"\nmedians over {args.repeats} run(s), {args.messages:,} messages of 300 bytes, {args.partitions} partitions")
+    print(f"\nmedians over {args.repeats} run(s), {args.messages:,} messages of 300 bytes, "
+          f"{args.partitions} partitions")
     med = {name: {k: statistics.median(r[k] for r in rows) for k in rows[0]} for name, rows in results.items()}
     for name, m in med.items():
         print(f"{name:>10}: produce {m['produce_mps']:>10,.0f} msg/s  broker {m['produce_cpu_us']:.2f} µs/msg | "
