@@ -1,0 +1,147 @@
+"""Benchmark: transactional vs idempotent produce on ads-broker, and the log cleaner's throughput.
+
+    .venv/bin/python bench/txn_throughput.py --messages 200000
+    .venv/bin/python bench/txn_throughput.py --cleaner-mb 64 --buffer-mb 4
+
+Produce: one confluent-kafka producer, 100-byte values, 4 partitions, against a fresh ads-broker
+child process. "idempotent" is enable.idempotence=true; "transactional" commits every
+``--per-txn`` messages (issue 3's target: >= 0.8x the idempotent rate). Wall time from the first
+produce() to the last delivery (idempotent: flush; transactional: the last commit).
+
+Cleaner: a compacted log of ``--cleaner-mb`` MB written directly through ``Log`` (1000 keys
+overwritten over and over, 100-byte values, 1 MB segments), then one ``LogCleaner.clean`` pass
+with a ``--buffer-mb`` key map. Reported: MB of log read per second and the peak of Python
+allocations during the pass (tracemalloc), next to the configured buffer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import threading
+import time
+import tracemalloc
+from pathlib import Path
+
+from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from ads_broker.embedded import ads_broker_process
+from ads_broker.log.cleaner import LogCleaner
+from ads_broker.log.config import LogConfig
+from ads_broker.log.log import Log
+from ads_broker.log.records import Record, build_batch
+
+PARTITIONS = 4
+
+
+def produce(bootstrap: str, topic: str, n: int, per_txn: int | None) -> float:
+    conf: dict[str, object] = {"bootstrap.servers": bootstrap, "partitioner": "murmur2_random",
+                               "enable.idempotence": True, "linger.ms": 5}
+    if per_txn:
+        conf["transactional.id"] = f"bench-{topic}"
+    p = Producer(conf)
+    errors: list[KafkaError] = []
+
+    def on_delivery(err: KafkaError | None, _msg: Message) -> None:
+        if err is not None:
+            errors.append(err)
+
+    value = b"x" * 100
+    if per_txn:
+        p.init_transactions(30)
+    start = time.perf_counter()
+    for i in range(n):
+        if per_txn and i % per_txn == 0:
+            if i:
+                p.commit_transaction(60)
+            p.begin_transaction()
+        while True:
+            try:
+                p.produce(topic, key=b"k%d" % i, value=value, on_delivery=on_delivery)
+                break
+            except BufferError:
+                p.poll(0.01)
+        p.poll(0)
+    if per_txn:
+        p.commit_transaction(60)
+    else:
+        p.flush(120)
+    elapsed = time.perf_counter() - start
+    if errors:
+        raise SystemExit(f"delivery errors: {errors[:3]}")
+    return n / elapsed
+
+
+def bench_produce(n: int, per_txn: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as tmp, ads_broker_process(Path(tmp) / "data") as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        for t in ("idem", "txn"):
+            admin.create_topics([NewTopic(t, PARTITIONS, 1)])[t].result(30)
+        idem = produce(broker.bootstrap, "idem", n, None)
+        txn = produce(broker.bootstrap, "txn", n, per_txn)
+    return {"idempotent_msgs_per_s": round(idem), "transactional_msgs_per_s": round(txn),
+            "ratio": round(txn / idem, 3)}
+
+
+class _Partition:
+    def __init__(self, log: Log) -> None:
+        self.log = log
+        self.topic = "bench"
+        self.index = 0
+        self.lock = threading.Lock()
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.log_end_offset
+
+
+def bench_cleaner(mb: int, buffer_mb: int) -> dict[str, float]:
+    config = LogConfig(cleanup_policy="compact", segment_bytes=1 << 20, min_cleanable_dirty_ratio=0.0)
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Log(Path(tmp) / "p", config, topic="bench", partition=0, clean_shutdown=True)
+        i = 0
+        while log.size_bytes < mb << 20:
+            batch = [Record(-1, 1_700_000_000_000, b"key-%d" % ((i + j) % 1000), b"v" * 100) for j in range(100)]
+            log.append_as_leader(build_batch(batch), 0)
+            i += 100
+        log.roll()
+        size = log.size_bytes
+        partition = _Partition(log)
+        cleaner = LogCleaner(lambda: [partition], buffer_bytes=buffer_mb << 20)
+        tracemalloc.start()
+        start = time.perf_counter()
+        stats = cleaner.clean(partition)  # type: ignore[arg-type]
+        elapsed = time.perf_counter() - start
+        _cur, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        log.close()
+    return {"log_mb": round(size / 2**20, 1), "records": i, "seconds": round(elapsed, 2),
+            "mb_read_per_s": round(stats.bytes_read / 2**20 / elapsed, 2),
+            "mb_written": round(stats.bytes_written / 2**20, 3),
+            "peak_python_alloc_mb": round(peak / 2**20, 2), "buffer_mb": buffer_mb}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--messages", type=int, default=200_000)
+    ap.add_argument("--per-txn", type=int, default=1000)
+    ap.add_argument("--cleaner-mb", type=int, default=64)
+    ap.add_argument("--buffer-mb", type=int, default=4)
+    ap.add_argument("--skip-produce", action="store_true")
+    ap.add_argument("--skip-cleaner", action="store_true")
+    args = ap.parse_args()
+    out: dict[str, object] = {}
+    if not args.skip_produce:
+        out["produce"] = bench_produce(args.messages, args.per_txn)
+    if not args.skip_cleaner:
+        out["cleaner"] = bench_cleaner(args.cleaner_mb, args.buffer_mb)
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
