@@ -283,9 +283,16 @@ class TransactionCoordinator:
                 log.warning("transaction partition no longer exists; skipping its marker",
                             transactional_id=md.transactional_id, topic=topic, partition=index)
                 continue
-            with partition.lock:
-                partition.log.append_end_txn_marker(md.producer_id, md.producer_epoch, commit,
-                                                    self.coordinator_epoch, partition.leader_epoch)
+            try:
+                with partition.lock:
+                    partition.log.append_end_txn_marker(md.producer_id, md.producer_epoch, commit,
+                                                        self.coordinator_epoch, partition.leader_epoch)
+            except BrokerError as e:
+                # Only a newer epoch already in the partition can refuse a marker: that producer's
+                # later transaction supersedes this one there (Kafka logs and drops it too).
+                log.warning("transaction marker refused", transactional_id=md.transactional_id, topic=topic,
+                            partition=index, error=str(e))
+                continue
             if topic == OFFSETS_TOPIC:
                 self.offsets.complete_transaction(md.producer_id, index, commit)
             partition.notify()
