@@ -1,0 +1,128 @@
+"""Transactions at the wire level (raw requests through kafka-python's codec): Kafka's error codes
+for bad input, nothing appended for a refused batch, the KIP-447 generation check on
+TxnOffsetCommit, and a read_committed long poll woken by an ABORT marker with its aborted list."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from kafka.protocol.consumer import FetchRequest
+from kafka.protocol.producer import (
+    AddPartitionsToTxnRequest,
+    EndTxnRequest,
+    InitProducerIdRequest,
+    ProduceRequest,
+    TxnOffsetCommitRequest,
+)
+
+from ads_broker.embedded import BrokerProcess
+from ads_broker.log.records import Record, build_batch
+from tests.integration.broker.rawclient import RawClient
+from tests.kafka_helpers import create_topic
+
+ILLEGAL_GENERATION = 22
+INVALID_PRODUCER_EPOCH = 47
+INVALID_TXN_STATE = 48
+INVALID_PRODUCER_ID_MAPPING = 49
+INVALID_TRANSACTION_TIMEOUT = 50
+INVALID_RECORD = 87
+PRODUCER_FENCED = 90
+
+
+def init(client: RawClient, txn_id: str, timeout_ms: int = 60000) -> Any:
+    return client.request(InitProducerIdRequest(transactional_id=txn_id, transaction_timeout_ms=timeout_ms,
+                                                producer_id=-1, producer_epoch=-1), 4)
+
+
+def add_partitions(client: RawClient, txn_id: str, pid: int, epoch: int, topic: str, version: int = 3) -> int:
+    resp = client.request(AddPartitionsToTxnRequest(
+        v3_and_below_transactional_id=txn_id, v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
+        v3_and_below_topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=topic, partitions=[0])]),
+        version)
+    return int(resp.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code)
+
+
+def produce(client: RawClient, txn_id: str | None, topic: str, records: bytes) -> tuple[int, int]:
+    req = ProduceRequest(transactional_id=txn_id, acks=-1, timeout_ms=10000, topic_data=[
+        ProduceRequest.TopicProduceData(name=topic, partition_data=[
+            ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=records)])])
+    p = client.request(req, 9).responses[0].partition_responses[0]
+    return int(p.error_code), int(p.base_offset)
+
+
+def txn_batch(pid: int, epoch: int, seq: int, value: bytes, **kw: bool) -> bytes:
+    return build_batch([Record(-1, int(time.time() * 1000), b"k", value)], producer_id=pid, producer_epoch=epoch,
+                       base_sequence=seq, is_transactional=True, **kw)
+
+
+def end_txn(client: RawClient, txn_id: str, pid: int, epoch: int, commit: bool, version: int = 3) -> int:
+    return int(client.request(EndTxnRequest(transactional_id=txn_id, producer_id=pid, producer_epoch=epoch,
+                                            committed=commit), version).error_code)
+
+
+def test_bad_input_gets_kafka_error_codes(ads_broker: BrokerProcess, topic_name: str) -> None:
+    create_topic(ads_broker.bootstrap, topic_name, 1)
+    with RawClient(ads_broker.bootstrap) as c:
+        assert init(c, "t", timeout_ms=900001).error_code == INVALID_TRANSACTION_TIMEOUT
+        assert end_txn(c, "nobody", 1, 0, True) == INVALID_PRODUCER_ID_MAPPING
+        r = init(c, "t")
+        pid, epoch = r.producer_id, r.producer_epoch
+        assert r.error_code == 0
+        # Not added to the transaction yet: refused, nothing appended.
+        assert produce(c, "t", topic_name, txn_batch(pid, epoch, 0, b"x")) == (INVALID_TXN_STATE, -1)
+        assert add_partitions(c, "t", pid, epoch, topic_name) == 0
+        assert add_partitions(c, "t", pid, epoch - 1, topic_name, version=1) == INVALID_PRODUCER_EPOCH
+        assert add_partitions(c, "t", pid, epoch - 1, topic_name, version=3) == PRODUCER_FENCED
+        # A client may not write control batches.
+        control = txn_batch(pid, epoch, 0, b"x", is_control=True)
+        assert produce(c, "t", topic_name, control)[0] == INVALID_RECORD
+        assert produce(c, "t", topic_name, txn_batch(pid, epoch, 0, b"x")) == (0, 0)
+        assert end_txn(c, "t", pid, epoch + 1, True) == PRODUCER_FENCED
+        assert end_txn(c, "t", pid, epoch, True) == 0
+        assert end_txn(c, "t", pid, epoch, False) == INVALID_TXN_STATE
+        # KIP-447: a TxnOffsetCommit naming a generation the group never had is refused.
+        r2 = init(c, "t2")
+        resp = c.request(TxnOffsetCommitRequest(
+            transactional_id="t2", group_id="g", producer_id=r2.producer_id, producer_epoch=r2.producer_epoch,
+            generation_id=5, member_id="ghost", group_instance_id=None, topics=[
+                TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(name=topic_name, partitions=[
+                    TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.TxnOffsetCommitRequestPartition(
+                        partition_index=0, committed_offset=1, committed_leader_epoch=-1,
+                        committed_metadata="")])]), 3)
+        assert resp.topics[0].partitions[0].error_code == INVALID_TXN_STATE  # offsets partition not added
+        assert init(c, "t").producer_epoch == epoch + 1
+
+
+def test_read_committed_long_poll_woken_by_abort_marker(ads_broker: BrokerProcess, topic_name: str) -> None:
+    create_topic(ads_broker.bootstrap, topic_name, 1)
+    fetch = FetchRequest(replica_id=-1, max_wait_ms=60000, min_bytes=1, max_bytes=1 << 20, isolation_level=1,
+                         session_id=0, session_epoch=-1, topics=[FetchRequest.FetchTopic(topic=topic_name, partitions=[
+                             FetchRequest.FetchTopic.FetchPartition(partition=0, current_leader_epoch=-1,
+                                                                    fetch_offset=0, log_start_offset=-1,
+                                                                    partition_max_bytes=1 << 20)])],
+                         forgotten_topics_data=[], rack_id="")
+    result: dict[str, Any] = {}
+
+    def long_poll() -> None:
+        with RawClient(ads_broker.bootstrap) as client:
+            client.sock.settimeout(50)  # under max_wait_ms: only a wake-up by the marker answers in time
+            result["partition"] = client.request(fetch, 12).responses[0].partitions[0]
+
+    with RawClient(ads_broker.bootstrap) as c:
+        r = init(c, "lp")
+        pid, epoch = r.producer_id, r.producer_epoch
+        assert add_partitions(c, "lp", pid, epoch, topic_name) == 0
+        assert produce(c, "lp", topic_name, txn_batch(pid, epoch, 0, b"doomed")) == (0, 0)
+        t = threading.Thread(target=long_poll)
+        t.start()
+        time.sleep(1.0)  # the open transaction keeps the LSO at 0: the fetch parks
+        assert "partition" not in result
+        assert end_txn(c, "lp", pid, epoch, False) == 0
+        t.join(55)
+    assert not t.is_alive()
+    part = result["partition"]
+    assert part.last_stable_offset == part.high_watermark == 2
+    assert [(a.producer_id, a.first_offset) for a in part.aborted_transactions] == [(pid, 0)]
+    assert b"doomed" in bytes(part.records)
