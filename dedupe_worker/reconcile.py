@@ -19,8 +19,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from dedupe_worker.config import WorkerConfig
 from dedupe_worker.exceptions import ReconcileError
 from dedupe_worker.kafka import consumer_config
-from dedupe_worker.keys import encode_message_id
-from dedupe_worker.records import classify, source_offset
+from dedupe_worker.records import source_offset, store_key
 from dedupe_worker.store.base import StoreMeta
 from dedupe_worker.store.rocksdb import RocksDBStore
 
@@ -43,15 +42,18 @@ def apply_output_records(store: RocksDBStore, records: list[Any]) -> int:
         return 0
     batch: dict[bytes, int] = {}
     input_next = 0
-    for msg in records:
+    for msg in reversed(records):  # one partition's worker writes source offsets in increasing order
         src = source_offset(msg.headers())
         if src is not None:
-            input_next = max(input_next, src + 1)
-        c = classify(msg.key(), msg.value())
-        if c.message_id is None:
-            log.error("output record without messageId", offset=msg.offset(), reason=str(c.reason))
+            input_next = src + 1
+            break
+    for msg in records:
+        key, reason = store_key(msg.key(), msg.value())
+        if key is None:
+            log.error("output record without messageId", offset=msg.offset(), reason=str(reason))
             continue
-        batch.setdefault(encode_message_id(c.message_id), max(msg.timestamp()[1], 0))
+        if key not in batch:
+            batch[key] = max(msg.timestamp()[1], 0)
     keys = list(batch)
     new = [k for k, present in zip(keys, store.contains(keys), strict=True) if not present]
     store.record(new, [batch[k] for k in new], input_offset=input_next,
