@@ -12,15 +12,19 @@ def build_session(master: str = "local[*]", app_name: str = "spark-audit", shuff
     """Create (or reuse) a SparkSession and register the ``kafka_confluent`` data source.
 
     Spark's Python workers import pyarrow and confluent-kafka, so they must run this project's
-    interpreter: ``PYSPARK_PYTHON`` and ``PYSPARK_DRIVER_PYTHON`` are pointed at ``sys.executable``
-    unless the caller already set them (spark-submit on a cluster does).
+    interpreter: for a local master ``PYSPARK_PYTHON`` and ``PYSPARK_DRIVER_PYTHON`` are set to
+    ``sys.executable`` (a stray system python would fail with "No module named 'pyarrow'"). On a
+    cluster the caller's values win (executors run a shipped venv, not the driver's path).
     """
     from pyspark.sql import SparkSession
 
     from spark_audit.datasource import KafkaDataSource
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
+        if master.startswith("local"):
+            os.environ[name] = sys.executable
+        else:
+            os.environ.setdefault(name, sys.executable)
     builder = (
         SparkSession.builder.master(master).appName(app_name)
         .config("spark.ui.enabled", "false")
