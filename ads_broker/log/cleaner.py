@@ -35,10 +35,19 @@ import structlog
 
 from ads_broker.log.log import CLEANED_SUFFIX, Log
 from ads_broker.log.records import (
+    CRC_OFFSET,
+    LAST_OFFSET_DELTA_OFFSET,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    MAX_TIMESTAMP_OFFSET,
+    RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_LOG_APPEND_TIME,
     BatchHeader,
+    RawRecord,
     build_batch,
+    compute_crc,
     decode_batch,
+    raw_records,
     stamp_log_append_time,
 )
 from ads_broker.log.segment import LogSegment
@@ -287,7 +296,8 @@ class LogCleaner:
                 plan.stats.seconds_throttled += throttler.add(header.size)
                 if header.is_control or _is_aborted(header, plan.aborted):
                     continue
-                _h, records = decode_batch(data)
+                raw = _records_of(data, header)
+                records = decode_batch(data)[1] if raw is None else raw
                 keyed = [(r.key, r.offset) for r in records if r.key is not None and r.offset >= plan.first_dirty]
                 new_keys = sum(1 for k, _ in keyed if offset_map.get(k) < 0)
                 if offset_map.size + new_keys > offset_map.max_entries:
@@ -355,17 +365,15 @@ class LogCleaner:
             return b""
         if header.has_producer_id and header.last_offset in plan.producer_last_offsets:
             return data  # the producer's last batch: idempotent dedupe needs it after a restart
+        raw = _records_of(data, header)
+        if raw is not None:
+            kept_raw = [r for r in raw if _retain(r.key, r.offset, r.tombstone, offset_map, retain_tombstones)]
+            plan.stats.records_removed += len(raw) - len(kept_raw)
+            if len(kept_raw) == len(raw):
+                return data
+            return _rebuild_raw(data, header, kept_raw) if kept_raw else b""
         _h, records = decode_batch(data)
-        kept = []
-        for r in records:
-            if r.key is None:
-                continue
-            latest = offset_map.get(r.key)
-            if latest > r.offset:
-                continue
-            if r.value is None and not retain_tombstones:
-                continue
-            kept.append(r)
+        kept = [r for r in records if _retain(r.key, r.offset, r.value is None, offset_map, retain_tombstones)]
         plan.stats.records_removed += len(records) - len(kept)
         if len(kept) == len(records):
             return data
@@ -380,10 +388,40 @@ class LogCleaner:
         return bytes(out)
 
 
+def _records_of(data: bytes, header: BatchHeader) -> list[RawRecord] | None:
+    """Raw records of an uncompressed batch; None for a compressed one (the slow path decodes)."""
+    if header.compression != 0:
+        return None
+    return raw_records(data, header)
+
+
+def _rebuild_raw(data: bytes, header: BatchHeader, kept: list[RawRecord]) -> bytes:
+    """The batch with only ``kept`` records: same base offset, base timestamp, producer fields and
+    attributes; new length, last offset delta, max timestamp (CreateTime), count and CRC."""
+    body = b"".join(data[r.start : r.end] for r in kept)
+    out = bytearray(data[:RECORD_BATCH_OVERHEAD]) + body
+    struct.pack_into(">i", out, LENGTH_OFFSET, len(out) - LOG_OVERHEAD)
+    struct.pack_into(">i", out, LAST_OFFSET_DELTA_OFFSET, kept[-1].offset - header.base_offset)
+    if header.timestamp_type != TIMESTAMP_TYPE_LOG_APPEND_TIME:
+        struct.pack_into(">q", out, MAX_TIMESTAMP_OFFSET, max(r.timestamp for r in kept))
+    struct.pack_into(">i", out, RECORD_BATCH_OVERHEAD - 4, len(kept))
+    struct.pack_into(">I", out, CRC_OFFSET, compute_crc(out, 0, len(out)))
+    return bytes(out)
+
+
 def _next_base(plog: Log, segment: LogSegment) -> int:
     segments = plog.segments
     i = segments.index(segment)
     return segments[i + 1].base_offset if i + 1 < len(segments) else plog.log_end_offset
+
+
+def _retain(key: bytes | None, offset: int, tombstone: bool, offset_map: OffsetMap, retain_tombstones: bool) -> bool:
+    """Kafka's ``shouldRetainRecord``: keyed, not superseded, and not an expired tombstone."""
+    if key is None:
+        return False
+    if offset_map.get(key) > offset:
+        return False
+    return retain_tombstones or not tombstone
 
 
 def _is_aborted(header: BatchHeader, aborted: list[AbortedTxn]) -> bool:

@@ -36,6 +36,7 @@ from ads_broker.log.records import (
     build_batch,
     decode_batch,
     iter_batches,
+    raw_records,
     read_header,
     stamp_log_append_time,
     stamp_offsets,
@@ -281,8 +282,12 @@ class Log:
         """Validate a client's batch, dedupe idempotent retries, assign offsets and append."""
         (header,) = validate_produce_batches(records, self.config)
         if self.config.compact:
-            _header, decoded = decode_batch(records)
-            if any(r.key is None for r in decoded):
+            keys = (
+                [r.key for r in raw_records(records, header)]
+                if header.compression == 0
+                else [r.key for r in decode_batch(records)[1]]
+            )
+            if any(k is None for k in keys):
                 raise InvalidRecordError(
                     f"Compacted topic cannot accept message without key in topic partition "
                     f"{self.topic}-{self.partition}; give every record a key or use cleanup.policy=delete"

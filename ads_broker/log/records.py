@@ -324,6 +324,66 @@ def build_batch(
     return bytes(buf)
 
 
+@dataclass(frozen=True, slots=True)
+class RawRecord:
+    """One record of an uncompressed batch, located in the batch's bytes (no value copy)."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    tombstone: bool
+    start: int  # byte range of the whole record (length prefix included) inside the batch
+    end: int
+
+
+def _varint(buf: Buffer, pos: int) -> tuple[int, int]:
+    """Zigzag varint (Kafka ``ByteUtils.readVarint/readVarlong``): (value, next position)."""
+    shift = result = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+
+
+def raw_records(data: Buffer, header: BatchHeader) -> list[RawRecord]:
+    """Records of an uncompressed v2 batch (``data`` is exactly the batch), parsed in place.
+
+    Raises CorruptRecordError when the records do not fill the batch exactly.
+    """
+    out = []
+    pos = RECORD_BATCH_OVERHEAD
+    size = header.size
+    if len(data) != size:
+        raise CorruptRecordError(f"batch at offset {header.base_offset} declares {size} bytes, {len(data)} given")
+    try:
+        for _ in range(header.records_count):
+            start = pos
+            length, pos = _varint(data, pos)
+            end = pos + length
+            if length < 0 or end > size:
+                raise IndexError(f"record length {length}")
+            pos += 1  # attributes
+            ts_delta, pos = _varint(data, pos)
+            off_delta, pos = _varint(data, pos)
+            key_len, pos = _varint(data, pos)
+            key = None if key_len < 0 else bytes(data[pos : pos + key_len])
+            pos += max(key_len, 0)
+            value_len, _ = _varint(data, pos)
+            out.append(RawRecord(header.base_offset + off_delta, header.base_timestamp + ts_delta, key,
+                                 value_len < 0, start, end))
+            pos = end
+    except IndexError as exc:
+        raise CorruptRecordError(
+            f"batch at offset {header.base_offset} has a malformed record at byte {pos}: {exc}"
+        ) from exc
+    if pos != size:
+        raise CorruptRecordError(f"batch at offset {header.base_offset} has {size - pos} bytes after its records")
+    return out
+
+
 def decode_batch(buf: Buffer) -> tuple[BatchHeader, list[Record]]:
     """Header plus every record (decompressed), through kafka-python's reader."""
     header = read_header(buf, 0)

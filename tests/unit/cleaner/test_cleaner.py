@@ -59,6 +59,7 @@ ops_strategy = st.lists(
         st.tuples(st.just("delete"), st.integers(0, 5), st.just(0)),
         st.tuples(st.just("txn"), st.integers(0, 5), st.integers(0, 1)),  # 1 = commit, 0 = abort
         st.tuples(st.just("roll"), st.just(0), st.just(0)),
+        st.tuples(st.just("multi"), st.integers(0, 5), st.integers(0, 1)),  # 1 = gzip-compressed batch
     ),
     min_size=1, max_size=40,
 )
@@ -74,6 +75,10 @@ def build_history(log: Log, clock: Clock, ops: list[Op]) -> tuple[list[Row], set
         k = b"key-%d" % key
         if kind == "roll":
             log.roll()
+        elif kind == "multi":
+            recs = [Record(-1, clock.now + j, b"key-%d" % ((key + j) % 6), b"m%d-%d" % (i, j)) for j in range(3)]
+            info = log.append_as_leader(build_batch(recs, compression=arg), 0)
+            written.extend((info.first_offset + j, r.key, r.value) for j, r in enumerate(recs))
         elif kind in ("put", "delete"):
             value = None if kind == "delete" else b"v%d-%d" % (i, arg)
             info = log.append_as_leader(build_batch([Record(-1, clock.now, k, value)]), 0)
