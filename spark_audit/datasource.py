@@ -77,12 +77,10 @@ def consumer_config(bootstrap: str, extra: Mapping[str, str] | None = None,
         "auto.offset.reset": "error",
         "isolation.level": isolation_level,
         "allow.auto.create.topics": False,
-        "partitioner": "murmur2_random",
+        # No `partitioner` here: it is a producer property (the audit never produces), and
+        # librdkafka warns in every Spark task when a consumer config carries it.
     }
     config.update(extra or {})
-    # `partitioner` is a producer property; librdkafka warns but accepts it on consumers. Keep the
-    # project rule (every client config sets it) without the warning noise.
-    config.pop("partitioner", None)
     return config
 
 
