@@ -8,10 +8,11 @@ APT_PACKAGES := openjdk-17-jre-headless
 
 .PHONY: run run-broker test lint unit integration bench clean apt-deps
 
+# The main job ends with the Spark audit, so the base install includes the spark extra.
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet -e .
+	$(PIP) install --quiet -e '.[spark]'
 	touch $@
 
 $(VENV)/.test: pyproject.toml
@@ -27,7 +28,7 @@ apt-deps:
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq $(APT_PACKAGES); }
 
 # The main job on the embedded default: ads-broker, load generator, dedupe workers, verified output.
-run: $(VENV)/.base
+run: apt-deps $(VENV)/.base
 	$(PY) -m dedupe_worker.demo
 
 # The broker alone: produce/consume through confluent-kafka, restart, committed offsets.
