@@ -79,6 +79,25 @@ VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
 }
 
 
+REASONS: dict[int, str] = {
+    UNKNOWN_TOPIC_OR_PARTITION: "a partition of the request does not exist; create the topic first",
+    INVALID_PRODUCER_EPOCH: "the producer epoch is not the current one: this producer was fenced by a newer "
+                            "instance with the same transactional.id (or its transaction timed out)",
+    INVALID_TXN_STATE: "the transaction is not in a state that allows this request (e.g. EndTxn without "
+                       "AddPartitionsToTxn, or commit after abort)",
+    INVALID_PRODUCER_ID_MAPPING: "unknown transactional.id or producer id: call InitProducerId first",
+    INVALID_TRANSACTION_TIMEOUT: "transaction.timeout.ms must be > 0 and <= the broker's transaction.max.timeout.ms",
+    CONCURRENT_TRANSACTIONS: "the previous transaction is still completing; retry",
+    OPERATION_NOT_ATTEMPTED: "not attempted because another partition of the request failed",
+    PRODUCER_FENCED: "a newer producer with the same transactional.id fenced this one (or its transaction "
+                     "timed out); close it and create a new producer",
+}
+
+
+def reason(code: int) -> str:
+    return REASONS.get(code, f"Kafka error code {code}")
+
+
 class IllegalTransitionError(BrokerError):
     """A state change Kafka's state machine does not allow (a coordinator bug, never client input)."""
 
@@ -327,8 +346,6 @@ class TransactionCoordinator:
         if not transactional_id:
             return INVALID_TXN_STATE, -1, -1
         if timeout_ms <= 0 or timeout_ms > self.max_timeout_ms:
-            log.warning("transaction timeout out of range", transactional_id=transactional_id,
-                        timeout_ms=timeout_ms, max_timeout_ms=self.max_timeout_ms)
             return INVALID_TRANSACTION_TIMEOUT, -1, -1
         md = self.txns.get(transactional_id)
         if md is None:
@@ -339,8 +356,6 @@ class TransactionCoordinator:
         if expected_pid >= 0 and not (
                 (expected_pid, expected_epoch) == (md.producer_id, md.producer_epoch)
                 or (expected_pid, expected_epoch) == (md.last_producer_id, md.last_producer_epoch)):
-            log.warning("InitProducerId from a fenced producer", transactional_id=transactional_id,
-                        producer_id=expected_pid, epoch=expected_epoch, current_epoch=md.producer_epoch)
             return fenced_code, -1, -1
         if md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT, TxnState.PREPARE_EPOCH_FENCE):
             return CONCURRENT_TRANSACTIONS, -1, -1
@@ -365,8 +380,6 @@ class TransactionCoordinator:
                                            TxnState.PREPARE_EPOCH_FENCE):
             code = CONCURRENT_TRANSACTIONS
         if md is None or code:
-            log.warning("AddPartitionsToTxn rejected", transactional_id=transactional_id,
-                        producer_id=producer_id, epoch=producer_epoch, error_code=code)
             return {tp: code for tp in wanted}
         unknown = {tp for tp in wanted if not self._exists(tp)}
         if unknown:
@@ -386,8 +399,6 @@ class TransactionCoordinator:
                 fenced_code: int = PRODUCER_FENCED) -> int:
         md, code = self._check_producer(transactional_id, producer_id, producer_epoch, fenced_code)
         if md is None:
-            log.warning("EndTxn rejected", transactional_id=transactional_id, producer_id=producer_id,
-                        epoch=producer_epoch, commit=commit, error_code=code)
             return code
         state = md.state
         if state is TxnState.ONGOING:
@@ -398,8 +409,6 @@ class TransactionCoordinator:
             return NONE  # a retry of an EndTxn that already completed
         if state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT, TxnState.PREPARE_EPOCH_FENCE):
             return CONCURRENT_TRANSACTIONS
-        log.warning("EndTxn in an invalid state", transactional_id=transactional_id, state=state.name,
-                    commit=commit)
         return INVALID_TXN_STATE
 
     def verify_partition(self, transactional_id: str, producer_id: int, producer_epoch: int,

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 
+from ads_broker.coordinator.transaction import reason
 from ads_broker.exceptions import BrokerError, InvalidRecordError
 from ads_broker.log.records import RECORD_BATCH_OVERHEAD, read_header
 from ads_broker.protocol.codec import DecodedRequest
@@ -60,8 +61,9 @@ async def handle_produce(broker: Broker, req: DecodedRequest) -> ProduceResponse
                 resp.error_code = code
                 resp.error_message = (f"partition {topic_data.name}-{pdata.index} is not part of an ongoing "
                                       f"transaction of {body.transactional_id!r} at this producer epoch")
-                broker.log_client_error(req, "produce", None, topic=topic_data.name, partition=pdata.index,
-                                        transactional_id=body.transactional_id, error_code=code)
+                broker.log_client_error(req, "produce", BrokerError(reason(code)), topic=topic_data.name,
+                                        partition=pdata.index, transactional_id=body.transactional_id,
+                                        error_code=code)
             else:
                 appends.append(_append_one(broker, req, topic_data.name, pdata, resp))
             partition_responses.append(resp)
@@ -99,8 +101,9 @@ async def handle_init_producer_id(broker: Broker, req: DecodedRequest) -> InitPr
             body.producer_id if v >= 3 else -1, body.producer_epoch if v >= 3 else -1,
             fenced_code=90 if v >= 4 else 47)
         if code:
-            broker.log_client_error(req, "init_producer_id", None, transactional_id=body.transactional_id,
-                                    timeout_ms=body.transaction_timeout_ms, error_code=code)
+            broker.log_client_error(req, "init_producer_id", BrokerError(reason(code)),
+                                    transactional_id=body.transactional_id, timeout_ms=body.transaction_timeout_ms,
+                                    error_code=code)
         return InitProducerIdResponse(throttle_time_ms=0, error_code=code, producer_id=pid, producer_epoch=epoch)
     # Idempotent producers without a transactional id always get a fresh id at epoch 0 (Kafka's
     # TransactionCoordinator.handleInitProducerId), also when they send their old id (KIP-360).

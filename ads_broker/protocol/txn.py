@@ -16,7 +16,8 @@ from kafka.protocol.producer import (
     TxnOffsetCommitResponse,
 )
 
-from ads_broker.coordinator.transaction import INVALID_PRODUCER_EPOCH, PRODUCER_FENCED
+from ads_broker.coordinator.transaction import INVALID_PRODUCER_EPOCH, PRODUCER_FENCED, reason
+from ads_broker.exceptions import BrokerError
 from ads_broker.protocol.codec import DecodedRequest
 
 if TYPE_CHECKING:
@@ -36,9 +37,9 @@ async def handle_add_partitions_to_txn(broker: Broker, req: DecodedRequest) -> A
     codes = broker.txn.add_partitions(body.v3_and_below_transactional_id, body.v3_and_below_producer_id,
                                       body.v3_and_below_producer_epoch, wanted, _fenced_code(req.api_version, 2))
     if any(codes.values()):
-        broker.log_client_error(req, "add_partitions_to_txn", None,
-                                transactional_id=body.v3_and_below_transactional_id,
-                                error_code=next(c for c in codes.values() if c))
+        first = next(c for c in codes.values() if c)
+        broker.log_client_error(req, "add_partitions_to_txn", BrokerError(reason(first)),
+                                transactional_id=body.v3_and_below_transactional_id, error_code=first)
     by_topic: dict[str, list[int]] = {}
     for topic, partition in wanted:
         by_topic.setdefault(topic, []).append(partition)
@@ -59,8 +60,8 @@ async def handle_add_offsets_to_txn(broker: Broker, req: DecodedRequest) -> AddO
         code = broker.txn.add_offsets(body.transactional_id, body.producer_id, body.producer_epoch, body.group_id,
                                       _fenced_code(req.api_version, 2))
     if code:
-        broker.log_client_error(req, "add_offsets_to_txn", None, transactional_id=body.transactional_id,
-                                group=body.group_id, error_code=code)
+        broker.log_client_error(req, "add_offsets_to_txn", BrokerError(reason(code)),
+                                transactional_id=body.transactional_id, group=body.group_id, error_code=code)
     return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=code)
 
 
@@ -69,7 +70,7 @@ async def handle_end_txn(broker: Broker, req: DecodedRequest) -> EndTxnResponse:
     code = broker.txn.end_txn(body.transactional_id, body.producer_id, body.producer_epoch, bool(body.committed),
                               _fenced_code(req.api_version, 2))
     if code:
-        broker.log_client_error(req, "end_txn", None, transactional_id=body.transactional_id,
+        broker.log_client_error(req, "end_txn", BrokerError(reason(code)), transactional_id=body.transactional_id,
                                 commit=bool(body.committed), error_code=code)
     return EndTxnResponse(throttle_time_ms=0, error_code=code, producer_id=-1, producer_epoch=-1)
 
@@ -102,8 +103,8 @@ async def handle_txn_offset_commit(broker: Broker, req: DecodedRequest) -> TxnOf
         codes.update(broker.offsets.commit_transactional(body.group_id, body.producer_id, body.producer_epoch,
                                                          entries))
     if code:
-        broker.log_client_error(req, "txn_offset_commit", None, transactional_id=body.transactional_id,
-                                group=body.group_id, error_code=code)
+        broker.log_client_error(req, "txn_offset_commit", BrokerError(reason(code)),
+                                transactional_id=body.transactional_id, group=body.group_id, error_code=code)
     topic_cls = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
     return TxnOffsetCommitResponse(throttle_time_ms=0, topics=[
         topic_cls(name=topic.name, partitions=[

@@ -4,8 +4,10 @@ TxnOffsetCommit, and a read_committed long poll woken by an ABORT marker with it
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from kafka.protocol.consumer import FetchRequest
@@ -62,7 +64,7 @@ def end_txn(client: RawClient, txn_id: str, pid: int, epoch: int, commit: bool, 
                                             committed=commit), version).error_code)
 
 
-def test_bad_input_gets_kafka_error_codes(ads_broker: BrokerProcess, topic_name: str) -> None:
+def test_bad_input_gets_kafka_error_codes(ads_broker: BrokerProcess, topic_name: str, tmp_path: Path) -> None:
     create_topic(ads_broker.bootstrap, topic_name, 1)
     with RawClient(ads_broker.bootstrap) as c:
         assert init(c, "t", timeout_ms=900001).error_code == INVALID_TRANSACTION_TIMEOUT
@@ -93,6 +95,11 @@ def test_bad_input_gets_kafka_error_codes(ads_broker: BrokerProcess, topic_name:
                         committed_metadata="")])]), 3)
         assert resp.topics[0].partitions[0].error_code == INVALID_TXN_STATE  # offsets partition not added
         assert init(c, "t").producer_epoch == epoch + 1
+    # One log line per rejected request, naming the reason (9 rejections above).
+    lines = [json.loads(line) for line in (tmp_path / "broker.log").read_text().splitlines() if line.startswith("{")]
+    rejected = [e for e in lines if e.get("event") == "request rejected"]
+    assert len(rejected) == 9, rejected
+    assert all(e.get("reason") for e in rejected)
 
 
 def test_read_committed_long_poll_woken_by_abort_marker(ads_broker: BrokerProcess, topic_name: str) -> None:
