@@ -128,3 +128,66 @@ def test_copiers_sigkilled_repeatedly_copy_exactly_once(tmp_path: Path) -> None:
         everything: dict[tuple[int, int], bytes] = {}
         read_committed_all(bs, "output", None, everything, 120, isolation="read_uncommitted")
         assert len(everything) > len(final) == SEED_MESSAGES
+
+
+GROUP_MESSAGES = 20_000
+GROUP_KILLS = 4
+
+
+def test_group_subscribed_copiers_sigkilled_copy_exactly_once(tmp_path: Path) -> None:
+    """The same check with both copiers in one consumer group (subscribe + KIP-447 group metadata):
+    partitions move between them on every kill, offsets are fetched with require_stable."""
+    rng = random.Random(99)
+    config = {"transaction.state.log.num.partitions": "4", "offsets.topic.num.partitions": "4",
+              "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+              "group.min.session.timeout.ms": "1000"}
+    with ads_broker_process(tmp_path / "data", config=config, log_path=tmp_path / "broker.log") as broker:
+        bs = broker.bootstrap
+        create_topic(bs, "input", PARTITIONS)
+        create_topic(bs, "output", PARTITIONS)
+        inputs = [(f"k{i}".encode(), f"msg-{i:08d}".encode(), i % PARTITIONS) for i in range(GROUP_MESSAGES)]
+        produce_all(bs, "input", inputs, **{"linger.ms": 20, "batch.num.messages": 500})
+        ends = [GROUP_MESSAGES // PARTITIONS] * PARTITIONS
+
+        def argv(i: int, seed: int) -> list[str]:
+            return [sys.executable, "-m", "tests.chaos.txn.group_copier", "--bootstrap", bs, "--input", "input",
+                    "--output", "output", "--group", "copy-group", "--transactional-id", f"gcopier-{i}",
+                    "--end", ",".join(map(str, ends)), "--seed", str(seed)]
+
+        logs = [open(tmp_path / f"copier-{i}.log", "ab") for i in range(2)]  # noqa: SIM115
+        procs = [subprocess.Popen(argv(i, i), stdout=logs[i], stderr=subprocess.STDOUT) for i in range(2)]
+        seen: dict[tuple[int, int], bytes] = {}
+        stop = threading.Event()
+        reader = threading.Thread(target=read_committed_all, args=(bs, "output", stop, seen, 280), daemon=True)
+        reader.start()
+        kills = 0
+        try:
+            for k in range(GROUP_KILLS):
+                time.sleep(rng.uniform(1.0, 3.0))
+                i = k % 2
+                if procs[i].poll() is not None:
+                    break
+                procs[i].kill()  # SIGKILL, by PID, a process this test started
+                procs[i].wait(30)
+                kills += 1
+                procs[i] = subprocess.Popen(argv(i, 100 + k), stdout=logs[i], stderr=subprocess.STDOUT)
+            codes = [p.wait(240) for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait(30)
+            for f in logs:
+                f.close()
+        assert codes == [0, 0], f"copier exit codes {codes}; see {tmp_path}/copier-*.log"
+        stop.set()
+        reader.join(60)
+        final: dict[tuple[int, int], bytes] = {}
+        read_committed_all(bs, "output", None, final, 120)
+        for p in range(PARTITIONS):
+            got = sorted(v for (part, _o), v in final.items() if part == p)
+            expected = sorted(v for _k, v, part in inputs if part == p)
+            assert got == expected, f"partition {p}: {len(got)} committed records, expected {len(expected)}"
+        not_committed = {k: v for k, v in seen.items() if final.get(k) != v}
+        assert not not_committed, f"read_committed reader saw {len(not_committed)} aborted records"
+        assert kills >= 2, f"only {kills} copier kills happened before the copy finished"
