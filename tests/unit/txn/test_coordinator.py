@@ -18,6 +18,7 @@ from ads_broker.config import BrokerConfig
 from ads_broker.coordinator import transaction as tx
 from ads_broker.coordinator.offsets import OFFSETS_TOPIC, OffsetManager
 from ads_broker.coordinator.transaction import TransactionCoordinator, TxnState
+from ads_broker.log.cleaner import LogCleaner
 from ads_broker.log.records import Record, build_batch
 from ads_broker.producer_ids import ProducerIdManager
 from ads_broker.replica_manager import ReplicaManager
@@ -207,5 +208,56 @@ def test_transactional_offsets_visible_only_on_commit_also_after_reload(
         assert (got.offset if got else None) == (42 if commit else None)
         offsets_log = node.replicas.get_partition(OFFSETS_TOPIC, node.offsets.partition_for("g")).log
         assert offsets_log.last_stable_offset(offsets_log.log_end_offset) == offsets_log.log_end_offset
+    finally:
+        node.replicas.close()
+
+
+def test_idle_transactional_id_expires_and_stays_gone_after_reload(tmp_path: Path, clock: Clock) -> None:
+    node = start(tmp_path / "d", clock)
+    node.coord.id_expiration_ms = 1000
+    _, pid, _ = node.coord.init_producer_id("idle", 10000)
+    node.coord.init_producer_id("busy", 10000)
+    _, bpid, bepoch = node.coord.init_producer_id("busy", 10000)
+    node.coord.add_partitions("busy", bpid, bepoch, [(TOPIC, 0)])  # Ongoing: never expires
+    clock.now += 2000
+    assert node.coord.expire_ids() == 1
+    assert "idle" not in node.coord.txns and "busy" in node.coord.txns
+    node.replicas.close()
+    node = start(tmp_path / "d", clock)
+    try:
+        assert "idle" not in node.coord.txns
+        assert node.coord.init_producer_id("idle", 10000)[1] != pid  # a new producer id
+    finally:
+        node.replicas.close()
+
+
+def test_compacted_internal_topics_reload_the_same_state_after_cleaning(tmp_path: Path, clock: Clock) -> None:
+    node = start(tmp_path / "d", clock)
+    c = node.coord
+    for round_ in range(5):
+        for t in ("a", "b"):
+            _, pid, epoch = c.init_producer_id(t, 10000)
+            c.add_offsets(t, pid, epoch, "g")
+            node.offsets.commit_transactional("g", pid, epoch, [(TOPIC, 0, round_ * 10, -1, None)])
+            c.end_txn(t, pid, epoch, commit=(t == "a"))
+        node.offsets.commit("plain", [(TOPIC, 1, round_, -1, None)])
+    before_txns = {k: (v.producer_id, v.producer_epoch, v.state) for k, v in c.txns.items()}
+    before_offsets = {g: node.offsets.fetch(g, None) for g in ("g", "plain")}
+    cleaner = LogCleaner(lambda: [], now_ms=clock)
+    removed = 0
+    for topic in (OFFSETS_TOPIC, tx.TRANSACTION_STATE_TOPIC):
+        for p in node.replicas.get_topic(topic).partitions:
+            with p.lock:
+                p.log.roll()
+            size = p.log.size_bytes
+            removed += cleaner.clean(p).records_removed
+            assert p.log.size_bytes <= size
+    assert removed > 0  # superseded states and offsets, and the aborted offset commits, are gone
+    node.replicas.close()
+    node = start(tmp_path / "d", clock)
+    try:
+        assert {k: (v.producer_id, v.producer_epoch, v.state) for k, v in node.coord.txns.items()} == before_txns
+        assert {g: node.offsets.fetch(g, None) for g in ("g", "plain")} == before_offsets
+        assert before_offsets["g"][(TOPIC, 0)].offset == 40  # "a" committed round 4; "b" always aborted
     finally:
         node.replicas.close()
