@@ -10,8 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kafka.protocol.consumer import FetchRequest
+from kafka.protocol.consumer import FetchRequest, OffsetFetchRequest
 from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
     EndTxnRequest,
     InitProducerIdRequest,
@@ -30,6 +31,7 @@ INVALID_TXN_STATE = 48
 INVALID_PRODUCER_ID_MAPPING = 49
 INVALID_TRANSACTION_TIMEOUT = 50
 INVALID_RECORD = 87
+UNSTABLE_OFFSET_COMMIT = 88
 PRODUCER_FENCED = 90
 
 
@@ -133,3 +135,32 @@ def test_read_committed_long_poll_woken_by_abort_marker(ads_broker: BrokerProces
     assert part.last_stable_offset == part.high_watermark == 2
     assert [(a.producer_id, a.first_offset) for a in part.aborted_transactions] == [(pid, 0)]
     assert b"doomed" in bytes(part.records)
+
+
+def test_offset_fetch_require_stable_while_a_transactional_commit_is_pending(ads_broker: BrokerProcess,
+                                                                            topic_name: str) -> None:
+    create_topic(ads_broker.bootstrap, topic_name, 1)
+
+    def fetch(c: RawClient, require_stable: bool) -> tuple[int, int]:
+        req = OffsetFetchRequest(group_id="g", topics=[OffsetFetchRequest.OffsetFetchRequestTopic(
+            name=topic_name, partition_indexes=[0])], require_stable=require_stable)
+        p = c.request(req, 7).topics[0].partitions[0]
+        return int(p.error_code), int(p.committed_offset)
+
+    with RawClient(ads_broker.bootstrap) as c:
+        r = init(c, "s")
+        pid, epoch = r.producer_id, r.producer_epoch
+        assert c.request(AddOffsetsToTxnRequest(transactional_id="s", producer_id=pid, producer_epoch=epoch,
+                                                group_id="g"), 3).error_code == 0
+        resp = c.request(TxnOffsetCommitRequest(
+            transactional_id="s", group_id="g", producer_id=pid, producer_epoch=epoch, generation_id=-1,
+            member_id="", group_instance_id=None, topics=[
+                TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(name=topic_name, partitions=[
+                    TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.TxnOffsetCommitRequestPartition(
+                        partition_index=0, committed_offset=7, committed_leader_epoch=-1,
+                        committed_metadata="")])]), 3)
+        assert resp.topics[0].partitions[0].error_code == 0
+        assert fetch(c, True) == (UNSTABLE_OFFSET_COMMIT, -1)
+        assert fetch(c, False) == (0, -1)  # not visible before the commit
+        assert end_txn(c, "s", pid, epoch, True) == 0
+        assert fetch(c, True) == (0, 7)

@@ -255,3 +255,49 @@ def test_open_transaction_bounds_the_cleaning(tmp_path: Path) -> None:
     LogCleaner(lambda: [p], now_ms=clock).clean(p)
     assert rows(log) == [(2, b"a", b"2")]
     log.close()
+
+
+def _overwrites(log: Log, clock: Clock, n: int, keys: int = 2) -> None:
+    for i in range(n):
+        log.append_as_leader(build_batch([Record(-1, clock.now, b"k%d" % (i % keys), b"v%d" % i)]), 0)
+
+
+def test_dirty_ratio_and_compaction_lags_decide_what_is_cleaned(tmp_path: Path) -> None:
+    clock = Clock()
+    cfg = LogConfig(cleanup_policy="compact", min_cleanable_dirty_ratio=0.5, min_compaction_lag_ms=10_000,
+                    max_compaction_lag_ms=60_000)
+    log = open_log(tmp_path / "lag", cfg, clock=clock)
+    p = FakePartition(log)
+    cleaner = LogCleaner(lambda: [p], now_ms=clock)
+    _overwrites(log, clock, 10)
+    log.roll()
+    # Younger than min.compaction.lag.ms: not cleanable at all.
+    assert cleaner.clean_dirtiest() is False
+    clock.now += 11_000
+    assert cleaner.clean_dirtiest() is True
+    assert len(rows(log)) == 2 and log.cleaner_checkpoint == 10
+    # A little new dirt on a big clean section: ratio under 0.5, not overdue -> left alone ...
+    _overwrites(log, clock, 1)
+    log.roll()
+    clock.now += 11_000
+    before = rows(log)
+    p2_cfg = LogConfig(cleanup_policy="compact", min_cleanable_dirty_ratio=0.9, min_compaction_lag_ms=0,
+                       max_compaction_lag_ms=60_000)
+    log.update_config(p2_cfg)
+    assert cleaner.clean_dirtiest() is False and rows(log) == before
+    # ... until the dirty segment is older than max.compaction.lag.ms.
+    clock.now += 61_000
+    assert cleaner.clean_dirtiest() is True
+    assert len(rows(log)) == 2
+    log.close()
+
+
+def test_delete_policy_logs_are_never_cleaned(tmp_path: Path) -> None:
+    clock = Clock()
+    log = open_log(tmp_path / "del", LogConfig(cleanup_policy="delete", min_cleanable_dirty_ratio=0.0), clock=clock)
+    _overwrites(log, clock, 10)
+    log.roll()
+    p = FakePartition(log)
+    assert LogCleaner(lambda: [p], now_ms=clock).clean_dirtiest() is False
+    assert len(rows(log)) == 10
+    log.close()
