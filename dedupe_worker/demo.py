@@ -209,9 +209,32 @@ def _summary(res: DemoResult, console: Console) -> None:
                   else "[red]FAILED: output differs from the unique input[/red]")
 
 
+def audit_demo(res: DemoResult, out_dir: Path | None = None) -> dict[str, Any]:
+    """The nightly audit, run on the demo's own topics and time window (Spark ``local[2]``)."""
+    import json
+    from datetime import UTC, datetime
+
+    from spark_audit.api import run_audit
+
+    out_dir = out_dir or Path("reports") / time.strftime("demo-%Y%m%d-%H%M%S")
+    window = (datetime.fromtimestamp(res.start_ms / 1000 - 1, tz=UTC),
+              datetime.fromtimestamp(res.end_ms / 1000 + 1, tz=UTC))
+    report_path = run_audit(res.bootstrap, res.input_topic, res.output_topic, out_dir, window=window,
+                            dlq_topic=res.dlq_topic, master="local[2]")
+    report: dict[str, Any] = json.loads(report_path.read_text())
+    print(f"audit: input {report['input_messages']:,} ({report['input_duplicates']:,} duplicates), "
+          f"output {report['output_messages']:,}, leaked duplicates {report['output_duplicates']}, "
+          f"missing {report['missing']}, dead-lettered {report['dead_lettered']}")
+    print(f"audit report: {report_path.parent.resolve() / 'index.html'} (and report.json beside it)")
+    return report
+
+
 def main() -> None:
-    res = run_demo(data_dir=Path(os.environ["DEDUPE_DEMO_DIR"]) if os.environ.get("DEDUPE_DEMO_DIR") else None)
-    sys.exit(0 if res.ok else 1)
+    reports: list[dict[str, Any]] = []
+    res = run_demo(data_dir=Path(os.environ["DEDUPE_DEMO_DIR"]) if os.environ.get("DEDUPE_DEMO_DIR") else None,
+                   audit=lambda r: reports.append(audit_demo(r)))
+    audited_ok = bool(reports) and reports[0]["output_duplicates"] == 0 and reports[0]["missing"] == 0
+    sys.exit(0 if res.ok and audited_ok else 1)
 
 
 if __name__ == "__main__":
