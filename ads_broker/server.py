@@ -214,11 +214,13 @@ class Connection:
         return True
 
     async def _send(self, chunks: list[Chunk]) -> None:
+        """Write a response; the slices' descriptors are closed on every path (they pin segment
+        files that retention may already have deleted)."""
         loop = asyncio.get_running_loop()
-        transport = self.receiver.transport
-        if transport is None or transport.is_closing():
-            raise ConnectionResetError("connection lost")
         try:
+            transport = self.receiver.transport
+            if transport is None or transport.is_closing():
+                raise ConnectionResetError("connection lost")  # e.g. the client left during a long poll
             pending = bytearray()
             for chunk in chunks:
                 if isinstance(chunk, bytes | bytearray):
@@ -229,7 +231,7 @@ class Connection:
                     if pending:
                         transport.write(bytes(pending))
                         pending.clear()
-                    with os.fdopen(os.dup(chunk.fd), "rb", closefd=True) as f:
+                    with os.fdopen(chunk.fd, "rb", closefd=False) as f:  # the slice's private fd
                         await loop.sendfile(transport, f, chunk.position, chunk.size)
             if pending:
                 transport.write(bytes(pending))

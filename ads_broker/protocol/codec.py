@@ -145,7 +145,14 @@ class SendfileSlice:
     size: int
 
     def read(self) -> bytes:
-        return os.pread(self.fd, self.size, self.position)
+        """The slice's bytes; a short read (file truncated underneath) is an error, never a short frame."""
+        data = os.pread(self.fd, self.size, self.position)
+        while len(data) < self.size:
+            more = os.pread(self.fd, self.size - len(data), self.position + len(data))
+            if not more:
+                raise OSError(f"segment ended {self.size - len(data)} bytes short of a fetch slice")
+            data += more
+        return data
 
 
 Chunk = bytes | SendfileSlice

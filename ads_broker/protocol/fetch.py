@@ -123,24 +123,32 @@ async def handle_fetch(broker: Broker, req: DecodedRequest) -> list[Chunk]:
 
 def _encode_fetch(req: DecodedRequest, results: ReadResult) -> list[Chunk]:
     placeholders: list[tuple[bytes, list[SendfileSlice]]] = []
-    topics = []
-    for topic, parts in results:
-        partition_data = []
-        for data, slices in parts:
-            if slices:
-                token = b"\x00ADS-RECORDS\x00" + os.urandom(16)
-                data.records = token
-                # A duplicated descriptor keeps the bytes readable even if retention deletes the
-                # segment before the response is sent; the server closes it after sending.
-                placeholders.append((token, [SendfileSlice(os.dup(s.file.fileno()), s.position, s.size)
-                                             for s in slices]))
-            partition_data.append(data)
-        topics.append(FetchResponse.FetchableTopicResponse(topic=topic, partitions=partition_data))
-    response = FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
-    encoded = encode_response(response, req.api_version, req.correlation_id)
-    if not placeholders:
-        return [encoded]
-    return splice_records(encoded, placeholders, FetchResponse.flexible_version_q(req.api_version))
+    try:
+        topics = []
+        for topic, parts in results:
+            partition_data = []
+            for data, slices in parts:
+                if slices:
+                    token = b"\x00ADS-RECORDS\x00" + os.urandom(16)
+                    data.records = token
+                    # A duplicated descriptor keeps the bytes readable even if retention deletes the
+                    # segment before the response is sent; the server closes it after sending.
+                    dups: list[SendfileSlice] = []
+                    placeholders.append((token, dups))
+                    for s in slices:
+                        dups.append(SendfileSlice(os.dup(s.file.fileno()), s.position, s.size))
+                partition_data.append(data)
+            topics.append(FetchResponse.FetchableTopicResponse(topic=topic, partitions=partition_data))
+        response = FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
+        encoded = encode_response(response, req.api_version, req.correlation_id)
+        if not placeholders:
+            return [encoded]
+        return splice_records(encoded, placeholders, FetchResponse.flexible_version_q(req.api_version))
+    except BaseException:
+        for _, dups in placeholders:  # nothing will send them: close what was duplicated so far
+            for d in dups:
+                os.close(d.fd)
+        raise
 
 
 async def handle_list_offsets(broker: Broker, req: DecodedRequest) -> ListOffsetsResponse:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ads_broker.broker import Broker
 
 INVALID_REQUIRED_ACKS = 21
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 INVALID_TXN_STATE = 48
 
 
@@ -56,11 +57,12 @@ async def handle_produce(broker: Broker, req: DecodedRequest) -> ProduceResponse
                 record_errors=[], error_message=None)
             if acks not in (-1, 0, 1):
                 resp.error_code = INVALID_REQUIRED_ACKS
-            elif body.transactional_id is not None and (
-                    code := _verify_transactional(broker, body.transactional_id, topic_data.name, pdata)):
+            elif code := _verify_transactional(broker, body.transactional_id, topic_data.name, pdata):
                 resp.error_code = code
-                resp.error_message = (f"partition {topic_data.name}-{pdata.index} is not part of an ongoing "
-                                      f"transaction of {body.transactional_id!r} at this producer epoch")
+                resp.error_message = (
+                    "transactional batch without a transactional.id" if body.transactional_id is None else
+                    f"partition {topic_data.name}-{pdata.index} is not part of an ongoing "
+                    f"transaction of {body.transactional_id!r} at this producer epoch")
                 broker.log_client_error(req, "produce", BrokerError(reason(code)), topic=topic_data.name,
                                         partition=pdata.index, transactional_id=body.transactional_id,
                                         error_code=code)
@@ -80,12 +82,19 @@ async def handle_produce(broker: Broker, req: DecodedRequest) -> ProduceResponse
     return ProduceResponse(responses=topic_responses, throttle_time_ms=0)
 
 
-def _verify_transactional(broker: Broker, transactional_id: str, topic: str, pdata: Any) -> int:
-    """0 if the batch's producer may write ``topic``-``pdata.index`` in its ongoing transaction."""
+def _verify_transactional(broker: Broker, transactional_id: str | None, topic: str, pdata: Any) -> int:
+    """0 if the batch may be appended as far as transactions are concerned.
+
+    A transactional batch needs the request's transactional.id and a partition added to that
+    producer's ongoing transaction; without an id Kafka answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+    Accepting it would open a transaction no coordinator knows, pinning the LSO forever.
+    """
     records = pdata.records
     if records is None or len(records) < RECORD_BATCH_OVERHEAD:
         return 0  # the log rejects it with the precise reason
     header = read_header(records)
+    if transactional_id is None:
+        return TRANSACTIONAL_ID_AUTHORIZATION_FAILED if header.is_transactional else 0
     if not header.is_transactional:
         return INVALID_TXN_STATE
     return broker.txn.verify_partition(transactional_id, header.producer_id, header.producer_epoch,

@@ -159,3 +159,58 @@ def test_long_poll_fetch_returns_as_soon_as_data_arrives(ads_broker: BrokerProce
     assert not t.is_alive()
     records = result.get("records")
     assert isinstance(records, bytes | bytearray) and b"wake-up" in records
+
+
+def _fetch_request(topic: str, offset: int, max_wait_ms: int, isolation_level: int = 0) -> FetchRequest:
+    return FetchRequest(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1 << 30, max_bytes=1 << 20,
+                        isolation_level=isolation_level, session_id=0, session_epoch=-1,
+                        topics=[FetchRequest.FetchTopic(topic=topic, partitions=[
+                            FetchRequest.FetchTopic.FetchPartition(partition=0, current_leader_epoch=-1,
+                                                                   fetch_offset=offset, log_start_offset=-1,
+                                                                   partition_max_bytes=1 << 20)])],
+                        forgotten_topics_data=[], rack_id="")
+
+
+def test_clients_leaving_during_long_polls_leak_no_descriptors(ads_broker: BrokerProcess, topic_name: str) -> None:
+    """A fetch that found data but waits for more holds duplicated segment descriptors; a client
+    that disconnects meanwhile must not leave them open (each would pin a deleted segment)."""
+    import os
+
+    create_topic(ads_broker.bootstrap, topic_name, 1)
+    produce_all(ads_broker.bootstrap, topic_name, [(None, b"x" * 100_000, 0)])  # > the sendfile threshold
+
+    def open_fds() -> int:
+        return len(os.listdir(f"/proc/{ads_broker.pid}/fd"))
+
+    def abandon_polls(n: int) -> None:
+        for _ in range(n):
+            client = RawClient(ads_broker.bootstrap)
+            client.send(_fetch_request(topic_name, 0, max_wait_ms=1000), 12)  # min_bytes not reachable: waits
+            client.close()
+
+    abandon_polls(3)  # warm up: lazily opened files, index mmaps, connections
+    time.sleep(2)
+    before = open_fds()
+    abandon_polls(20)
+    time.sleep(2)  # every long poll times out and tries to answer a closed connection
+    assert open_fds() <= before + 2
+
+
+def test_transactional_batch_without_transactional_id_is_refused(ads_broker: BrokerProcess,
+                                                                   topic_name: str) -> None:
+    """Accepted, it would open a transaction no coordinator knows and pin the LSO forever."""
+    from kafka.protocol.consumer import ListOffsetsRequest
+
+    create_topic(ads_broker.bootstrap, topic_name, 1)
+    with RawClient(ads_broker.bootstrap) as client:
+        init = client.request(InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000), 4)
+        txn_batch = batch([b"sneaky"], producer_id=init.producer_id, producer_epoch=init.producer_epoch,
+                          base_sequence=0, is_transactional=True)
+        assert produce(client, topic_name, 0, txn_batch)[0] == 53  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        assert produce(client, topic_name, 0, batch([b"plain"])) == (0, 0)
+        for isolation in (0, 1):
+            req = ListOffsetsRequest(replica_id=-1, isolation_level=isolation, topics=[
+                ListOffsetsRequest.ListOffsetsTopic(name=topic_name, partitions=[
+                    ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+                        partition_index=0, current_leader_epoch=-1, timestamp=-1)])])
+            assert client.request(req, 7).topics[0].partitions[0].offset == 1, f"isolation {isolation}"
