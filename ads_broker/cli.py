@@ -53,7 +53,8 @@ def version() -> None:
 @app.command()
 def serve(
     data_dir: Annotated[Path, typer.Option(help="log directory (topics, offsets, checkpoints)")],
-    listen: Annotated[str, typer.Option(help="HOST:PORT to listen on")] = "127.0.0.1:9092",
+    listen: Annotated[str | None, typer.Option(help="HOST:PORT to listen on [default: listeners from "
+                                                    "--config, else 127.0.0.1:9092]")] = None,
     advertised_listener: Annotated[str | None, typer.Option(help="HOST:PORT given to clients")] = None,
     config: Annotated[Path | None, typer.Option("--config", "-c", help="server.properties-style file")] = None,
     override: Annotated[list[str] | None, typer.Option(help="KEY=VALUE, Kafka config names; repeatable")] = None,
@@ -67,7 +68,8 @@ def serve(
     configure_logging(log_level, json=log_format == "json")
     try:
         overrides = dict(split_override(o) for o in override or [])
-        overrides.setdefault("listeners", listen)
+        if listen:
+            overrides.setdefault("listeners", listen)
         if advertised_listener:
             overrides["advertised.listeners"] = advertised_listener
         overrides["log.dirs"] = str(data_dir)
@@ -77,7 +79,7 @@ def serve(
     except BrokerError as e:
         fail(str(e))
     except OSError as e:
-        fail(f"cannot serve on {listen}: {e.strerror or e}")
+        fail(f"cannot serve: {e}")
 
 
 @app.command()

@@ -45,7 +45,8 @@ class Setting:
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("listeners", _listen, "127.0.0.1:9092", doc="HOST:PORT the broker binds"),
-    Setting("advertised.listeners", str, "", doc="HOST:PORT given to clients in Metadata (default: listeners)"),
+    Setting("advertised.listeners", lambda v: _listen(v) if v else v, "",
+            doc="HOST:PORT given to clients in Metadata (default: listeners)"),
     Setting("broker.id", int, 0, 0, doc="this node's id"),
     Setting("cluster.id", str, "ads-cluster", doc="cluster id returned in Metadata"),
     Setting("num.partitions", int, 1, 1, doc="partitions of auto-created topics"),

@@ -33,8 +33,9 @@ class ProducerIdManager:
 
     def generate(self) -> int:
         if self._next >= self._block_end:
-            self._block_end = self._next + BLOCK_SIZE
-            atomic_write(self._path, str(self._block_end).encode("ascii"))
+            end = self._next + BLOCK_SIZE
+            atomic_write(self._path, str(end).encode("ascii"))  # persisted before any id of it is used
+            self._block_end = end
         pid = self._next
         self._next += 1
         return pid

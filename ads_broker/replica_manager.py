@@ -267,11 +267,24 @@ class ReplicaManager:
             return None
         topic = Topic(name, uuid.uuid4(), overrides, [], internal)
         for index in range(num_partitions):
-            topic.partitions.append(Partition(name, index, self._open_log(name, index, config, 0, True)))
+            topic.partitions.append(self._new_partition(name, index, config))
         self.topics[name] = topic
-        self._write_topic_metadata()
+        try:
+            self._write_topic_metadata()
+        except BaseException:
+            # Not in the metadata file means gone after a restart: never serve (or ack) it.
+            del self.topics[name]
+            for partition in topic.partitions:
+                partition.log.delete()
+            raise
         log.info("topic created", topic=name, partitions=num_partitions, configs=overrides)
         return topic
+
+    def _new_partition(self, name: str, index: int, config: LogConfig) -> Partition:
+        """An empty partition; a leftover directory (a deleted topic of the same name whose removal
+        failed or was cut short by a crash) must not leak its records into the new one."""
+        shutil.rmtree(self.data_dir / f"{name}-{index}", ignore_errors=True)
+        return Partition(name, index, self._open_log(name, index, config, 0, True))
 
     def delete_topic(self, name: str) -> None:
         topic = self.get_topic(name)
@@ -295,10 +308,14 @@ class ReplicaManager:
             return
         config = self.log_config(topic.configs)
         for index in range(current, count):
-            # A leftover directory from a deleted topic of the same name must not leak into the new partition.
-            shutil.rmtree(self.data_dir / f"{name}-{index}", ignore_errors=True)
-            topic.partitions.append(Partition(name, index, self._open_log(name, index, config, 0, True)))
-        self._write_topic_metadata()
+            topic.partitions.append(self._new_partition(name, index, config))
+        try:
+            self._write_topic_metadata()
+        except BaseException:
+            for partition in topic.partitions[current:]:
+                partition.log.delete()
+            del topic.partitions[current:]
+            raise
         log.info("partitions created", topic=name, old=current, new=count)
 
     def get_topic(self, name: str) -> Topic:

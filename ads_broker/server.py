@@ -277,8 +277,13 @@ class BrokerServer:
             await asyncio.sleep(0.05)
         for conn in list(self.connections):
             conn.close()
-        await self.broker.stop()
-        self._stopped.set()
+        try:
+            await self.broker.stop()
+        except Exception:
+            # Without the marker the next start recovers every log: safe, only slower.
+            log.exception("unclean shutdown: flushing or checkpointing failed")
+        finally:
+            self._stopped.set()
 
     def _on_signal(self, sig: signal.Signals) -> None:
         self._shutdown_task = asyncio.ensure_future(self.shutdown(sig.name))

@@ -181,3 +181,27 @@ def test_a_second_broker_on_the_same_data_dir_is_refused(tmp_path: Path) -> None
         with pytest.raises(BrokerError):
             second.start()
         assert "in use by another ads-broker process" in (tmp_path / "b.log").read_text()
+
+
+def test_recreated_topic_never_sees_a_deleted_topics_leftover_records(tmp_path: Path) -> None:
+    """A delete whose directory removal was cut short (crash, EIO) must not resurrect old records."""
+    import json
+
+    data = tmp_path / "data"
+    broker = ads_broker_process(data, log_path=tmp_path / "broker.log")
+    broker.start()
+    create_topic(broker.bootstrap, "phoenix", 1)
+    produce_all(broker.bootstrap, "phoenix", [(None, b"old-%d" % i, 0) for i in range(5)])
+    broker.kill()
+    meta_path = data / "topic-metadata.json"
+    meta = json.loads(meta_path.read_text())
+    meta["topics"] = [t for t in meta["topics"] if t["name"] != "phoenix"]  # deleted, directory left behind
+    meta_path.write_text(json.dumps(meta))
+    assert (data / "phoenix-0").is_dir()
+    broker.start()
+    try:
+        create_topic(broker.bootstrap, "phoenix", 1)
+        produce_all(broker.bootstrap, "phoenix", [(None, b"new", 0)])
+        assert [(m.offset(), m.value()) for m in consume_partition(broker.bootstrap, "phoenix", 0)] == [(0, b"new")]
+    finally:
+        broker.stop()

@@ -62,3 +62,22 @@ def test_serve_refuses_bad_config_with_a_clear_message(tmp_path: Path) -> None:
     assert "log.segment.bytes='tiny' is invalid" in out.stderr
     out = cli("serve", "--data-dir", str(tmp_path / "d"), "--override", "no.such.setting=1")
     assert out.returncode == 1 and "unknown broker config 'no.such.setting'" in out.stderr
+
+
+def test_listeners_from_the_config_file_are_used(tmp_path: Path) -> None:
+    from ads_broker.embedded import BrokerProcess, free_port
+
+    port = free_port()
+    props = tmp_path / "server.properties"
+    props.write_text(f"listeners=127.0.0.1:{port}\nnum.partitions=2\n")
+    argv = [sys.executable, "-m", "ads_broker", "serve", "--data-dir", str(tmp_path / "d"), "--config", str(props)]
+    with BrokerProcess(argv, port, log_path=tmp_path / "broker.log") as broker:
+        produce_all(broker.bootstrap, "auto", [(None, b"x", None)])
+        assert f'"listen": "127.0.0.1:{port}"' in (tmp_path / "broker.log").read_text()
+
+
+def test_bad_advertised_listener_is_a_clear_error(tmp_path: Path) -> None:
+    out = cli("serve", "--data-dir", str(tmp_path / "d"), "--advertised-listener", "nonsense")
+    assert out.returncode == 1
+    assert "advertised.listeners='nonsense' is invalid: expected HOST:PORT" in out.stderr
+    assert "Traceback" not in out.stderr
