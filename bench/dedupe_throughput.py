@@ -126,6 +126,7 @@ def ours(bootstrap: str, n: int, tag: str, data: Path) -> PartitionWorker:
     done = 0
     while done < n:
         done += w.step().consumed
+    w.drain()  # the last batch is still in flight (pipelined step)
     w.close_clients()
     return w
 

@@ -15,6 +15,12 @@ A crash between any two steps leaves RocksDB at or behind the output, never ahea
 the next start replays the output from the recorded output offset and resumes input from
 max(committed offset, recorded position). Mode ``transactional`` wraps 3 and 5 in one Kafka
 transaction (``send_offsets_to_transaction``) and writes RocksDB after the commit.
+
+Pipelining (mode ``reconcile``, :meth:`PartitionWorker.step`): after batch N's records are handed
+to the producer, the worker consumes, classifies and MultiGets batch N+1 while N's acks are in
+flight; N+1's lookups also see N's ids (the in-flight set), so a repeat across the two batches is
+a duplicate. Then N is finished (wait for every ack, WriteBatch, commit) strictly before any of
+N+1 is produced, so the per-batch order above is unchanged; only N+1's read-side work overlaps.
 """
 
 from __future__ import annotations
@@ -37,7 +43,14 @@ from dedupe_worker.faults import FaultHook
 from dedupe_worker.kafka import consumer_config, partition_counts, producer_config
 from dedupe_worker.metrics import ROCKSDB_TICKERS, WorkerMetrics
 from dedupe_worker.reconcile import reconcile
-from dedupe_worker.records import H_DLQ_REASON, H_DUPLICATE_REASON, store_key, with_source
+from dedupe_worker.records import (
+    H_DLQ_REASON,
+    H_DUPLICATE_REASON,
+    H_SOURCE_OFFSET,
+    H_SOURCE_PARTITION,
+    store_key,
+    with_source,
+)
 from dedupe_worker.store.rocksdb import RocksDBStore
 
 log = structlog.get_logger("dedupe_worker.worker")
@@ -91,6 +104,19 @@ def split_batch(records: list[Any], contains: Callable[[list[bytes]], list[bool]
     return Split(new_keys, new, duplicates, dead)
 
 
+@dataclass
+class InFlight:
+    """A batch whose records were handed to the producer; acks may still be outstanding."""
+
+    records: list[Any]
+    split: Split
+    next_input: int
+    started: float
+    out_offsets: list[int]
+    failures: list[str]
+    keys: set[bytes]
+
+
 def _timestamp(msg: Any) -> int:
     ts = msg.timestamp()[1]
     return ts if ts > 0 else 0
@@ -123,6 +149,8 @@ class PartitionWorker:
         self._last_stats = 0.0
         self._labels = {"partition": str(partition)}
         self.ager: Ager | None = None
+        self._inflight: InFlight | None = None
+        self._h_partition = (H_SOURCE_PARTITION, str(partition).encode())
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -176,6 +204,7 @@ class PartitionWorker:
         return producer
 
     def close_clients(self) -> None:
+        self._inflight = None  # unfinished: never recorded; reconcile learns what reached the output
         if self._consumer is not None and self._owns_consumer:
             with contextlib.suppress(Exception):
                 self._consumer.close()
@@ -203,6 +232,7 @@ class PartitionWorker:
                         self.start()
                     self._serve_pause()
                     if self.stop_event.is_set():
+                        self.drain()
                         break
                     self.step()
                     backoff = 0.5
@@ -222,11 +252,130 @@ class PartitionWorker:
     # -- the batch ----------------------------------------------------------------------------
 
     def step(self) -> BatchResult:
+        """One pipelined step: consume and look up the next batch while the previous batch's acks are
+        in flight, finish the previous batch, then hand the new one to the producer."""
+        if self.cfg.exactly_once != "reconcile":
+            records = self._consume()
+            if not records:
+                self._housekeeping(force=False)
+                return BatchResult()
+            return self.process(records)
         records = self._consume()
-        if not records:
+        store = self.store
+        assert store is not None
+        split: Split | None = None
+        started = 0.0
+        if records:
+            started = time.perf_counter()
+            pending = self._inflight
+            if pending is None:
+                split = split_batch(records, store.contains)
+            else:
+                seen = pending.keys
+                def contains(keys: list[bytes]) -> list[bool]:
+                    return [hit or key in seen for key, hit in zip(keys, store.contains(keys), strict=True)]
+                split = split_batch(records, contains)
+        self.drain()
+        if not records or split is None:
             self._housekeeping(force=False)
             return BatchResult()
-        return self.process(records)
+        self._batches += 1
+        self.faults.hit("before_produce", self._batches)
+        self._inflight = self._send(records, split, started)
+        return BatchResult(len(records), len(split.new), len(split.duplicates), len(split.dead))
+
+    def drain(self) -> None:
+        """Finish the in-flight batch, if any: wait for its acks, write RocksDB, commit."""
+        pending, self._inflight = self._inflight, None
+        if pending is None:
+            return
+        store = self.store
+        assert store is not None
+        output_next = self._await(pending.split, pending.out_offsets, pending.failures)
+        self.faults.hit("after_produce", self._batches)
+        split = pending.split
+        store.record(split.new_keys, [_timestamp(m) for m in split.new], input_offset=pending.next_input,
+                     output_offset=output_next)
+        self.faults.hit("after_store_write", self._batches)
+        self._consumer.commit(offsets=[TopicPartition(self.cfg.input_topic, self.partition,
+                                                      pending.next_input)], asynchronous=False)
+        self.faults.hit("after_commit", self._batches)
+        self._count(BatchResult(len(pending.records), len(split.new), len(split.duplicates), len(split.dead)))
+        self.metrics.batch_seconds.labels(**self._labels).observe(time.perf_counter() - pending.started)
+        self._housekeeping(force=False)
+
+    def _send(self, records: list[Any], split: Split, started: float) -> InFlight:
+        """Hand a batch's new records, dead letters and duplicates to the producer (no waiting)."""
+        out_offsets: list[int] = []
+        failures: list[str] = []
+        append = out_offsets.append
+
+        def on_output(err: Any, msg: Any) -> None:
+            if err is None:
+                append(msg.offset())
+            else:
+                failures.append(str(err))
+
+        def on_side(err: Any, msg: Any) -> None:
+            if err is not None:
+                failures.append(str(err))
+
+        self._produce_new(split, on_output)
+        self._produce_side(split, on_side)
+        return InFlight(records, split, records[-1].offset() + 1, started, out_offsets, failures,
+                        set(split.new_keys))
+
+    def _produce_new(self, split: Split, on_output: Callable[[Any, Any], None]) -> None:
+        """Produce the new records to output partition p (hot path: headers built inline; a record
+        too large to publish with our headers becomes a dead letter and is not recorded as seen)."""
+        produce = self._producer.produce
+        topic, partition, hpart = self.cfg.output_topic, self.partition, self._h_partition
+        half = len(split.new) // 2 if self.faults.point == "mid_produce" else -1
+        kept_keys: list[bytes] = []
+        kept: list[Any] = []
+        too_large = False
+        for i, (key, msg) in enumerate(zip(split.new_keys, split.new, strict=True)):
+            if i == half and half:
+                self._producer.flush(self.cfg.delivery_timeout_s)
+                self.faults.hit("mid_produce", self._batches)
+            src = msg.headers()
+            off = (H_SOURCE_OFFSET, b"%d" % msg.offset())
+            headers = [*src, hpart, off] if src else [hpart, off]
+            ts = msg.timestamp()[1]
+            try:
+                produce(topic, value=msg.value(), key=msg.key(), partition=partition, headers=headers,
+                        timestamp=ts if ts > 0 else 0, on_delivery=on_output)
+            except (BufferError, KafkaException):  # queue full or too large: the careful path
+                if not self._produce(topic, partition, msg, [], on_output):
+                    split.dead.append((msg, TOO_LARGE))
+                    too_large = True
+                    continue
+            kept_keys.append(key)
+            kept.append(msg)
+        if too_large or len(kept) != len(split.new):
+            split.new_keys, split.new = kept_keys, kept
+
+    def _produce_side(self, split: Split, on_side: Callable[[Any, Any], None]) -> None:
+        for msg, reason in split.dead:
+            self._produce(self.cfg.dlq_topic, self.partition % self._dlq_partitions, msg,
+                          [(H_DLQ_REASON, reason.encode())], on_side, truncate=reason == TOO_LARGE)
+        if self.cfg.duplicates_topic:
+            for msg, reason in split.duplicates:
+                self._produce(self.cfg.duplicates_topic, self.partition % self._dup_partitions, msg,
+                              [(H_DUPLICATE_REASON, reason.encode())], on_side)
+
+    def _await(self, split: Split, out_offsets: list[int], failures: list[str]) -> int:
+        """Wait for every delivery of a batch; returns the next output offset."""
+        store = self.store
+        assert store is not None
+        remaining = self._producer.flush(self.cfg.delivery_timeout_s)
+        if remaining or failures:
+            raise DeliveryError(f"partition {self.partition}: {remaining} deliveries outstanding, "
+                                f"{len(failures)} failed (first: {failures[:1]}); RocksDB not written")
+        if len(out_offsets) != len(split.new):
+            raise DeliveryError(f"partition {self.partition}: {len(out_offsets)} of {len(split.new)} "
+                                "output deliveries reported; RocksDB not written")
+        return max(out_offsets) + 1 if out_offsets else store.meta().output_offset
 
     def process(self, records: list[Any]) -> BatchResult:
         """One batch of this partition's records, in offset order (see the module docstring)."""
@@ -385,6 +534,7 @@ class PartitionWorker:
         if not self._pause_requested.is_set():
             return
         assert self.store is not None
+        self.drain()
         self.store.flush()
         self.state = "paused"
         self._paused.set()
