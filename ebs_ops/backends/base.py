@@ -12,13 +12,25 @@ Invariants every implementation keeps:
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from ebs_ops.models import MoveResult, RestoreResult, SnapshotInfo
 
 # Called with a human-readable step name as each step starts (drives the CLI's progress display).
 StepCallback = Callable[[str], None]
+
+
+def select_prunable(snapshots: list[SnapshotInfo], keep: int, max_age: timedelta | None,
+                    now: datetime) -> list[SnapshotInfo]:
+    """Completed snapshots beyond the newest ``keep`` (or older than ``max_age``); never the newest.
+
+    Only *completed* snapshots count toward ``keep``: a failed snapshot must never be what is kept
+    while the last restorable one is deleted.
+    """
+    completed = sorted((s for s in snapshots if s.state == "completed"), key=lambda s: s.created_at, reverse=True)
+    return [s for i, s in enumerate(completed)
+            if i >= keep or (i >= 1 and max_age is not None and now - s.created_at > max_age)]
 
 
 def no_progress(step: str) -> None:

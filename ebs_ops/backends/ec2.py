@@ -22,7 +22,7 @@ from typing import Any
 
 import structlog
 
-from ebs_ops.backends.base import StepCallback, no_progress
+from ebs_ops.backends.base import StepCallback, no_progress, select_prunable
 from ebs_ops.control import WorkerControlClient, paused
 from ebs_ops.exceptions import (
     AwsError,
@@ -322,13 +322,14 @@ class Ec2VolumeBackend:
                         paused(self.control, int(p["partition"])))
             self.progress("create snapshots")
             out = self._call(f"create snapshots of {instance_id}", self.ec2.create_snapshots,
-                             InstanceSpecification=spec, CopyTagsFromSource="volume",
+                             InstanceSpecification=spec,
                              TagSpecifications=[self._tag_spec("snapshot", None, None)])
         return [self._tag_from_volume(s, positions) for s in out.get("Snapshots", [])]
 
     def _tag_from_volume(self, snap: dict[str, Any], positions: dict[int, WorkerPosition]) -> SnapshotInfo:
         """Tag each snapshot of the set with its volume's partition and that partition's offsets
-        (one TagSpecification covers the whole set; CopyTagsFromSource may not be honoured)."""
+        (one TagSpecification covers the whole set). The volume's own tags are not copied: a restored
+        volume carries the offsets of the snapshot it came from, which would be stale here."""
         vol = self._call("describe volume", self.ec2.describe_volumes, VolumeIds=[snap["VolumeId"]])
         partition = _int_tag(_tags(vol["Volumes"][0]), TAG_PARTITION)
         if partition is None:
@@ -431,11 +432,9 @@ class Ec2VolumeBackend:
         if keep < 1:
             raise BadInputError(f"--keep {keep}: keep at least 1 snapshot (the newest is never pruned)")
         now = datetime.now(UTC)
-        mine = [s for s in self.list_snapshots(partition)
-                if s.created_by == CREATED_BY and s.state in ("completed", "error")]
-        newest_first = sorted(mine, key=lambda s: s.created_at, reverse=True)
-        doomed = [s for i, s in enumerate(newest_first)
-                  if i >= keep or (i >= 1 and max_age is not None and now - s.created_at > max_age)]
+        mine = [s for s in self.list_snapshots(partition) if s.created_by == CREATED_BY]
+        # Failed snapshots are never restorable: always prunable, never counted toward --keep.
+        doomed = select_prunable(mine, keep, max_age, now) + [s for s in mine if s.state == "error"]
         for s in doomed:
             what = f"delete snapshot {s.snapshot_id}"
             if dry_run:

@@ -34,7 +34,7 @@ from typing import Any
 
 import structlog
 
-from ebs_ops.backends.base import StepCallback, no_progress
+from ebs_ops.backends.base import StepCallback, no_progress, select_prunable
 from ebs_ops.control import WorkerControlClient, paused
 from ebs_ops.exceptions import (
     BadInputError,
@@ -308,10 +308,7 @@ class LocalVolumeBackend:
             raise BadInputError(f"--keep {keep}: keep at least 1 snapshot (the newest is never pruned)")
         now = datetime.now(UTC)
         mine = [s for s in self.list_snapshots(partition) if s.created_by == CREATED_BY]
-        completed = sorted((s for s in mine if s.state == "completed"), key=lambda s: s.created_at,
-                           reverse=True)
-        doomed = [s for i, s in enumerate(completed)
-                  if i >= keep or (i >= 1 and max_age is not None and now - s.created_at > max_age)]
+        doomed = select_prunable(mine, keep, max_age, now)
         # An incomplete snapshot younger than the step timeout may still be being written.
         stale = timedelta(seconds=self.step_timeout_s)
         doomed += [s for s in mine if s.state == "incomplete" and now - s.created_at > stale]
