@@ -131,11 +131,22 @@ def _copy_tree_resumable(src: Path, dst: Path) -> int:
                 try:
                     os.link(s, d)
                 except OSError:
-                    shutil.copy2(s, d)
+                    _copy_durably(s, d)
             else:
-                shutil.copy2(s, d)
+                _copy_durably(s, d)
             written += 1
+        _fsync_dir(dst / rel)  # new names (links and copies) survive a power loss
     return written
+
+
+def _copy_durably(src: Path, dst: Path) -> None:
+    """Copy with metadata and fsync, so a later 'done' marker never points at unwritten data."""
+    shutil.copy2(src, dst)
+    fd = os.open(dst, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class LocalVolumeBackend:
@@ -329,10 +340,14 @@ class LocalVolumeBackend:
         self.progress("check target")
         if self._already_restored(volume, marker, snap):
             return self._restore_result(snap, volume, data_dir, resumed=True, dry_run=dry_run)
+        staging = data_dir / f".restore-partition-{partition}-{snap.snapshot_id}"
+        if not dry_run and self._swapped_before_crash(volume, marker, staging, snap):
+            # The last run swapped the staged copy in and died before recording it: finish that.
+            self._mark_done(marker, snap, volume)
+            return self._restore_result(snap, volume, data_dir, resumed=True, dry_run=False)
         self._check_target_free(volume)
         if dry_run:
             return self._restore_result(snap, volume, data_dir, resumed=False, dry_run=True)
-        staging = data_dir / f".restore-partition-{partition}-{snap.snapshot_id}"
         resumed = staging.exists()
         self.progress("copy snapshot")
         _copy_tree_resumable(Path(snap.location) / "volume", staging)
@@ -344,10 +359,24 @@ class LocalVolumeBackend:
             log.info("volume_moved_aside", volume=str(volume), to=str(aside))
         os.replace(staging, volume)
         _fsync_dir(data_dir)
+        self._mark_done(marker, snap, volume)
+        return self._restore_result(snap, volume, data_dir, resumed=resumed, dry_run=False)
+
+    @staticmethod
+    def _mark_done(marker: Path, snap: SnapshotInfo, volume: Path) -> None:
         _write_json_atomic(marker, {"snapshot_id": snap.snapshot_id, "state": "done",
                                     "volume_inode": volume.stat().st_ino,
                                     "restored_at": datetime.now(UTC).isoformat()})
-        return self._restore_result(snap, volume, data_dir, resumed=resumed, dry_run=False)
+
+    @staticmethod
+    def _swapped_before_crash(volume: Path, marker: Path, staging: Path, snap: SnapshotInfo) -> bool:
+        """Marker says 'staged' for this snapshot, the staging dir is gone and the volume exists."""
+        if staging.exists() or not (volume.exists() and marker.exists()):
+            return False
+        with contextlib.suppress(ValueError, OSError):
+            body = json.loads(marker.read_text(encoding="utf-8"))
+            return bool(body.get("snapshot_id") == snap.snapshot_id and body.get("state") == "staged")
+        return False
 
     @staticmethod
     def _instance_dir(instance: str) -> Path:

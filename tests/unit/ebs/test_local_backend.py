@@ -265,3 +265,20 @@ def test_restore_and_move_across_filesystems(tmp_path: Path, worker: WorkerDoubl
     LocalVolumeBackend(host, tmp_path / "snaps").move(0, str(back))
     assert not (host / "partition-0").exists() and not list(back.glob(".moving-*"))
     assert len(read_keys(back / "partition-0" / "db")) == 2000
+
+
+def test_restore_rerun_after_a_crash_between_swap_and_done_marker_finishes(tmp_path: Path,
+                                                                            worker: WorkerDouble) -> None:
+    """The staged copy was swapped in but the 'done' marker never written: a re-run records it
+    instead of refusing the (restored) volume as foreign data."""
+    b = backend(tmp_path, worker)
+    snap = b.snapshot(0)
+    target = tmp_path / "host"
+    target.mkdir()
+    first = b.restore(0, str(target), snap.snapshot_id)
+    marker = target / ".partition-0.ebs-ops-restore.json"
+    marker.write_text(json.dumps({"snapshot_id": snap.snapshot_id, "state": "staged"}))  # the crash
+    again = b.restore(0, str(target), snap.snapshot_id)
+    assert again.resumed and again.volume == first.volume
+    assert json.loads(marker.read_text())["state"] == "done"
+    assert len(read_keys(target / "partition-0" / "db")) == 2000
