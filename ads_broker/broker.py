@@ -99,23 +99,30 @@ class Broker:
         if self.config["log.cleaner.enable"]:
             self.cleaner.start()
         self._tasks = [
-            asyncio.create_task(self._every(int(self.config["log.flush.scheduler.interval.ms"]), self._flush_due)),
+            # Log maintenance fsyncs and unlinks under partition locks: run it on the writer threads so
+            # the event loop (fetches, heartbeats) never waits on the disk.
+            asyncio.create_task(self._every(int(self.config["log.flush.scheduler.interval.ms"]), self._flush_due,
+                                            off_loop=True)),
             asyncio.create_task(self._every(int(self.config["log.retention.check.interval.ms"]),
-                                            self.replicas.enforce_retention)),
+                                            self.replicas.enforce_retention, off_loop=True)),
             asyncio.create_task(self._every(int(self.config["producer.id.expiration.check.interval.ms"]),
-                                            self.replicas.expire_producers)),
-            asyncio.create_task(self._every(60000, self.replicas.write_recovery_checkpoint)),
+                                            self.replicas.expire_producers, off_loop=True)),
+            asyncio.create_task(self._every(60000, self.replicas.write_recovery_checkpoint, off_loop=True)),
             asyncio.create_task(self._every(
                 int(self.config["transaction.abort.timed.out.transaction.cleanup.interval.ms"]),
                 self.txn.abort_timed_out)),
             asyncio.create_task(self._every(3600000, self.txn.expire_ids)),
         ]
 
-    async def _every(self, interval_ms: int, job: Callable[[], Any]) -> None:
+    async def _every(self, interval_ms: int, job: Callable[[], Any], *, off_loop: bool = False) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(interval_ms / 1000)
             try:
-                job()
+                if off_loop:
+                    await loop.run_in_executor(self._writers, job)
+                else:
+                    job()
             except Exception:
                 log.exception("background job failed", job=getattr(job, "__name__", repr(job)))
 

@@ -70,6 +70,10 @@ class BrokerProcess:
                 out.close()  # type: ignore[union-attr]
         try:
             wait_for_port("127.0.0.1", self.port, self._start_timeout_s, self.proc)
+            time.sleep(0.05)
+            if self.proc.poll() is not None:  # someone else answered on the port; ours died (EADDRINUSE)
+                raise BrokerError(f"broker process {self.proc.pid} exited with code {self.proc.returncode}; "
+                                  f"port {self.port} is taken by another process")
         except BrokerError:
             self.kill()
             raise

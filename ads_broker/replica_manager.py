@@ -342,8 +342,10 @@ class ReplicaManager:
         return created
 
     def all_partitions(self) -> Iterator[Partition]:
-        for topic in self.topics.values():
-            yield from topic.partitions
+        """Every partition, iterating copies: maintenance runs on writer threads while the event
+        loop may create or delete topics."""
+        for topic in list(self.topics.values()):
+            yield from list(topic.partitions)
 
     def effective_configs(self, name: str) -> tuple[dict[str, str], set[str]]:
         """(config values, names that were set explicitly on the topic)."""

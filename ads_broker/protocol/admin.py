@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from ads_broker.broker import Broker
 
 INVALID_REPLICA_ASSIGNMENT = 39
+UNKNOWN_TOPIC_ID = 100
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 SOURCE_DYNAMIC_TOPIC = 1
@@ -106,7 +107,7 @@ async def handle_delete_topics(broker: Broker, req: DecodedRequest) -> DeleteTop
             broker.replicas.delete_topic(name)
         except BrokerError as e:
             broker.log_client_error(req, "delete_topics", e, topic=name)
-            res.error_code = 3 if name is None else e.error_code
+            res.error_code = UNKNOWN_TOPIC_ID if name is None else e.error_code
             res.error_message = str(e)
         results.append(res)
     return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
@@ -133,6 +134,11 @@ async def handle_create_partitions(broker: Broker, req: DecodedRequest) -> Creat
     return CreatePartitionsResponse(throttle_time_ms=0, results=results)
 
 
+def _config_value(value: object) -> str:
+    """Kafka renders booleans as true/false."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def _config_entry(name: str, value: str | None, source: int, *, read_only: bool = False) -> object:
     return DescribeConfigsResponse.DescribeConfigsResult.DescribeConfigsResourceResult(
         name=name, value=value, read_only=read_only, config_source=source, is_default=source == SOURCE_DEFAULT,
@@ -154,7 +160,7 @@ async def handle_describe_configs(broker: Broker, req: DecodedRequest) -> Descri
             elif resource.resource_type == RESOURCE_BROKER:
                 if resource.resource_name not in ("", str(broker.node_id)):
                     raise InvalidRequestError(f"unknown broker {resource.resource_name!r}")
-                entries = [(s.name, str(broker.config[s.name]), SOURCE_STATIC_BROKER) for s in SETTINGS]
+                entries = [(s.name, _config_value(broker.config[s.name]), SOURCE_STATIC_BROKER) for s in SETTINGS]
             else:
                 raise InvalidRequestError(f"resource type {resource.resource_type} is not supported")
             res.configs = [_config_entry(k, v, src) for k, v, src in entries if wanted is None or k in wanted]

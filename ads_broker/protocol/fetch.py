@@ -39,7 +39,7 @@ ReadResult = list[tuple[str, list[tuple[Any, list[FileSlice]]]]]
 def _read_partitions(broker: Broker, req: DecodedRequest) -> tuple[ReadResult, int, bool]:
     """One pass over the requested partitions: (per-topic results, bytes found, any error)."""
     body = req.body
-    remaining = body.max_bytes if req.api_version >= 3 else 2**31 - 1
+    remaining = min(body.max_bytes, int(broker.config["fetch.max.bytes"]))  # Kafka caps it by the broker's
     total = 0
     errors = False
     first_with_data = True
@@ -194,13 +194,14 @@ async def handle_delete_records(broker: Broker, req: DecodedRequest) -> DeleteRe
                 partition_index=dpart.partition_index, low_watermark=-1, error_code=0)
             try:
                 partition = broker.replicas.get_partition(dtopic.name, dpart.partition_index)
-                # -1 means "up to the high watermark" (Kafka's DeleteRecordsRequest.HIGH_WATERMARK).
-                target = partition.high_watermark if dpart.offset == -1 else dpart.offset
-                if target < 0 or target > partition.high_watermark:
-                    raise OffsetOutOfRangeError(
-                        f"cannot delete records of {dtopic.name}-{dpart.partition_index} before offset "
-                        f"{dpart.offset}: the high watermark is {partition.high_watermark}")
                 with partition.lock:
+                    high_watermark = partition.high_watermark
+                    # -1 means "up to the high watermark" (Kafka's DeleteRecordsRequest.HIGH_WATERMARK).
+                    target = high_watermark if dpart.offset == -1 else dpart.offset
+                    if target < 0 or target > high_watermark:
+                        raise OffsetOutOfRangeError(
+                            f"cannot delete records of {dtopic.name}-{dpart.partition_index} before offset "
+                            f"{dpart.offset}: the high watermark is {high_watermark}")
                     resp.low_watermark = partition.log.delete_records_before(target)
             except BrokerError as e:
                 broker.log_client_error(req, "delete_records", e, topic=dtopic.name, partition=dpart.partition_index)

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse
 
-from ads_broker.exceptions import BrokerError, InvalidRequestError, UnsupportedVersionError
+from ads_broker.exceptions import BrokerError, InvalidRequestError
 from ads_broker.protocol.codec import SUPPORTED_APIS, DecodedRequest
 from ads_broker.replica_manager import Topic, validate_topic_name
 
@@ -81,16 +81,11 @@ async def handle_find_coordinator(broker: Broker, req: DecodedRequest) -> FindCo
     host, port = broker.advertised
     keys = list(body.coordinator_keys or []) if req.api_version >= 4 else [body.key]
 
-    def error_for(key_type: int) -> tuple[int, str | None]:
-        if key_type == COORDINATOR_GROUP:
-            return 0, None
-        if key_type == COORDINATOR_TRANSACTION:
-            return 0, None
-        return InvalidRequestError.error_code, f"unknown coordinator key type {key_type}"
-
-    code, message = error_for(body.key_type)
-    if code:
-        broker.log_client_error(req, "find_coordinator", UnsupportedVersionError(message or ""), key_type=body.key_type)
+    code, message = 0, None
+    if body.key_type not in (COORDINATOR_GROUP, COORDINATOR_TRANSACTION):
+        error = InvalidRequestError(f"unknown coordinator key type {body.key_type}")
+        code, message = error.error_code, str(error)
+        broker.log_client_error(req, "find_coordinator", error, key_type=body.key_type)
     node = -1 if code else broker.node_id
     if req.api_version >= 4:
         coordinators = [FindCoordinatorResponse.Coordinator(
