@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ads_broker.exceptions import ConfigError
-from ads_broker.replica_manager import atomic_write
+from ads_broker.log.fileutil import atomic_write
 
 BLOCK_SIZE = 1000
 FILE_NAME = "producer-id-block"

@@ -43,6 +43,7 @@ from ads_broker.exceptions import (
     UnknownTopicOrPartitionError,
 )
 from ads_broker.log.config import TOPIC_CONFIG_KEYS, LogConfig
+from ads_broker.log.fileutil import atomic_write
 from ads_broker.log.log import Log
 
 log = structlog.get_logger("ads_broker.replica_manager")
@@ -68,21 +69,6 @@ def validate_topic_name(name: str) -> None:
         raise InvalidTopicError(f"topic name is {len(name)} characters long, the maximum is {MAX_TOPIC_NAME}")
     if not _LEGAL_TOPIC.match(name):
         raise InvalidTopicError(f"topic name {name!r} has characters outside [a-zA-Z0-9._-]")
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so a crash leaves either the old or the new content."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 @dataclass
@@ -386,5 +372,5 @@ def partitions_of(manager: ReplicaManager, names: Iterable[str]) -> list[Partiti
     return out
 
 
-__all__ = ["BrokerError", "Partition", "ReplicaManager", "Topic", "atomic_write", "now_ms", "partitions_of",
+__all__ = ["BrokerError", "Partition", "ReplicaManager", "Topic", "now_ms", "partitions_of",
            "validate_topic_name"]

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from ads_broker.exceptions import InvalidProducerEpochError, InvalidRecordError, OffsetOutOfRangeError
 from ads_broker.log.config import LogConfig
+from ads_broker.log.fileutil import atomic_write, fsync_dir
 from ads_broker.log.producer_state import CONTROL_ABORT, CONTROL_COMMIT, CompletedTxn, ProducerStateManager
 from ads_broker.log.records import (
     BatchHeader,
@@ -66,14 +67,6 @@ def _control_type(batch: bytes | bytearray) -> int | None:
         return None
     _version, kind = _CONTROL_KEY.unpack_from(records[0].key, 0)
     return int(kind)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _base_offset(segment: LogSegment) -> int:
@@ -171,7 +164,7 @@ class Log:
                 (self.dir / f"{base:020d}{suffix}").unlink(missing_ok=True)
             os.replace(swap, self.dir / f"{base:020d}.log")
             range_file.unlink(missing_ok=True)
-            _fsync_dir(self.dir)
+            fsync_dir(self.dir)
             done.append(base)
         for orphan in self.dir.glob(f"*{SWAP_RANGE_SUFFIX}"):
             orphan.unlink(missing_ok=True)
@@ -239,13 +232,7 @@ class Log:
             return 0
 
     def _write_log_start_offset(self) -> None:
-        path = self.dir / LOG_START_OFFSET_FILE
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "w") as f:
-            f.write(f"{self.log_start_offset}\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        atomic_write(self.dir / LOG_START_OFFSET_FILE, f"{self.log_start_offset}\n".encode())
 
     # -- properties ------------------------------------------------------------------------
 
@@ -543,13 +530,7 @@ class Log:
             return self.log_start_offset
 
     def write_cleaner_checkpoint(self, offset: int) -> None:
-        path = self.dir / CLEANER_CHECKPOINT_FILE
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "w") as f:
-            f.write(f"{offset}\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        atomic_write(self.dir / CLEANER_CHECKPOINT_FILE, f"{offset}\n".encode())
 
     def replace_segments(
         self,
@@ -583,7 +564,7 @@ class Log:
         step("txnindex-merged")
         swap = self.dir / f"{base:020d}.log{SWAP_SUFFIX}"
         os.replace(cleaned, swap)
-        _fsync_dir(self.dir)
+        fsync_dir(self.dir)
         step("swap-renamed")
         first = self._segments.index(old[0])
         for segment in old:
@@ -592,7 +573,7 @@ class Log:
             self._pending_deletes.append((self._now_ms() + self.config.file_delete_delay_ms, segment))
         step("old-deleted")
         os.replace(swap, self.dir / f"{base:020d}.log")
-        _fsync_dir(self.dir)
+        fsync_dir(self.dir)
         step("swap-to-log")
         new = LogSegment(self.dir, base, self.config, now_ms=self._now_ms())
         new.recover()

@@ -19,7 +19,6 @@ ours keeps them all. ``tests/unit/log/test_producer_state.py`` pins the choice.
 
 from __future__ import annotations
 
-import os
 import struct
 from collections import deque
 from collections.abc import Iterable
@@ -29,6 +28,7 @@ from pathlib import Path
 import crc32c
 
 from ads_broker.exceptions import InvalidProducerEpochError, OutOfOrderSequenceError
+from ads_broker.log.fileutil import atomic_write
 from ads_broker.log.records import (
     NO_PRODUCER_EPOCH,
     NO_SEQUENCE,
@@ -245,13 +245,7 @@ class ProducerStateManager:
         at = self.map_end_offset if offset is None else offset
         path = self.snapshot_path(at)
         data = encode_snapshot(self.producers.values())
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        _fsync_dir(self.dir)
+        atomic_write(path, data)
         return path
 
     def load(self, log_end_offset: int) -> int:
@@ -354,11 +348,3 @@ def decode_snapshot(data: bytes) -> dict[int, ProducerStateEntry]:
             first_seq = sequence_decrement(last_seq, delta)
             entry.batches.append(BatchMetadata(first_seq, last_seq, last_offset - delta, last_offset, ts))
     return producers
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

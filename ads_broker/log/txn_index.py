@@ -19,6 +19,8 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from ads_broker.log.fileutil import atomic_write
+
 TXN_INDEX_SUFFIX = ".txnindex"
 _ENTRY = struct.Struct(">hqqqq")
 ENTRY_SIZE = _ENTRY.size
@@ -63,12 +65,7 @@ def _rewrite(path: Path, entries: list[AbortedTxn]) -> None:
     if not entries:
         path.unlink(missing_ok=True)
         return
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(b"".join(e.encode() for e in entries))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomic_write(path, b"".join(e.encode() for e in entries))
 
 
 class TxnIndex:
