@@ -116,13 +116,15 @@ def main() -> None:
         dedupe_window=timedelta(days=7),
     )
     t2 = time.monotonic()
-    report = run_config(cfg, spark=spark).report
+    result_ = run_config(cfg, spark=spark)
+    report = result_.report
     audit_s = time.monotonic() - t2
     jvm = driver_jvm_pid()
     result = {
         "events": args.events, "master": args.master, "session_start_s": round(session_s, 1),
         "generate_s": round(generate_s, 1), "audit_s": round(audit_s, 1),
         "events_per_s": round(args.events / audit_s),
+        "steps_s": result_.timings,
         "peak_rss_mb": {"driver_python": round(peak_rss_mb(os.getpid())),
                         "driver_jvm": round(peak_rss_mb(jvm)) if jvm else None},
         "check": {"input_messages": report["input_messages"], "input_duplicates": report["input_duplicates"],
