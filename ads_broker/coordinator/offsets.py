@@ -134,7 +134,7 @@ class OffsetManager:
             self.num_partitions = len(topic.partitions)
             log.warning("offsets.topic.num.partitions differs from the existing topic; using the topic's",
                         partitions=self.num_partitions)
-        records = 0
+        reads = 0
         for partition in topic.partitions:
             plog = partition.log
             offset = plog.log_start_offset
@@ -144,8 +144,8 @@ class OffsetManager:
                     break
                 data = b"".join(s.read_bytes() for s in slices)
                 offset = self._apply_batches(data, offset)
-                records += 1
-        log.info("offsets loaded", groups=len(self._cache), batches=records)
+                reads += 1
+        log.info("offsets loaded", groups=len(self._cache), reads=reads)
 
     def _apply_batches(self, data: bytes, next_offset: int) -> int:
         pos = 0
@@ -179,12 +179,10 @@ class OffsetManager:
         else:
             offsets[(topic, partition)] = CommittedOffset(*decode_value(record.value))
 
-    def commit(self, group: str,
-               entries: Iterable[tuple[str, int, int, int, str | None]]) -> dict[tuple[str, int], int]:
-        """Append one batch of commits ``(topic, partition, offset, leader_epoch, metadata)``.
-
-        Returns an error code per (topic, partition); the cache is updated only after the append.
-        """
+    @staticmethod
+    def _prepare(group: str, entries: Iterable[tuple[str, int, int, int, str | None]]
+                 ) -> tuple[dict[tuple[str, int], int], list[Record], list[tuple[tuple[str, int], CommittedOffset]]]:
+        """(error per partition, records to append, cache entries once appended) for a commit."""
         now = int(time.time() * 1000)
         errors: dict[tuple[str, int], int] = {}
         records: list[Record] = []
@@ -198,6 +196,15 @@ class OffsetManager:
             records.append(Record(offset=len(records), timestamp=now, key=encode_key(group, topic, partition),
                                   value=encode_value(offset, epoch, meta, now), headers=[]))
             accepted.append(((topic, partition), CommittedOffset(offset, epoch, meta, now)))
+        return errors, records, accepted
+
+    def commit(self, group: str,
+               entries: Iterable[tuple[str, int, int, int, str | None]]) -> dict[tuple[str, int], int]:
+        """Append one batch of commits ``(topic, partition, offset, leader_epoch, metadata)``.
+
+        Returns an error code per (topic, partition); the cache is updated only after the append.
+        """
+        errors, records, accepted = self._prepare(group, entries)
         if records:
             self._append(group, records)
             cache = self._cache.setdefault(group, {})
@@ -208,19 +215,7 @@ class OffsetManager:
     def commit_transactional(self, group: str, producer_id: int, producer_epoch: int,
                              entries: Iterable[tuple[str, int, int, int, str | None]]) -> dict[tuple[str, int], int]:
         """TxnOffsetCommit: append a transactional batch; the offsets stay pending until the marker."""
-        now = int(time.time() * 1000)
-        errors: dict[tuple[str, int], int] = {}
-        records: list[Record] = []
-        accepted: list[tuple[tuple[str, int], CommittedOffset]] = []
-        for topic, partition, offset, epoch, metadata in entries:
-            meta = metadata or ""
-            if len(meta.encode("utf-8")) > OFFSET_METADATA_MAX_BYTES:
-                errors[(topic, partition)] = OFFSET_METADATA_TOO_LARGE
-                continue
-            errors[(topic, partition)] = 0
-            records.append(Record(offset=len(records), timestamp=now, key=encode_key(group, topic, partition),
-                                  value=encode_value(offset, epoch, meta, now), headers=[]))
-            accepted.append(((topic, partition), CommittedOffset(offset, epoch, meta, now)))
+        errors, records, accepted = self._prepare(group, entries)
         if records:
             target = self.replicas.get_partition(OFFSETS_TOPIC, self.partition_for(group))
             batch = build_batch(records, producer_id=producer_id, producer_epoch=producer_epoch,

@@ -47,9 +47,8 @@ def _create_one(broker: Broker, req: DecodedRequest, topic: Any, validate_only: 
                     return result
             num_partitions, replication_factor = len(assignments), 1
         configs = {c.name: c.value for c in (topic.configs or [])}
-        created = broker.replicas.create_topic(name, num_partitions, replication_factor, configs,
-                                               validate_only=validate_only)
-        t = created
+        t = broker.replicas.create_topic(name, num_partitions, replication_factor, configs,
+                                         validate_only=validate_only)
         result.num_partitions = len(t.partitions) if t else (num_partitions if num_partitions > 0 else
                                                               int(broker.config["num.partitions"]))
         result.replication_factor = 1

@@ -111,7 +111,7 @@ async def handle_fetch(broker: Broker, req: DecodedRequest) -> list[Chunk]:
             partition.waiters.add(waiter)
         broker.fetch_waiters.add(waiter)
         try:
-            await asyncio.wait_for(asyncio.shield(waiter), timeout)
+            await asyncio.wait_for(waiter, timeout)
         except TimeoutError:
             pass
         finally:
