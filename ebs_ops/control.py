@@ -118,6 +118,14 @@ def paused(client: WorkerControlClient, partition: int) -> Iterator[WorkerPositi
              output_offset=position.output_offset, sequence=position.sequence)
     try:
         yield position
-    finally:
-        client.resume(partition)
-        log.info("worker_resumed", partition=partition)
+    except BaseException:
+        # The original error is what the operator must see; a failed resume is logged next to it
+        # with how to finish the job by hand.
+        try:
+            client.resume(partition)
+        except WorkerControlError as resume_error:
+            log.error("worker_still_paused", partition=partition, error=str(resume_error),
+                      next_step=f"resume it: curl -X POST {client.url}/partitions/{partition}/resume")
+        raise
+    client.resume(partition)
+    log.info("worker_resumed", partition=partition)
