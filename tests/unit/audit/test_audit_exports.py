@@ -146,3 +146,22 @@ def test_cli_exit_code_alerts_over_thresholds(spark: Any, parquet_day: Path, tmp
     assert json.loads((tmp_path / "b" / "report.json").read_text())["status"] == "ok"
     bad = runner.invoke(app, [*args, "--out", str(tmp_path / "c"), "--start", "2026-11-20T00:00:00Z"])
     assert bad.exit_code == 2 and "not both" in bad.output
+
+
+def test_tied_first_copies_break_by_partition_then_offset(spark: Any, tmp_path: Path) -> None:
+    """Copies with the same timestamp: the first is the lowest (partition, offset); the duplicate is
+    attributed to its own library and client in the breakdowns (they differ from the first copy's)."""
+    at = sc.START + timedelta(hours=3)
+    first = sc.Record(b"tie", sc.event("tie", 0), at)  # i=0: analytics.js, user-0, identify
+    retry = sc.Record(b"tie", sc.event("tie", 1), at)  # i=1: analytics-ios, user-1, track
+    other = sc.Record(b"solo", sc.event("solo", 2), at + timedelta(minutes=1))
+    # write_parquet puts a record in partition sum(key) % partitions: one partition, offsets in order.
+    sc.write_parquet([first, retry, other], tmp_path / "in", "events", partitions=1)
+    sc.write_parquet([first, other], tmp_path / "out", "events.deduped", partitions=1)
+    sc.write_parquet([], tmp_path / "dlq", "events.dlq")
+    report = run_config(config(tmp_path), spark=spark).report
+    assert (report["input_messages"], report["input_unique"], report["input_duplicates"]) == (3, 2, 1)
+    assert report["retry_gap_buckets"]["le_1m"] == 1 and report["missing"] == report["output_duplicates"] == 0
+    libs = {r["library"]: (r["input_messages"], r["input_duplicates"]) for r in report["by_library"]}
+    assert libs == {"analytics.js": (2, 0), "analytics-ios": (1, 1)}
+    assert [(r["client"], r["input_duplicates"]) for r in report["top_clients"]] == [("user-1", 1)]
