@@ -1,7 +1,9 @@
 """Dedupe worker throughput, side by side on one broker, data set and client settings.
 
 (a) raw pipe: consume → produce, no dedupe (the ceiling for any Kafka-in/Kafka-out worker);
-(b) our worker: PartitionWorker batch loop (MultiGet, one WriteBatch, commit) on a pre-filled store;
+(b) our worker: PartitionWorker batch loop (MultiGet, one WriteBatch, commit) on a pre-filled store,
+    pipelined (``step``: batch N+1 is read and looked up while N's acks are in flight);
+(b0) the same worker, serial (``process`` per batch: consume, look up, publish, wait, write, commit);
 (c) naive worker: the same store and clients, but one lookup and one write per message.
 
 Also measures bytes on disk per stored key, aging deletes/s and reconcile records/s. Every
@@ -39,6 +41,7 @@ from dedupe_worker.store.rocksdb import RocksDBOptions, RocksDBStore
 from dedupe_worker.worker import PartitionWorker
 
 BATCH = 5000  # the worker's default batch_size; --batch overrides it for every pipeline
+GENERATION_KEYS = 2_000_000  # set from --prefill: the store in 4 generations, as with max_keys = prefill
 INPUT = "bench-in"
 
 
@@ -117,22 +120,31 @@ def naive(bootstrap: str, n: int, tag: str, store: RocksDBStore) -> None:
     c.close()
 
 
-def ours(bootstrap: str, n: int, tag: str, data: Path) -> PartitionWorker:
+def ours(bootstrap: str, n: int, tag: str, data: Path, serial: bool = False) -> PartitionWorker:
     cfg = load_config(None, bootstrap=bootstrap, input_topic=INPUT, output_topic=f"bench-out-ours-{tag}",
-                      dlq_topic=f"bench-dlq-{tag}", data_dir=data, group=f"ours-{tag}", batch_size=BATCH)
+                      dlq_topic=f"bench-dlq-{tag}", data_dir=data, group=f"ours-{tag}", batch_size=BATCH,
+                      store={"generation_keys": GENERATION_KEYS})
     create_topics(bootstrap, {cfg.output_topic: 1, cfg.dlq_topic: 1})
     w = PartitionWorker(cfg, 0, WorkerMetrics(CollectorRegistry()))
     w.start()
     done = 0
     while done < n:
-        done += w.step().consumed
+        if serial:
+            records = w._consume()
+            done += w.process(records).consumed if records else 0
+        else:
+            done += w.step().consumed
     w.drain()  # the last batch is still in flight (pipelined step)
     w.close_clients()
     return w
 
 
+def _options() -> RocksDBOptions:
+    return RocksDBOptions(generation_keys=GENERATION_KEYS)
+
+
 def prefill(path: Path, keys: int, tag: str) -> RocksDBStore:
-    store = RocksDBStore(path, RocksDBOptions(), topic=INPUT, partition=0)
+    store = RocksDBStore(path, _options(), topic=INPUT, partition=0)
     chunk = 100_000
     base = int(time.time() * 1000) - 3600_000
     for start in range(0, keys, chunk):
@@ -149,7 +161,7 @@ def timed(fn: Callable[[], Any]) -> tuple[float, float, Any]:
 
 
 def main() -> None:
-    global BATCH
+    global BATCH, GENERATION_KEYS
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--messages", type=int, default=200_000)
     ap.add_argument("--prefill", type=int, default=1_000_000, help="keys in the store before each run")
@@ -159,9 +171,10 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=BATCH, help="batch size for every pipeline")
     args = ap.parse_args()
     BATCH = args.batch
+    GENERATION_KEYS = max(1, args.prefill // 4)
     tmp = Path(tempfile.mkdtemp(prefix="dedupe-bench-"))
     proc = tansu_process() if args.broker == "tansu" else ads_broker_process(tmp / "broker")
-    results: dict[str, list[tuple[float, float]]] = {"raw": [], "ours": [], "naive": []}
+    results: dict[str, list[tuple[float, float]]] = {"raw": [], "ours": [], "serial": [], "naive": []}
     extra: dict[str, float] = {}
     with proc:
         bs = proc.bootstrap
@@ -169,16 +182,15 @@ def main() -> None:
         unique = produce_input(bs, args.messages, 0.006)
         template = tmp / "template"
         t_fill, _, store = timed(lambda: prefill(template, args.prefill, "t"))
-        store._db.compact_range(None, None)  # steady-state size, as after background compaction
+        store.compact()  # steady-state size, as after background compaction (every column family)
         store.flush()
         extra["prefill_keys_per_s"] = args.prefill / t_fill
         extra["disk_bytes_per_key"] = store.disk_bytes() / args.prefill
         store.close()
         shutil.copytree(template, tmp / "aging")
-        aging = RocksDBStore(tmp / "aging", RocksDBOptions(), topic=INPUT, partition=0)
-        to_delete = min(500_000, args.prefill // 2)
-        t_age, _, deleted = timed(lambda: sum(aging.age(10_000, 2**62).deleted
-                                              for _ in range(to_delete // 10_000)))
+        aging = RocksDBStore(tmp / "aging", _options(), topic=INPUT, partition=0)
+        to_delete = min(max(500_000, GENERATION_KEYS), args.prefill // 2)
+        t_age, _, deleted = timed(lambda: aging.age(to_delete, 2**62).deleted)
         extra["aging_keys_per_s"] = deleted / t_age
         aging.close()
         for r in range(args.rounds):
@@ -193,7 +205,15 @@ def main() -> None:
                 f"ours stored {worker.store.meta().sequence - args.prefill} new keys, expected {unique}"
             out_topic = worker.cfg.output_topic
             worker.close()
-            fresh = RocksDBStore(tmp / f"rec-{tag}", RocksDBOptions(), topic=INPUT, partition=0)
+            sdata = tmp / f"serial-{tag}"
+            shutil.copytree(template, sdata / "partition-0")
+            wall, cpu, sworker = timed(lambda sdata=sdata, tag=tag: ours(bs, args.messages, f"s{tag}", sdata,
+                                                                        serial=True))
+            results["serial"].append((wall, cpu))
+            assert sworker.store is not None and sworker.store.meta().sequence - args.prefill == unique
+            sworker.close()
+            shutil.rmtree(sdata)
+            fresh = RocksDBStore(tmp / f"rec-{tag}", _options(), topic=INPUT, partition=0)
             cfg = load_config(None, bootstrap=bs, input_topic=INPUT, output_topic=out_topic,
                               dlq_topic="unused-dlq", group=f"rec-{tag}")
             t_rec, _, rec = timed(lambda fresh=fresh, cfg=cfg: reconcile(fresh, cfg, 0))
@@ -201,7 +221,7 @@ def main() -> None:
             fresh.close()
             ndata = tmp / f"naive-{tag}"
             shutil.copytree(template, ndata)
-            nstore = RocksDBStore(ndata, RocksDBOptions(), topic=INPUT, partition=0)
+            nstore = RocksDBStore(ndata, _options(), topic=INPUT, partition=0)
             wall, cpu, _ = timed(lambda nstore=nstore, tag=tag: naive(bs, args.messages, tag, nstore))
             results["naive"].append((wall, cpu))
             nstore.close()
@@ -218,7 +238,8 @@ def report(args: argparse.Namespace, results: dict[str, list[tuple[float, float]
     print(f"\n{n:,} messages, store pre-filled with {args.prefill:,} keys, broker {args.broker}, "
           f"median of {args.rounds}")
     print(f"{'pipeline':<28}{'msg/s':>12}{'process CPU µs/msg':>22}")
-    for name, label in (("raw", "(a) raw pipe, no dedupe"), ("ours", "(b) our worker"),
+    for name, label in (("raw", "(a) raw pipe, no dedupe"), ("ours", "(b) our worker, pipelined"),
+                        ("serial", "(b0) our worker, serial"),
                         ("naive", "(c) per-message get/put")):
         print(f"{label:<28}{rate[name]:>12,.0f}{cpu_us[name]:>22.2f}")
     print(f"ratio (b)/(a) = {rate['ours'] / rate['raw']:.2f}   (b)/(c) = {rate['ours'] / rate['naive']:.2f}")

@@ -1,5 +1,9 @@
 """Aging by size, not time (Segment): keep each partition under ``max_keys`` / ``max_bytes``.
 
+The store ages whole generations (contiguous sequence ranges in their own column family): when
+the store is over its bound, the oldest generation is dropped, so the number of stored keys moves
+between about ``max_keys - generation_keys`` and ``max_keys``.
+
 Keys first seen less than ``min_window_s`` ago are never deleted, even over the bound (the store
 grows instead, and a warning says so). When the effective window (age of the oldest key) falls
 below ``window_floor_s`` while aging is deleting, the worker warns: duplicates further apart than
@@ -27,7 +31,8 @@ class AgingStep:
 
 
 class Ager:
-    """Deletes at most ``chunk`` keys per :meth:`step`, oldest first, through the sequence index."""
+    """Drops oldest generations per :meth:`step`: at least one when over the bound, then more while
+    the total stays within ``min(excess, chunk)``."""
 
     def __init__(self, cfg: AgingConfig, store: RocksDBStore, partition: int) -> None:
         self.cfg = cfg
@@ -53,8 +58,9 @@ class Ager:
         if over > 0:
             cutoff = now_ms - int(self.cfg.min_window_s * 1000)
             deleted = self.store.age(min(over, self.cfg.chunk), cutoff).deleted
-            if deleted < min(over, self.cfg.chunk):
-                self._warn("store over its bound but keys are inside the minimum window",
+            if not deleted:
+                self._warn("store over its bound but its oldest generation is inside the minimum "
+                           "window (or is the only one)",
                            over=over, min_window_s=self.cfg.min_window_s)
         if not deleted:
             return AgingStep(deleted=0, window_s=None, below_floor=False)

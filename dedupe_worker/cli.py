@@ -123,7 +123,7 @@ def inspect(
         out["message_id"] = message_id
         out["found"] = hit is not None
         if hit is not None:
-            out["sequence_of_id"], out["first_seen_ms"] = hit
+            out["generation_first_sequence"], out["generation_first_seen_ms"] = hit
     store.close()
     typer.echo(json.dumps(out, indent=2))
 

@@ -63,9 +63,32 @@ class StoreConfig(BaseModel):
     write_buffer_mb: int = Field(default=64, gt=0)
     compression: Literal["none", "snappy", "lz4", "zstd"] = "lz4"
     sync_writes: bool = False
+    # keys per generation column family (aging drops whole generations; every live generation
+    # costs one MultiGet per batch). None: a quarter of [aging] max_keys, or of max_bytes / 30 B,
+    # or one unbounded generation when nothing bounds the store.
+    generation_keys: int | None = Field(default=None, gt=0)
 
-    def rocksdb(self) -> RocksDBOptions:
-        return RocksDBOptions(**self.model_dump())
+    def rocksdb(self, aging: AgingConfig | None = None) -> RocksDBOptions:
+        fields = self.model_dump()
+        fields["generation_keys"] = self.generation_keys or default_generation_keys(aging or AgingConfig())
+        return RocksDBOptions(**fields)
+
+
+GENERATIONS = 4
+BYTES_PER_KEY = 30  # measured 19-27 B/key on disk (docs/WORKER.md); a conservative divisor
+
+
+def default_generation_keys(aging: AgingConfig) -> int:
+    """A quarter of the aging bound, so aging drops 25 % of the window at a time and a lookup
+    probes at most about five generations; one generation when nothing bounds the store."""
+    bounds = []
+    if aging.max_keys is not None:
+        bounds.append(aging.max_keys)
+    if aging.max_bytes is not None:
+        bounds.append(aging.max_bytes // BYTES_PER_KEY)
+    if not bounds:
+        return 2**62
+    return max(1, min(bounds) // GENERATIONS)
 
 
 class WorkerConfig(BaseSettings):

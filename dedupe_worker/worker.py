@@ -156,7 +156,7 @@ class PartitionWorker:
 
     def open_store(self) -> RocksDBStore:
         if self.store is None:
-            self.store = RocksDBStore(self.cfg.partition_dir(self.partition), self.cfg.store.rocksdb(),
+            self.store = RocksDBStore(self.cfg.partition_dir(self.partition), self.cfg.store.rocksdb(self.cfg.aging),
                                       topic=self.cfg.input_topic, partition=self.partition)
             self.ager = Ager(self.cfg.aging, self.store, self.partition)
         return self.store

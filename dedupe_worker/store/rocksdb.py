@@ -1,18 +1,28 @@
-"""RocksDB partition store (rocksdict).
+"""RocksDB partition store (rocksdict), layout v2: generation column families.
 
 Column families:
 
-* ``ids``  — store key (see :mod:`dedupe_worker.keys`) → sequence (8 bytes BE) + first-seen ms (8 bytes BE)
-* ``seq``  — sequence (8 bytes BE) → first-seen ms (8 bytes BE) + store key (oldest first, for aging)
-* ``meta`` — input/output offsets, sequence counter, seek hint, and the volume's identity
+* ``gen-<n>`` (one per *generation*): store key (see :mod:`dedupe_worker.keys`) -> empty value.
+  Generation n holds a contiguous range of sequence numbers; a new one starts when the newest
+  holds ``generation_keys`` keys.
+* ``meta``: input/output offsets, sequence counter, ``low_sequence`` (first sequence of the oldest
+  live generation), the volume's identity, and the generation list (id, first sequence, count,
+  oldest and newest first-seen ms of each generation, oldest first).
 
-Invariant: ``ids`` and ``seq`` hold exactly the sequences ``[low_sequence, sequence)`` and every
-write (new keys + index + meta) is one atomic WriteBatch.
+Why (docs/WORKER.md, "Store"): the v1 layout stored each 16-byte random id twice (ids + a per-key
+sequence index), at least 32 incompressible bytes per key; here it is stored once, the sequence
+index is the generation list, and aging drops the oldest generation's column family whole.
+
+Invariants: the generation list in ``meta`` names exactly the live generations, and every write
+(new keys + generation counts + offsets) is one atomic WriteBatch across column families. A
+generation's column family is created before the batch that first names it and dropped after
+the batch that removes it from the list, so a crash leaves at most an unnamed column family, which
+the next open drops.
 
 Filters: rocksdict takes a column family's options from the OPTIONS file unless they are passed
 explicitly, and the OPTIONS file serialises the C-API bloom policy without its bits, so a plain
 reopen silently loses every bloom filter (research: performance-anchors B1b). This store therefore
-always opens with ``column_families`` built from :class:`RocksDBOptions`.
+always opens every column family with options built from :class:`RocksDBOptions`.
 """
 
 from __future__ import annotations
@@ -40,10 +50,11 @@ from rocksdict import (
 from dedupe_worker.exceptions import StoreError, VolumeMismatchError
 from dedupe_worker.store.base import AgingResult, StoreMeta
 
-COLUMN_FAMILIES = ("ids", "seq", "meta")
-_U64 = struct.Struct(">Q")
+GEN_PREFIX = "gen-"
+LEGACY_COLUMN_FAMILIES = ("ids", "seq")
 _I64 = struct.Struct(">q")
-_IDS_VALUE = struct.Struct(">QQ")
+_GEN = struct.Struct(">QQQqq")  # id, first sequence, count, oldest first-seen ms, newest first-seen ms
+_M_GENERATIONS = b"generations"
 _M_INPUT = b"input_offset"
 _M_OUTPUT = b"output_offset"
 _M_SEQUENCE = b"sequence"
@@ -70,6 +81,7 @@ class RocksDBOptions:
     compression: str = "lz4"
     statistics: bool = True
     sync_writes: bool = False
+    generation_keys: int = 2_000_000
 
     def to_options(self, cache: Cache | None = None) -> Options:
         opts = Options(raw_mode=True)
@@ -109,6 +121,31 @@ def _int(raw: bytes | None, default: int = 0) -> int:
     return default if raw is None else int(_I64.unpack(raw)[0])
 
 
+@dataclass(frozen=True)
+class Generation:
+    """One generation: ``count`` keys with sequences ``[first_seq, first_seq + count)``."""
+
+    id: int
+    first_seq: int
+    count: int
+    oldest_ms: int
+    newest_ms: int
+
+    @property
+    def cf(self) -> str:
+        return f"{GEN_PREFIX}{self.id:08d}"
+
+
+def _pack_generations(gens: Sequence[Generation]) -> bytes:
+    return b"".join(_GEN.pack(g.id, g.first_seq, g.count, g.oldest_ms, g.newest_ms) for g in gens)
+
+
+def _unpack_generations(raw: bytes | None) -> list[Generation]:
+    if not raw:
+        return []
+    return [Generation(*_GEN.unpack_from(raw, i)) for i in range(0, len(raw), _GEN.size)]
+
+
 class RocksDBStore:
     """One input partition's messageIds in RocksDB; see the module docstring for the layout."""
 
@@ -117,31 +154,59 @@ class RocksDBStore:
         self.options = options
         self.topic = topic
         self.partition = partition
+        if options.generation_keys <= 0:
+            raise StoreError(f"generation_keys must be > 0, not {options.generation_keys}")
         self.path.mkdir(parents=True, exist_ok=True)
         self._cache = Cache(options.block_cache_mb * 1024 * 1024)
         self._db_opts = options.to_options(self._cache)
-        self._cf_opts = {name: options.to_options(self._cache) for name in ("default", *COLUMN_FAMILIES)}
         try:
-            self._db = Rdict(str(self.path), self._db_opts, column_families=self._cf_opts,
+            existing = Rdict.list_cf(str(self.path), Options(raw_mode=True))
+        except Exception:  # a new volume has no column families yet
+            existing = []
+        legacy = [cf for cf in LEGACY_COLUMN_FAMILIES if cf in existing]
+        if legacy:
+            raise StoreError(
+                f"volume {self.path} uses the v1 store layout (column families {legacy}); this worker "
+                "uses generation column families. Move the volume aside: the worker rebuilds the store "
+                "from the output topic on start (reconcile)")
+        names = {"default", "meta", *(cf for cf in existing if cf.startswith(GEN_PREFIX))}
+        try:
+            self._db = Rdict(str(self.path), self._db_opts,
+                             column_families={name: options.to_options(self._cache) for name in names},
                              access_type=AccessType.read_write())
         except Exception as e:
             raise StoreError(f"cannot open RocksDB store at {self.path}: {e}. Is another worker "
                              "serving this partition volume?") from e
-        spec = options.ribbon_spec()
-        if spec is not None:
-            for name in COLUMN_FAMILIES:
-                self._db.get_column_family(name).set_options(spec)
         # Typed as Any: rocksdict's stubs type raw-mode values as str | int | ... | bytes.
-        self._ids: Any = self._db.get_column_family("ids")
-        self._seq: Any = self._db.get_column_family("seq")
         self._meta_cf: Any = self._db.get_column_family("meta")
-        self._h_ids = self._db.get_column_family_handle("ids")
-        self._h_seq = self._db.get_column_family_handle("seq")
         self._h_meta = self._db.get_column_family_handle("meta")
         self._write_opts = WriteOptions()
         self._write_opts.sync = options.sync_writes
         self._check_identity()
+        self._gens = _unpack_generations(self._meta_cf.get(_M_GENERATIONS))
+        live = {g.cf for g in self._gens}
+        for cf in sorted(names - live - {"default", "meta"}):  # created or emptied by a crashed write
+            self._db.drop_column_family(cf)
+        self._views: dict[str, Any] = {}
+        self._handles: dict[str, Any] = {}
+        for g in self._gens:
+            self._attach(g.cf)
         self._meta = self._load_meta()
+
+    def _attach(self, cf: str) -> None:
+        view = self._db.get_column_family(cf)
+        spec = self.options.ribbon_spec()
+        if spec is not None:
+            view.set_options(spec)
+        self._views[cf] = view
+        self._handles[cf] = self._db.get_column_family_handle(cf)
+
+    def _new_generation(self, after: Generation | None, first_seq: int) -> Generation:
+        """Create the column family of the generation after ``after`` (not yet named in meta)."""
+        gen = Generation(after.id + 1 if after is not None else 0, first_seq, 0, 0, 0)
+        self._db.create_column_family(gen.cf, self.options.to_options(self._cache))
+        self._attach(gen.cf)
+        return gen
 
     # -- identity and meta --------------------------------------------------------------------
 
@@ -169,87 +234,134 @@ class RocksDBStore:
     def meta(self) -> StoreMeta:
         return self._meta
 
+    def generations(self) -> list[Generation]:
+        """The live generations, oldest first."""
+        return list(self._gens)
+
     # -- lookups and writes -------------------------------------------------------------------
 
     def contains(self, keys: Sequence[bytes]) -> list[bool]:
-        """Batched MultiGet over the ``ids`` column family."""
+        """Batched MultiGet across the live generations, newest first; a key found in one
+        generation is not looked up in older ones."""
+        result = [False] * len(keys)
         if not keys:
-            return []
-        return [v is not None for v in self._ids.get(list(keys))]
+            return result
+        todo = list(keys)
+        where = list(range(len(keys)))
+        for gen in reversed(self._gens):
+            found = self._views[gen.cf].get(todo)
+            left: list[bytes] = []
+            left_at: list[int] = []
+            for key, at, value in zip(todo, where, found, strict=True):
+                if value is None:
+                    left.append(key)
+                    left_at.append(at)
+                else:
+                    result[at] = True
+            if not left:
+                break
+            todo, where = left, left_at
+        return result
 
     def lookup(self, key: bytes) -> tuple[int, int] | None:
-        """``(sequence, first_seen_ms)`` for one key, or None."""
-        raw = self._ids.get(key)
-        if raw is None:
-            return None
-        seq, ts = _IDS_VALUE.unpack(raw)
-        return int(seq), int(ts)
+        """``(first sequence of the key's generation, oldest first-seen ms of that generation)``,
+        or None when the key is not stored."""
+        for gen in reversed(self._gens):
+            if self._views[gen.cf].get(key) is not None:
+                return gen.first_seq, gen.oldest_ms
+        return None
 
     def record(self, keys: Sequence[bytes], first_seen_ms: Sequence[int], *, input_offset: int,
                output_offset: int) -> StoreMeta:
         """Insert ``keys`` (not yet stored, distinct) with the next sequence numbers and advance meta,
-        in one atomic write."""
+        in one atomic write (starting a new generation when the newest is full)."""
+        if len(keys) != len(first_seen_ms):
+            raise StoreError(f"{len(keys)} keys but {len(first_seen_ms)} first-seen times")
         meta = self._meta
-        seq = meta.sequence
+        gens = list(self._gens)
         wb = WriteBatch(raw_mode=True)
-        for key, ts in zip(keys, first_seen_ms, strict=True):
-            wb.put(key, _IDS_VALUE.pack(seq, ts), self._h_ids)
-            wb.put(_U64.pack(seq), _U64.pack(ts) + key, self._h_seq)
-            seq += 1
+        seq = meta.sequence
+        done = 0
+        limit = self.options.generation_keys
+        while done < len(keys):
+            if not gens or gens[-1].count >= limit:
+                gens.append(self._new_generation(gens[-1] if gens else None, seq))
+            gen = gens[-1]
+            take = min(limit - gen.count, len(keys) - done)
+            handle = self._handles[gen.cf]
+            put = wb.put
+            for key in keys[done:done + take]:
+                put(key, b"", handle)
+            stamps = first_seen_ms[done:done + take]
+            oldest, newest = min(stamps), max(stamps)
+            if gen.count:
+                oldest, newest = min(oldest, gen.oldest_ms), max(newest, gen.newest_ms)
+            gens[-1] = Generation(gen.id, gen.first_seq, gen.count + take, oldest, newest)
+            done += take
+            seq += take
         new = StoreMeta(input_offset=max(meta.input_offset, input_offset),
                         output_offset=max(meta.output_offset, output_offset),
-                        sequence=seq, low_sequence=meta.low_sequence)
-        self._put_meta(wb, new)
+                        sequence=seq, low_sequence=gens[0].first_seq if gens else seq)
+        self._put_meta(wb, new, gens if keys else None)
         self._db.write(wb, self._write_opts)
         self._meta = new
+        self._gens = gens
         return new
 
-    def _put_meta(self, wb: WriteBatch, meta: StoreMeta) -> None:
+    def _put_meta(self, wb: WriteBatch, meta: StoreMeta, gens: Sequence[Generation] | None) -> None:
         wb.put(_M_INPUT, _I64.pack(meta.input_offset), self._h_meta)
         wb.put(_M_OUTPUT, _I64.pack(meta.output_offset), self._h_meta)
         wb.put(_M_SEQUENCE, _I64.pack(meta.sequence), self._h_meta)
         wb.put(_M_LOW, _I64.pack(meta.low_sequence), self._h_meta)
+        if gens is not None:
+            wb.put(_M_GENERATIONS, _pack_generations(gens), self._h_meta)
 
     # -- aging --------------------------------------------------------------------------------
 
     def age(self, max_delete: int, not_after_ms: int) -> AgingResult:
-        """Delete up to ``max_delete`` oldest keys first seen at or before ``not_after_ms``.
+        """Drop oldest generations, whole, whose keys were all first seen at or before
+        ``not_after_ms``: at least one (when ``max_delete`` > 0), then more while the total stays
+        within ``max_delete``. The newest generation (still being filled) is never dropped.
 
-        Iterates the sequence index from the persisted seek hint (so it never walks tombstones),
-        and deletes ids, index entries and advances the hint in one WriteBatch.
+        The generation list and ``low_sequence`` are rewritten in one WriteBatch, then the dropped
+        column families are removed (a crash in between leaves unnamed ones, dropped on open).
         """
-        meta = self._meta
-        wb = WriteBatch(raw_mode=True)
+        gens = list(self._gens)
+        dropped: list[Generation] = []
         deleted = 0
-        oldest: int | None = None
-        last = b""
-        for seq_raw, value in self._seq.items(from_key=_U64.pack(meta.low_sequence)):
-            ts = _U64.unpack_from(value)[0]
-            if deleted >= max_delete or ts > not_after_ms:
-                oldest = ts
+        while len(gens) > 1 and max_delete > 0:
+            oldest = gens[0]
+            if oldest.newest_ms > not_after_ms or (dropped and deleted + oldest.count > max_delete):
                 break
-            wb.delete(value[8:], self._h_ids)
-            deleted += 1
-            last = seq_raw
-        if deleted:
-            wb.delete_range(_U64.pack(meta.low_sequence), _U64.pack(_U64.unpack(last)[0] + 1), self._h_seq)
+            dropped.append(gens.pop(0))
+            deleted += oldest.count
+        if dropped:
+            meta = self._meta
             new = StoreMeta(input_offset=meta.input_offset, output_offset=meta.output_offset,
-                            sequence=meta.sequence, low_sequence=meta.low_sequence + deleted)
-            self._put_meta(wb, new)
+                            sequence=meta.sequence, low_sequence=gens[0].first_seq)
+            wb = WriteBatch(raw_mode=True)
+            self._put_meta(wb, new, gens)
             self._db.write(wb, self._write_opts)
-            self._meta = new
-        return AgingResult(deleted=deleted, oldest_first_seen_ms=oldest)
+            self._meta, self._gens = new, gens
+            for gen in dropped:
+                del self._views[gen.cf], self._handles[gen.cf]
+                self._db.drop_column_family(gen.cf)
+        return AgingResult(deleted=deleted, oldest_first_seen_ms=self.oldest_first_seen_ms())
 
     def oldest_first_seen_ms(self) -> int | None:
-        for _, value in self._seq.items(from_key=_U64.pack(self._meta.low_sequence)):
-            return int(_U64.unpack_from(value)[0])
+        for gen in self._gens:
+            if gen.count:
+                return gen.oldest_ms
         return None
 
     # -- maintenance and observability --------------------------------------------------------
 
+    def _cfs(self) -> list[Any]:
+        return [*self._views.values(), self._meta_cf]
+
     def flush(self) -> None:
         """Flush every memtable and the WAL (what a volume snapshot needs)."""
-        for cf in (self._ids, self._seq, self._meta_cf):
+        for cf in self._cfs():
             cf.flush()
         self._db.flush_wal(True)
 
@@ -260,10 +372,15 @@ class RocksDBStore:
 
     def disk_bytes(self) -> int:
         total = 0
-        for cf in (self._ids, self._seq, self._meta_cf):
+        for cf in self._cfs():
             total += cf.property_int_value("rocksdb.total-sst-files-size") or 0
             total += cf.property_int_value("rocksdb.cur-size-all-mem-tables") or 0
         return total
+
+    def compact(self) -> None:
+        """Full compaction of every column family (benchmarks: steady-state size)."""
+        for cf in self._cfs():
+            cf.compact_range(None, None)
 
     def statistics(self) -> dict[str, int]:
         """RocksDB ticker counters (``rocksdb.bloom.filter.useful``, ``rocksdb.block.cache.hit``, ...)."""
@@ -274,7 +391,7 @@ class RocksDBStore:
         db = getattr(self, "_db", None)
         if db is None:
             return
-        for attr in ("_ids", "_seq", "_meta_cf", "_h_ids", "_h_seq", "_h_meta"):
+        for attr in ("_views", "_handles", "_meta_cf", "_h_meta"):
             if hasattr(self, attr):
                 delattr(self, attr)
         db.close()

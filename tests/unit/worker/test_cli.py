@@ -25,7 +25,7 @@ def test_inspect_shows_meta_and_finds_a_message_id(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     assert (out["input_offset"], out["output_offset"], out["keys"], out["found"]) == (9, 1, 1, True)
-    assert out["first_seen_ms"] == 1234
+    assert (out["generation_first_sequence"], out["generation_first_seen_ms"]) == (0, 1234)
 
 
 def test_inspect_missing_volume_is_a_clear_error(tmp_path: Path) -> None:

@@ -100,3 +100,13 @@ def test_fault_spec(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DEDUPE_FAULT", "somewhere:1")
     with pytest.raises(ConfigError, match="expected point:batch"):
         FaultHook.from_env()
+
+
+def test_generation_size_follows_the_aging_bound() -> None:
+    from dedupe_worker.config import AgingConfig, StoreConfig
+
+    assert StoreConfig().rocksdb(AgingConfig(max_keys=8_000_000)).generation_keys == 2_000_000
+    assert StoreConfig().rocksdb(AgingConfig(max_bytes=1200)).generation_keys == 10
+    assert StoreConfig().rocksdb(AgingConfig(max_keys=100, max_bytes=1200)).generation_keys == 10
+    assert StoreConfig().rocksdb(AgingConfig()).generation_keys == 2**62  # unbounded: one generation
+    assert StoreConfig(generation_keys=7).rocksdb(AgingConfig(max_keys=100)).generation_keys == 7
