@@ -44,8 +44,7 @@ def produce(bootstrap: str, inp: str, out: str, n: int) -> int:
     for future in admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in (inp, out)]).values():
         future.result(60)
     producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random", "linger.ms": 20,
-                         "batch.num.messages": 10000, "queue.buffering.max.messages": 1_000_000,
-                         "compression.type": "lz4"})
+                         "batch.num.messages": 10000, "queue.buffering.max.messages": 1_000_000})
     step_s = (86400.0 - max(GAPS_S)) / n
     records = []
     retries = 0

@@ -73,6 +73,12 @@ def peak_rss_mb(pid: int) -> float:
     return 0.0
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds ``pid`` has used so far, from /proc (load-independent cost)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def driver_jvm_pid() -> int | None:
     """The java child of this process (the driver JVM that pyspark launched)."""
     me = str(os.getpid())
@@ -115,15 +121,21 @@ def main() -> None:
         dlq=ExportSource(str(root / "dlq")), start=DAY, end=DAY + timedelta(days=1), out_dir=root / "report",
         dedupe_window=timedelta(days=7),
     )
+    jvm = driver_jvm_pid()
+    cpu0 = cpu_s(jvm) if jvm else 0.0
     t2 = time.monotonic()
     result_ = run_config(cfg, spark=spark)
     report = result_.report
     audit_s = time.monotonic() - t2
-    jvm = driver_jvm_pid()
+    audit_cpu_s = cpu_s(jvm) - cpu0 if jvm else None
     result = {
         "events": args.events, "master": args.master, "session_start_s": round(session_s, 1),
         "generate_s": round(generate_s, 1), "audit_s": round(audit_s, 1),
         "events_per_s": round(args.events / audit_s),
+        # CPU seconds the driver JVM (where local-mode executors run) spent on the audit: on a
+        # shared machine the wall time depends on the neighbours' load, this does much less.
+        "audit_jvm_cpu_s": round(audit_cpu_s, 1) if audit_cpu_s is not None else None,
+        "load_average_1m": os.getloadavg()[0],
         "steps_s": result_.timings,
         "peak_rss_mb": {"driver_python": round(peak_rss_mb(os.getpid())),
                         "driver_jvm": round(peak_rss_mb(jvm)) if jvm else None},
