@@ -19,6 +19,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from dedupe_worker.config import WorkerConfig
 from dedupe_worker.exceptions import ReconcileError
 from dedupe_worker.kafka import consumer_config
+from dedupe_worker.keys import uuid_key
 from dedupe_worker.records import source_offset, store_key
 from dedupe_worker.store.base import StoreMeta
 from dedupe_worker.store.rocksdb import RocksDBStore
@@ -48,12 +49,16 @@ def apply_output_records(store: RocksDBStore, records: list[Any]) -> int:
             input_next = src + 1
             break
     for msg in records:
-        key, reason = store_key(msg.key(), msg.value())
+        raw = msg.key()
+        key = uuid_key(raw) if raw else None  # the common case, without the value or a decode
         if key is None:
-            log.error("output record without messageId", offset=msg.offset(), reason=str(reason))
-            continue
+            key, reason = store_key(raw, msg.value())
+            if key is None:
+                log.error("output record without messageId", offset=msg.offset(), reason=str(reason))
+                continue
         if key not in batch:
-            batch[key] = max(msg.timestamp()[1], 0)
+            ts = msg.timestamp()[1]
+            batch[key] = ts if ts > 0 else 0
     keys = list(batch)
     new = [k for k, present in zip(keys, store.contains(keys), strict=True) if not present]
     store.record(new, [batch[k] for k in new], input_offset=input_next,

@@ -41,6 +41,7 @@ from dedupe_worker.config import WorkerConfig
 from dedupe_worker.exceptions import DedupeError, DeliveryError, StoreError
 from dedupe_worker.faults import FaultHook
 from dedupe_worker.kafka import consumer_config, partition_counts, producer_config
+from dedupe_worker.keys import uuid_key
 from dedupe_worker.metrics import ROCKSDB_TICKERS, WorkerMetrics
 from dedupe_worker.reconcile import reconcile
 from dedupe_worker.records import (
@@ -84,10 +85,13 @@ def split_batch(records: list[Any], contains: Callable[[list[bytes]], list[bool]
     duplicates: list[tuple[Any, str]] = []
     dead: list[tuple[Any, str]] = []
     for msg in records:
-        key, reason = store_key(msg.key(), msg.value())
+        raw = msg.key()
+        key = uuid_key(raw) if raw else None  # the common case, without the value or a decode
         if key is None:
-            dead.append((msg, str(reason)))
-            continue
+            key, reason = store_key(raw, msg.value())
+            if key is None:
+                dead.append((msg, str(reason)))
+                continue
         if key in first:
             duplicates.append((msg, "in_batch"))
         else:
