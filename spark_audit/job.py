@@ -380,8 +380,8 @@ def write_breakdowns(tables: dict[str, list[dict[str, Any]]], details_dir: Path)
     return paths
 
 
-#: Nearly every id is unique, so a map-side partial aggregation only costs time (measured at 10M
-#: events: 57.8 s with it, 32.2 s without). Set for the id summary only; the other aggregations
+#: Nearly every id is unique, so a map-side partial aggregation only costs time (at 10M events the
+#: id summary took 57.8 s with it, 32.2 s without; docs/AUDIT.md). Set for the id summary only; the other aggregations
 #: reduce their input a lot before the shuffle.
 BYPASS_PARTIAL_AGGREGATION = "spark.sql.execution.bypassPartialAggregation"
 
