@@ -251,6 +251,11 @@ class PartitionWorker:
                     self.stop_event.wait(backoff)
                     backoff = min(backoff * 2, 10.0)
         finally:
+            if self._inflight is not None and self._consumer is not None:
+                try:  # stop between steps: finish the in-flight batch (publish, write, commit)
+                    self.drain()
+                except Exception as e:  # safe either way: reconcile learns what reached the output
+                    log.warning("in-flight batch not finished at stop", partition=self.partition, error=str(e))
             self.close()
 
     # -- the batch ----------------------------------------------------------------------------
