@@ -36,7 +36,7 @@ from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 from ads_broker.embedded import BrokerProcess, ads_broker_process
 from ads_broker.log.records import Record, build_batch
 from ads_broker.protocol.codec import SUPPORTED_APIS
-from tests.integration.broker.rawclient import RawClient
+from tests.integration.broker.rawclient import RawClient, fetch_request
 
 UNKNOWN_MEMBER_ID = 25
 MEMBER_ID_REQUIRED = 79
@@ -92,12 +92,7 @@ def test_produce_then_fetch_and_list_offsets_at_every_version(broker: BrokerProc
         assert part.error_code == 0
         offset = part.base_offset
         for fetch_version in versions(FetchRequest):
-            fetch = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
-                                 session_id=0, session_epoch=-1, topics=[FetchRequest.FetchTopic(
-                                     topic=TOPIC, partitions=[FetchRequest.FetchTopic.FetchPartition(
-                                         partition=0, current_leader_epoch=-1, fetch_offset=offset,
-                                         log_start_offset=-1, partition_max_bytes=1 << 20)])],
-                                 forgotten_topics_data=[], rack_id="")
+            fetch = fetch_request(TOPIC, offset, max_wait_ms=0, min_bytes=0)
             fpart = c.request(fetch, fetch_version).responses[0].partitions[0]
             assert fpart.error_code == 0 and value in bytes(fpart.records), f"fetch v{fetch_version}"
             assert fpart.high_watermark >= offset + 1

@@ -10,13 +10,12 @@ import struct
 import threading
 import time
 
-from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 
 from ads_broker.embedded import BrokerProcess, ads_broker_process
 from ads_broker.log.records import Record, build_batch
-from tests.integration.broker.rawclient import RawClient
+from tests.integration.broker.rawclient import RawClient, fetch_request
 from tests.kafka_helpers import consume_partition, create_topic, produce_all
 
 CORRUPT_MESSAGE = 2
@@ -137,12 +136,7 @@ def test_impossible_version_and_garbage_close_only_that_connection(ads_broker: B
 
 def test_long_poll_fetch_returns_as_soon_as_data_arrives(ads_broker: BrokerProcess, topic_name: str) -> None:
     create_topic(ads_broker.bootstrap, topic_name, 1)
-    fetch = FetchRequest(replica_id=-1, max_wait_ms=60000, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
-                         session_id=0, session_epoch=-1, topics=[FetchRequest.FetchTopic(topic=topic_name, partitions=[
-                             FetchRequest.FetchTopic.FetchPartition(partition=0, current_leader_epoch=-1,
-                                                                    fetch_offset=0, log_start_offset=-1,
-                                                                    partition_max_bytes=1 << 20)])],
-                         forgotten_topics_data=[], rack_id="")
+    fetch = fetch_request(topic_name, 0, max_wait_ms=60000)
     result: dict[str, object] = {}
 
     def long_poll() -> None:
@@ -161,16 +155,6 @@ def test_long_poll_fetch_returns_as_soon_as_data_arrives(ads_broker: BrokerProce
     assert isinstance(records, bytes | bytearray) and b"wake-up" in records
 
 
-def _fetch_request(topic: str, offset: int, max_wait_ms: int, isolation_level: int = 0) -> FetchRequest:
-    return FetchRequest(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1 << 30, max_bytes=1 << 20,
-                        isolation_level=isolation_level, session_id=0, session_epoch=-1,
-                        topics=[FetchRequest.FetchTopic(topic=topic, partitions=[
-                            FetchRequest.FetchTopic.FetchPartition(partition=0, current_leader_epoch=-1,
-                                                                   fetch_offset=offset, log_start_offset=-1,
-                                                                   partition_max_bytes=1 << 20)])],
-                        forgotten_topics_data=[], rack_id="")
-
-
 def test_clients_leaving_during_long_polls_leak_no_descriptors(ads_broker: BrokerProcess, topic_name: str) -> None:
     """A fetch that found data but waits for more holds duplicated segment descriptors; a client
     that disconnects meanwhile must not leave them open (each would pin a deleted segment)."""
@@ -185,7 +169,7 @@ def test_clients_leaving_during_long_polls_leak_no_descriptors(ads_broker: Broke
     def abandon_polls(n: int) -> None:
         for _ in range(n):
             client = RawClient(ads_broker.bootstrap)
-            client.send(_fetch_request(topic_name, 0, max_wait_ms=1000), 12)  # min_bytes not reachable: waits
+            client.send(fetch_request(topic_name, 0, max_wait_ms=1000, min_bytes=1 << 30), 12)  # waits
             client.close()
 
     abandon_polls(3)  # warm up: lazily opened files, index mmaps, connections

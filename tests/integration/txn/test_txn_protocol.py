@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kafka.protocol.consumer import FetchRequest, OffsetFetchRequest
+from kafka.protocol.consumer import OffsetFetchRequest
 from kafka.protocol.producer import (
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
@@ -22,7 +22,7 @@ from kafka.protocol.producer import (
 
 from ads_broker.embedded import BrokerProcess
 from ads_broker.log.records import Record, build_batch
-from tests.integration.broker.rawclient import RawClient
+from tests.integration.broker.rawclient import RawClient, fetch_request
 from tests.kafka_helpers import create_topic
 
 ILLEGAL_GENERATION = 22
@@ -106,12 +106,7 @@ def test_bad_input_gets_kafka_error_codes(ads_broker: BrokerProcess, topic_name:
 
 def test_read_committed_long_poll_woken_by_abort_marker(ads_broker: BrokerProcess, topic_name: str) -> None:
     create_topic(ads_broker.bootstrap, topic_name, 1)
-    fetch = FetchRequest(replica_id=-1, max_wait_ms=60000, min_bytes=1, max_bytes=1 << 20, isolation_level=1,
-                         session_id=0, session_epoch=-1, topics=[FetchRequest.FetchTopic(topic=topic_name, partitions=[
-                             FetchRequest.FetchTopic.FetchPartition(partition=0, current_leader_epoch=-1,
-                                                                    fetch_offset=0, log_start_offset=-1,
-                                                                    partition_max_bytes=1 << 20)])],
-                         forgotten_topics_data=[], rack_id="")
+    fetch = fetch_request(topic_name, 0, max_wait_ms=60000, isolation_level=1)
     result: dict[str, Any] = {}
 
     def long_poll() -> None:
