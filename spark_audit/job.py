@@ -2,7 +2,8 @@
 
 Definitions (docs/AUDIT.md has the full table). The audit window is ``[start, end)`` by record
 timestamp; the lookback ``[start - lookback, start)`` is read too, only to know which ids were seen
-before the window. A record's id is its key (the contract keys records by messageId).
+before the window. A record's id is its key (the contract keys records by messageId) when the key
+is a valid messageId by the worker's contract (≤ 200 bytes, UTF-8); other records are bad input.
 
 - A *copy* of an id is any record with that key; the *first copy* is the earliest by
   (timestamp, partition, offset) over lookback + window. A *duplicate* is any other copy.
@@ -450,8 +451,9 @@ def audit(spark: Any, cfg: AuditConfig) -> AuditResult:
     if raw_input is not None and isinstance(cfg.input, ExportSource):
         raw_input = _with_untimed(spark, cfg.input, raw_input)
 
-    input_df = raw_input if raw_input is not None else _empty_records(spark)
+    input_df = valid_ids(raw_input) if raw_input is not None else _empty_records(spark)
     output_df = raw_output if raw_output is not None else _empty_records(spark)
+    raw_dlq = valid_ids(raw_dlq) if raw_dlq is not None else None
     try:
         with _step("id summary", timings), _sql_conf(spark, BYPASS_PARTIAL_AGGREGATION, "true"):
             ids = id_summary(input_df, output_df, raw_dlq, cfg).persist(StorageLevel.MEMORY_AND_DISK)
@@ -494,6 +496,22 @@ def _with_untimed(spark: Any, source: ExportSource, windowed: Any) -> Any:
     df, _ = load(spark, source, cfg_never(), None)
     assert df is not None  # the windowed read of the same export succeeded
     return windowed.unionByName(df.where(F.col("timestamp").isNull()))
+
+
+MAX_MESSAGE_ID_BYTES = 200  # the worker's message contract (docs/CONTRACTS.md)
+
+
+def valid_ids(df: Any) -> Any:
+    """Apply the worker's contract to keys: a key over 200 bytes or not valid UTF-8 is no messageId.
+
+    Such records are dead-lettered by the worker (``message_id_too_long``, ``invalid_utf8_key``);
+    here their key becomes null, so they count as bad input (missing message ids), never as ids.
+    """
+    from pyspark.sql import functions as F
+
+    key = F.col("key")
+    ok = (F.length(key) <= MAX_MESSAGE_ID_BYTES) & F.expr("is_valid_utf8(cast(key AS STRING))")
+    return df.withColumn("key", F.when(ok, key))
 
 
 def cfg_never() -> datetime:

@@ -74,6 +74,10 @@ def build() -> dict[str, list[Record]]:
     bad_json = Record(b"bad-json", b"not json {", START + timedelta(hours=9))
     no_key = Record(None, event("no-key", 7), START + timedelta(hours=9, minutes=1))
     inp += [bad_json, no_key]
+    # A key over the contract's 200 bytes is no messageId (the worker dead-letters it), even sent twice.
+    too_long = [Record(b"x" * 201, event("too-long", 8), START + timedelta(hours=9, minutes=m)) for m in (2, 3)]
+    inp += too_long
+    dlq += [Record(r.key, r.value, r.ts, {"dedupe.dlq.reason": b"message_id_too_long"}) for r in too_long]
     dlq.append(Record(bad_json.key, bad_json.value, bad_json.ts, {"dedupe.dlq.reason": b"invalid_json"}))
     dlq.append(Record(None, no_key.value, no_key.ts, {"dedupe.dlq.reason": b"missing_message_id"}))
     after = Record(b"n-after", event("n-after", 3), END + timedelta(hours=1))  # next day: not audited
@@ -90,17 +94,17 @@ def untimed() -> Record:
 def expected() -> dict[str, Any]:
     dups_new = sum(len(v) for v in RETRIES.values())
     return {
-        "input_messages": NEW_IDS + dups_new + len(OLD) + 2,  # + retries of old ids + bad_json + no_key
+        "input_messages": NEW_IDS + dups_new + len(OLD) + 4,  # + retries of old ids + bad_json + no_key + 2 too long
         "input_unique": NEW_IDS + len(OLD) + 1,  # + bad-json (keyed)
         "input_duplicates": dups_new + len(OLD),
         "input_first_seen_before_window": len(OLD),
         "output_messages": NEW_IDS - len(LOST) + len(LEAKED) + 1,  # + old-beyond's legitimate repeat
         "output_duplicates": len(LEAKED),
         "missing": len(LOST),
-        "dead_lettered": 2,
-        "dead_letter_reasons": {"invalid_json": 1, "missing_message_id": 1},
+        "dead_lettered": 4,
+        "dead_letter_reasons": {"invalid_json": 1, "missing_message_id": 1, "message_id_too_long": 2},
         "retry_gap_buckets": {"le_1m": 6, "le_1h": 2, "le_1d": 1, "le_1w": 1, "le_window": 1, "beyond_window": 1},
-        "bad_input": {"unparseable_values": 1, "missing_timestamps": 0, "missing_message_ids": 1},
+        "bad_input": {"unparseable_values": 1, "missing_timestamps": 0, "missing_message_ids": 3},
     }
 
 

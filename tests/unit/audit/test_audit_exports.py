@@ -57,7 +57,7 @@ def test_exact_counts_on_parquet_export(parquet_report: dict[str, Any]) -> None:
     assert parquet_report["status"] == "alert"  # 1 leak and 2 missing over the zero thresholds
     assert len(parquet_report["alerts"]) == 2
     assert parquet_report["window_catch_rate"] == pytest.approx(11 / 12)
-    assert parquet_report["input_duplicate_rate"] == pytest.approx(12 / 114)
+    assert parquet_report["input_duplicate_rate"] == pytest.approx(12 / 116)
 
 
 def test_breakdowns_add_up_and_name_the_worst_client(parquet_report: dict[str, Any]) -> None:
@@ -76,7 +76,7 @@ def test_breakdowns_add_up_and_name_the_worst_client(parquet_report: dict[str, A
     top = [(r["client"], r["input_messages"], r["input_duplicates"]) for r in parquet_report["top_clients"]]
     assert top == [("user-0", 23, 3), ("user-1", 23, 3), ("user-3", 23, 3), ("user-2", 22, 2), ("user-4", 21, 1)]
     assert parquet_report["problems"] == ["bad input: 1 unparseable values", "bad input: 1 missing timestamps",
-                                          "bad input: 1 missing message ids"]
+                                          "bad input: 3 missing message ids"]
 
 
 def test_details_hold_the_missing_and_leaked_ids(spark: Any, parquet_day: Path,
