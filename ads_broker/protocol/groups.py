@@ -7,7 +7,7 @@ offset manager over ``__consumer_offsets`` after the coordinator validated the m
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin import DescribeGroupsResponse, ListGroupsResponse
 from kafka.protocol.consumer import (
@@ -109,6 +109,26 @@ async def handle_describe_groups(broker: Broker, req: DecodedRequest) -> Describ
     return DescribeGroupsResponse(throttle_time_ms=0, groups=out)
 
 
+def commit_entries(broker: Broker, topics: Any, group_code: int, *, with_leader_epoch: bool
+                   ) -> tuple[dict[tuple[str, int], int], list[tuple[str, int, int, int, str | None]]]:
+    """Sort an (Txn)OffsetCommit's partitions: the group's error for all, UNKNOWN_TOPIC_OR_PARTITION
+    for partitions that do not exist, else an entry ``(topic, partition, offset, epoch, metadata)``."""
+    codes: dict[tuple[str, int], int] = {}
+    entries: list[tuple[str, int, int, int, str | None]] = []
+    for topic in topics:
+        known = broker.replicas.topics.get(topic.name)
+        for p in topic.partitions:
+            tp = (topic.name, p.partition_index)
+            if group_code:
+                codes[tp] = group_code
+            elif known is None or not 0 <= p.partition_index < len(known.partitions):
+                codes[tp] = UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                entries.append((topic.name, p.partition_index, p.committed_offset,
+                                p.committed_leader_epoch if with_leader_epoch else -1, p.committed_metadata))
+    return codes, entries
+
+
 async def handle_offset_commit(broker: Broker, req: DecodedRequest) -> OffsetCommitResponse:
     body = req.body
     v = req.api_version
@@ -116,19 +136,7 @@ async def handle_offset_commit(broker: Broker, req: DecodedRequest) -> OffsetCom
     group_code = broker.groups.validate_offset_commit(
         body.group_id, body.generation_id_or_member_epoch, body.member_id or "",
         body.group_instance_id if v >= 7 else None)
-    entries = []
-    codes: dict[tuple[str, int], int] = {}
-    for topic in body.topics:
-        for p in topic.partitions:
-            tp = (topic.name, p.partition_index)
-            if group_code:
-                codes[tp] = group_code
-            elif topic.name not in broker.replicas.topics or not (
-                    0 <= p.partition_index < len(broker.replicas.topics[topic.name].partitions)):
-                codes[tp] = UNKNOWN_TOPIC_OR_PARTITION
-            else:
-                entries.append((topic.name, p.partition_index, p.committed_offset,
-                                p.committed_leader_epoch if v >= 6 else -1, p.committed_metadata))
+    codes, entries = commit_entries(broker, body.topics, group_code, with_leader_epoch=v >= 6)
     if entries:
         codes.update(broker.offsets.commit(body.group_id, entries))
     if group_code:

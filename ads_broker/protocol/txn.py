@@ -19,11 +19,11 @@ from kafka.protocol.producer import (
 from ads_broker.coordinator.transaction import INVALID_PRODUCER_EPOCH, PRODUCER_FENCED, reason
 from ads_broker.exceptions import BrokerError
 from ads_broker.protocol.codec import DecodedRequest
+from ads_broker.protocol.groups import commit_entries
 
 if TYPE_CHECKING:
     from ads_broker.broker import Broker
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
 INVALID_GROUP_ID = 24
 
 
@@ -86,19 +86,7 @@ async def handle_txn_offset_commit(broker: Broker, req: DecodedRequest) -> TxnOf
         # KIP-447: a zombie from an older generation cannot commit after a rebalance.
         code = broker.groups.validate_offset_commit(body.group_id, body.generation_id, body.member_id or "",
                                                     body.group_instance_id)
-    codes: dict[tuple[str, int], int] = {}
-    entries = []
-    for topic in body.topics:
-        for p in topic.partitions:
-            tp = (topic.name, p.partition_index)
-            if code:
-                codes[tp] = code
-            elif topic.name not in broker.replicas.topics or not (
-                    0 <= p.partition_index < len(broker.replicas.topics[topic.name].partitions)):
-                codes[tp] = UNKNOWN_TOPIC_OR_PARTITION
-            else:
-                entries.append((topic.name, p.partition_index, p.committed_offset,
-                                p.committed_leader_epoch if v >= 2 else -1, p.committed_metadata))
+    codes, entries = commit_entries(broker, body.topics, code, with_leader_epoch=v >= 2)
     if entries:
         codes.update(broker.offsets.commit_transactional(body.group_id, body.producer_id, body.producer_epoch,
                                                          entries))
