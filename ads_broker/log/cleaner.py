@@ -22,19 +22,32 @@ gives up if retention changed the segments meanwhile. I/O is throttled to
 
 from __future__ import annotations
 
-import hashlib
 import os
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Protocol
 
+import crc32c
 import structlog
 
+from ads_broker.log.cleaner_io import (
+    IoBuffers,
+    Output,
+    RecordInfo,
+    copy_range,
+    key_digest,
+    pread_into,
+    records_in,
+    records_streamed,
+    scan_batches,
+)
 from ads_broker.log.log import CLEANED_SUFFIX, Log
 from ads_broker.log.records import (
+    ATTRIBUTES_OFFSET,
     CRC_OFFSET,
     LAST_OFFSET_DELTA_OFFSET,
     LENGTH_OFFSET,
@@ -43,11 +56,9 @@ from ads_broker.log.records import (
     RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_LOG_APPEND_TIME,
     BatchHeader,
-    RawRecord,
     build_batch,
     compute_crc,
     decode_batch,
-    raw_records,
     stamp_log_append_time,
 )
 from ads_broker.log.segment import LogSegment
@@ -56,6 +67,10 @@ from ads_broker.log.txn_index import AbortedTxn
 log = structlog.get_logger("ads_broker.cleaner")
 
 _SLOT = struct.Struct(">16sq")  # md5(key), offset
+_OFFSET = struct.Struct(">q")
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
 SLOT_SIZE = _SLOT.size
 LOAD_FACTOR = 0.9  # Kafka's log.cleaner.io.buffer.load.factor
 _EMPTY = bytes(16)
@@ -65,7 +80,8 @@ class OffsetMap:
     """Kafka's ``SkimpyOffsetMap``: open addressing over one fixed bytearray of md5(key) + offset.
 
     Memory is exactly ``buffer_bytes`` (rounded down to whole slots) however many keys arrive;
-    ``put`` refuses a new key once ``LOAD_FACTOR`` of the slots are used.
+    ``put`` refuses a new key once ``LOAD_FACTOR`` of the slots are used. The ``*_digest`` methods
+    take ``key_digest(key)`` (the cleaner hashes keys straight from its read buffer).
     """
 
     def __init__(self, buffer_bytes: int) -> None:
@@ -74,37 +90,41 @@ class OffsetMap:
         self.size = 0
         self.max_entries = max(int(self.slots * LOAD_FACTOR), 1)
 
-    @staticmethod
-    def _hash(key: bytes) -> bytes:
-        digest = hashlib.md5(key, usedforsecurity=False).digest()
-        return digest if digest != _EMPTY else b"\x01" + digest[1:]
-
-    def _find(self, h: bytes) -> int:
-        i = int.from_bytes(h[:8], "big") % self.slots
+    def _find(self, h: bytes) -> tuple[int, bool]:
+        """(slot position, whether it holds ``h``): the slot of ``h`` or the empty one it would take."""
+        slots = self.slots
         buf = self.buf
+        i = int.from_bytes(h, "big") % slots
         while True:
             pos = i * SLOT_SIZE
-            stored = bytes(buf[pos : pos + 16])
-            if stored in (h, _EMPTY):
-                return pos
-            i = (i + 1) % self.slots
+            if buf.startswith(h, pos):
+                return pos, True
+            if buf.startswith(_EMPTY, pos):
+                return pos, False
+            i = i + 1 if i + 1 < slots else 0
 
-    def put(self, key: bytes, offset: int) -> bool:
-        """Record ``offset`` as the latest for ``key``; False (map unchanged) when full."""
-        h = self._hash(key)
-        pos = self._find(h)
-        if bytes(self.buf[pos : pos + 16]) == _EMPTY:
-            if self.size >= self.max_entries:
-                return False
-            self.size += 1
+    def put_digest(self, h: bytes, offset: int) -> bool:
+        """Record ``offset`` as the latest for the key hashed to ``h``; False (map unchanged) when full."""
+        pos, found = self._find(h)
+        if found:
+            _OFFSET.pack_into(self.buf, pos + 16, offset)
+            return True
+        if self.size >= self.max_entries:
+            return False
+        self.size += 1
         _SLOT.pack_into(self.buf, pos, h, offset)
         return True
 
+    def get_digest(self, h: bytes) -> int:
+        """The latest offset recorded for the key hashed to ``h``, or -1."""
+        pos, found = self._find(h)
+        return int(_OFFSET.unpack_from(self.buf, pos + 16)[0]) if found else -1
+
+    def put(self, key: bytes, offset: int) -> bool:
+        return self.put_digest(key_digest(key), offset)
+
     def get(self, key: bytes) -> int:
-        """The latest offset recorded for ``key``, or -1."""
-        pos = self._find(self._hash(key))
-        h, offset = _SLOT.unpack_from(self.buf, pos)
-        return -1 if h == _EMPTY else int(offset)
+        return self.get_digest(key_digest(key))
 
 
 class CleanablePartition(Protocol):
@@ -168,12 +188,14 @@ class LogCleaner:
         partitions: Callable[[], list[CleanablePartition]],
         *,
         buffer_bytes: int = 134_217_728,
+        io_buffer_bytes: int = 524_288,
         io_max_bytes_per_second: float = float("inf"),
         backoff_ms: int = 15_000,
         now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
         self.partitions = partitions
         self.buffer_bytes = buffer_bytes
+        self.io_buffer_bytes = io_buffer_bytes
         self.io_rate = io_max_bytes_per_second
         self.backoff_ms = backoff_ms
         self.now_ms = now_ms
@@ -271,9 +293,10 @@ class LogCleaner:
             return stats
         throttler = Throttler(self.io_rate)
         offset_map = OffsetMap(self.buffer_bytes)
-        map_end = self._build_map(plan, offset_map, throttler)
+        io = IoBuffers.for_budget(self.io_buffer_bytes)
+        map_end = self._build_map(plan, offset_map, throttler, io)
         for group in self._groups(plog, plan.segments):
-            if not self._clean_group(partition, plan, group, offset_map, throttler):
+            if not self._clean_group(partition, plan, group, offset_map, throttler, io):
                 break
         with partition.lock:
             partition.log.write_cleaner_checkpoint(max(map_end, partition.log.log_start_offset))
@@ -283,28 +306,27 @@ class LogCleaner:
         self.last_stats = stats
         return stats
 
-    def _build_map(self, plan: _Plan, offset_map: OffsetMap, throttler: Throttler) -> int:
+    # -- map pass ----------------------------------------------------------------------------
+
+    def _build_map(self, plan: _Plan, offset_map: OffsetMap, throttler: Throttler, io: IoBuffers) -> int:
         """Map key -> last offset over [first_dirty, upper); returns where the map ends."""
         for segment in plan.segments:
             if segment.next_offset <= plan.first_dirty:
                 continue
-            for pos, header in segment.batches_from(plan.first_dirty):
+            found = segment.translate_offset(plan.first_dirty)
+            if found is None:
+                continue
+            fd = segment.read_fd
+            for pos, header, off in scan_batches(fd, found[0], segment.size, io.read):
                 if header.base_offset >= plan.upper:
                     return plan.upper
-                data = segment.read_batch(pos, header.size)
                 plan.stats.bytes_read += header.size
                 plan.stats.seconds_throttled += throttler.add(header.size)
                 if header.is_control or _is_aborted(header, plan.aborted):
                     continue
-                raw = _records_of(data, header)
-                records = decode_batch(data)[1] if raw is None else raw
-                keyed = [(r.key, r.offset) for r in records if r.key is not None and r.offset >= plan.first_dirty]
-                new_keys = sum(1 for k, _ in keyed if offset_map.get(k) < 0)
-                if offset_map.size + new_keys > offset_map.max_entries:
+                if not _map_batch(offset_map, plan.first_dirty, header, partial(_records, fd, pos, header, off, io)):
                     plan.stats.map_full = True
                     return header.base_offset  # a full map cleans the prefix it covers
-                for key, offset in keyed:
-                    offset_map.put(key, offset)
         return plan.upper
 
     @staticmethod
@@ -322,23 +344,27 @@ class LogCleaner:
             groups.append([segment])
         return groups
 
+    # -- rewrite -----------------------------------------------------------------------------
+
     def _clean_group(self, partition: CleanablePartition, plan: _Plan, group: list[LogSegment],
-                     offset_map: OffsetMap, throttler: Throttler) -> bool:
+                     offset_map: OffsetMap, throttler: Throttler, io: IoBuffers) -> bool:
         plog = partition.log
         base = group[0].base_offset
         cleaned_path = plog.dir / f"{base:020d}.log{CLEANED_SUFFIX}"
         fd = os.open(cleaned_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
+            out = Output(fd, io.write)
             for segment in group:
-                retain_tombstones = segment.largest_timestamp > plan.delete_horizon_ms
-                for pos, header in segment.batches_from(segment.base_offset):
-                    data = segment.read_batch(pos, header.size)
+                rewrite = _Rewrite(plan, offset_map, out, io, segment.read_fd,
+                                   retain_tombstones=segment.largest_timestamp > plan.delete_horizon_ms)
+                for pos, header, off in scan_batches(segment.read_fd, 0, segment.size, io.read):
                     plan.stats.bytes_read += header.size
-                    out = self._filter_batch(header, data, plan, offset_map, retain_tombstones)
-                    if out:
-                        _write_all(fd, out)
-                        plan.stats.bytes_written += len(out)
-                    plan.stats.seconds_throttled += throttler.add(header.size + len(out))
+                    before = out.position
+                    rewrite.batch(pos, header, off)
+                    written = out.position - before
+                    plan.stats.bytes_written += written
+                    plan.stats.seconds_throttled += throttler.add(header.size + written)
+            out.flush()
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -352,61 +378,196 @@ class LogCleaner:
                 cleaned_path.unlink(missing_ok=True)  # retention or truncation changed the log meanwhile
                 return False
             end = _next_base(plog, group[-1])
-            plog.replace_segments(group, cleaned_path, end, self.fault)
+            plog.replace_segments(group, cleaned_path, end, self.fault, read_buffer=io.read)
             plan.stats.segments_swapped += len(group)
         return True
 
-    def _filter_batch(self, header: BatchHeader, data: bytes, plan: _Plan, offset_map: OffsetMap,
-                      retain_tombstones: bool) -> bytes:
-        if header.is_control:
-            return data
-        if _is_aborted(header, plan.aborted):
-            plan.stats.records_removed += header.records_count
-            return b""
-        if header.has_producer_id and header.last_offset in plan.producer_last_offsets:
-            return data  # the producer's last batch: idempotent dedupe needs it after a restart
-        raw = _records_of(data, header)
-        if raw is not None:
-            kept_raw = [r for r in raw if _retain(r.key, r.offset, r.tombstone, offset_map, retain_tombstones)]
-            plan.stats.records_removed += len(raw) - len(kept_raw)
-            if len(kept_raw) == len(raw):
-                return data
-            return _rebuild_raw(data, header, kept_raw) if kept_raw else b""
-        _h, records = decode_batch(data)
-        kept = [r for r in records if _retain(r.key, r.offset, r.value is None, offset_map, retain_tombstones)]
-        plan.stats.records_removed += len(records) - len(kept)
-        if len(kept) == len(records):
-            return data
-        if not kept:
-            return b""
-        out = bytearray(build_batch(kept, base_offset=header.base_offset, producer_id=header.producer_id,
-                                    producer_epoch=header.producer_epoch, base_sequence=header.base_sequence,
-                                    is_transactional=header.is_transactional,
-                                    partition_leader_epoch=header.partition_leader_epoch))
-        if header.timestamp_type == TIMESTAMP_TYPE_LOG_APPEND_TIME:
-            stamp_log_append_time(out, 0, len(out), header.max_timestamp)
-        return bytes(out)
 
-
-def _records_of(data: bytes, header: BatchHeader) -> list[RawRecord] | None:
-    """Raw records of an uncompressed batch; None for a compressed one (the slow path decodes)."""
+def _records(fd: int, pos: int, header: BatchHeader, off: int, io: IoBuffers) -> Iterator[RecordInfo]:
+    """Records of a data batch, from the read buffer or streamed; compressed batches are decoded whole."""
     if header.compression != 0:
-        return None
-    return raw_records(data, header)
+        return _decoded_records(fd, pos, header, off, io)
+    if off >= 0:
+        return records_in(io.read, off, header)
+    return records_streamed(fd, pos, header, io.read)
 
 
-def _rebuild_raw(data: bytes, header: BatchHeader, kept: list[RawRecord]) -> bytes:
-    """The batch with only ``kept`` records: same base offset, base timestamp, producer fields and
-    attributes; new length, last offset delta, max timestamp (CreateTime), count and CRC."""
-    body = b"".join(data[r.start : r.end] for r in kept)
-    out = bytearray(data[:RECORD_BATCH_OVERHEAD]) + body
-    struct.pack_into(">i", out, LENGTH_OFFSET, len(out) - LOG_OVERHEAD)
-    struct.pack_into(">i", out, LAST_OFFSET_DELTA_OFFSET, kept[-1].offset - header.base_offset)
+def _decoded_records(fd: int, pos: int, header: BatchHeader, off: int, io: IoBuffers) -> Iterator[RecordInfo]:
+    """A compressed batch through kafka-python (read whole: the one allocation not bounded by the
+    io buffer, as Kafka grows its buffers for a batch larger than them). Positions are meaningless."""
+    data = bytes(io.read[off : off + header.size]) if off >= 0 else os.pread(fd, header.size, pos)
+    for r in decode_batch(data)[1]:
+        digest = None if r.key is None else key_digest(r.key)
+        yield r.offset, r.timestamp, digest, r.value is None, -1, -1
+
+
+def _map_batch(offset_map: OffsetMap, first_dirty: int, header: BatchHeader,
+               records: Callable[[], Iterator[RecordInfo]]) -> bool:
+    """Put every keyed record at or after ``first_dirty``; False (map unchanged) if the batch's new
+    keys do not fit. ``records`` makes a fresh iterator (a second walk only when the map is nearly full)."""
+    if offset_map.size + header.records_count > offset_map.max_entries:
+        get = offset_map.get_digest
+        new_keys = sum(1 for offset, _ts, digest, _t, _s, _e in records()
+                       if digest is not None and offset >= first_dirty and get(digest) < 0)
+        if offset_map.size + new_keys > offset_map.max_entries:
+            return False
+    put = offset_map.put_digest
+    for offset, _ts, digest, _tombstone, _start, _end in records():
+        if digest is not None and offset >= first_dirty:
+            put(digest, offset)
+    return True
+
+
+class _Rewrite:
+    """Writes one segment's batches into the cleaned file, keeping (per the module docstring) what
+    compaction keeps. A batch that loses records is rebuilt at its base offset; a batch that keeps
+    all of them is copied byte for byte."""
+
+    def __init__(self, plan: _Plan, offset_map: OffsetMap, out: Output, io: IoBuffers, fd: int, *,
+                 retain_tombstones: bool) -> None:
+        self.plan, self.offset_map, self.out, self.io, self.fd = plan, offset_map, out, io, fd
+        self.retain_tombstones = retain_tombstones
+
+    def batch(self, pos: int, header: BatchHeader, off: int) -> None:
+        if header.is_control:
+            self._copy(pos, header, off)
+        elif _is_aborted(header, self.plan.aborted):
+            self.plan.stats.records_removed += header.records_count
+        elif header.has_producer_id and header.last_offset in self.plan.producer_last_offsets:
+            self._copy(pos, header, off)  # the producer's last batch: idempotent dedupe needs it after a restart
+        elif header.compression != 0:
+            self._filter_decoded(pos, header, off)
+        elif off >= 0:
+            self._filter_in_buffer(header, off)
+        else:
+            self._filter_streamed(pos, header)
+
+    def _retained(self, offset: int, digest: bytes | None, tombstone: bool) -> bool:
+        """Kafka's ``shouldRetainRecord``: keyed, not superseded, and not an expired tombstone."""
+        if digest is None or self.offset_map.get_digest(digest) > offset:
+            return False
+        return self.retain_tombstones or not tombstone
+
+    def _copy(self, pos: int, header: BatchHeader, off: int) -> None:
+        if off >= 0:
+            self.out.append(memoryview(self.io.read)[off : off + header.size])
+        else:
+            self.out.flush()
+            copy_range(self.fd, self.out.fd, pos, header.size)
+            self.out.flushed += header.size
+
+    def _filter_in_buffer(self, header: BatchHeader, off: int) -> None:
+        """The batch is in the read buffer: survivors go straight into the write buffer (as large
+        as the read buffer, so a rebuilt batch always fits), consecutive survivors copied as one run."""
+        src = memoryview(self.io.read)
+        out = self.out
+        w0 = out.reserve(header.size)
+        dst = out.buf
+        w = w0 + RECORD_BATCH_OVERHEAD
+        kept = removed = 0
+        last_offset = max_ts = -1
+        run_start = run_end = -1
+        retained = self._retained
+        for offset, ts, digest, tombstone, start, end in records_in(self.io.read, off, header):
+            if not retained(offset, digest, tombstone):
+                removed += 1
+                continue
+            kept += 1
+            last_offset = offset
+            if ts > max_ts:
+                max_ts = ts
+            if start != run_end:
+                dst[w : w + run_end - run_start] = src[run_start:run_end]
+                w += run_end - run_start
+                run_start = start
+            run_end = end
+        self.plan.stats.records_removed += removed
+        if not removed:
+            out.append(src[off : off + header.size])
+            return
+        if not kept:
+            return
+        dst[w : w + run_end - run_start] = src[run_start:run_end]
+        w += run_end - run_start
+        dst[w0 : w0 + RECORD_BATCH_OVERHEAD] = src[off : off + RECORD_BATCH_OVERHEAD]
+        _patch_header(dst, w0, w - w0, header, kept, last_offset, max_ts)
+        _U32.pack_into(dst, w0 + CRC_OFFSET, compute_crc(dst, w0, w - w0))
+        out.n = w
+
+    def _filter_streamed(self, pos: int, header: BatchHeader) -> None:
+        """A batch larger than the read buffer: one streamed walk decides, a second copies the
+        survivors through the write buffer (CRC computed on the way, patched into the header last)."""
+        kept = removed = body = 0
+        last_offset = max_ts = -1
+        for offset, ts, digest, tombstone, start, end in records_streamed(self.fd, pos, header, self.io.read):
+            if self._retained(offset, digest, tombstone):
+                kept, last_offset, max_ts, body = kept + 1, offset, max(max_ts, ts), body + end - start
+            else:
+                removed += 1
+        self.plan.stats.records_removed += removed
+        if not removed:
+            self._copy(pos, header, -1)
+            return
+        if not kept:
+            return
+        out = self.out
+        head = bytearray(os.pread(self.fd, RECORD_BATCH_OVERHEAD, pos))
+        _patch_header(head, 0, RECORD_BATCH_OVERHEAD + body, header, kept, last_offset, max_ts)
+        crc = crc32c.crc32c(memoryview(head)[ATTRIBUTES_OFFSET:])
+        out.append(head)
+        out.flush()
+        head_at = out.flushed - RECORD_BATCH_OVERHEAD
+        scratch = memoryview(self.io.write)
+        for offset, _ts, digest, tombstone, start, end in records_streamed(self.fd, pos, header, self.io.read):
+            if not self._retained(offset, digest, tombstone):
+                continue
+            at = start
+            while at < end:
+                n = pread_into(self.fd, scratch, min(len(scratch), end - at), at)
+                if n <= 0:
+                    raise OSError(f"segment ended inside a record at {at}")
+                crc = crc32c.crc32c(scratch[:n], crc)
+                _write_view(out.fd, scratch[:n])
+                out.flushed += n
+                at += n
+        os.pwrite(out.fd, _U32.pack(crc), head_at + CRC_OFFSET)
+
+    def _filter_decoded(self, pos: int, header: BatchHeader, off: int) -> None:
+        """A compressed batch: decoded whole, survivors re-encoded uncompressed at the same base offset."""
+        data = bytes(self.io.read[off : off + header.size]) if off >= 0 else os.pread(self.fd, header.size, pos)
+        _h, records = decode_batch(data)
+        kept = [r for r in records if self._retained(r.offset, None if r.key is None else key_digest(r.key),
+                                                     r.value is None)]
+        self.plan.stats.records_removed += len(records) - len(kept)
+        if len(kept) == len(records):
+            self.out.append(data)
+            return
+        if not kept:
+            return
+        rebuilt = bytearray(build_batch(kept, base_offset=header.base_offset, producer_id=header.producer_id,
+                                        producer_epoch=header.producer_epoch, base_sequence=header.base_sequence,
+                                        is_transactional=header.is_transactional,
+                                        partition_leader_epoch=header.partition_leader_epoch))
+        if header.timestamp_type == TIMESTAMP_TYPE_LOG_APPEND_TIME:
+            stamp_log_append_time(rebuilt, 0, len(rebuilt), header.max_timestamp)
+        self.out.append(rebuilt)
+
+
+def _patch_header(buf: bytearray, at: int, size: int, header: BatchHeader, count: int, last_offset: int,
+                  max_ts: int) -> None:
+    """A rebuilt batch keeps base offset, base timestamp, producer fields and attributes; its length,
+    last offset delta, max timestamp (CreateTime) and count are recomputed (the caller sets the CRC)."""
+    _I32.pack_into(buf, at + LENGTH_OFFSET, size - LOG_OVERHEAD)
+    _I32.pack_into(buf, at + LAST_OFFSET_DELTA_OFFSET, last_offset - header.base_offset)
     if header.timestamp_type != TIMESTAMP_TYPE_LOG_APPEND_TIME:
-        struct.pack_into(">q", out, MAX_TIMESTAMP_OFFSET, max(r.timestamp for r in kept))
-    struct.pack_into(">i", out, RECORD_BATCH_OVERHEAD - 4, len(kept))
-    struct.pack_into(">I", out, CRC_OFFSET, compute_crc(out, 0, len(out)))
-    return bytes(out)
+        _I64.pack_into(buf, at + MAX_TIMESTAMP_OFFSET, max_ts)
+    _I32.pack_into(buf, at + RECORD_BATCH_OVERHEAD - 4, count)
+
+
+def _write_view(fd: int, view: memoryview) -> None:
+    written = 0
+    while written < len(view):
+        written += os.write(fd, view[written:])
 
 
 def _next_base(plog: Log, segment: LogSegment) -> int:
@@ -415,27 +576,11 @@ def _next_base(plog: Log, segment: LogSegment) -> int:
     return segments[i + 1].base_offset if i + 1 < len(segments) else plog.log_end_offset
 
 
-def _retain(key: bytes | None, offset: int, tombstone: bool, offset_map: OffsetMap, retain_tombstones: bool) -> bool:
-    """Kafka's ``shouldRetainRecord``: keyed, not superseded, and not an expired tombstone."""
-    if key is None:
-        return False
-    if offset_map.get(key) > offset:
-        return False
-    return retain_tombstones or not tombstone
-
-
 def _is_aborted(header: BatchHeader, aborted: list[AbortedTxn]) -> bool:
     if not header.is_transactional or header.is_control:
         return False
     return any(a.producer_id == header.producer_id and a.first_offset <= header.base_offset <= a.last_offset
                for a in aborted)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    written = 0
-    while written < len(view):
-        written += os.write(fd, view[written:])
 
 
 __all__ = ["CleanerStats", "LogCleaner", "OffsetMap"]

@@ -19,6 +19,7 @@ from pathlib import Path
 
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
+_PENDING_LIMIT = 8192  # bytes of entries gathered before one write (what a BufferedWriter did)
 
 
 class IndexCorruptError(Exception):
@@ -34,7 +35,12 @@ class _IndexFile(ABC):
         self.path = path
         self.base_offset = base_offset
         self.max_entries = max(1, max_index_size // self.entry_size)
-        self._file = open(path, "ab")  # noqa: SIM115 - owned for the segment's lifetime
+        # An unbuffered append-only descriptor plus our own small pending buffer, emptied (and its
+        # memory released) whenever it is written: an idle index holds no write buffer, so the
+        # many inactive segments of a log (and the cleaner's swapped-in ones) cost no buffers.
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._pending = bytearray()
+        self._closed = False
 
     @property
     @abstractmethod
@@ -50,32 +56,44 @@ class _IndexFile(ABC):
         return self.entries * self.entry_size
 
     def _write(self, data: bytes) -> None:
-        self._file.write(data)
+        self._pending += data
+        if len(self._pending) >= _PENDING_LIMIT:
+            self._drain()
+
+    def _drain(self) -> None:
+        if self._pending:
+            view = memoryview(self._pending)
+            written = 0
+            while written < len(view):
+                written += os.write(self._fd, view[written:])
+            view.release()
+            self._pending = bytearray()
 
     def _truncate_file(self, entries: int) -> None:
-        self._file.flush()
-        os.ftruncate(self._file.fileno(), entries * self.entry_size)
+        self._drain()
+        os.ftruncate(self._fd, entries * self.entry_size)
 
     def flush(self) -> None:
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        self._drain()
+        os.fsync(self._fd)
 
     def close(self) -> None:
-        if not self._file.closed:
-            self._file.flush()
-            self._file.close()
+        if not self._closed:
+            self._drain()
+            os.close(self._fd)
+            self._closed = True
 
     def delete(self) -> None:
         self.close()
         self.path.unlink(missing_ok=True)
 
     def rename(self, path: Path) -> None:
-        self._file.flush()
+        self._drain()
         os.replace(self.path, path)
         self.path = path
 
     def _read_existing(self) -> bytes:
-        self._file.flush()
+        self._drain()
         data = self.path.read_bytes()
         if len(data) % self.entry_size:
             raise IndexCorruptError(

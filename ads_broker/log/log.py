@@ -538,6 +538,7 @@ class Log:
         cleaned: Path,
         end_offset: int,
         fault: Callable[[str], None] | None = None,
+        read_buffer: bytearray | None = None,
     ) -> LogSegment:
         """Swap ``old`` (consecutive, inactive) for the cleaner's output ``cleaned``
         (``{base}.log.cleaned``, fsynced) covering offsets [old[0].base_offset, end_offset).
@@ -547,6 +548,7 @@ class Log:
         segments renamed ``.deleted`` -> ``.swap`` renamed ``.log`` -> indexes rebuilt. A crash
         before the commit point leaves the old log (``.cleaned``/range files are removed on load),
         after it the new one (``_complete_swaps``). ``fault(step)`` lets tests crash at each step.
+        The index rebuild reads through ``read_buffer`` (the cleaner's, so it stays in its I/O budget).
         """
         step = fault or (lambda _name: None)
         base = old[0].base_offset
@@ -576,7 +578,7 @@ class Log:
         fsync_dir(self.dir)
         step("swap-to-log")
         new = LogSegment(self.dir, base, self.config, now_ms=self._now_ms())
-        new.recover()
+        new.recover(buffer=read_buffer)
         new.on_become_inactive()
         new.flush()
         self._segments[first : first + len(old)] = [new]

@@ -16,10 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
+import crc32c
+
+from ads_broker.log.cleaner_io import pread_into
 from ads_broker.log.config import LogConfig
 from ads_broker.log.index import IndexCorruptError, OffsetIndex, TimeIndex
 from ads_broker.log.records import (
+    ATTRIBUTES_OFFSET,
     INT32_MAX,
+    MAGIC_OFFSET,
+    MAGIC_V2,
     RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_LOG_APPEND_TIME,
     BatchHeader,
@@ -122,11 +128,13 @@ class LogSegment:
         time_index_beyond_log = ts_offset >= max(self.next_offset, self.base_offset + 1)
         return not (self.time_index.entries and time_index_beyond_log)
 
-    def recover(self, producer_state: ProducerStateManager | None = None) -> int:
+    def recover(self, producer_state: ProducerStateManager | None = None, buffer: bytearray | None = None) -> int:
         """Rebuild indexes by scanning the log; truncate at the first invalid batch.
 
         A batch is valid if its size fits in the file, its magic is 2, its CRC matches, and its
         offsets follow the previous batch's inside this segment's range. Returns the bytes cut.
+        The file is read through one buffer (``buffer``, else 1 MiB; a larger batch is checked in
+        chunks): the cleaner passes its read buffer, so its index rebuild stays within its I/O budget.
         """
         self.offset_index.reset()
         self.time_index.reset()
@@ -137,16 +145,13 @@ class LogSegment:
         self._rolling_based_timestamp = None
         valid = 0
         file_size = os.fstat(self._append_fd).st_size
-        with open(self.log_path, "rb", buffering=1 << 20) as reader:
-            while valid < file_size:
-                header = self._read_valid_batch(reader, valid, file_size)
-                if header is None:
-                    break
-                self._index_batch(valid, header.size, header.last_offset, header.max_timestamp)
-                self.next_offset = header.next_offset
-                if producer_state is not None and header.has_producer_id:
-                    producer_state.load_from_batch(header)
-                valid += header.size
+        buf = buffer if buffer is not None and len(buffer) >= RECORD_BATCH_OVERHEAD else bytearray(1 << 20)
+        for position, header in self._valid_batches(file_size, buf):
+            self._index_batch(position, header.size, header.last_offset, header.max_timestamp)
+            self.next_offset = header.next_offset
+            if producer_state is not None and header.has_producer_id:
+                producer_state.load_from_batch(header)
+            valid = position + header.size
         truncated = file_size - valid
         if truncated:
             os.ftruncate(self._append_fd, valid)
@@ -154,21 +159,48 @@ class LogSegment:
         self.dirty = True
         return truncated
 
-    def _read_valid_batch(self, reader: BinaryIO, pos: int, file_size: int) -> BatchHeader | None:
-        prefix = reader.read(RECORD_BATCH_OVERHEAD)
-        if len(prefix) < RECORD_BATCH_OVERHEAD:
-            return None
-        header = read_header(prefix)
-        if header.size < RECORD_BATCH_OVERHEAD or pos + header.size > file_size:
-            return None
-        data = prefix + reader.read(header.size - RECORD_BATCH_OVERHEAD)
-        if batch_error(data, 0) is not None:
-            return None
-        if header.base_offset < self.next_offset or header.last_offset < header.base_offset:
-            return None
-        if header.last_offset - self.base_offset > INT32_MAX:
-            return None
-        return header
+    def _valid_batches(self, file_size: int, buf: bytearray) -> Iterator[tuple[int, BatchHeader]]:
+        """(position, header) of each valid batch from the start, stopping at the first invalid one."""
+        fd = self._read_file.fileno()
+        view = memoryview(buf)
+        pos = lo = n = 0  # buf[:n] holds the file's bytes [lo, lo + n)
+        while pos < file_size:
+            off = pos - lo
+            if off + RECORD_BATCH_OVERHEAD > n:
+                lo, off, n = pos, 0, pread_into(fd, view, min(len(buf), file_size - pos), pos)
+            if n - off < RECORD_BATCH_OVERHEAD:
+                return
+            header = read_header(buf, off)
+            size = header.size
+            if size < RECORD_BATCH_OVERHEAD or pos + size > file_size:
+                return
+            if off + size > n and size <= len(buf):
+                lo, off, n = pos, 0, pread_into(fd, view, min(len(buf), file_size - pos), pos)
+            if off + size <= n:
+                if batch_error(view[off : off + size], 0) is not None:
+                    return
+            elif buf[off + MAGIC_OFFSET] != MAGIC_V2 or self._chunked_crc(fd, view, pos, size) != header.crc:
+                return
+            else:
+                n = 0  # the buffer was used for the chunks
+            if header.base_offset < self.next_offset or header.last_offset < header.base_offset:
+                return
+            if header.last_offset - self.base_offset > INT32_MAX:
+                return
+            yield pos, header
+            pos += size
+
+    @staticmethod
+    def _chunked_crc(fd: int, view: memoryview, pos: int, size: int) -> int:
+        crc = 0
+        at, end = pos + ATTRIBUTES_OFFSET, pos + size
+        while at < end:
+            n = pread_into(fd, view, min(len(view), end - at), at)
+            if n <= 0:
+                return -1
+            crc = crc32c.crc32c(view[:n], crc)
+            at += n
+        return int(crc)
 
     # -- append ----------------------------------------------------------------------------
 
@@ -247,6 +279,11 @@ class LogSegment:
         if header.size < RECORD_BATCH_OVERHEAD or position + header.size > self.size:
             return None
         return header
+
+    @property
+    def read_fd(self) -> int:
+        """The read-only descriptor (``os.pread``; the cleaner reads through it)."""
+        return self._read_file.fileno()
 
     def read_batch(self, position: int, size: int) -> bytes:
         """The bytes of the batch at ``position`` (control batches, the cleaner)."""

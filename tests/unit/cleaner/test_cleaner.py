@@ -76,7 +76,8 @@ def build_history(log: Log, clock: Clock, ops: list[Op]) -> tuple[list[Row], set
         if kind == "roll":
             log.roll()
         elif kind == "multi":
-            recs = [Record(-1, clock.now + j, b"key-%d" % ((key + j) % 6), b"m%d-%d" % (i, j)) for j in range(3)]
+            recs = [Record(-1, clock.now + j, b"key-%d" % ((key + j) % 6), b"m%d-%d" % (i, j) * 30)  # compressible
+                    for j in range(3)]
             info = log.append_as_leader(build_batch(recs, compression=arg), 0)
             written.extend((info.first_offset + j, r.key, r.value) for j, r in enumerate(recs))
         elif kind in ("put", "delete"):
@@ -121,12 +122,14 @@ def check_guarantees(before: list[Row], after: list[Row], aborted: set[int], upp
         assert o in kept, f"the final value of {k!r} (offset {o}) is gone"
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=ops_strategy, buffer_slots=st.sampled_from([2, 4, 1000]), expire=st.booleans(),
-       passes=st.integers(1, 3))
+       passes=st.integers(1, 3), io_bytes=st.sampled_from([150, 400, 524_288]))
 def test_cleaner_keeps_the_guarantees(tmp_path: Path, ops: list[Op], buffer_slots: int, expire: bool,
-                                      passes: int) -> None:
-    d = tmp_path / f"log-{abs(hash((tuple(ops), buffer_slots, expire, passes)))}"
+                                      passes: int, io_bytes: int) -> None:
+    """``io_bytes`` 150 makes read and write buffers of 64 bytes, smaller than every batch here, so
+    every batch is streamed in chunks; 400 mixes streamed and buffered batches."""
+    d = tmp_path / f"log-{abs(hash((tuple(ops), buffer_slots, expire, passes, io_bytes)))}"
     shutil.rmtree(d, ignore_errors=True)
     clock = Clock()
     log = open_log(d, COMPACT, clock=clock)
@@ -135,7 +138,8 @@ def test_cleaner_keeps_the_guarantees(tmp_path: Path, ops: list[Op], buffer_slot
         partition = FakePartition(log)
         if expire:
             clock.now += 5000
-        cleaner = LogCleaner(lambda: [partition], buffer_bytes=24 * buffer_slots, now_ms=clock)
+        cleaner = LogCleaner(lambda: [partition], buffer_bytes=24 * buffer_slots, io_buffer_bytes=io_bytes,
+                             now_ms=clock)
         upper = min(log.last_stable_offset(log.log_end_offset), log.active_segment.base_offset)
         for _ in range(passes):
             cleaner.clean(partition)

@@ -1,0 +1,288 @@
+"""The log cleaner's bounded I/O: every byte a cleaning pass reads or writes goes through two
+preallocated buffers sized from ``log.cleaner.io.buffer.size`` (Kafka sizes its cleaner's read and
+write buffers the same way, apart from the dedupe buffer).
+
+* ``IoBuffers``: read and write buffers of a quarter of the budget each (see ``for_budget``).
+* ``scan_batches`` reads a segment into the read buffer many batches at a time and yields each
+  batch's header with its place in the buffer; a batch larger than the buffer is flagged, and its
+  records are then streamed through the buffer in chunks (``records_streamed``).
+* ``records_in`` / ``records_streamed`` walk an uncompressed v2 batch's records by their length
+  varints without decoding values: per record (offset, timestamp, md5(key) or None, tombstone,
+  byte range). Keys are hashed straight from the buffer (incrementally when a key spans chunks).
+* ``Output`` gathers the cleaned segment in the write buffer and writes it in large pieces;
+  ``copy_range`` copies a byte range file-to-file in the kernel (``copy_file_range``).
+
+Invariant: after ``scan_batches`` yields a header with ``in_buffer=False`` the caller may use the
+read buffer for anything; the scanner refills it before its next batch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ads_broker.exceptions import CorruptRecordError
+from ads_broker.log.records import RECORD_BATCH_OVERHEAD, BatchHeader, read_header
+
+# The read and write buffers take a quarter of the io budget each; the other half is left for
+# the pass's other allocations (batch headers, the swapped-in segments' objects and index arrays,
+# ~3.5 KB a swapped segment), so the whole pass stays within dedupe buffer + io buffer.
+MIN_BUFFER = 64  # room for a batch header; tests use tiny buffers to stream every batch
+_EMPTY_DIGEST = bytes(16)
+
+# offset, timestamp, md5(key) (None for a keyless record), is tombstone, start, end (file or
+# buffer positions of the whole record, length prefix included)
+RecordInfo = tuple[int, int, bytes | None, bool, int, int]
+
+
+def key_digest(key: bytes | bytearray | memoryview) -> bytes:
+    """md5 of a key as the offset map stores it (all-zero is the map's empty-slot marker)."""
+    return _nonzero(hashlib.md5(key, usedforsecurity=False).digest())
+
+
+def _nonzero(digest: bytes) -> bytes:
+    return digest if digest != _EMPTY_DIGEST else b"\x01" + digest[1:]
+
+
+@dataclass
+class IoBuffers:
+    """The read and write buffers of one cleaning pass: a quarter of the io budget each."""
+
+    read: bytearray
+    write: bytearray
+
+    @classmethod
+    def for_budget(cls, io_buffer_bytes: int) -> IoBuffers:
+        quarter = max(io_buffer_bytes // 4, MIN_BUFFER)
+        return cls(bytearray(quarter), bytearray(quarter))
+
+    @property
+    def total(self) -> int:
+        return len(self.read) + len(self.write)
+
+
+def pread_into(fd: int, view: memoryview, size: int, position: int) -> int:
+    """Fill ``view[:size]`` from ``position``; returns the bytes read (fewer only at end of file)."""
+    got = 0
+    while got < size:
+        n = os.preadv(fd, [view[got:size]], position + got)
+        if n <= 0:
+            break
+        got += n
+    return got
+
+
+def copy_range(src_fd: int, dst_fd: int, position: int, size: int) -> None:
+    """Copy ``size`` bytes at ``position`` of ``src_fd`` to the current end of ``dst_fd`` (kernel copy)."""
+    done = 0
+    while done < size:
+        n = os.copy_file_range(src_fd, dst_fd, size - done, position + done)
+        if n <= 0:
+            raise OSError(f"copy_file_range stopped {size - done} bytes short of {size} at {position + done}")
+        done += n
+
+
+def scan_batches(fd: int, start: int, end: int, buf: bytearray) -> Iterator[tuple[int, BatchHeader, int]]:
+    """(file position, header, buffer offset or -1) of each batch in ``[start, end)`` of ``fd``.
+
+    A batch wholly in ``buf`` comes with its offset there; -1 means it is larger than ``buf``
+    (read it with ``records_streamed`` / ``copy_range``).
+    """
+    view = memoryview(buf)
+    cap = len(buf)
+    pos = start
+    lo = n = 0  # buf[:n] holds the file's bytes [lo, lo + n)
+    while pos < end:
+        off = pos - lo
+        if off + RECORD_BATCH_OVERHEAD > n:
+            lo, off = pos, 0
+            n = pread_into(fd, view, min(cap, end - pos), pos)
+            if n < RECORD_BATCH_OVERHEAD:
+                raise CorruptRecordError(f"segment ends inside a batch header at position {pos}")
+        header = read_header(buf, off)
+        size = header.size
+        if size < RECORD_BATCH_OVERHEAD or pos + size > end:
+            raise CorruptRecordError(f"batch at position {pos} declares impossible size {size}")
+        if off + size > n and size <= cap:
+            lo, off = pos, 0
+            n = pread_into(fd, view, min(cap, end - pos), pos)
+        if off + size <= n:
+            yield pos, header, off
+        else:
+            yield pos, header, -1
+            n = 0  # the caller streamed through the buffer
+        pos += size
+
+
+def _varint_at(buf: bytearray | memoryview, pos: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+
+
+def records_in(buf: bytearray, off: int, header: BatchHeader) -> Iterator[RecordInfo]:
+    """The records of the uncompressed batch at ``buf[off:]`` (positions are buffer offsets)."""
+    view = memoryview(buf)
+    md5 = hashlib.md5
+    varint = _varint_at
+    base_offset, base_ts = header.base_offset, header.base_timestamp
+    pos = off + RECORD_BATCH_OVERHEAD
+    batch_end = off + header.size
+    for _ in range(header.records_count):
+        start = pos
+        b = buf[pos]
+        if b < 0x80:
+            length, pos = (b >> 1) ^ -(b & 1), pos + 1
+        else:
+            length, pos = varint(buf, pos)
+        end = pos + length
+        if length < 6 or end > batch_end:
+            raise CorruptRecordError(f"batch at offset {base_offset} has a malformed record at byte {start - off}")
+        b = buf[pos + 1]  # after the attributes byte
+        if b < 0x80:
+            ts_delta, pos = (b >> 1) ^ -(b & 1), pos + 2
+        else:
+            ts_delta, pos = varint(buf, pos + 1)
+        b = buf[pos]
+        if b < 0x80:
+            offset_delta, pos = (b >> 1) ^ -(b & 1), pos + 1
+        else:
+            offset_delta, pos = varint(buf, pos)
+        b = buf[pos]
+        if b < 0x80:
+            key_len, pos = (b >> 1) ^ -(b & 1), pos + 1
+        else:
+            key_len, pos = varint(buf, pos)
+        digest = None
+        if key_len >= 0:
+            digest = md5(view[pos : pos + key_len], usedforsecurity=False).digest()
+            if digest == _EMPTY_DIGEST:
+                digest = _nonzero(digest)
+            pos += key_len
+        # A zigzag varint is negative (a null value: tombstone) iff its lowest bit is set.
+        yield base_offset + offset_delta, base_ts + ts_delta, digest, bool(buf[pos] & 1), start, end
+        pos = end
+    if pos != batch_end:
+        raise CorruptRecordError(f"batch at offset {base_offset} has {batch_end - pos} bytes after its records")
+
+
+class _Window:
+    """Random access to a file range through a fixed buffer (refilled on a miss)."""
+
+    def __init__(self, fd: int, buf: bytearray, end: int) -> None:
+        self.fd, self.buf, self.view, self.end = fd, buf, memoryview(buf), end
+        self.lo = self.n = 0
+
+    def _fill(self, pos: int) -> None:
+        self.lo = pos
+        self.n = pread_into(self.fd, self.view, min(len(self.buf), self.end - pos), pos)
+        if self.n <= 0:
+            raise CorruptRecordError(f"batch ends early: nothing to read at position {pos}")
+
+    def byte(self, pos: int) -> int:
+        if not self.lo <= pos < self.lo + self.n:
+            self._fill(pos)
+        return self.buf[pos - self.lo]
+
+    def varint(self, pos: int) -> tuple[int, int]:
+        shift = result = 0
+        while True:
+            b = self.byte(pos)
+            pos += 1
+            result |= (b & 0x7F) << shift
+            if b < 0x80:
+                return (result >> 1) ^ -(result & 1), pos
+            shift += 7
+
+    def chunks(self, start: int, end: int) -> Iterator[memoryview]:
+        pos = start
+        while pos < end:
+            if not self.lo <= pos < self.lo + self.n:
+                self._fill(pos)
+            stop = min(end, self.lo + self.n)
+            yield self.view[pos - self.lo : stop - self.lo]
+            pos = stop
+
+
+def records_streamed(fd: int, position: int, header: BatchHeader, buf: bytearray) -> Iterator[RecordInfo]:
+    """``records_in`` for a batch larger than ``buf``: read in chunks (positions are file positions)."""
+    batch_end = position + header.size
+    win = _Window(fd, buf, batch_end)
+    pos = position + RECORD_BATCH_OVERHEAD
+    for _ in range(header.records_count):
+        start = pos
+        length, pos = win.varint(pos)
+        end = pos + length
+        if length < 6 or end > batch_end:
+            raise CorruptRecordError(f"batch at offset {header.base_offset} has a malformed record at {start}")
+        ts_delta, pos = win.varint(pos + 1)
+        offset_delta, pos = win.varint(pos)
+        key_len, pos = win.varint(pos)
+        digest = None
+        if key_len >= 0:
+            h = hashlib.md5(usedforsecurity=False)
+            for chunk in win.chunks(pos, pos + key_len):
+                h.update(chunk)
+            digest = _nonzero(h.digest())
+            pos += key_len
+        yield (header.base_offset + offset_delta, header.base_timestamp + ts_delta, digest,
+               bool(win.byte(pos) & 1), start, end)
+        pos = end
+    if pos != batch_end:
+        raise CorruptRecordError(f"batch at offset {header.base_offset} has {batch_end - pos} bytes after its records")
+
+
+class Output:
+    """The cleaned segment file, written through the write buffer in large pieces."""
+
+    def __init__(self, fd: int, buf: bytearray) -> None:
+        self.fd = fd
+        self.buf = buf
+        self.view = memoryview(buf)
+        self.n = 0  # bytes pending in buf
+        self.flushed = 0  # file size written so far
+
+    @property
+    def position(self) -> int:
+        """File position of the next byte."""
+        return self.flushed + self.n
+
+    def reserve(self, size: int) -> int:
+        """Make ``size`` bytes of room in the buffer (flushing first if needed); returns where they start."""
+        if self.n + size > len(self.buf):
+            self.flush()
+        return self.n
+
+    def append(self, data: bytearray | bytes | memoryview) -> None:
+        size = len(data)
+        if size > len(self.buf) - self.n:
+            self.flush()
+            if size > len(self.buf):
+                _write_all(self.fd, memoryview(data))
+                self.flushed += size
+                return
+        self.buf[self.n : self.n + size] = data
+        self.n += size
+
+    def flush(self) -> None:
+        if self.n:
+            _write_all(self.fd, self.view[: self.n])
+            self.flushed += self.n
+            self.n = 0
+
+
+def _write_all(fd: int, view: memoryview) -> None:
+    written = 0
+    while written < len(view):
+        written += os.write(fd, view[written:])
+
+
+__all__ = ["IoBuffers", "Output", "RecordInfo", "copy_range", "key_digest", "pread_into", "records_in",
+           "records_streamed", "scan_batches"]
