@@ -37,6 +37,7 @@ from dedupe_worker.keys import encode_message_id
 from dedupe_worker.metrics import WorkerMetrics
 from dedupe_worker.reconcile import reconcile
 from dedupe_worker.records import with_source
+from dedupe_worker.runner import tune_gc
 from dedupe_worker.store.rocksdb import RocksDBOptions, RocksDBStore
 from dedupe_worker.worker import PartitionWorker
 
@@ -172,6 +173,7 @@ def main() -> None:
     args = ap.parse_args()
     BATCH = args.batch
     GENERATION_KEYS = max(1, args.prefill // 4)
+    tune_gc()  # the worker process's GC setting (dedupe_worker.runner), for every pipeline alike
     tmp = Path(tempfile.mkdtemp(prefix="dedupe-bench-"))
     proc = tansu_process() if args.broker == "tansu" else ads_broker_process(tmp / "broker")
     results: dict[str, list[tuple[float, float]]] = {"raw": [], "ours": [], "serial": [], "naive": []}

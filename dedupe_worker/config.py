@@ -58,9 +58,13 @@ class StoreConfig(BaseModel):
 
     bloom_bits_per_key: float = Field(default=10.0, ge=0)
     ribbon: bool = False
-    memtable_bloom_ratio: float = Field(default=0.1, ge=0, le=0.25)
+    # None: 0.1 without key filters, off with them (docs/WORKER.md, "Lookups")
+    memtable_bloom_ratio: float | None = Field(default=None, ge=0, le=0.25)
+    # in-memory blocked Bloom filter per generation, probed before any MultiGet; 0 turns it off
+    key_filter_bits_per_key: float = Field(default=10.0, ge=0, le=32)
     block_cache_mb: int = Field(default=64, gt=0)
-    write_buffer_mb: int = Field(default=64, gt=0)
+    # small memtables: a random-key skiplist insert is mostly cache misses (docs/WORKER.md)
+    write_buffer_mb: int = Field(default=8, gt=0)
     compression: Literal["none", "snappy", "lz4", "zstd"] = "lz4"
     sync_writes: bool = False
     # keys per generation column family (aging drops whole generations; every live generation

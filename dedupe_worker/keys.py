@@ -16,19 +16,21 @@ UUID_LEN = 16
 _RAW_TAG = b"\x00"
 _RAW_PADDED_TAG = b"\x01"
 _DASH = 45  # ord("-")
+_LOWER_HEX = b"0123456789abcdef"
 
 
 def uuid_key(raw: bytes) -> bytes | None:
-    """16 bytes if ``raw`` is a canonical lowercase UUID string (``8-4-4-4-12`` hex), else None."""
+    """16 bytes if ``raw`` is a canonical lowercase UUID string (``8-4-4-4-12`` hex), else None.
+
+    Hot path (every input record): C-level ``translate`` calls instead of slicing and joining.
+    Exactly four dashes, at 8, 13, 18 and 23, and nothing but lowercase hex digits elsewhere.
+    """
     if len(raw) != 36 or raw[8] != _DASH or raw[13] != _DASH or raw[18] != _DASH or raw[23] != _DASH:
         return None
-    hexed = raw[0:8] + raw[9:13] + raw[14:18] + raw[19:23] + raw[24:36]
-    if hexed.lower() != hexed:
+    hexed = raw.translate(None, b"-")
+    if len(hexed) != 32 or hexed.translate(None, _LOWER_HEX):
         return None
-    try:
-        return binascii.unhexlify(hexed)
-    except binascii.Error:
-        return None
+    return binascii.unhexlify(hexed)
 
 
 def encode_raw(raw: bytes) -> bytes:

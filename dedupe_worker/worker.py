@@ -116,7 +116,7 @@ class InFlight:
     split: Split
     next_input: int
     started: float
-    out_offsets: list[int]
+    reports: dict[Any, Any]
     failures: list[str]
     keys: set[bytes]
 
@@ -300,7 +300,7 @@ class PartitionWorker:
             return
         store = self.store
         assert store is not None
-        output_next = self._await(pending.split, pending.out_offsets, pending.failures)
+        output_next = self._await(pending.split, pending.reports, pending.failures)
         self.faults.hit("after_produce", self._batches)
         split = pending.split
         store.record(split.new_keys, [_timestamp(m) for m in split.new], input_offset=pending.next_input,
@@ -315,23 +315,16 @@ class PartitionWorker:
 
     def _send(self, records: list[Any], split: Split, started: float) -> InFlight:
         """Hand a batch's new records, dead letters and duplicates to the producer (no waiting)."""
-        out_offsets: list[int] = []
+        reports: dict[Any, Any] = {}
         failures: list[str] = []
-        append = out_offsets.append
-
-        def on_output(err: Any, msg: Any) -> None:
-            if err is None:
-                append(msg.offset())
-            else:
-                failures.append(str(err))
 
         def on_side(err: Any, msg: Any) -> None:
             if err is not None:
                 failures.append(str(err))
 
-        self._produce_new(split, on_output)
+        self._produce_new(split, reports.__setitem__)
         self._produce_side(split, on_side)
-        return InFlight(records, split, records[-1].offset() + 1, started, out_offsets, failures,
+        return InFlight(records, split, records[-1].offset() + 1, started, reports, failures,
                         set(split.new_keys))
 
     def _produce_new(self, split: Split, on_output: Callable[[Any, Any], None]) -> None:
@@ -373,18 +366,34 @@ class PartitionWorker:
                 self._produce(self.cfg.duplicates_topic, self.partition % self._dup_partitions, msg,
                               [(H_DUPLICATE_REASON, reason.encode())], on_side)
 
-    def _await(self, split: Split, out_offsets: list[int], failures: list[str]) -> int:
+    def _await(self, split: Split, reports: dict[Any, Any], failures: list[str]) -> int:
         """Wait for every delivery of a batch; returns the next output offset."""
-        store = self.store
-        assert store is not None
         remaining = self._producer.flush(self.cfg.delivery_timeout_s)
         if remaining or failures:
             raise DeliveryError(f"partition {self.partition}: {remaining} deliveries outstanding, "
                                 f"{len(failures)} failed (first: {failures[:1]}); RocksDB not written")
-        if len(out_offsets) != len(split.new):
-            raise DeliveryError(f"partition {self.partition}: {len(out_offsets)} of {len(split.new)} "
-                                "output deliveries reported; RocksDB not written")
-        return max(out_offsets) + 1 if out_offsets else store.meta().output_offset
+        return self._next_output(split, reports)
+
+    def _next_output(self, split: Split, reports: dict[Any, Any]) -> int:
+        """The next output offset after a batch, from its delivery reports.
+
+        The output records' delivery callback is ``reports.__setitem__`` (C, no Python frame per
+        record): a success sets ``reports[None]``, a failure ``reports[error]``. After a flush that
+        left nothing outstanding every record has reported, so no error key means all were written,
+        and, as librdkafka serves one partition's reports in produce order, ``reports[None]`` is the
+        last record of the batch. (Were it an earlier one, the recorded output offset would only be
+        lower, and reconcile would replay a few records that are already stored: safe.)
+        """
+        errors = [str(err) for err in reports if err is not None]
+        last = reports.get(None)
+        if errors or (split.new and last is None):
+            raise DeliveryError(f"partition {self.partition}: {len(errors)} output deliveries failed "
+                                f"(first: {errors[:1]}); RocksDB not written")
+        if last is None:
+            store = self.store
+            assert store is not None
+            return store.meta().output_offset
+        return int(last.offset()) + 1
 
     def process(self, records: list[Any]) -> BatchResult:
         """One batch of this partition's records, in offset order (see the module docstring)."""
@@ -424,16 +433,9 @@ class PartitionWorker:
 
     def _publish(self, split: Split, next_input: int) -> int:
         """Produce the batch's effects and wait for all of them; returns the next output offset."""
-        store = self.store
-        assert store is not None
-        out_offsets: list[int] = []
+        reports: dict[Any, Any] = {}
+        on_output = reports.__setitem__
         failures: list[str] = []
-
-        def on_output(err: Any, msg: Any) -> None:
-            if err is not None:
-                failures.append(str(err))
-            else:
-                out_offsets.append(msg.offset())
 
         def on_side(err: Any, msg: Any) -> None:
             if err is not None:
@@ -463,10 +465,7 @@ class PartitionWorker:
                 for msg, reason in split.duplicates:
                     self._produce(self.cfg.duplicates_topic, self.partition % self._dup_partitions, msg,
                                   [(H_DUPLICATE_REASON, reason.encode())], on_side)
-            remaining = self._producer.flush(self.cfg.delivery_timeout_s)
-            if remaining or failures:
-                raise DeliveryError(f"partition {self.partition}: {remaining} deliveries outstanding, "
-                                    f"{len(failures)} failed (first: {failures[:1]}); RocksDB not written")
+            output_next = self._await(split, reports, failures)
             if transactional:
                 tp = TopicPartition(self.cfg.input_topic, self.partition, next_input)
                 self._producer.send_offsets_to_transaction([tp], self._consumer.consumer_group_metadata(),
@@ -477,10 +476,7 @@ class PartitionWorker:
                 with contextlib.suppress(KafkaException):
                     self._producer.abort_transaction(self.cfg.delivery_timeout_s)
             raise
-        if len(out_offsets) != len(split.new):
-            raise DeliveryError(f"partition {self.partition}: {len(out_offsets)} of {len(split.new)} "
-                                "output deliveries reported; RocksDB not written")
-        return max(out_offsets) + 1 if out_offsets else store.meta().output_offset
+        return output_next
 
     def _produce(self, topic: str, partition: int, msg: Any, extra: list[tuple[str, bytes | None]],
                  callback: Callable[[Any, Any], None], truncate: bool = False) -> bool:

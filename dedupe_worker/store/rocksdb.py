@@ -6,8 +6,9 @@ Column families:
   Generation n holds a contiguous range of sequence numbers; a new one starts when the newest
   holds ``generation_keys`` keys.
 * ``meta``: input/output offsets, sequence counter, ``low_sequence`` (first sequence of the oldest
-  live generation), the volume's identity, and the generation list (id, first sequence, count,
-  oldest and newest first-seen ms of each generation, oldest first).
+  live generation), the volume's identity, the generation list (id, first sequence, count,
+  oldest and newest first-seen ms of each generation, oldest first), and the in-memory key filter
+  of every sealed generation (``filter/<id>``, see below).
 
 Why (docs/WORKER.md, "Store"): the v1 layout stored each 16-byte random id twice (ids + a per-key
 sequence index), at least 32 incompressible bytes per key; here it is stored once, the sequence
@@ -19,6 +20,17 @@ generation's column family is created before the batch that first names it and d
 the batch that removes it from the list, so a crash leaves at most an unnamed column family, which
 the next open drops.
 
+Key filters (:mod:`dedupe_worker.store.keyfilter`): each live generation also has a blocked Bloom
+filter in memory, probed for a whole batch at once before any MultiGet, so a new key (the common
+case) costs no RocksDB probe at all. Every key is added to its generation's filter before the
+RocksDB write that stores it. A generation's filter is persisted in ``meta`` in the same WriteBatch
+that seals the generation (the one that starts the next), and the newest generation's at
+:meth:`flush` and :meth:`close`, each with the key count it covers. On open a filter is used only if
+that count equals the generation's count in the generation list (counts only grow, and the list is
+written atomically with the keys); otherwise, or when it is missing or unreadable, the filter is
+rebuilt from the column family's own keys. A filter may hold more keys than its column family (a
+failed write), never fewer.
+
 Filters: rocksdict takes a column family's options from the OPTIONS file unless they are passed
 explicitly, and the OPTIONS file serialises the C-API bloom policy without its bits, so a plain
 reopen silently loses every bloom filter (research: performance-anchors B1b). This store therefore
@@ -27,6 +39,7 @@ always opens every column family with options built from :class:`RocksDBOptions`
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import re
 import struct
@@ -35,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from rocksdict import (
     AccessType,
     BlockBasedOptions,
@@ -49,6 +63,7 @@ from rocksdict import (
 
 from dedupe_worker.exceptions import StoreError, VolumeMismatchError
 from dedupe_worker.store.base import AgingResult, StoreMeta
+from dedupe_worker.store.keyfilter import BlockedBloom, key_hashes
 
 GEN_PREFIX = "gen-"
 LEGACY_COLUMN_FAMILIES = ("ids", "seq")
@@ -61,6 +76,8 @@ _M_SEQUENCE = b"sequence"
 _M_LOW = b"low_sequence"
 _M_TOPIC = b"topic"
 _M_PARTITION = b"partition"
+_M_FILTER = b"filter/"
+_REBUILD_CHUNK = 100_000
 _STAT_RE = re.compile(r"^(rocksdb\.[a-z.\-]+) COUNT : (\d+)$", re.MULTILINE)
 
 
@@ -68,20 +85,27 @@ _STAT_RE = re.compile(r"^(rocksdb\.[a-z.\-]+) COUNT : (\d+)$", re.MULTILINE)
 class RocksDBOptions:
     """RocksDB tuning for a dedupe store; :meth:`to_options` turns it into rocksdict Options.
 
-    Defaults follow the measurements in performance-anchors: bloom 10 bits/key on every level,
-    a memtable whole-key bloom (misses against a full memtable are otherwise ~10x slower), no
-    ``optimize_filters_for_hits`` (most dedupe lookups miss).
+    Defaults follow the measurements in performance-anchors and docs/WORKER.md: bloom 10 bits/key
+    on every level, no ``optimize_filters_for_hits`` (most dedupe lookups miss), the in-memory key
+    filters in front, and 8 MB memtables (random-key inserts into a 64 MB skiplist cost ~1.2 µs
+    more CPU per key, flushes and compactions included). Without key filters a memtable whole-key
+    bloom is on (misses against a full memtable are otherwise ~10x slower).
     """
 
     bloom_bits_per_key: float = 10.0
     ribbon: bool = False
-    memtable_bloom_ratio: float = 0.1
+    #: None: 0.1 when the key filters are off; off when they are on (a miss then never reaches
+    #: the memtable, and its bloom costs ~0.4 µs per insert).
+    memtable_bloom_ratio: float | None = None
     block_cache_mb: int = 64
-    write_buffer_mb: int = 64
+    write_buffer_mb: int = 8
     compression: str = "lz4"
     statistics: bool = True
     sync_writes: bool = False
     generation_keys: int = 2_000_000
+    #: The in-memory blocked Bloom filter per generation (0 disables it: every lookup is a MultiGet
+    #: per generation, as RocksDB's own filters are then the only ones).
+    key_filter_bits_per_key: float = 10.0
 
     def to_options(self, cache: Cache | None = None) -> Options:
         opts = Options(raw_mode=True)
@@ -93,8 +117,11 @@ class RocksDBOptions:
         if cache is not None:
             table.set_block_cache(cache)
         opts.set_block_based_table_factory(table)
-        if self.memtable_bloom_ratio > 0:
-            opts.set_memtable_prefix_bloom_ratio(self.memtable_bloom_ratio)
+        memtable_bloom = self.memtable_bloom_ratio
+        if memtable_bloom is None:
+            memtable_bloom = 0.0 if self.key_filter_bits_per_key > 0 else 0.1
+        if memtable_bloom > 0:
+            opts.set_memtable_prefix_bloom_ratio(memtable_bloom)
             opts.set_memtable_whole_key_filtering(True)
         opts.set_write_buffer_size(self.write_buffer_mb * 1024 * 1024)
         opts.set_compression_type(_compression(self.compression))
@@ -192,6 +219,10 @@ class RocksDBStore:
         for g in self._gens:
             self._attach(g.cf)
         self._meta = self._load_meta()
+        self._filters: dict[int, BlockedBloom] = {}
+        if options.key_filter_bits_per_key > 0:
+            for g in self._gens:
+                self._filters[g.id] = self._load_filter(g) or self._rebuild_filter(g)
 
     def _attach(self, cf: str) -> None:
         view = self._db.get_column_family(cf)
@@ -207,6 +238,44 @@ class RocksDBStore:
         self._db.create_column_family(gen.cf, self.options.to_options(self._cache))
         self._attach(gen.cf)
         return gen
+
+    # -- key filters --------------------------------------------------------------------------
+
+    def _new_filter(self, keys: int) -> BlockedBloom:
+        return BlockedBloom(max(keys, self.options.generation_keys, 1), self.options.key_filter_bits_per_key)
+
+    def _load_filter(self, gen: Generation) -> BlockedBloom | None:
+        """The persisted filter of ``gen`` if it covers exactly the keys the list says it holds."""
+        raw = self._meta_cf.get(_M_FILTER + _I64.pack(gen.id))
+        if raw is None or len(raw) < _I64.size or _int(raw[:_I64.size]) != gen.count:
+            return None
+        try:
+            return BlockedBloom.from_bytes(raw[_I64.size:])
+        except ValueError:
+            return None  # rebuilt from the column family instead
+
+    def _put_filter(self, wb: WriteBatch, gen: Generation, filt: BlockedBloom) -> None:
+        wb.put(_M_FILTER + _I64.pack(gen.id), _I64.pack(gen.count) + filt.to_bytes(), self._h_meta)
+
+    def _save_newest_filter(self) -> None:
+        """Persist the newest generation's filter (so the next open need not rebuild it)."""
+        if self._gens and self._filters:
+            gen = self._gens[-1]
+            wb = WriteBatch(raw_mode=True)
+            self._put_filter(wb, gen, self._filters[gen.id])
+            self._db.write(wb, self._write_opts)
+
+    def _rebuild_filter(self, gen: Generation) -> BlockedBloom:
+        """The filter of ``gen`` from the keys its column family actually holds."""
+        filt = self._new_filter(gen.count)
+        chunk: list[bytes] = []
+        for key in self._views[gen.cf].keys():  # noqa: SIM118 (an Rdict is not iterable by key)
+            chunk.append(key)
+            if len(chunk) == _REBUILD_CHUNK:
+                filt.add(key_hashes(chunk))
+                chunk = []
+        filt.add(key_hashes(chunk))
+        return filt
 
     # -- identity and meta --------------------------------------------------------------------
 
@@ -241,11 +310,24 @@ class RocksDBStore:
     # -- lookups and writes -------------------------------------------------------------------
 
     def contains(self, keys: Sequence[bytes]) -> list[bool]:
-        """Batched MultiGet across the live generations, newest first; a key found in one
-        generation is not looked up in older ones."""
-        result = [False] * len(keys)
+        """Batched lookup across the live generations, newest first; a key found in one
+        generation is not looked up in older ones. With key filters, only the keys a generation's
+        filter may hold are looked up in its column family (one MultiGet)."""
         if not keys:
-            return result
+            return []
+        if not self._filters:
+            return self._contains_unfiltered(keys)
+        hashes = key_hashes(keys)
+        found = np.zeros(len(keys), dtype=bool)
+        for gen in reversed(self._gens):
+            maybe = np.flatnonzero(self._filters[gen.id].may_contain(hashes) & ~found)
+            if maybe.size:
+                values = self._views[gen.cf].get([keys[i] for i in maybe.tolist()])
+                found[maybe[[v is not None for v in values]]] = True
+        return found.tolist()
+
+    def _contains_unfiltered(self, keys: Sequence[bytes]) -> list[bool]:
+        result = [False] * len(keys)
         todo = list(keys)
         where = list(range(len(keys)))
         for gen in reversed(self._gens):
@@ -280,18 +362,26 @@ class RocksDBStore:
         meta = self._meta
         gens = list(self._gens)
         wb = WriteBatch(raw_mode=True)
+        hashes = key_hashes(keys) if keys and self.options.key_filter_bits_per_key > 0 else None
+        new_filters: dict[int, BlockedBloom] = {}
         seq = meta.sequence
         done = 0
         limit = self.options.generation_keys
         while done < len(keys):
             if not gens or gens[-1].count >= limit:
+                if gens and hashes is not None:  # sealed: its filter is final, keep it with the list
+                    self._put_filter(wb, gens[-1], new_filters.get(gens[-1].id) or self._filters[gens[-1].id])
                 gens.append(self._new_generation(gens[-1] if gens else None, seq))
+                if hashes is not None:
+                    new_filters[gens[-1].id] = self._new_filter(limit)
             gen = gens[-1]
             take = min(limit - gen.count, len(keys) - done)
             handle = self._handles[gen.cf]
             put = wb.put
             for key in keys[done:done + take]:
                 put(key, b"", handle)
+            if hashes is not None:  # before the write: a filter may over-report, never under-report
+                (new_filters.get(gen.id) or self._filters[gen.id]).add(hashes[done:done + take])
             stamps = first_seen_ms[done:done + take]
             oldest, newest = min(stamps), max(stamps)
             if gen.count:
@@ -304,6 +394,7 @@ class RocksDBStore:
                         sequence=seq, low_sequence=gens[0].first_seq if gens else seq)
         self._put_meta(wb, new, gens if keys else None)
         self._db.write(wb, self._write_opts)
+        self._filters.update(new_filters)
         self._meta = new
         self._gens = gens
         return new
@@ -341,10 +432,13 @@ class RocksDBStore:
                             sequence=meta.sequence, low_sequence=gens[0].first_seq)
             wb = WriteBatch(raw_mode=True)
             self._put_meta(wb, new, gens)
+            for gen in dropped:
+                wb.delete(_M_FILTER + _I64.pack(gen.id), self._h_meta)
             self._db.write(wb, self._write_opts)
             self._meta, self._gens = new, gens
             for gen in dropped:
                 del self._views[gen.cf], self._handles[gen.cf]
+                self._filters.pop(gen.id, None)
                 self._db.drop_column_family(gen.cf)
         return AgingResult(deleted=deleted, oldest_first_seen_ms=self.oldest_first_seen_ms())
 
@@ -361,6 +455,7 @@ class RocksDBStore:
 
     def flush(self) -> None:
         """Flush every memtable and the WAL (what a volume snapshot needs)."""
+        self._save_newest_filter()
         for cf in self._cfs():
             cf.flush()
         self._db.flush_wal(True)
@@ -391,6 +486,9 @@ class RocksDBStore:
         db = getattr(self, "_db", None)
         if db is None:
             return
+        if hasattr(self, "_filters"):
+            with contextlib.suppress(Exception):  # a filter not saved only costs a rebuild on the next open
+                self._save_newest_filter()
         for attr in ("_views", "_handles", "_meta_cf", "_h_meta"):
             if hasattr(self, attr):
                 delattr(self, attr)

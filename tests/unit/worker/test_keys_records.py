@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 import uuid
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dedupe_worker.keys import decode_message_id, encode_message_id
+from dedupe_worker.keys import decode_message_id, encode_message_id, uuid_key
 from dedupe_worker.records import DeadLetterReason, classify, source_offset, store_key, with_source
 
 
@@ -88,3 +89,18 @@ def test_source_headers_are_appended_and_read_back() -> None:
     assert headers[0] == ("trace", b"1")
     assert ("dedupe.source.partition", b"2") in headers
     assert source_offset(headers) == 17  # ours wins over an upstream stage's header
+
+
+_CANONICAL = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def _mutated_uuids() -> st.SearchStrategy[bytes]:
+    """UUID strings with one byte replaced (dashes moved, uppercase, non-hex, extra dashes)."""
+    return st.tuples(st.uuids().map(lambda u: str(u).encode()), st.integers(0, 35),
+                     st.sampled_from(b"-Aaf0gG /\x00")).map(lambda t: t[0][:t[1]] + bytes([t[2]]) + t[0][t[1] + 1:])
+
+
+@given(st.one_of(st.binary(max_size=40), st.uuids().map(lambda u: str(u).encode()), _mutated_uuids()))
+def test_uuid_fast_path_accepts_exactly_the_canonical_form(raw: bytes) -> None:
+    expected = uuid.UUID(raw.decode()).bytes if _CANONICAL.fullmatch(raw) else None
+    assert uuid_key(raw) == expected

@@ -1,0 +1,122 @@
+"""The in-memory key filters in front of RocksDB: never a false negative, persisted when a
+generation is sealed, rebuilt from the column family when missing or unreadable, dropped by aging."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dedupe_worker.keys import encode_message_id
+from dedupe_worker.store.keyfilter import BlockedBloom, key_hashes
+from dedupe_worker.store.rocksdb import _I64, _M_FILTER, RocksDBOptions, RocksDBStore
+
+
+def _uuids(n: int, seed: int) -> list[bytes]:
+    return [uuid.UUID(int=(seed << 64) + i).bytes for i in range(n)]
+
+
+def _open(path: Path, **opts: object) -> RocksDBStore:
+    return RocksDBStore(path, RocksDBOptions(**opts), topic="events", partition=0)  # type: ignore[arg-type]
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.binary(min_size=1, max_size=40), min_size=1, max_size=300, unique=True))
+def test_every_added_key_is_reported(keys: list[bytes]) -> None:
+    f = BlockedBloom(len(keys))
+    half = len(keys) // 2
+    f.add(key_hashes(keys[:half]))
+    f.add(key_hashes(keys[half:]))
+    assert f.may_contain(key_hashes(keys)).all()
+    assert BlockedBloom.from_bytes(f.to_bytes()).may_contain(key_hashes(keys)).all()
+
+
+def test_false_positive_rate_is_about_one_percent_even_for_sequential_ids() -> None:
+    for stored, probes in ((_uuids(50_000, 1), _uuids(20_000, 2)),
+                           ([i.to_bytes(16, "big") for i in range(50_000)],
+                            [i.to_bytes(16, "big") for i in range(50_000, 70_000)])):
+        f = BlockedBloom(len(stored))
+        f.add(key_hashes(stored))
+        rate = float(np.mean(f.may_contain(key_hashes(probes))))
+        assert rate < 0.03, rate
+
+
+def test_truncated_filter_bytes_are_refused() -> None:
+    raw = BlockedBloom(1000).to_bytes()
+    for bad in (raw[:-1], b"nope" + raw[4:], b""):
+        try:
+            BlockedBloom.from_bytes(bad)
+        except ValueError:
+            continue
+        raise AssertionError("a damaged filter was accepted")
+
+
+def test_filters_answer_like_rocksdb_across_generations_and_reopen(tmp_path: Path) -> None:
+    opts = {"generation_keys": 1000}
+    stored = [encode_message_id(str(uuid.UUID(int=i, version=4))) for i in range(3500)]
+    stored += [encode_message_id(f"not-a-uuid-{i}") for i in range(200)]
+    store = _open(tmp_path, **opts)
+    for i in range(0, len(stored), 700):
+        chunk = stored[i:i + 700]
+        store.record(chunk, [1] * len(chunk), input_offset=i, output_offset=i)
+    assert len(store.generations()) == 4
+    absent = [encode_message_id(str(uuid.uuid4())) for _ in range(3000)]
+    probe = stored + absent
+    expected = [True] * len(stored) + [False] * len(absent)
+    assert store.contains(probe) == expected
+    sealed = [g.id for g in store.generations()[:-1]]
+    store.close()
+    store = _open(tmp_path, **opts)  # sealed filters loaded, the newest rebuilt
+    assert all(store._meta_cf.get(_M_FILTER + _I64.pack(g)) is not None for g in sealed)
+    assert store.contains(probe) == expected
+    unfiltered = _open(tmp_path / "x", key_filter_bits_per_key=0, **opts)
+    unfiltered.close()
+    store.close()
+    store = _open(tmp_path, key_filter_bits_per_key=0, **opts)
+    assert store.contains(probe) == expected
+    store.close()
+
+
+def test_a_damaged_or_missing_persisted_filter_is_rebuilt_not_trusted(tmp_path: Path) -> None:
+    opts = {"generation_keys": 500}
+    keys = _uuids(1200, 3)
+    store = _open(tmp_path, **opts)
+    store.record(keys, [1] * len(keys), input_offset=1, output_offset=1)
+    first, second = (g.id for g in store.generations()[:2])
+    # An empty filter that still parses would hide every key: damage one, delete the other.
+    store._meta_cf.put(_M_FILTER + _I64.pack(first), _I64.pack(500) + b"BBF1" + (1).to_bytes(8, "big"))
+    store._meta_cf.delete(_M_FILTER + _I64.pack(second))
+    store.close()
+    store = _open(tmp_path, **opts)
+    assert store.contains(keys) == [True] * len(keys)
+    store.close()
+
+
+def test_aging_drops_a_generation_with_its_filter(tmp_path: Path) -> None:
+    store = _open(tmp_path, generation_keys=500)
+    keys = _uuids(1500, 4)
+    store.record(keys, [1] * len(keys), input_offset=1, output_offset=1)
+    oldest = store.generations()[0].id
+    assert store.age(500, 2**62).deleted == 500
+    assert store._meta_cf.get(_M_FILTER + _I64.pack(oldest)) is None
+    assert store.contains(keys) == [False] * 500 + [True] * 1000
+    store.close()
+
+
+def test_a_filter_persisted_before_more_keys_arrived_is_not_trusted(tmp_path: Path) -> None:
+    """The newest generation's filter is saved at close; after a crash (no close) with more keys in
+    the WAL its key count no longer matches the generation list, so it is rebuilt."""
+    first, later = _uuids(300, 5), _uuids(200, 6)
+    store = _open(tmp_path, generation_keys=10_000)
+    store.record(first, [1] * 300, input_offset=1, output_offset=1)
+    store.close()  # persists the newest filter, covering 300 keys
+    store = _open(tmp_path, generation_keys=10_000)
+    store.record(later, [1] * 200, input_offset=2, output_offset=2)
+    store._db.close()  # a crash: the WAL holds the 200 keys, the saved filter does not
+    del store
+    store = _open(tmp_path, generation_keys=10_000)
+    assert store.contains(first + later) == [True] * 500
+    store.close()
