@@ -105,20 +105,26 @@ class OffsetMap:
 
     def put_digest(self, h: bytes, offset: int) -> bool:
         """Record ``offset`` as the latest for the key hashed to ``h``; False (map unchanged) when full."""
-        pos, found = self._find(h)
-        if found:
-            _OFFSET.pack_into(self.buf, pos + 16, offset)
-            return True
-        if self.size >= self.max_entries:
-            return False
-        self.size += 1
-        _SLOT.pack_into(self.buf, pos, h, offset)
+        pos = (int.from_bytes(h, "big") % self.slots) * SLOT_SIZE
+        if not self.buf.startswith(h, pos):  # not at its home slot: probe
+            pos, found = self._find(h)
+            if not found:
+                if self.size >= self.max_entries:
+                    return False
+                self.size += 1
+                _SLOT.pack_into(self.buf, pos, h, offset)
+                return True
+        _OFFSET.pack_into(self.buf, pos + 16, offset)
         return True
 
     def get_digest(self, h: bytes) -> int:
         """The latest offset recorded for the key hashed to ``h``, or -1."""
-        pos, found = self._find(h)
-        return int(_OFFSET.unpack_from(self.buf, pos + 16)[0]) if found else -1
+        pos = (int.from_bytes(h, "big") % self.slots) * SLOT_SIZE
+        if not self.buf.startswith(h, pos):  # not at its home slot: probe
+            pos, found = self._find(h)
+            if not found:
+                return -1
+        return int(_OFFSET.unpack_from(self.buf, pos + 16)[0])
 
     def put(self, key: bytes, offset: int) -> bool:
         return self.put_digest(key_digest(key), offset)
