@@ -12,6 +12,10 @@ Invariants:
   completes that way, also after a crash (``load`` finishes it: markers, then Complete*);
 * a transaction's markers are written to every partition it added (WriteTxnMarkers is internal:
   the coordinator appends control batches under each partition's lock), then Complete* is logged;
+  as in Kafka, EndTxn is answered once the Prepare record is written and the markers follow
+  right after the response (on the event loop); until they are done the id stays in Prepare*,
+  so its next AddPartitionsToTxn / AddOffsetsToTxn / InitProducerId / EndTxn get
+  CONCURRENT_TRANSACTIONS and the client retries;
 * an older epoch of a transactional id can neither write nor end a transaction: InitProducerId
   bumps the epoch (aborting an open transaction with a fenced epoch first), and a transaction
   older than its ``transaction.timeout.ms`` is aborted with a bumped epoch;
@@ -20,6 +24,7 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import struct
 import time
@@ -38,6 +43,7 @@ log = structlog.get_logger("ads_broker.transaction")
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 MAX_EPOCH = 32767  # Short.MAX_VALUE; Kafka rolls to a new producer id before reaching it
+MARKER_RETRY_S = 0.1  # a marker write that failed (e.g. disk error) is retried after this
 
 # Kafka error codes used here.
 NONE = 0
@@ -318,6 +324,35 @@ class TransactionCoordinator:
         self._transition(md, TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
                          partitions=set(), start_ms=-1)
 
+    def _complete_after_response(self, md: TxnMetadata) -> None:
+        """Write the markers of a decided transaction after the EndTxn response (Kafka's
+        coordinator answers once PrepareCommit/PrepareAbort is written, then sends WriteTxnMarkers).
+
+        On the event loop the completion is a ``call_soon`` callback: the handler returns, the
+        response is written, then the markers run before the loop reads the client's next request
+        off the socket (one already queued on the same connection sees CONCURRENT_TRANSACTIONS).
+        Without a running loop (tools, unit tests) the markers are written before returning.
+        """
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._write_markers_and_complete(md)
+            return
+        loop.call_soon(self._complete_if_pending, md.transactional_id, md.producer_id, md.producer_epoch, md.state)
+
+    def _complete_if_pending(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                             state: TxnState) -> None:
+        md = self.txns.get(transactional_id)
+        if md is None or (md.producer_id, md.producer_epoch, md.state) != (producer_id, producer_epoch, state):
+            return  # completed meanwhile (a reload finished it)
+        try:
+            self._write_markers_and_complete(md)
+        except Exception:
+            log.exception("writing transaction markers failed; retrying", transactional_id=transactional_id,
+                          state=state.name, retry_after_s=MARKER_RETRY_S)
+            asyncio.get_running_loop().call_later(MARKER_RETRY_S, self._complete_if_pending, transactional_id,
+                                                  producer_id, producer_epoch, state)
+
     def _abort_with_bumped_epoch(self, md: TxnMetadata, reason: str) -> None:
         """Fence the current producer and abort its open transaction (Kafka's PrepareEpochFence)."""
         log.info("aborting transaction with a bumped epoch", transactional_id=md.transactional_id,
@@ -403,7 +438,7 @@ class TransactionCoordinator:
         state = md.state
         if state is TxnState.ONGOING:
             self._transition(md, TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT)
-            self._write_markers_and_complete(md)
+            self._complete_after_response(md)
             return NONE
         if (state is TxnState.COMPLETE_COMMIT and commit) or (state is TxnState.COMPLETE_ABORT and not commit):
             return NONE  # a retry of an EndTxn that already completed

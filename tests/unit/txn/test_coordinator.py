@@ -8,6 +8,7 @@ offsets visible only on commit, also after a reload from the log.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,6 +127,37 @@ def test_commit_writes_markers_everywhere_and_releases_the_lso(node: Node) -> No
         assert lso(node, partition) == log.log_end_offset == 2  # data + COMMIT marker
         assert log.collect_aborted_txns(0, 2) == []
     assert c.txns["a"].state is TxnState.COMPLETE_COMMIT
+
+
+@pytest.mark.parametrize("commit", [True, False])
+def test_on_the_event_loop_end_txn_answers_first_and_markers_follow(node: Node, commit: bool) -> None:
+    """Kafka's order: EndTxn is answered once Prepare* is written; until the markers are written the
+    id's next requests get CONCURRENT_TRANSACTIONS (the client retries), then they succeed."""
+    c = node.coord
+    _, pid, epoch = c.init_producer_id("a", 10000)
+    c.add_partitions("a", pid, epoch, [(TOPIC, 0), (TOPIC, 1)])
+    first = write_txn_data(node, pid, epoch, 0)
+    write_txn_data(node, pid, epoch, 1)
+
+    async def scenario() -> None:
+        assert c.end_txn("a", pid, epoch, commit) == 0
+        prepared = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        assert c.txns["a"].state is prepared
+        assert lso(node, 0) == first  # no marker yet
+        assert c.add_partitions("a", pid, epoch, [(TOPIC, 0)]) == {(TOPIC, 0): tx.CONCURRENT_TRANSACTIONS}
+        assert c.init_producer_id("a", 10000)[0] == tx.CONCURRENT_TRANSACTIONS
+        assert c.end_txn("a", pid, epoch, commit) == tx.CONCURRENT_TRANSACTIONS
+        assert c.txns["a"].state is prepared  # the refused requests changed nothing
+        await asyncio.sleep(0)  # the loop runs the completion scheduled after the response
+        assert c.txns["a"].state is (TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT)
+        for partition in (0, 1):
+            log = node.replicas.get_partition(TOPIC, partition).log
+            assert lso(node, partition) == log.log_end_offset == 2  # data + marker
+            assert len(log.collect_aborted_txns(0, 2)) == (0 if commit else 1)
+        assert c.end_txn("a", pid, epoch, commit) == 0  # a retried EndTxn of the same outcome
+        assert c.add_partitions("a", pid, epoch, [(TOPIC, 0)]) == {(TOPIC, 0): 0}  # the retry succeeds
+
+    asyncio.run(scenario())
 
 
 def test_prepare_commit_is_the_decision_point_across_a_restart(tmp_path: Path, clock: Clock) -> None:
