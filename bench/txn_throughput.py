@@ -6,7 +6,9 @@
 Produce: one confluent-kafka producer, 100-byte values, 4 partitions, against a fresh ads-broker
 child process. "idempotent" is enable.idempotence=true; "transactional" commits every
 ``--per-txn`` messages (issue 3's target: >= 0.8x the idempotent rate). Wall time from the first
-produce() to the last delivery (idempotent: flush; transactional: the last commit).
+produce() to the last delivery (idempotent: flush; transactional: the last commit). ``--rounds R``
+repeats the pair R times on the same broker (fresh topics), alternating which side goes first,
+and adds the per-round ratios and their median (the first round alone is the old single result).
 
 Cleaner: a compacted log of ``--cleaner-mb`` MB written directly through ``Log`` (1000 keys
 overwritten over and over, 100-byte values, 1 MB segments), then one ``LogCleaner.clean`` pass
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import statistics
 import sys
 import tempfile
 import threading
@@ -79,15 +82,34 @@ def produce(bootstrap: str, topic: str, n: int, per_txn: int | None) -> float:
     return n / elapsed
 
 
-def bench_produce(n: int, per_txn: int) -> dict[str, float]:
+def bench_produce(n: int, per_txn: int, rounds: int = 1) -> dict[str, object]:
+    """Idempotent then transactional produce of ``n`` messages on one fresh broker, each into its
+    own topic; with ``rounds`` > 1 the pair is repeated (fresh topics) and the order alternates
+    (even rounds run the transactional side first), and the median ratio is reported too."""
+    idems: list[float] = []
+    txns: list[float] = []
     with tempfile.TemporaryDirectory() as tmp, ads_broker_process(Path(tmp) / "data") as broker:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-        for t in ("idem", "txn"):
-            admin.create_topics([NewTopic(t, PARTITIONS, 1)])[t].result(30)
-        idem = produce(broker.bootstrap, "idem", n, None)
-        txn = produce(broker.bootstrap, "txn", n, per_txn)
-    return {"idempotent_msgs_per_s": round(idem), "transactional_msgs_per_s": round(txn),
-            "ratio": round(txn / idem, 3)}
+        for r in range(rounds):
+            names = (f"idem{r}" if r else "idem", f"txn{r}" if r else "txn")
+            for t in names:
+                admin.create_topics([NewTopic(t, PARTITIONS, 1)])[t].result(30)
+            if r % 2 == 0:
+                idems.append(produce(broker.bootstrap, names[0], n, None))
+                txns.append(produce(broker.bootstrap, names[1], n, per_txn))
+            else:
+                txns.append(produce(broker.bootstrap, names[1], n, per_txn))
+                idems.append(produce(broker.bootstrap, names[0], n, None))
+    out: dict[str, object] = {"idempotent_msgs_per_s": round(idems[0]), "transactional_msgs_per_s": round(txns[0]),
+                              "ratio": round(txns[0] / idems[0], 3)}
+    if rounds > 1:
+        ratios = [t / i for t, i in zip(txns, idems, strict=True)]
+        out["rounds"] = [{"idempotent_msgs_per_s": round(i), "transactional_msgs_per_s": round(t),
+                          "ratio": round(t / i, 3)} for i, t in zip(idems, txns, strict=True)]
+        out["median_ratio"] = round(statistics.median(ratios), 3)
+        out["median_idempotent_msgs_per_s"] = round(statistics.median(idems))
+        out["median_transactional_msgs_per_s"] = round(statistics.median(txns))
+    return out
 
 
 class _Partition:
@@ -160,6 +182,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--messages", type=int, default=200_000)
     ap.add_argument("--per-txn", type=int, default=1000)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="produce rounds on the same broker, alternating which side goes first")
     ap.add_argument("--cleaner-mb", type=int, default=64)
     ap.add_argument("--buffer-mb", type=int, default=4, help="log.cleaner.dedupe.buffer.size in MiB")
     ap.add_argument("--io-buffer-kb", type=int, default=512, help="log.cleaner.io.buffer.size in KiB")
@@ -168,7 +192,7 @@ def main() -> None:
     args = ap.parse_args()
     out: dict[str, object] = {}
     if not args.skip_produce:
-        out["produce"] = bench_produce(args.messages, args.per_txn)
+        out["produce"] = bench_produce(args.messages, args.per_txn, args.rounds)
     if not args.skip_cleaner:
         out["cleaner"] = bench_cleaner(args.cleaner_mb, args.buffer_mb, args.io_buffer_kb)
     print(json.dumps(out, indent=1))
