@@ -29,7 +29,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,8 @@ class Split:
     new: list[Any]
     duplicates: list[tuple[Any, str]]
     dead: list[tuple[Any, str]]
+    #: first-seen time (record timestamp, ms) of each new record, filled when it is produced
+    first_seen: list[int] = field(default_factory=list)
 
 
 def split_batch(records: list[Any], contains: Callable[[list[bytes]], list[bool]]) -> Split:
@@ -116,14 +118,8 @@ class InFlight:
     split: Split
     next_input: int
     started: float
-    reports: dict[Any, Any]
     failures: list[str]
     keys: set[bytes]
-
-
-def _timestamp(msg: Any) -> int:
-    ts = msg.timestamp()[1]
-    return ts if ts > 0 else 0
 
 
 class PartitionWorker:
@@ -155,6 +151,12 @@ class PartitionWorker:
         self.ager: Ager | None = None
         self._inflight: InFlight | None = None
         self._h_partition = (H_SOURCE_PARTITION, str(partition).encode())
+        #: Output delivery failures reported since the producer was made (reconcile mode reports
+        #: failures only: ``delivery.report.only.error``).
+        self._delivery_errors: list[str] = []
+        #: Next output offset: exact after reconcile, then advanced by each batch's output records
+        #: (see :meth:`_await`).
+        self._output_next = 0
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -179,6 +181,7 @@ class PartitionWorker:
         self.state = "reconciling"
         counter = self.metrics.reconcile.labels(**self._labels)
         reconcile(store, self.cfg, self.partition, on_records=counter.inc)
+        self._output_next = store.meta().output_offset
         self._discover_side_topics()
         self._producer = self._make_producer()
         self._consumer = consumer
@@ -200,8 +203,11 @@ class PartitionWorker:
 
     def _make_producer(self) -> Any:
         extra: dict[str, Any] = {}
+        self._delivery_errors = []
         if self.cfg.exactly_once == "transactional":
             extra["transactional.id"] = f"{self.cfg.group}-{self.cfg.input_topic}-{self.partition}"
+        else:  # no delivery report (a Message object and a callback) per record, only per failure
+            extra["delivery.report.only.error"] = True
         producer = Producer(producer_config(self.cfg.bootstrap, self.cfg.kafka, **extra))
         if self.cfg.exactly_once == "transactional":
             producer.init_transactions(self.cfg.delivery_timeout_s)  # fences any zombie with this id
@@ -282,7 +288,10 @@ class PartitionWorker:
             else:
                 seen = pending.keys
                 def contains(keys: list[bytes]) -> list[bool]:
-                    return [hit or key in seen for key, hit in zip(keys, store.contains(keys), strict=True)]
+                    hits = store.contains(keys)
+                    if seen.isdisjoint(keys):  # the usual case, checked in C
+                        return hits
+                    return [hit or key in seen for key, hit in zip(keys, hits, strict=True)]
                 split = split_batch(records, contains)
         self.drain()
         if not records or split is None:
@@ -300,11 +309,10 @@ class PartitionWorker:
             return
         store = self.store
         assert store is not None
-        output_next = self._await(pending.split, pending.reports, pending.failures)
+        output_next = self._await(pending.split, pending.failures)
         self.faults.hit("after_produce", self._batches)
         split = pending.split
-        store.record(split.new_keys, [_timestamp(m) for m in split.new], input_offset=pending.next_input,
-                     output_offset=output_next)
+        store.record(split.new_keys, split.first_seen, input_offset=pending.next_input, output_offset=output_next)
         self.faults.hit("after_store_write", self._batches)
         self._consumer.commit(offsets=[TopicPartition(self.cfg.input_topic, self.partition,
                                                       pending.next_input)], asynchronous=False)
@@ -315,17 +323,19 @@ class PartitionWorker:
 
     def _send(self, records: list[Any], split: Split, started: float) -> InFlight:
         """Hand a batch's new records, dead letters and duplicates to the producer (no waiting)."""
-        reports: dict[Any, Any] = {}
         failures: list[str] = []
 
         def on_side(err: Any, msg: Any) -> None:
             if err is not None:
                 failures.append(str(err))
 
-        self._produce_new(split, reports.__setitem__)
+        self._produce_new(split, self._on_delivery_error)
         self._produce_side(split, on_side)
-        return InFlight(records, split, records[-1].offset() + 1, started, reports, failures,
-                        set(split.new_keys))
+        return InFlight(records, split, records[-1].offset() + 1, started, failures, set(split.new_keys))
+
+    def _on_delivery_error(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            self._delivery_errors.append(f"{msg.topic()}[{msg.partition()}]@{msg.offset()}: {err}")
 
     def _produce_new(self, split: Split, on_output: Callable[[Any, Any], None]) -> None:
         """Produce the new records to output partition p (hot path: headers built inline; a record
@@ -335,6 +345,8 @@ class PartitionWorker:
         half = len(split.new) // 2 if self.faults.point == "mid_produce" else -1
         kept_keys: list[bytes] = []
         kept: list[Any] = []
+        first_seen = split.first_seen = []
+        stamp = first_seen.append
         too_large = False
         for i, (key, msg) in enumerate(zip(split.new_keys, split.new, strict=True)):
             if i == half and half:
@@ -344,9 +356,11 @@ class PartitionWorker:
             off = (H_SOURCE_OFFSET, b"%d" % msg.offset())
             headers = [*src, hpart, off] if src else [hpart, off]
             ts = msg.timestamp()[1]
+            if ts < 0:
+                ts = 0
             try:
                 produce(topic, value=msg.value(), key=msg.key(), partition=partition, headers=headers,
-                        timestamp=ts if ts > 0 else 0, on_delivery=on_output)
+                        timestamp=ts, on_delivery=on_output)
             except (BufferError, KafkaException):  # queue full or too large: the careful path
                 if not self._produce(topic, partition, msg, [], on_output):
                     split.dead.append((msg, TOO_LARGE))
@@ -354,6 +368,7 @@ class PartitionWorker:
                     continue
             kept_keys.append(key)
             kept.append(msg)
+            stamp(ts)
         if too_large or len(kept) != len(split.new):
             split.new_keys, split.new = kept_keys, kept
 
@@ -366,34 +381,36 @@ class PartitionWorker:
                 self._produce(self.cfg.duplicates_topic, self.partition % self._dup_partitions, msg,
                               [(H_DUPLICATE_REASON, reason.encode())], on_side)
 
-    def _await(self, split: Split, reports: dict[Any, Any], failures: list[str]) -> int:
-        """Wait for every delivery of a batch; returns the next output offset."""
-        remaining = self._producer.flush(self.cfg.delivery_timeout_s)
-        if remaining or failures:
-            raise DeliveryError(f"partition {self.partition}: {remaining} deliveries outstanding, "
-                                f"{len(failures)} failed (first: {failures[:1]}); RocksDB not written")
-        return self._next_output(split, reports)
+    def _await(self, split: Split, failures: list[str], reports: dict[Any, Any] | None = None) -> int:
+        """Wait for every delivery of a batch; returns the next output offset.
 
-    def _next_output(self, split: Split, reports: dict[Any, Any]) -> int:
-        """The next output offset after a batch, from its delivery reports.
-
-        The output records' delivery callback is ``reports.__setitem__`` (C, no Python frame per
-        record): a success sets ``reports[None]``, a failure ``reports[error]``. After a flush that
-        left nothing outstanding every record has reported, so no error key means all were written,
-        and, as librdkafka serves one partition's reports in produce order, ``reports[None]`` is the
-        last record of the batch. (Were it an earlier one, the recorded output offset would only be
-        lower, and reconcile would replay a few records that are already stored: safe.)
+        Reconcile mode (``reports`` None): the producer reports failures only, so after a flush
+        that left nothing outstanding and reported no failure, every record was written, and the
+        next output offset is the previous one plus the batch's output records. That is exact while
+        this worker is the partition's only writer, and a lower bound otherwise (another writer's
+        records only push ours further): never ahead of the output, which is what reconcile needs
+        (it replays from there and skips ids already stored). Transactional mode: ``reports`` is
+        filled by ``reports.__setitem__`` as the delivery callback (a success sets
+        ``reports[None]``, a failure ``reports[error]``), and the last success, in produce order
+        per partition, gives the exact offset (commit markers make counting inexact there).
         """
-        errors = [str(err) for err in reports if err is not None]
+        remaining = self._producer.flush(self.cfg.delivery_timeout_s)
+        errors = self._delivery_errors + failures
+        if reports is not None:
+            errors += [str(err) for err in reports if err is not None]
+        if remaining or errors:
+            raise DeliveryError(f"partition {self.partition}: {remaining} deliveries outstanding, "
+                                f"{len(errors)} failed (first: {errors[:1]}); RocksDB not written")
+        if reports is None:
+            self._output_next += len(split.new)
+            return self._output_next
         last = reports.get(None)
-        if errors or (split.new and last is None):
-            raise DeliveryError(f"partition {self.partition}: {len(errors)} output deliveries failed "
-                                f"(first: {errors[:1]}); RocksDB not written")
-        if last is None:
-            store = self.store
-            assert store is not None
-            return store.meta().output_offset
-        return int(last.offset()) + 1
+        if split.new and last is None:
+            raise DeliveryError(f"partition {self.partition}: no delivery report for {len(split.new)} output "
+                                "records; RocksDB not written")
+        if last is not None:
+            self._output_next = int(last.offset()) + 1
+        return self._output_next
 
     def process(self, records: list[Any]) -> BatchResult:
         """One batch of this partition's records, in offset order (see the module docstring)."""
@@ -406,8 +423,7 @@ class PartitionWorker:
         next_input = records[-1].offset() + 1
         output_next = self._publish(split, next_input)
         self.faults.hit("after_produce", self._batches)
-        store.record(split.new_keys, [_timestamp(m) for m in split.new], input_offset=next_input,
-                     output_offset=output_next)
+        store.record(split.new_keys, split.first_seen, input_offset=next_input, output_offset=output_next)
         self.faults.hit("after_store_write", self._batches)
         if self.cfg.exactly_once == "reconcile":
             self._consumer.commit(offsets=[TopicPartition(self.cfg.input_topic, self.partition, next_input)],
@@ -433,8 +449,6 @@ class PartitionWorker:
 
     def _publish(self, split: Split, next_input: int) -> int:
         """Produce the batch's effects and wait for all of them; returns the next output offset."""
-        reports: dict[Any, Any] = {}
-        on_output = reports.__setitem__
         failures: list[str] = []
 
         def on_side(err: Any, msg: Any) -> None:
@@ -442,30 +456,13 @@ class PartitionWorker:
                 failures.append(str(err))
 
         transactional = self.cfg.exactly_once == "transactional"
+        reports: dict[Any, Any] | None = {} if transactional else None
         if transactional:
             self._producer.begin_transaction()
         try:
-            half = len(split.new) // 2
-            kept_keys: list[bytes] = []
-            kept: list[Any] = []
-            for i, (key, msg) in enumerate(zip(split.new_keys, split.new, strict=True)):
-                if i == half and half and self.faults.point == "mid_produce":
-                    self._producer.flush(self.cfg.delivery_timeout_s)
-                    self.faults.hit("mid_produce", self._batches)
-                if self._produce(self.cfg.output_topic, self.partition, msg, [], on_output):
-                    kept_keys.append(key)
-                    kept.append(msg)
-                else:  # bad input: too large to publish with our headers; never recorded as seen
-                    split.dead.append((msg, TOO_LARGE))
-            split.new_keys, split.new = kept_keys, kept
-            for msg, reason in split.dead:
-                self._produce(self.cfg.dlq_topic, self.partition % self._dlq_partitions, msg,
-                              [(H_DLQ_REASON, reason.encode())], on_side, truncate=reason == TOO_LARGE)
-            if self.cfg.duplicates_topic:
-                for msg, reason in split.duplicates:
-                    self._produce(self.cfg.duplicates_topic, self.partition % self._dup_partitions, msg,
-                                  [(H_DUPLICATE_REASON, reason.encode())], on_side)
-            output_next = self._await(split, reports, failures)
+            self._produce_new(split, reports.__setitem__ if reports is not None else self._on_delivery_error)
+            self._produce_side(split, on_side)
+            output_next = self._await(split, failures, reports)
             if transactional:
                 tp = TopicPartition(self.cfg.input_topic, self.partition, next_input)
                 self._producer.send_offsets_to_transaction([tp], self._consumer.consumer_group_metadata(),

@@ -63,7 +63,7 @@ from rocksdict import (
 
 from dedupe_worker.exceptions import StoreError, VolumeMismatchError
 from dedupe_worker.store.base import AgingResult, StoreMeta
-from dedupe_worker.store.keyfilter import BlockedBloom, key_hashes
+from dedupe_worker.store.keyfilter import KeyFilter, key_hashes
 
 GEN_PREFIX = "gen-"
 LEGACY_COLUMN_FAMILIES = ("ids", "seq")
@@ -219,7 +219,7 @@ class RocksDBStore:
         for g in self._gens:
             self._attach(g.cf)
         self._meta = self._load_meta()
-        self._filters: dict[int, BlockedBloom] = {}
+        self._filters: dict[int, KeyFilter] = {}
         if options.key_filter_bits_per_key > 0:
             for g in self._gens:
                 self._filters[g.id] = self._load_filter(g) or self._rebuild_filter(g)
@@ -235,26 +235,29 @@ class RocksDBStore:
     def _new_generation(self, after: Generation | None, first_seq: int) -> Generation:
         """Create the column family of the generation after ``after`` (not yet named in meta)."""
         gen = Generation(after.id + 1 if after is not None else 0, first_seq, 0, 0, 0)
+        if gen.cf in self._views:  # left by a write that failed after creating it: unnamed, so empty
+            del self._views[gen.cf], self._handles[gen.cf]
+            self._db.drop_column_family(gen.cf)
         self._db.create_column_family(gen.cf, self.options.to_options(self._cache))
         self._attach(gen.cf)
         return gen
 
     # -- key filters --------------------------------------------------------------------------
 
-    def _new_filter(self, keys: int) -> BlockedBloom:
-        return BlockedBloom(max(keys, self.options.generation_keys, 1), self.options.key_filter_bits_per_key)
+    def _new_filter(self, keys: int) -> KeyFilter:
+        return KeyFilter(max(keys, self.options.generation_keys, 1), self.options.key_filter_bits_per_key)
 
-    def _load_filter(self, gen: Generation) -> BlockedBloom | None:
+    def _load_filter(self, gen: Generation) -> KeyFilter | None:
         """The persisted filter of ``gen`` if it covers exactly the keys the list says it holds."""
         raw = self._meta_cf.get(_M_FILTER + _I64.pack(gen.id))
         if raw is None or len(raw) < _I64.size or _int(raw[:_I64.size]) != gen.count:
             return None
         try:
-            return BlockedBloom.from_bytes(raw[_I64.size:])
+            return KeyFilter.from_bytes(raw[_I64.size:], self.options.key_filter_bits_per_key)
         except ValueError:
             return None  # rebuilt from the column family instead
 
-    def _put_filter(self, wb: WriteBatch, gen: Generation, filt: BlockedBloom) -> None:
+    def _put_filter(self, wb: WriteBatch, gen: Generation, filt: KeyFilter) -> None:
         wb.put(_M_FILTER + _I64.pack(gen.id), _I64.pack(gen.count) + filt.to_bytes(), self._h_meta)
 
     def _save_newest_filter(self) -> None:
@@ -265,7 +268,7 @@ class RocksDBStore:
             self._put_filter(wb, gen, self._filters[gen.id])
             self._db.write(wb, self._write_opts)
 
-    def _rebuild_filter(self, gen: Generation) -> BlockedBloom:
+    def _rebuild_filter(self, gen: Generation) -> KeyFilter:
         """The filter of ``gen`` from the keys its column family actually holds."""
         filt = self._new_filter(gen.count)
         chunk: list[bytes] = []
@@ -363,7 +366,7 @@ class RocksDBStore:
         gens = list(self._gens)
         wb = WriteBatch(raw_mode=True)
         hashes = key_hashes(keys) if keys and self.options.key_filter_bits_per_key > 0 else None
-        new_filters: dict[int, BlockedBloom] = {}
+        new_filters: dict[int, KeyFilter] = {}
         seq = meta.sequence
         done = 0
         limit = self.options.generation_keys
@@ -381,7 +384,7 @@ class RocksDBStore:
             for key in keys[done:done + take]:
                 put(key, b"", handle)
             if hashes is not None:  # before the write: a filter may over-report, never under-report
-                (new_filters.get(gen.id) or self._filters[gen.id]).add(hashes[done:done + take])
+                (new_filters.get(gen.id) or self._filters[gen.id]).add(hashes.take(done, done + take))
             stamps = first_seen_ms[done:done + take]
             oldest, newest = min(stamps), max(stamps)
             if gen.count:

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dedupe_worker.keys import encode_message_id
-from dedupe_worker.store.keyfilter import BlockedBloom, key_hashes
+from dedupe_worker.store.keyfilter import BlockedBloom, KeyFilter, key_hashes
 from dedupe_worker.store.rocksdb import _I64, _M_FILTER, RocksDBOptions, RocksDBStore
 
 
@@ -42,6 +42,27 @@ def test_false_positive_rate_is_about_one_percent_even_for_sequential_ids() -> N
         f.add(key_hashes(stored))
         rate = float(np.mean(f.may_contain(key_hashes(probes))))
         assert rate < 0.03, rate
+
+
+def test_a_filter_grows_by_segments_and_round_trips() -> None:
+    """An unbounded generation (no aging bound) starts small and doubles, never saturating."""
+    keys = _uuids(5000, 9)
+    f = KeyFilter(1000)
+    for i in range(0, 5000, 700):
+        f.add(key_hashes(keys[i:i + 700]))
+    assert f.capacities == [1000, 2000, 4000] and sum(f.counts) == 5000
+    again = KeyFilter.from_bytes(f.to_bytes())
+    assert again.capacities == f.capacities and again.counts == f.counts
+    for g in (f, again):
+        assert g.may_contain(key_hashes(keys)).all()
+        assert float(np.mean(g.may_contain(key_hashes(_uuids(5000, 10))))) < 0.05
+    assert KeyFilter(2**62).first == 1 << 20  # the worker's "one unbounded generation"
+    for bad in (f.to_bytes()[:-1], b"KF1", b"xx"):
+        try:
+            KeyFilter.from_bytes(bad)
+        except ValueError:
+            continue
+        raise AssertionError("a damaged filter was accepted")
 
 
 def test_truncated_filter_bytes_are_refused() -> None:

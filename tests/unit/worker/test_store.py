@@ -193,3 +193,15 @@ def test_checkpoint_is_a_reopenable_copy(tmp_path: Path) -> None:
     copy = _open(tmp_path / "cp")
     assert copy.contains(keys) == [True] * 10 and copy.meta().input_offset == 11
     copy.close()
+
+
+def test_a_generation_left_by_a_failed_write_is_replaced(tmp_path: Path) -> None:
+    """A write that failed after creating the next generation's column family (before naming it)
+    must not wedge the store: the partition restarts from reconcile on the same open store."""
+    store = _open(tmp_path, generation_keys=10)
+    store.record(_keys(10), [1] * 10, input_offset=1, output_offset=1)
+    store._new_generation(store.generations()[-1], 10)  # what the failed write left behind
+    store.record(_keys(5, seed=2), [1] * 5, input_offset=2, output_offset=2)
+    assert store.contains(_keys(5, seed=2)) == [True] * 5
+    assert [g.count for g in store.generations()] == [10, 5]
+    store.close()
