@@ -28,7 +28,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from spark_audit.sources import ExportSource, KafkaSource, Source, load
+from spark_audit.sources import ExportSource, KafkaSource, Source, load, load_input_counts
 
 log = logging.getLogger(__name__)
 
@@ -107,16 +107,25 @@ def parse_events(df: Any, cfg: AuditConfig) -> Any:
 
     ts = F.col("timestamp")
     wanted = ts.isNull() | ((ts >= F.lit(cfg.start)) & (ts < F.lit(cfg.end)))
-    event = F.from_json(F.col("value").cast("string"), EVENT_SCHEMA_DDL, {"columnNameOfCorruptRecord": "_corrupt"})
-    parsed = df.withColumn("event", F.when(wanted, event))
-    e = F.col("event")
-    return parsed.select(
-        "key", "timestamp", "partition", "offset",
-        (e.isNull() | e["_corrupt"].isNotNull()).alias("unparseable"),
-        F.coalesce(e["context"]["library"]["name"], F.lit("unknown")).alias("library"),
-        F.coalesce(e["type"], F.lit("unknown")).alias("event_type"),
-        F.coalesce(e["userId"], e["anonymousId"], F.lit("unknown")).alias("client"),
-    )
+    return df.select("key", "timestamp", "partition", "offset", *event_fields(F.when(wanted, _from_json())))
+
+
+def _from_json() -> Any:
+    from pyspark.sql import functions as F
+
+    return F.from_json(F.col("value").cast("string"), EVENT_SCHEMA_DDL, {"columnNameOfCorruptRecord": "_corrupt"})
+
+
+def event_fields(event: Any) -> list[Any]:
+    """unparseable, library, event_type, client of a parsed event struct (null: unparseable)."""
+    from pyspark.sql import functions as F
+
+    return [
+        (event.isNull() | event["_corrupt"].isNotNull()).alias("unparseable"),
+        F.coalesce(event["context"]["library"]["name"], F.lit("unknown")).alias("library"),
+        F.coalesce(event["type"], F.lit("unknown")).alias("event_type"),
+        F.coalesce(event["userId"], event["anonymousId"], F.lit("unknown")).alias("client"),
+    ]
 
 
 def gap_bucket(gap_s: Any, dedupe_window_s: float) -> Any:
@@ -214,6 +223,10 @@ BREAKDOWNS = ("day", "hour", "library", "event_type")
 _DETAIL = ("hour", "library", "event_type", "unparseable")
 
 
+_GROUPING_SETS = ([*_DETAIL, "keyed"], ["client", "keyed"])
+_PASS_COLUMNS = (*_DETAIL, "keyed", "client", "n", "g_client")
+
+
 def input_pass(input_df: Any, cfg: AuditConfig) -> Any:
     """The one pass over every input record in the window: parse and count, no shuffle of records.
 
@@ -228,8 +241,29 @@ def input_pass(input_df: Any, cfg: AuditConfig) -> Any:
     rows = parse_events(input_df, cfg).where(ts.isNull() | ((ts >= F.lit(cfg.start)) & (ts < F.lit(cfg.end))))
     rows = rows.select(F.date_trunc("hour", ts).alias("hour"), "library", "event_type", "client", "unparseable",
                        (F.col("key").isNotNull() & ts.isNotNull()).alias("keyed"))
-    return rows.groupingSets([[*_DETAIL, "keyed"], ["client", "keyed"]], *_DETAIL, "keyed", "client").agg(
-        F.count(F.lit(1)).alias("n"), F.grouping("client").alias("g_client"))
+    return _count_sets(rows)
+
+
+def _count_sets(rows: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    return rows.groupingSets(list(_GROUPING_SETS), *_DETAIL, "keyed", "client").agg(
+        F.count(F.lit(1)).alias("n"), F.grouping("client").alias("g_client")).select(*_PASS_COLUMNS)
+
+
+def input_pass_from_counts(counts: Any) -> Any:
+    """The input pass's table from an ``audit_input_counts`` source (parsed and counted by pyarrow).
+
+    Its partial counts are summed per group; the few raw records in it (values the fast parser did
+    not accept) are parsed by ``from_json`` and counted by the same grouping sets first.
+    """
+    from pyspark.sql import functions as F
+
+    raw = counts.where(F.col("g_client").isNull()).select(
+        "hour", "keyed", *event_fields(_from_json()))
+    partial = counts.where(F.col("g_client").isNotNull()).select(*_PASS_COLUMNS)
+    both = partial.unionByName(_count_sets(raw))
+    return both.groupBy(*_DETAIL, "keyed", "client", "g_client").agg(F.sum("n").alias("n")).select(*_PASS_COLUMNS)
 
 
 def input_totals(detail: list[Any], dup_detail: list[Any], ids: dict[str, int]) -> dict[str, int]:
@@ -467,7 +501,12 @@ def audit(spark: Any, cfg: AuditConfig) -> AuditResult:
                 dup_detail = (dups.groupBy(*_DETAIL, "bucket").agg(F.count(F.lit(1)).alias("n"))
                               .withColumn("keyed", F.lit(True)).collect())
         with _step("input pass", timings):
-            grouped = input_pass(input_df, cfg).persist(StorageLevel.MEMORY_AND_DISK)
+            # A Parquet export is parsed and counted by pyarrow in the Python workers (~4x cheaper).
+            pass_counts = (load_input_counts(spark, cfg.input, cfg.start, cfg.end)
+                           if isinstance(cfg.input, ExportSource) and cfg.input.format == "parquet"
+                           and raw_input is not None else None)
+            grouped = (input_pass_from_counts(pass_counts) if pass_counts is not None
+                       else input_pass(input_df, cfg)).persist(StorageLevel.MEMORY_AND_DISK)
             cached.append(grouped)
             detail = grouped.where(F.col("g_client") == 1).collect()
             totals = input_totals(detail, dup_detail, counts)

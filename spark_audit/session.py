@@ -9,7 +9,7 @@ from typing import Any
 
 def build_session(master: str = "local[*]", app_name: str = "spark-audit", shuffle_partitions: int = 8,
                   conf: dict[str, str] | None = None) -> Any:
-    """Create (or reuse) a SparkSession and register the ``kafka_confluent`` data source.
+    """Create (or reuse) a SparkSession and register the ``kafka_confluent`` and ``audit_input_counts`` sources.
 
     Spark's Python workers import pyarrow and confluent-kafka, so they must run this project's
     interpreter: for a local master ``PYSPARK_PYTHON`` and ``PYSPARK_DRIVER_PYTHON`` are set to
@@ -19,6 +19,7 @@ def build_session(master: str = "local[*]", app_name: str = "spark-audit", shuff
     from pyspark.sql import SparkSession
 
     from spark_audit.datasource import KafkaDataSource
+    from spark_audit.export_datasource import InputCountsDataSource
 
     for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
         if master.startswith("local"):
@@ -39,4 +40,5 @@ def build_session(master: str = "local[*]", app_name: str = "spark-audit", shuff
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     spark.dataSource.register(KafkaDataSource)
+    spark.dataSource.register(InputCountsDataSource)
     return spark

@@ -94,6 +94,24 @@ def _load_kafka(spark: Any, source: KafkaSource, start: datetime,
     return reader.load(), None
 
 
+def _micros(at: datetime) -> str:
+    return str(int(at.timestamp()) * 1_000_000 + at.microsecond)
+
+
+def load_input_counts(spark: Any, source: ExportSource, start: datetime, end: datetime) -> Any | None:
+    """The input pass's partial counts of a Parquet export's window ``[start, end)`` and untimed records.
+
+    Counted by pyarrow in the Python workers (:mod:`spark_audit.export_datasource`); None when the
+    export does not exist (:func:`load` has already reported it).
+    """
+    if source.format != "parquet":
+        raise AuditError(f"input counts are read from Parquet exports only, not {source.format}")
+    if not Path(source.path).exists() and "://" not in source.path:
+        return None
+    return (spark.read.format("audit_input_counts").option("path", source.path)
+            .option("start_us", _micros(start)).option("end_us", _micros(end)).load())
+
+
 def _load_export(spark: Any, source: ExportSource) -> tuple[Any | None, str | None]:
     from pyspark.sql import functions as F
 

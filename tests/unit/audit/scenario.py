@@ -86,6 +86,50 @@ def build() -> dict[str, list[Record]]:
     return {"input": inp, "output": out, "dlq": dlq}
 
 
+#: Value shapes that the fast parser must read as Jackson does or leave to Spark's ``from_json``.
+ODD_VALUES: list[bytes | None] = [
+    None, b"", b"   ", b"null", b"null {", b"42", b'"text"', b"[1, 2]", b"[]", b"{}", b"{", b"not json {",
+    b'{"type": "track"} trailing', b'{"type": "a"}{"type": "b"}', b'{"type": "a"} null', b'{"type": "a"}\n',
+    b'{\n  "type": "pretty",\n  "userId": "u-nl"\n}', b'{"type": "a",\n"userId": "u"}\n{"type": "b"}',
+    b'{"type": 1}', b'{"type": true}', b'{"type": {"x": 1}}', b'{"userId": ["a"]}', b'{"userId": 12.50}',
+    b'{"type": "a", "type": "b"}', b'{"context": "web"}', b'{"context": {"library": "x"}}',
+    b'{"context": {"library": {"name": 7}}}', b'{"context": {"library": {"name": "n", "name": "m"}}}',
+    b'{"context": null, "userId": null, "anonymousId": "anon-1"}', b"{'type': 'single-quoted'}",
+    b'{"type": "caf\\u00e9", "userId": "\\ud83d\\ude00"}', b'{"type": "\xe9t\xe9"}', b'\xff\xfe{"type": "x"}',
+    b'{"type": "tab\tinside"}', b'{"n": NaN, "type": "nan"}', b'{"n": 1e999, "type": "huge"}',
+    b'{"n": 123456789012345678901234567890, "type": "big"}', b'{"type": "x",}', b'{"type": "x" /* c */}',
+    b'  {"type": "padded"}  ', b'{"type": "nul\\u0000"}', b'{"type": "ok", "properties": {"a": [1, {"b": null}]}}',
+]
+
+
+def odd_event(i: int) -> bytes:
+    """A well-formed event for the fast-parser tests (type, client and library vary with ``i``)."""
+    return json.dumps({"messageId": f"m-{i}", "type": ["track", "page"][i % 2], "userId": f"u-{i % 7}",
+                       "context": {"library": {"name": f"lib-{i % 3}"}}}).encode()
+
+
+def odd_records() -> list[Record]:
+    """Events with every odd value shape in between, and keys/timestamps of every kind."""
+    at = START + timedelta(hours=2)
+    # 16 well-formed events before each odd value: the chunk cutting isolates every odd value in a
+    # small chunk, so each one the fast parser accepts is compared with Jackson's reading of it.
+    records: list[Record] = []
+    for j, value in enumerate(ODD_VALUES):
+        records += [Record(f"m-{16 * j + i}".encode(), odd_event(16 * j + i), at + timedelta(minutes=i))
+                    for i in range(16)]
+        records.append(Record(f"odd-{j}".encode(), value, at + timedelta(seconds=j)))
+    records += [
+        Record(None, odd_event(900), at),  # keyless
+        Record(b"x" * 201, odd_event(901), at),  # over 200 bytes: no messageId
+        Record(b"\xff\xfe-bad-utf8", odd_event(902), at),  # not UTF-8: no messageId
+        Record(b"untimed", odd_event(903), None),
+        Record(b"untimed-null", None, None),
+        Record(b"before", b"not json", START - timedelta(seconds=1)),  # outside the window
+        Record(b"after", odd_event(904), END),
+    ]
+    return records
+
+
 def untimed() -> Record:
     """A record without timestamp (exports only: a broker always has one)."""
     return Record(b"no-ts", event("no-ts", 9), None)
