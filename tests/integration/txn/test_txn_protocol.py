@@ -14,7 +14,9 @@ from kafka.protocol.consumer import OffsetFetchRequest
 from kafka.protocol.producer import (
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
     EndTxnRequest,
+    EndTxnResponse,
     InitProducerIdRequest,
     ProduceRequest,
     TxnOffsetCommitRequest,
@@ -159,3 +161,46 @@ def test_offset_fetch_require_stable_while_a_transactional_commit_is_pending(ads
         assert fetch(c, False) == (0, -1)  # not visible before the commit
         assert end_txn(c, "s", pid, epoch, True) == 0
         assert fetch(c, True) == (0, 7)
+
+
+CONCURRENT_TRANSACTIONS = 51
+
+
+def _frame(client: RawClient, request: Any, version: int) -> bytes:
+    """``request`` encoded and framed as ``RawClient.send`` would, without sending it."""
+    client.correlation_id += 1
+    request.API_VERSION = version
+    request.with_header(correlation_id=client.correlation_id, client_id=client.client_id)
+    return bytes(request.encode(version=version, header=True, framed=True))
+
+
+def test_pipelined_add_partitions_after_end_txn_gets_concurrent_transactions_then_succeeds(
+        ads_broker: BrokerProcess, topic_name: str) -> None:
+    """EndTxn is answered once PrepareCommit is written; the markers follow on the event loop.
+    An AddPartitionsToTxn sent in the same write as the EndTxn is handled right after it on the
+    connection, before the markers: CONCURRENT_TRANSACTIONS. The retry succeeds, and the first
+    transaction is committed in full."""
+    create_topic(ads_broker.bootstrap, topic_name, 1)
+    with RawClient(ads_broker.bootstrap) as c:
+        r = init(c, "pipe")
+        pid, epoch = r.producer_id, r.producer_epoch
+        assert add_partitions(c, "pipe", pid, epoch, topic_name) == 0
+        assert produce(c, "pipe", topic_name, txn_batch(pid, epoch, 0, b"first")) == (0, 0)
+        add = AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id="pipe", v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
+            v3_and_below_topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=topic_name, partitions=[0])])
+        c.send_bytes(_frame(c, EndTxnRequest(transactional_id="pipe", producer_id=pid, producer_epoch=epoch,
+                                             committed=True), 3) + _frame(c, add, 3))
+        end_frame, add_frame = c.recv_frame(), c.recv_frame()
+        assert EndTxnResponse[3].decode(end_frame[5:]).error_code == 0  # flexible: 5-byte response header
+        add_resp = AddPartitionsToTxnResponse[3].decode(add_frame[5:])
+        assert add_resp.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code \
+            == CONCURRENT_TRANSACTIONS
+        assert add_partitions(c, "pipe", pid, epoch, topic_name) == 0  # the client's retry
+        assert produce(c, "pipe", topic_name, txn_batch(pid, epoch, 1, b"second")) == (0, 2)  # after the marker
+        part = c.request(fetch_request(topic_name, 0, max_wait_ms=0, isolation_level=1), 12).responses[0]\
+            .partitions[0]
+        assert part.last_stable_offset == 2  # first transaction and its COMMIT marker; the second is open
+        assert b"first" in bytes(part.records) and b"second" not in bytes(part.records)
+        assert part.aborted_transactions in ([], None)
+        assert end_txn(c, "pipe", pid, epoch, True) == 0
