@@ -40,6 +40,7 @@ from ads_broker.log.cleaner_io import (
     RecordInfo,
     copy_range,
     key_digest,
+    map_records_in,
     pread_into,
     records_in,
     records_streamed,
@@ -330,7 +331,11 @@ class LogCleaner:
                 plan.stats.seconds_throttled += throttler.add(header.size)
                 if header.is_control or _is_aborted(header, plan.aborted):
                     continue
-                if not _map_batch(offset_map, plan.first_dirty, header, partial(_records, fd, pos, header, off, io)):
+                if header.compression == 0 and off >= 0 and \
+                        offset_map.size + header.records_count <= offset_map.max_entries:
+                    map_records_in(io.read, off, header, offset_map.put_digest, plan.first_dirty)  # cannot fill up
+                elif not _map_batch(offset_map, plan.first_dirty, header,
+                                    partial(_records, fd, pos, header, off, io)):
                     plan.stats.map_full = True
                     return header.base_offset  # a full map cleans the prefix it covers
         return plan.upper

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ads_broker.exceptions import CorruptRecordError
@@ -189,6 +189,55 @@ def records_in(buf: bytearray, off: int, header: BatchHeader) -> Iterator[Record
         raise CorruptRecordError(f"batch at offset {base_offset} has {batch_end - pos} bytes after its records")
 
 
+def map_records_in(buf: bytearray, off: int, header: BatchHeader, put: Callable[[bytes, int], object],
+                   first_dirty: int) -> None:
+    """The map pass's hot loop: ``put(md5(key), offset)`` for every keyed record at or after
+    ``first_dirty`` of the uncompressed batch at ``buf[off:]`` (the walk of ``records_in`` without
+    the per-record tuple; timestamps and values are skipped, not decoded)."""
+    view = memoryview(buf)
+    md5 = hashlib.md5
+    base_offset = header.base_offset
+    pos = off + RECORD_BATCH_OVERHEAD
+    batch_end = off + header.size
+    for _ in range(header.records_count):
+        start = pos
+        b = buf[pos]
+        if b < 0x80:
+            raw, pos = b, pos + 1
+        elif buf[pos + 1] < 0x80:
+            raw, pos = (b & 0x7F) | (buf[pos + 1] << 7), pos + 2
+        else:
+            raw, pos = _raw_varint(buf, pos)
+        end = pos + ((raw >> 1) ^ -(raw & 1))
+        if end - pos < 6 or end > batch_end:
+            raise CorruptRecordError(f"batch at offset {base_offset} has a malformed record at byte {start - off}")
+        pos += 1  # attributes
+        while buf[pos] & 0x80:  # timestamp delta: not needed here
+            pos += 1
+        pos += 1
+        b = buf[pos]
+        if b < 0x80:
+            raw, pos = b, pos + 1
+        elif buf[pos + 1] < 0x80:
+            raw, pos = (b & 0x7F) | (buf[pos + 1] << 7), pos + 2
+        else:
+            raw, pos = _raw_varint(buf, pos)
+        offset = base_offset + ((raw >> 1) ^ -(raw & 1))
+        b = buf[pos]
+        if b < 0x80:
+            raw, pos = b, pos + 1
+        elif buf[pos + 1] < 0x80:
+            raw, pos = (b & 0x7F) | (buf[pos + 1] << 7), pos + 2
+        else:
+            raw, pos = _raw_varint(buf, pos)
+        if not raw & 1 and offset >= first_dirty:  # keyed, and in the dirty range
+            digest = md5(view[pos : pos + (raw >> 1)], usedforsecurity=False).digest()
+            put(digest if digest != _EMPTY_DIGEST else _nonzero(digest), offset)
+        pos = end
+    if pos != batch_end:
+        raise CorruptRecordError(f"batch at offset {base_offset} has {batch_end - pos} bytes after its records")
+
+
 class _Window:
     """Random access to a file range through a fixed buffer (refilled on a miss)."""
 
@@ -300,5 +349,5 @@ def _write_all(fd: int, view: memoryview) -> None:
         written += os.write(fd, view[written:])
 
 
-__all__ = ["IoBuffers", "Output", "RecordInfo", "copy_range", "key_digest", "pread_into", "records_in",
-           "records_streamed", "scan_batches"]
+__all__ = ["IoBuffers", "Output", "RecordInfo", "copy_range", "key_digest", "map_records_in", "pread_into",
+           "records_in", "records_streamed", "scan_batches"]
