@@ -208,6 +208,7 @@ class PartitionWorker:
             extra["transactional.id"] = f"{self.cfg.group}-{self.cfg.input_topic}-{self.partition}"
         else:  # no delivery report (a Message object and a callback) per record, only per failure
             extra["delivery.report.only.error"] = True
+            extra["on_delivery"] = self._on_delivery_error
         producer = Producer(producer_config(self.cfg.bootstrap, self.cfg.kafka, **extra))
         if self.cfg.exactly_once == "transactional":
             producer.init_transactions(self.cfg.delivery_timeout_s)  # fences any zombie with this id
@@ -329,7 +330,7 @@ class PartitionWorker:
             if err is not None:
                 failures.append(str(err))
 
-        self._produce_new(split, self._on_delivery_error)
+        self._produce_new(split, None)
         self._produce_side(split, on_side)
         return InFlight(records, split, records[-1].offset() + 1, started, failures, set(split.new_keys))
 
@@ -337,40 +338,44 @@ class PartitionWorker:
         if err is not None:
             self._delivery_errors.append(f"{msg.topic()}[{msg.partition()}]@{msg.offset()}: {err}")
 
-    def _produce_new(self, split: Split, on_output: Callable[[Any, Any], None]) -> None:
+    def _produce_new(self, split: Split, on_output: Callable[[Any, Any], None] | None) -> None:
         """Produce the new records to output partition p (hot path: headers built inline; a record
-        too large to publish with our headers becomes a dead letter and is not recorded as seen)."""
+        too large to publish with our headers becomes a dead letter and is not recorded as seen).
+        ``on_output`` None: the producer's default callback (reconcile mode: failures only)."""
         produce = self._producer.produce
         topic, partition, hpart = self.cfg.output_topic, self.partition, self._h_partition
         half = len(split.new) // 2 if self.faults.point == "mid_produce" else -1
-        kept_keys: list[bytes] = []
-        kept: list[Any] = []
         first_seen = split.first_seen = []
         stamp = first_seen.append
-        too_large = False
-        for i, (key, msg) in enumerate(zip(split.new_keys, split.new, strict=True)):
+        dropped: list[int] = []
+        for i, msg in enumerate(split.new):
             if i == half and half:
                 self._producer.flush(self.cfg.delivery_timeout_s)
                 self.faults.hit("mid_produce", self._batches)
             src = msg.headers()
-            off = (H_SOURCE_OFFSET, b"%d" % msg.offset())
-            headers = [*src, hpart, off] if src else [hpart, off]
+            headers = [hpart, (H_SOURCE_OFFSET, b"%d" % msg.offset())]
+            if src:
+                headers = [*src, *headers]
             ts = msg.timestamp()[1]
             if ts < 0:
                 ts = 0
             try:
-                produce(topic, value=msg.value(), key=msg.key(), partition=partition, headers=headers,
-                        timestamp=ts, on_delivery=on_output)
+                if on_output is None:
+                    produce(topic, value=msg.value(), key=msg.key(), partition=partition, headers=headers,
+                            timestamp=ts)
+                else:
+                    produce(topic, value=msg.value(), key=msg.key(), partition=partition, headers=headers,
+                            timestamp=ts, on_delivery=on_output)
             except (BufferError, KafkaException):  # queue full or too large: the careful path
                 if not self._produce(topic, partition, msg, [], on_output):
                     split.dead.append((msg, TOO_LARGE))
-                    too_large = True
+                    dropped.append(i)
                     continue
-            kept_keys.append(key)
-            kept.append(msg)
             stamp(ts)
-        if too_large or len(kept) != len(split.new):
-            split.new_keys, split.new = kept_keys, kept
+        if dropped:
+            gone = set(dropped)
+            split.new_keys = [k for i, k in enumerate(split.new_keys) if i not in gone]
+            split.new = [m for i, m in enumerate(split.new) if i not in gone]
 
     def _produce_side(self, split: Split, on_side: Callable[[Any, Any], None]) -> None:
         for msg, reason in split.dead:
@@ -460,7 +465,7 @@ class PartitionWorker:
         if transactional:
             self._producer.begin_transaction()
         try:
-            self._produce_new(split, reports.__setitem__ if reports is not None else self._on_delivery_error)
+            self._produce_new(split, reports.__setitem__ if reports is not None else None)
             self._produce_side(split, on_side)
             output_next = self._await(split, failures, reports)
             if transactional:
@@ -476,7 +481,7 @@ class PartitionWorker:
         return output_next
 
     def _produce(self, topic: str, partition: int, msg: Any, extra: list[tuple[str, bytes | None]],
-                 callback: Callable[[Any, Any], None], truncate: bool = False) -> bool:
+                 callback: Callable[[Any, Any], None] | None, truncate: bool = False) -> bool:
         """Produce one record (waiting for queue space); False if it is too large to produce."""
         value = msg.value()
         if truncate:
