@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from dedupe_worker.config import WorkerConfig
 from dedupe_worker.exceptions import ReconcileError
 from dedupe_worker.kafka import consumer_config
-from dedupe_worker.keys import uuid_key
+from dedupe_worker.keys import uuid_keys
 from dedupe_worker.records import source_offset, store_key
 from dedupe_worker.store.base import StoreMeta
 from dedupe_worker.store.rocksdb import RocksDBStore
@@ -27,6 +27,9 @@ from dedupe_worker.store.rocksdb import RocksDBStore
 log = structlog.get_logger("dedupe_worker.reconcile")
 
 CHUNK = 20_000
+#: A replay reads one partition from an offset to its end as fast as it can: large fetches (the
+#: 1 MB per-partition default is ~2 500 records a round trip) and no wait for more data.
+RECONCILE_FETCH = {"max.partition.fetch.bytes": 16 * 1024 * 1024, "fetch.wait.max.ms": 5}
 
 
 @dataclass(frozen=True)
@@ -48,9 +51,8 @@ def apply_output_records(store: RocksDBStore, records: list[Any]) -> int:
         if src is not None:
             input_next = src + 1
             break
-    for msg in records:
-        raw = msg.key()
-        key = uuid_key(raw) if raw else None  # the common case, without the value or a decode
+    raws = [msg.key() for msg in records]
+    for msg, raw, key in zip(records, raws, uuid_keys(raws), strict=True):
         if key is None:
             key, reason = store_key(raw, msg.value())
             if key is None:
@@ -60,7 +62,8 @@ def apply_output_records(store: RocksDBStore, records: list[Any]) -> int:
             ts = msg.timestamp()[1]
             batch[key] = ts if ts > 0 else 0
     keys = list(batch)
-    new = [k for k, present in zip(keys, store.contains(keys), strict=True) if not present]
+    # Sorted: a run of ascending keys inserts into the memtable skiplist with fewer cache misses.
+    new = sorted(k for k, present in zip(keys, store.contains(keys), strict=True) if not present)
     store.record(new, [batch[k] for k in new], input_offset=input_next,
                  output_offset=records[-1].offset() + 1)
     return len(new)
@@ -71,7 +74,7 @@ def reconcile(store: RocksDBStore, cfg: WorkerConfig, partition: int, *, idle_ti
     """Read output partition ``partition`` from ``store.meta().output_offset`` to its end."""
     isolation = "read_committed" if cfg.exactly_once == "transactional" else "read_uncommitted"
     conf = consumer_config(cfg.bootstrap, f"{cfg.group}.reconcile", cfg.kafka, **{
-        "enable.partition.eof": True, "isolation.level": isolation})
+        "enable.partition.eof": True, "isolation.level": isolation, **RECONCILE_FETCH})
     consumer = Consumer(conf)
     start = store.meta().output_offset
     consumer.assign([TopicPartition(cfg.output_topic, partition, start)])

@@ -41,7 +41,7 @@ from dedupe_worker.config import WorkerConfig
 from dedupe_worker.exceptions import DedupeError, DeliveryError, StoreError
 from dedupe_worker.faults import FaultHook
 from dedupe_worker.kafka import consumer_config, partition_counts, producer_config
-from dedupe_worker.keys import uuid_key
+from dedupe_worker.keys import uuid_keys
 from dedupe_worker.metrics import ROCKSDB_TICKERS, WorkerMetrics
 from dedupe_worker.reconcile import reconcile
 from dedupe_worker.records import (
@@ -86,9 +86,9 @@ def split_batch(records: list[Any], contains: Callable[[list[bytes]], list[bool]
     first: dict[bytes, Any] = {}
     duplicates: list[tuple[Any, str]] = []
     dead: list[tuple[Any, str]] = []
-    for msg in records:
-        raw = msg.key()
-        key = uuid_key(raw) if raw else None  # the common case, without the value or a decode
+    raws = [msg.key() for msg in records]
+    # The common case (canonical UUID keys) for the whole batch at once, without values or decodes.
+    for msg, raw, key in zip(records, raws, uuid_keys(raws), strict=True):
         if key is None:
             key, reason = store_key(raw, msg.value())
             if key is None:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dedupe_worker.keys import decode_message_id, encode_message_id, uuid_key
+from dedupe_worker.keys import decode_message_id, encode_message_id, uuid_key, uuid_keys
 from dedupe_worker.records import DeadLetterReason, classify, source_offset, store_key, with_source
 
 
@@ -104,3 +104,14 @@ def _mutated_uuids() -> st.SearchStrategy[bytes]:
 def test_uuid_fast_path_accepts_exactly_the_canonical_form(raw: bytes) -> None:
     expected = uuid.UUID(raw.decode()).bytes if _CANONICAL.fullmatch(raw) else None
     assert uuid_key(raw) == expected
+
+
+@given(st.lists(st.one_of(st.none(), st.binary(max_size=40), st.uuids().map(lambda u: str(u).encode()),
+                          _mutated_uuids()), max_size=30))
+def test_batch_uuid_keys_agree_with_the_single_key_path(raws: list[bytes | None]) -> None:
+    assert uuid_keys(raws) == [uuid_key(r) if r else None for r in raws]
+
+
+@given(st.lists(st.one_of(st.uuids().map(lambda u: str(u).encode()), _mutated_uuids()), min_size=1, max_size=30))
+def test_batch_uuid_keys_of_36_byte_keys_take_the_vectorised_path(raws: list[bytes]) -> None:
+    assert uuid_keys(raws) == [uuid_key(r) for r in raws]
