@@ -79,6 +79,35 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def python_workers_cpu_s(jvm: int) -> float:
+    """CPU seconds of the JVM's descendant processes (Spark's Python workers), live and reaped."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(proc.name)] = int(fields[1])
+        times[int(proc.name)] = sum(int(f) for f in fields[11:15]) / tick  # utime stime cutime cstime
+    jvm_fields = Path(f"/proc/{jvm}/stat").read_text().rsplit(")", 1)[1].split()
+    total = (int(jvm_fields[13]) + int(jvm_fields[14])) / tick  # children the JVM reaped
+
+    def descends(pid: int) -> bool:
+        for _ in range(8):
+            pid = parents.get(pid, 0)
+            if pid == jvm:
+                return True
+            if pid <= 1:
+                return False
+        return False
+
+    return total + sum(t for pid, t in times.items() if descends(pid))
+
+
 def driver_jvm_pid() -> int | None:
     """The java child of this process (the driver JVM that pyspark launched)."""
     me = str(os.getpid())
@@ -123,11 +152,13 @@ def main() -> None:
     )
     jvm = driver_jvm_pid()
     cpu0 = cpu_s(jvm) if jvm else 0.0
+    py0 = python_workers_cpu_s(jvm) if jvm else 0.0
     t2 = time.monotonic()
     result_ = run_config(cfg, spark=spark)
     report = result_.report
     audit_s = time.monotonic() - t2
     audit_cpu_s = cpu_s(jvm) - cpu0 if jvm else None
+    workers_cpu_s = python_workers_cpu_s(jvm) - py0 if jvm else None
     result = {
         "events": args.events, "master": args.master, "session_start_s": round(session_s, 1),
         "generate_s": round(generate_s, 1), "audit_s": round(audit_s, 1),
@@ -135,6 +166,8 @@ def main() -> None:
         # CPU seconds the driver JVM (where local-mode executors run) spent on the audit: on a
         # shared machine the wall time depends on the neighbours' load, this does much less.
         "audit_jvm_cpu_s": round(audit_cpu_s, 1) if audit_cpu_s is not None else None,
+        # The Python workers (the pyarrow input pass runs there): CPU outside the JVM.
+        "audit_python_workers_cpu_s": round(workers_cpu_s, 1) if workers_cpu_s is not None else None,
         "load_average_1m": os.getloadavg()[0],
         "steps_s": result_.timings,
         "peak_rss_mb": {"driver_python": round(peak_rss_mb(os.getpid())),

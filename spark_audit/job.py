@@ -118,14 +118,18 @@ def _from_json() -> Any:
 
 def event_fields(event: Any) -> list[Any]:
     """unparseable, library, event_type, client of a parsed event struct (null: unparseable)."""
+    return [expr.alias(name) for name, expr in _event_exprs(event).items()]
+
+
+def _event_exprs(event: Any) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
-    return [
-        (event.isNull() | event["_corrupt"].isNotNull()).alias("unparseable"),
-        F.coalesce(event["context"]["library"]["name"], F.lit("unknown")).alias("library"),
-        F.coalesce(event["type"], F.lit("unknown")).alias("event_type"),
-        F.coalesce(event["userId"], event["anonymousId"], F.lit("unknown")).alias("client"),
-    ]
+    return {
+        "unparseable": event.isNull() | event["_corrupt"].isNotNull(),
+        "library": F.coalesce(event["context"]["library"]["name"], F.lit("unknown")),
+        "event_type": F.coalesce(event["type"], F.lit("unknown")),
+        "client": F.coalesce(event["userId"], event["anonymousId"], F.lit("unknown")),
+    }
 
 
 def gap_bucket(gap_s: Any, dedupe_window_s: float) -> Any:
@@ -254,16 +258,31 @@ def _count_sets(rows: Any) -> Any:
 def input_pass_from_counts(counts: Any) -> Any:
     """The input pass's table from an ``audit_input_counts`` source (parsed and counted by pyarrow).
 
-    Its partial counts are summed per group; the few raw records in it (values the fast parser did
-    not accept) are parsed by ``from_json`` and counted by the same grouping sets first.
+    Its partial counts are summed per group; each of the few raw records in it (values the fast
+    parser did not accept) is parsed by ``from_json`` and counted once in each grouping set, as
+    :func:`input_pass` counts it. One scan of the source (a union of two filters would read it twice).
     """
     from pyspark.sql import functions as F
 
-    raw = counts.where(F.col("g_client").isNull()).select(
-        "hour", "keyed", *event_fields(_from_json()))
-    partial = counts.where(F.col("g_client").isNotNull()).select(*_PASS_COLUMNS)
-    both = partial.unionByName(_count_sets(raw))
-    return both.groupBy(*_DETAIL, "keyed", "client", "g_client").agg(F.sum("n").alias("n")).select(*_PASS_COLUMNS)
+    raw = F.col("g_client").isNull()
+    parsed = _event_exprs(F.when(raw, _from_json()))
+    none = {"hour": "timestamp", "library": "string", "event_type": "string", "unparseable": "boolean",
+            "client": "string"}
+
+    def row(**given: Any) -> Any:
+        def column(c: str) -> Any:
+            if c in given:
+                return given[c]
+            return F.col(c) if c in ("keyed", "n") else F.lit(None).cast(none[c])
+
+        return F.struct(*(column(c).alias(c) for c in _PASS_COLUMNS))
+
+    detail = row(hour=F.col("hour"), library=parsed["library"], event_type=parsed["event_type"],
+                 unparseable=parsed["unparseable"], g_client=F.lit(1))
+    per_client = row(client=parsed["client"], g_client=F.lit(0))
+    rows = counts.select(F.explode(F.when(raw, F.array(detail, per_client))
+                                   .otherwise(F.array(F.struct(*_PASS_COLUMNS)))).alias("r")).select("r.*")
+    return rows.groupBy(*_DETAIL, "keyed", "client", "g_client").agg(F.sum("n").alias("n")).select(*_PASS_COLUMNS)
 
 
 def input_totals(detail: list[Any], dup_detail: list[Any], ids: dict[str, int]) -> dict[str, int]:
