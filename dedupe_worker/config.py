@@ -82,17 +82,24 @@ GENERATIONS = 4
 BYTES_PER_KEY = 30  # measured 19-27 B/key on disk (docs/WORKER.md); a conservative divisor
 
 
-def default_generation_keys(aging: AgingConfig) -> int:
-    """A quarter of the aging bound, so aging drops 25 % of the window at a time and a lookup
-    probes at most about five generations; one generation when nothing bounds the store."""
+def window_keys(aging: AgingConfig) -> int | None:
+    """The most keys aging keeps per partition (the tighter of max_keys and max_bytes / 30 B);
+    None when nothing bounds the store."""
     bounds = []
     if aging.max_keys is not None:
         bounds.append(aging.max_keys)
     if aging.max_bytes is not None:
         bounds.append(aging.max_bytes // BYTES_PER_KEY)
-    if not bounds:
+    return max(1, min(bounds)) if bounds else None
+
+
+def default_generation_keys(aging: AgingConfig) -> int:
+    """A quarter of the aging bound, so aging drops 25 % of the window at a time and a lookup
+    probes at most about five generations; one generation when nothing bounds the store."""
+    bound = window_keys(aging)
+    if bound is None:
         return 2**62
-    return max(1, min(bounds) // GENERATIONS)
+    return max(1, bound // GENERATIONS)
 
 
 class WorkerConfig(BaseSettings):

@@ -4,7 +4,7 @@ One consumer subscribes to the input with ``cooperative-sticky``; each assigned 
 :class:`PartitionWorker` that shares the consumer. A partition gained in a rebalance is prepared
 before it is consumed: its store is opened (or created empty when this host has no local state)
 and reconciled from the output partition — for a new store that rebuilds it from the output
-topic (everything the output still retains; aging then trims it to the configured bound). A
+topic's last window (the aging bound's worth of records; :mod:`dedupe_worker.reconcile`). A
 revoked partition finishes nothing in flight (callbacks run inside ``consume()``, between
 batches), flushes its store and closes its producer.
 

@@ -5,6 +5,13 @@ a lost volume) but never ahead of it. Reading the output partition from the reco
 offset to its end, inserting every messageId found and advancing the input position from the
 ``dedupe.source.offset`` headers brings the store level with the output before any new input is
 consumed. The end is found by ``PARTITION_EOF`` (tansu's high watermark is wrong).
+
+A store without local state (a new volume, a partition gained in a rebalance, a deleted
+directory) is rebuilt from the output's *last window* only: the last ``window_keys`` records (the
+aging bound: a partition never keeps more keys), extended back to the first record of the last
+``min_window_s`` when that floor is set, or the whole retained output when nothing bounds the
+store. Older ids would be aged out right away. The window is found with the output's watermarks
+and ``offsets_for_times`` (Kafka's ListOffsets; correct on Kafka and ads-broker, not on tansu).
 """
 
 from __future__ import annotations
@@ -14,9 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from dedupe_worker.config import WorkerConfig
+from dedupe_worker.config import WorkerConfig, window_keys
 from dedupe_worker.exceptions import ReconcileError
 from dedupe_worker.kafka import consumer_config
 from dedupe_worker.keys import uuid_keys
@@ -69,6 +76,28 @@ def apply_output_records(store: RocksDBStore, records: list[Any]) -> int:
     return len(new)
 
 
+def window_start(consumer: Any, cfg: WorkerConfig, partition: int, timeout_s: float = 10.0) -> int:
+    """First output offset of the last window (see the module docstring)."""
+    tp = TopicPartition(cfg.output_topic, partition)
+    try:
+        low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s)
+    except KafkaException as e:
+        raise ReconcileError(f"cannot read the offsets of output {cfg.output_topic}[{partition}]: {e}") from e
+    bound = window_keys(cfg.aging)
+    if bound is None:
+        return int(low)
+    start = max(low, high - bound)
+    if cfg.aging.min_window_s > 0 and start > low:
+        since_ms = int((time.time() - cfg.aging.min_window_s) * 1000)
+        found = consumer.offsets_for_times([TopicPartition(cfg.output_topic, partition, since_ms)],
+                                           timeout=timeout_s)[0]
+        if found.error is None and found.offset >= 0:  # -1: no record that recent
+            start = max(low, min(start, found.offset))
+    log.info("rebuilding the store from the output's last window", partition=partition, first_offset=start,
+             end_offset=high, window_keys=bound, min_window_s=cfg.aging.min_window_s)
+    return int(start)
+
+
 def reconcile(store: RocksDBStore, cfg: WorkerConfig, partition: int, *, idle_timeout_s: float = 60.0,
               on_records: Any = None) -> ReconcileResult:
     """Read output partition ``partition`` from ``store.meta().output_offset`` to its end."""
@@ -77,6 +106,8 @@ def reconcile(store: RocksDBStore, cfg: WorkerConfig, partition: int, *, idle_ti
         "enable.partition.eof": True, "isolation.level": isolation, **RECONCILE_FETCH})
     consumer = Consumer(conf)
     start = store.meta().output_offset
+    if start == 0 and store.meta().sequence == 0:  # no local state: rebuild the last window
+        start = window_start(consumer, cfg, partition)
     consumer.assign([TopicPartition(cfg.output_topic, partition, start)])
     total = inserted = 0
     last_progress = time.monotonic()
