@@ -17,7 +17,10 @@ in groups (<= segment.bytes) and swapped in crash-safely by ``Log.replace_segmen
 rewrite happen without the partition lock (cleaned segments are immutable); the swap takes it and
 gives up if retention changed the segments meanwhile. I/O is throttled to
 ``log.cleaner.io.max.bytes.per.second``; the map never holds more than
-``log.cleaner.dedupe.buffer.size`` bytes (a full map cleans the prefix it covers).
+``log.cleaner.dedupe.buffer.size`` bytes (a full map cleans the prefix it covers), and every read
+and write of a pass (map pass, rewrite, index rebuild after the swap) goes through two buffers
+sized from ``log.cleaner.io.buffer.size`` (``cleaner_io``), so a pass allocates at most dedupe
+buffer + io buffer; only a compressed batch is decoded whole, as Kafka grows its buffers for one.
 """
 
 from __future__ import annotations
