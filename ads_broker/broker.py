@@ -83,6 +83,7 @@ class Broker:
         self.cleaner = LogCleaner(
             self._partitions_snapshot,
             buffer_bytes=int(config["log.cleaner.dedupe.buffer.size"]),
+            io_buffer_bytes=int(config["log.cleaner.io.buffer.size"]),
             io_max_bytes_per_second=float(config["log.cleaner.io.max.bytes.per.second"]),
             backoff_ms=int(config["log.cleaner.backoff.ms"]))
         self.fetch_waiters: set[asyncio.Future[None]] = set()

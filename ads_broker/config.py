@@ -70,6 +70,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("log.cleaner.enable", _bool, True, doc="run the log cleaner (compaction) thread"),
     Setting("log.cleaner.dedupe.buffer.size", int, 134217728, 1024,
             doc="bytes of the cleaner's key->offset map (24 bytes per key); a full map cleans a prefix"),
+    Setting("log.cleaner.io.buffer.size", int, 524288, 0,
+            doc="bytes of the cleaner's I/O buffers (read and write buffer a quarter each, the rest for the pass's "
+                "other allocations); a pass allocates at most dedupe.buffer.size + this"),
     Setting("log.cleaner.io.max.bytes.per.second", float, 1.7976931348623157e308, 1,
             doc="cleaner I/O throttle (bytes read plus written per second)"),
     Setting("log.cleaner.backoff.ms", int, 15000, 0, doc="cleaner sleep when no log is cleanable"),
