@@ -470,7 +470,8 @@ def audit(spark: Any, cfg: AuditConfig) -> AuditResult:
     worth a second look (cached, small); (2) the records of retried ids, parsed and ordered per id:
     the duplicates with their retry gaps and breakdown fields (cached, small); (3) one pass over
     the window's input events: parse and one grouping-sets aggregation for the totals and every
-    breakdown, no join and no record shuffle; (4) the output's timestamp column for its count.
+    breakdown, no join and no record shuffle (for a Parquet export: parsed and partially counted by
+    pyarrow in the Python workers, summed in Spark); (4) the output's timestamp column for its count.
     Leaks and missing ids re-read only their own ids' records, and only if there are any. No
     global sort anywhere; only aggregates reach the driver.
     """
