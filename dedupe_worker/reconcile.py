@@ -59,19 +59,23 @@ def apply_output_records(store: RocksDBStore, records: list[Any]) -> int:
             input_next = src + 1
             break
     raws = [msg.key() for msg in records]
-    for msg, raw, key in zip(records, raws, uuid_keys(raws), strict=True):
-        if key is None:
-            key, reason = store_key(raw, msg.value())
+    fast = uuid_keys(raws)
+    if None not in fast:  # every key a canonical UUID (the worker's output, normally): no Python loop
+        stamps = [msg.timestamp()[1] for msg in records]
+        batch = dict(zip(reversed(fast), reversed(stamps), strict=True))  # type: ignore[arg-type]  # first copy wins
+    else:
+        for msg, raw, key in zip(records, raws, fast, strict=True):
             if key is None:
-                log.error("output record without messageId", offset=msg.offset(), reason=str(reason))
-                continue
-        if key not in batch:
-            ts = msg.timestamp()[1]
-            batch[key] = ts if ts > 0 else 0
+                key, reason = store_key(raw, msg.value())
+                if key is None:
+                    log.error("output record without messageId", offset=msg.offset(), reason=str(reason))
+                    continue
+            if key not in batch:
+                batch[key] = msg.timestamp()[1]
     keys = list(batch)
     # Sorted: a run of ascending keys inserts into the memtable skiplist with fewer cache misses.
     new = sorted(k for k, present in zip(keys, store.contains(keys), strict=True) if not present)
-    store.record(new, [batch[k] for k in new], input_offset=input_next,
+    store.record(new, [max(batch[k], 0) for k in new], input_offset=input_next,
                  output_offset=records[-1].offset() + 1)
     return len(new)
 
