@@ -83,30 +83,39 @@ class Split:
 
 def split_batch(records: list[Any], contains: Callable[[list[bytes]], list[bool]]) -> Split:
     """Classify ``records`` (input order kept) and dedupe them within the batch and against the store."""
-    first: dict[bytes, Any] = {}
-    duplicates: list[tuple[Any, str]] = []
-    dead: list[tuple[Any, str]] = []
     raws = [msg.key() for msg in records]
     # The common case (canonical UUID keys) for the whole batch at once, without values or decodes.
-    for msg, raw, key in zip(records, raws, uuid_keys(raws), strict=True):
-        if key is None:
-            key, reason = store_key(raw, msg.value())
+    fast = uuid_keys(raws)
+    if None not in fast and len(dict.fromkeys(fast)) == len(fast):  # and no repeat inside the batch
+        keys: list[bytes] = fast  # type: ignore[assignment]
+        firsts = list(records)
+        duplicates: list[tuple[Any, str]] = []
+        dead: list[tuple[Any, str]] = []
+    else:
+        first: dict[bytes, Any] = {}
+        duplicates, dead = [], []
+        for msg, raw, key in zip(records, raws, fast, strict=True):
             if key is None:
-                dead.append((msg, str(reason)))
-                continue
-        if key in first:
-            duplicates.append((msg, "in_batch"))
-        else:
-            first[key] = msg
-    keys = list(first)
+                key, reason = store_key(raw, msg.value())
+                if key is None:
+                    dead.append((msg, str(reason)))
+                    continue
+            if key in first:
+                duplicates.append((msg, "in_batch"))
+            else:
+                first[key] = msg
+        keys, firsts = list(first), list(first.values())
+    hits = contains(keys)
+    if True not in hits:  # nothing stored yet: every first copy is new
+        return Split(keys, firsts, duplicates, dead)
     new_keys: list[bytes] = []
     new: list[Any] = []
-    for key, present in zip(keys, contains(keys), strict=True):
+    for key, msg, present in zip(keys, firsts, hits, strict=True):
         if present:
-            duplicates.append((first[key], "in_store"))
+            duplicates.append((msg, "in_store"))
         else:
             new_keys.append(key)
-            new.append(first[key])
+            new.append(msg)
     return Split(new_keys, new, duplicates, dead)
 
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dedupe_worker.config import load_config, parse_partitions
 from dedupe_worker.exceptions import ConfigError
@@ -89,6 +92,30 @@ def test_split_batch_dedupes_in_batch_and_against_the_store() -> None:
     assert sorted((r.off, why) for r, why in split.duplicates) == [(1, "in_store"), (2, "in_batch"),
                                                                    (5, "in_batch")]
     assert [(r.off, why) for r, why in split.dead] == [(3, "invalid_json")]
+
+
+@given(st.lists(st.integers(0, 9), max_size=40), st.sets(st.integers(0, 9)))
+def test_split_batch_of_uuid_keys_agrees_with_a_model(picks: list[int], stored_picks: set[int]) -> None:
+    """All-UUID batches take a loop-free path when nothing repeats inside the batch; whichever
+    path runs, the result is the model's: first copies in input order, the rest duplicates."""
+    ids = [str(uuid.UUID(int=i + 1, version=4)).encode() for i in range(10)]
+    recs = [Rec(ids[p], b"{}", off) for off, p in enumerate(picks)]
+    stored = {encode_message_id(ids[p].decode()) for p in stored_picks}
+    split = split_batch(recs, lambda keys: [k in stored for k in keys])  # type: ignore[arg-type]
+    seen: set[int] = set()
+    new, dups = [], []
+    for off, p in enumerate(picks):
+        if p in seen:
+            dups.append((off, "in_batch"))
+        elif p in stored_picks:
+            dups.append((off, "in_store"))
+        else:
+            new.append(off)
+        seen.add(p)
+    assert [r.off for r in split.new] == new
+    assert split.new_keys == [encode_message_id(ids[picks[o]].decode()) for o in new]
+    assert sorted((r.off, why) for r, why in split.duplicates) == sorted(dups)
+    assert split.dead == []
 
 
 def test_fault_spec(monkeypatch: pytest.MonkeyPatch) -> None:
