@@ -35,8 +35,14 @@ log = structlog.get_logger("dedupe_worker.reconcile")
 
 CHUNK = 20_000
 #: A replay reads one partition from an offset to its end as fast as it can: large fetches (the
-#: 1 MB per-partition default is ~2 500 records a round trip) and no wait for more data.
-RECONCILE_FETCH = {"max.partition.fetch.bytes": 16 * 1024 * 1024, "fetch.wait.max.ms": 5}
+#: 1 MB per-partition default is ~2 500 records a round trip), no wait for more data, and a deep
+#: prefetch queue. With librdkafka's defaults (queued.min.messages 100 000, and a 1 s
+#: fetch.queue.backoff.ms once the queue is over it) the fetcher paused while the replay was
+#: writing RocksDB and the replay then waited for it: 133k records/s at 10M keys; with these,
+#: 190-250k (docs/WORKER.md). The queue may hold up to 256 MB during a replay.
+RECONCILE_FETCH = {"max.partition.fetch.bytes": 16 * 1024 * 1024, "fetch.wait.max.ms": 5,
+                   "queued.min.messages": 500_000, "queued.max.messages.kbytes": 256 * 1024,
+                   "fetch.queue.backoff.ms": 10}
 
 
 @dataclass(frozen=True)
