@@ -17,6 +17,7 @@ and ``offsets_for_times`` (Kafka's ListOffsets; correct on Kafka and ads-broker,
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,8 +27,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from dedupe_worker.config import WorkerConfig, window_keys
 from dedupe_worker.exceptions import ReconcileError
 from dedupe_worker.kafka import consumer_config
-from dedupe_worker.keys import uuid_keys
-from dedupe_worker.records import source_offset, store_key
+from dedupe_worker.records import source_offset, store_keys
 from dedupe_worker.store.base import StoreMeta
 from dedupe_worker.store.rocksdb import RocksDBStore
 
@@ -57,27 +57,20 @@ def apply_output_records(store: RocksDBStore, records: list[Any]) -> int:
     lacks, and advance its input/output positions; one atomic write. Returns keys inserted."""
     if not records:
         return 0
-    batch: dict[bytes, int] = {}
     input_next = 0
     for msg in reversed(records):  # one partition's worker writes source offsets in increasing order
         src = source_offset(msg.headers())
         if src is not None:
             input_next = src + 1
             break
-    raws = [msg.key() for msg in records]
-    fast = uuid_keys(raws)
-    if None not in fast:  # every key a canonical UUID (the worker's output, normally): no Python loop
-        stamps = [msg.timestamp()[1] for msg in records]
-        batch = dict(zip(reversed(fast), reversed(stamps), strict=True))  # type: ignore[arg-type]  # first copy wins
-    else:
-        for msg, raw, key in zip(records, raws, fast, strict=True):
-            if key is None:
-                key, reason = store_key(raw, msg.value())
-                if key is None:
-                    log.error("output record without messageId", offset=msg.offset(), reason=str(reason))
-                    continue
-            if key not in batch:
-                batch[key] = msg.timestamp()[1]
+    found, bad = store_keys(records)
+    for i, reason in bad.items():
+        log.error("output record without messageId", offset=records[i].offset(), reason=str(reason))
+    stamps = [msg.timestamp()[1] for msg in records]
+    pairs: Iterable[tuple[bytes | None, int]] = zip(reversed(found), reversed(stamps), strict=True)
+    if bad:
+        pairs = ((key, ts) for key, ts in pairs if key is not None)
+    batch: dict[bytes, int] = dict(pairs)  # type: ignore[arg-type]  # reversed: each id's first copy wins
     keys = list(batch)
     # Sorted: a run of ascending keys inserts into the memtable skiplist with fewer cache misses.
     new = sorted(k for k, present in zip(keys, store.contains(keys), strict=True) if not present)

@@ -7,10 +7,12 @@ is the ``messageId`` field of its JSON value. Anything else is a dead letter wit
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
-from dedupe_worker.keys import encode_message_id, encode_raw, uuid_key
+from dedupe_worker.keys import encode_message_id, encode_raw, uuid_key, uuid_keys
 
 MAX_MESSAGE_ID_BYTES = 200
 H_SOURCE_PARTITION = "dedupe.source.partition"
@@ -78,6 +80,23 @@ def store_key(key: bytes | None, value: bytes | None) -> tuple[bytes | None, Dea
         return encode_raw(key), None
     c = _from_value(value)
     return (None, c.reason) if c.message_id is None else (encode_message_id(c.message_id), None)
+
+
+def store_keys(records: Sequence[Any]) -> tuple[list[bytes | None], dict[int, DeadLetterReason]]:
+    """:func:`store_key` of every record of a batch (Kafka messages): the keys (None for a dead
+    letter) and the dead letters' reasons by index. The batch's canonical UUID keys are converted
+    in one pass (:func:`uuid_keys`); only other records go through :func:`store_key`, so the
+    common batch costs no per-record Python call."""
+    raws = [msg.key() for msg in records]
+    keys = uuid_keys(raws)
+    bad: dict[int, DeadLetterReason] = {}
+    if None in keys:
+        for i, key in enumerate(keys):
+            if key is None:
+                keys[i], reason = store_key(raws[i], records[i].value())
+                if reason is not None:
+                    bad[i] = reason
+    return keys, bad
 
 
 def classify(key: bytes | None, value: bytes | None) -> Classified:

@@ -41,7 +41,6 @@ from dedupe_worker.config import WorkerConfig
 from dedupe_worker.exceptions import DedupeError, DeliveryError, StoreError
 from dedupe_worker.faults import FaultHook
 from dedupe_worker.kafka import consumer_config, partition_counts, producer_config
-from dedupe_worker.keys import uuid_keys
 from dedupe_worker.metrics import ROCKSDB_TICKERS, WorkerMetrics
 from dedupe_worker.reconcile import reconcile
 from dedupe_worker.records import (
@@ -49,7 +48,7 @@ from dedupe_worker.records import (
     H_DUPLICATE_REASON,
     H_SOURCE_OFFSET,
     H_SOURCE_PARTITION,
-    store_key,
+    store_keys,
     with_source,
 )
 from dedupe_worker.store.rocksdb import RocksDBStore
@@ -83,24 +82,18 @@ class Split:
 
 def split_batch(records: list[Any], contains: Callable[[list[bytes]], list[bool]]) -> Split:
     """Classify ``records`` (input order kept) and dedupe them within the batch and against the store."""
-    raws = [msg.key() for msg in records]
-    # The common case (canonical UUID keys) for the whole batch at once, without values or decodes.
-    fast = uuid_keys(raws)
-    if None not in fast and len(dict.fromkeys(fast)) == len(fast):  # and no repeat inside the batch
-        keys: list[bytes] = fast  # type: ignore[assignment]
+    fast, bad = store_keys(records)
+    duplicates: list[tuple[Any, str]] = []
+    dead: list[tuple[Any, str]] = []
+    if not bad and len(dict.fromkeys(fast)) == len(fast):  # the common batch: no repeat inside it
+        keys: list[bytes] = fast  # type: ignore[assignment]  # no dead letter, so no None
         firsts = list(records)
-        duplicates: list[tuple[Any, str]] = []
-        dead: list[tuple[Any, str]] = []
     else:
         first: dict[bytes, Any] = {}
-        duplicates, dead = [], []
-        for msg, raw, key in zip(records, raws, fast, strict=True):
+        for i, (msg, key) in enumerate(zip(records, fast, strict=True)):
             if key is None:
-                key, reason = store_key(raw, msg.value())
-                if key is None:
-                    dead.append((msg, str(reason)))
-                    continue
-            if key in first:
+                dead.append((msg, str(bad[i])))
+            elif key in first:
                 duplicates.append((msg, "in_batch"))
             else:
                 first[key] = msg
@@ -279,13 +272,12 @@ class PartitionWorker:
     def step(self) -> BatchResult:
         """One pipelined step: consume and look up the next batch while the previous batch's acks are
         in flight, finish the previous batch, then hand the new one to the producer."""
+        records = self._consume()
         if self.cfg.exactly_once != "reconcile":
-            records = self._consume()
             if not records:
                 self._housekeeping(force=False)
                 return BatchResult()
             return self.process(records)
-        records = self._consume()
         store = self.store
         assert store is not None
         split: Split | None = None
@@ -333,15 +325,21 @@ class PartitionWorker:
 
     def _send(self, records: list[Any], split: Split, started: float) -> InFlight:
         """Hand a batch's new records, dead letters and duplicates to the producer (no waiting)."""
+        failures = self._produce_batch(split, None)
+        return InFlight(records, split, records[-1].offset() + 1, started, failures, set(split.new_keys))
+
+    def _produce_batch(self, split: Split, on_output: Callable[[Any, Any], None] | None) -> list[str]:
+        """Produce a batch's new records (see :meth:`_produce_new` for ``on_output``), dead letters
+        and side-topic duplicates; returns the list the side topics' failures are reported into."""
         failures: list[str] = []
 
         def on_side(err: Any, msg: Any) -> None:
             if err is not None:
                 failures.append(str(err))
 
-        self._produce_new(split, None)
+        self._produce_new(split, on_output)
         self._produce_side(split, on_side)
-        return InFlight(records, split, records[-1].offset() + 1, started, failures, set(split.new_keys))
+        return failures
 
     def _on_delivery_error(self, err: Any, msg: Any) -> None:
         if err is not None:
@@ -463,19 +461,12 @@ class PartitionWorker:
 
     def _publish(self, split: Split, next_input: int) -> int:
         """Produce the batch's effects and wait for all of them; returns the next output offset."""
-        failures: list[str] = []
-
-        def on_side(err: Any, msg: Any) -> None:
-            if err is not None:
-                failures.append(str(err))
-
         transactional = self.cfg.exactly_once == "transactional"
         reports: dict[Any, Any] | None = {} if transactional else None
         if transactional:
             self._producer.begin_transaction()
         try:
-            self._produce_new(split, reports.__setitem__ if reports is not None else None)
-            self._produce_side(split, on_side)
+            failures = self._produce_batch(split, reports.__setitem__ if reports is not None else None)
             output_next = self._await(split, failures, reports)
             if transactional:
                 tp = TopicPartition(self.cfg.input_topic, self.partition, next_input)

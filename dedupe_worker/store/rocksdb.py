@@ -318,7 +318,7 @@ class RocksDBStore:
         filter may hold are looked up in its column family (one MultiGet)."""
         if not keys:
             return []
-        if not self._filters:
+        if self.options.key_filter_bits_per_key <= 0:
             return self._contains_unfiltered(keys)
         hashes = key_hashes(keys)
         found = np.zeros(len(keys), dtype=bool)
