@@ -89,9 +89,9 @@ def raw_pipe(bootstrap: str, n: int, tag: str) -> None:
     p = Producer(producer_config(bootstrap, None))
 
     def handle(msgs: list[Any]) -> None:
-        for m in msgs:
-            p.produce(out, key=m.key(), value=m.value(), partition=0,
-                      headers=with_source(m.headers(), 0, m.offset()))
+        for m in msgs:  # the worker's call: positional arguments, the input's timestamp kept
+            p.produce(out, m.value(), m.key(), 0, None, None, max(m.timestamp()[1], 0),
+                      with_source(m.headers(), 0, m.offset()))
         assert p.flush(30) == 0
         c.commit(offsets=[TopicPartition(INPUT, 0, msgs[-1].offset() + 1)], asynchronous=False)
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from dedupe_worker.store.keyfilter import Probe
+
 
 @dataclass(frozen=True)
 class StoreMeta:
@@ -45,10 +47,12 @@ class DedupeStore(Protocol):
 
     def meta(self) -> StoreMeta: ...
 
-    def contains(self, keys: Sequence[bytes]) -> list[bool]: ...
+    def probe(self, keys: Sequence[bytes]) -> Probe | None: ...
+
+    def contains(self, keys: Sequence[bytes], probe: Probe | None = None) -> list[bool]: ...
 
     def record(self, keys: Sequence[bytes], first_seen_ms: Sequence[int], *, input_offset: int,
-               output_offset: int) -> StoreMeta: ...
+               output_offset: int, probe: Probe | None = None) -> StoreMeta: ...
 
     def age(self, max_delete: int, not_after_ms: int) -> AgingResult: ...
 

@@ -34,9 +34,11 @@ _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
-_SHIFTS = np.arange(WORDS, dtype=np.uint64) * np.uint64(5)  # 8 x 5-bit positions from one word
-_FIVE = np.uint64(31)
+_LOW_SHIFTS = np.arange(6, dtype=np.uint32) * np.uint32(5)  # words 0-5: bits 0-29 of the bit hash
+_HIGH_SHIFTS = np.arange(2, dtype=np.uint32) * np.uint32(5)  # words 6-7: bits 30-39
+_FIVE32 = np.uint32(31)
 _ONE32 = np.uint32(1)
+_BLOCK = np.dtype((np.void, BLOCK_BITS // 8))  # one block as a single 32-byte item (for gathers)
 _HEADER = b"SBF1"
 
 
@@ -61,9 +63,16 @@ class Probe:
         words = np.frombuffer(joined, dtype=_U64).reshape(-1, 2)
         self.words = words
         self.block_hash = _mix(words[:, 0] ^ (words[:, 1] * _GOLDEN))
-        bits = (_mix(words[:, 1] + _GOLDEN)[:, None] >> _SHIFTS) & _FIVE
-        self.masks = np.left_shift(_ONE32, bits.astype(np.uint32))  # (n, 8) uint32
-        self.masks64 = self.masks.view(np.uint64)  # (n, 4)
+        # Word j's bit is bits 5j..5j+4 of a second hash; computed in 32-bit halves (bits 0-29 for
+        # words 0-5, bits 30-39 for words 6-7) into one (n, 8) array, without 64-bit temporaries.
+        bit_hash = _mix(words[:, 1] + _GOLDEN)
+        masks = np.empty((len(words), WORDS), dtype=np.uint32)
+        np.right_shift(bit_hash.astype(np.uint32)[:, None], _LOW_SHIFTS, out=masks[:, :6])
+        np.right_shift((bit_hash >> _S30).astype(np.uint32)[:, None], _HIGH_SHIFTS, out=masks[:, 6:])
+        np.bitwise_and(masks, _FIVE32, out=masks)
+        np.left_shift(_ONE32, masks, out=masks)
+        self.masks = masks  # (n, 8) uint32
+        self.masks64 = masks.view(np.uint64)  # (n, 4)
 
     def __len__(self) -> int:
         return len(self.block_hash)
@@ -74,6 +83,18 @@ class Probe:
         part.masks = self.masks[start:stop]
         part.masks64 = self.masks64[start:stop]
         part.words = self.words[start:stop]
+        return part
+
+    def select(self, keep: Sequence[bool]) -> Probe:
+        """The probe of the kept keys (``keep`` has one flag per key, in order)."""
+        if len(keep) != len(self.block_hash):
+            raise ValueError(f"{len(keep)} flags for a probe of {len(self.block_hash)} keys")
+        mask = np.array(keep, dtype=bool)
+        part = Probe.__new__(Probe)
+        part.block_hash = self.block_hash[mask]
+        part.masks = self.masks[mask]
+        part.masks64 = self.masks64[mask]
+        part.words = self.words[mask]
         return part
 
     def sort_order(self) -> list[int]:
@@ -100,6 +121,7 @@ class BlockedBloom:
     def __init__(self, capacity: int, bits_per_key: float = 10.0) -> None:
         self.blocks = max(1, int(capacity * bits_per_key + BLOCK_BITS - 1) // BLOCK_BITS)
         self.words = np.zeros((self.blocks, WORDS), dtype=np.uint32)
+        self._blocks = self.words.view(_BLOCK).reshape(-1)  # the same memory
 
     def _rows(self, probe: Probe) -> np.ndarray:
         return (probe.block_hash % np.uint64(self.blocks)).astype(np.intp)
@@ -115,7 +137,8 @@ class BlockedBloom:
         """A bool per key: False means certainly absent."""
         if len(probe) == 0:
             return np.zeros(0, dtype=bool)
-        have = self.words[self._rows(probe)].view(np.uint64)
+        # One 32-byte item per block: a gather of whole blocks is ~4x cheaper than a row gather.
+        have = self._blocks.take(self._rows(probe)).view(np.uint64).reshape(-1, WORDS // 2)
         miss = (have & probe.masks64) ^ probe.masks64
         return (miss[:, 0] | miss[:, 1] | miss[:, 2] | miss[:, 3]) == 0
 
@@ -133,6 +156,7 @@ class BlockedBloom:
         f = cls.__new__(cls)
         f.blocks = blocks
         f.words = np.frombuffer(raw, dtype="<u4", offset=12).astype(np.uint32).reshape(blocks, WORDS)
+        f._blocks = f.words.view(_BLOCK).reshape(-1)
         return f
 
 

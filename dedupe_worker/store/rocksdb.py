@@ -63,7 +63,7 @@ from rocksdict import (
 
 from dedupe_worker.exceptions import StoreError, VolumeMismatchError
 from dedupe_worker.store.base import AgingResult, StoreMeta
-from dedupe_worker.store.keyfilter import KeyFilter, key_hashes
+from dedupe_worker.store.keyfilter import KeyFilter, Probe, key_hashes
 
 GEN_PREFIX = "gen-"
 LEGACY_COLUMN_FAMILIES = ("ids", "seq")
@@ -312,15 +312,24 @@ class RocksDBStore:
 
     # -- lookups and writes -------------------------------------------------------------------
 
-    def contains(self, keys: Sequence[bytes]) -> list[bool]:
+    def probe(self, keys: Sequence[bytes]) -> Probe | None:
+        """``keys`` hashed for the key filters (None when they are off). A caller that looks a batch
+        up and then records its new keys passes it to :meth:`contains` and, narrowed with
+        :meth:`Probe.select`, to :meth:`record`, so a batch is hashed once."""
+        if self.options.key_filter_bits_per_key <= 0:
+            return None
+        return key_hashes(keys)
+
+    def contains(self, keys: Sequence[bytes], probe: Probe | None = None) -> list[bool]:
         """Batched lookup across the live generations, newest first; a key found in one
         generation is not looked up in older ones. With key filters, only the keys a generation's
-        filter may hold are looked up in its column family (one MultiGet)."""
+        filter may hold are looked up in its column family (one MultiGet). ``probe``: the keys'
+        :meth:`probe`, if the caller has it."""
         if not keys:
             return []
         if self.options.key_filter_bits_per_key <= 0:
             return self._contains_unfiltered(keys)
-        hashes = key_hashes(keys)
+        hashes = self._checked_probe(keys, probe)
         found = np.zeros(len(keys), dtype=bool)
         for gen in reversed(self._gens):
             maybe = np.flatnonzero(self._filters[gen.id].may_contain(hashes) & ~found)
@@ -328,6 +337,14 @@ class RocksDBStore:
                 values = self._views[gen.cf].get([keys[i] for i in maybe.tolist()])
                 found[maybe[[v is not None for v in values]]] = True
         return found.tolist()
+
+    @staticmethod
+    def _checked_probe(keys: Sequence[bytes], probe: Probe | None) -> Probe:
+        if probe is None:
+            return key_hashes(keys)
+        if len(probe) != len(keys):  # a probe of other keys would make the filters lie
+            raise StoreError(f"a probe of {len(probe)} keys for {len(keys)} keys")
+        return probe
 
     def _contains_unfiltered(self, keys: Sequence[bytes]) -> list[bool]:
         result = [False] * len(keys)
@@ -357,15 +374,16 @@ class RocksDBStore:
         return None
 
     def record(self, keys: Sequence[bytes], first_seen_ms: Sequence[int], *, input_offset: int,
-               output_offset: int) -> StoreMeta:
+               output_offset: int, probe: Probe | None = None) -> StoreMeta:
         """Insert ``keys`` (not yet stored, distinct) with the next sequence numbers and advance meta,
-        in one atomic write (starting a new generation when the newest is full)."""
+        in one atomic write (starting a new generation when the newest is full). ``probe``: the
+        keys' :meth:`probe`, if the caller has it."""
         if len(keys) != len(first_seen_ms):
             raise StoreError(f"{len(keys)} keys but {len(first_seen_ms)} first-seen times")
         meta = self._meta
         gens = list(self._gens)
         wb = WriteBatch(raw_mode=True)
-        hashes = key_hashes(keys) if keys and self.options.key_filter_bits_per_key > 0 else None
+        hashes = self._checked_probe(keys, probe) if keys and self.options.key_filter_bits_per_key > 0 else None
         new_filters: dict[int, KeyFilter] = {}
         seq = meta.sequence
         done = 0

@@ -43,7 +43,7 @@ class Rec:
 def _replay(tmp: Path, ids: list[str]) -> RocksDBStore:
     store = RocksDBStore(tmp, RocksDBOptions(generation_keys=1000), topic="t", partition=0)
     records = [Rec(mid.encode(), i, 1000 + i) for i, mid in enumerate(ids)]
-    assert apply_output_records(store, records) == len(set(ids))  # type: ignore[arg-type]
+    assert apply_output_records(store, records) == len(set(ids))
     return store
 
 

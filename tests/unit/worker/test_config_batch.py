@@ -14,7 +14,8 @@ from dedupe_worker.config import load_config, parse_partitions
 from dedupe_worker.exceptions import ConfigError
 from dedupe_worker.faults import FaultHook
 from dedupe_worker.keys import encode_message_id
-from dedupe_worker.worker import split_batch
+from dedupe_worker.store.keyfilter import Probe, key_hashes
+from dedupe_worker.worker import Split, split_batch
 
 
 def test_partition_ranges() -> None:
@@ -82,32 +83,57 @@ class Rec:
         return self.off
 
 
+class SetStore:
+    """The two store methods :func:`split_batch` uses, over a set (the store itself is tested in
+    test_store.py); its probes are the real key-filter hashes, so their narrowing is checked too."""
+
+    def __init__(self, stored: set[bytes]) -> None:
+        self.stored = stored
+
+    def probe(self, keys: list[bytes]) -> Probe:
+        return key_hashes(keys)
+
+    def contains(self, keys: list[bytes], probe: Probe | None = None) -> list[bool]:
+        assert probe is not None and len(probe) == len(keys)
+        return [k in self.stored for k in keys]
+
+
+def _probe_matches(split: Split) -> bool:
+    assert split.probe is not None
+    return bool((split.probe.block_hash == key_hashes(split.new_keys).block_hash).all()
+                and (split.probe.masks == key_hashes(split.new_keys).masks).all())
+
+
 def test_split_batch_dedupes_in_batch_and_against_the_store() -> None:
     stored = {encode_message_id("old")}
     recs = [Rec(b"a", b"{}", 0), Rec(b"old", b"{}", 1), Rec(b"a", b"{}", 2), Rec(None, b"nope", 3),
             Rec(b"b", b"{}", 4), Rec(None, b'{"messageId": "b"}', 5)]
-    split = split_batch(recs, lambda keys: [k in stored for k in keys])  # type: ignore[arg-type]
+    split = split_batch(recs, SetStore(stored))  # type: ignore[arg-type]
     assert [r.off for r in split.new] == [0, 4]
     assert split.new_keys == [encode_message_id("a"), encode_message_id("b")]
     assert sorted((r.off, why) for r, why in split.duplicates) == [(1, "in_store"), (2, "in_batch"),
                                                                    (5, "in_batch")]
     assert [(r.off, why) for r, why in split.dead] == [(3, "invalid_json")]
+    assert _probe_matches(split)
 
 
-@given(st.lists(st.integers(0, 9), max_size=40), st.sets(st.integers(0, 9)))
-def test_split_batch_of_uuid_keys_agrees_with_a_model(picks: list[int], stored_picks: set[int]) -> None:
+@given(st.lists(st.integers(0, 9), max_size=40), st.sets(st.integers(0, 9)), st.sets(st.integers(0, 9)))
+def test_split_batch_of_uuid_keys_agrees_with_a_model(picks: list[int], stored_picks: set[int],
+                                                      in_flight_picks: set[int]) -> None:
     """All-UUID batches take a loop-free path when nothing repeats inside the batch; whichever
-    path runs, the result is the model's: first copies in input order, the rest duplicates."""
+    path runs, the result is the model's: first copies in input order, the rest duplicates (keys
+    of the batch in flight count as stored), and the probe describes exactly the new keys."""
     ids = [str(uuid.UUID(int=i + 1, version=4)).encode() for i in range(10)]
     recs = [Rec(ids[p], b"{}", off) for off, p in enumerate(picks)]
     stored = {encode_message_id(ids[p].decode()) for p in stored_picks}
-    split = split_batch(recs, lambda keys: [k in stored for k in keys])  # type: ignore[arg-type]
+    in_flight = {encode_message_id(ids[p].decode()) for p in in_flight_picks}
+    split = split_batch(recs, SetStore(stored), in_flight)  # type: ignore[arg-type]
     seen: set[int] = set()
     new, dups = [], []
     for off, p in enumerate(picks):
         if p in seen:
             dups.append((off, "in_batch"))
-        elif p in stored_picks:
+        elif p in stored_picks or p in in_flight_picks:
             dups.append((off, "in_store"))
         else:
             new.append(off)
@@ -116,6 +142,7 @@ def test_split_batch_of_uuid_keys_agrees_with_a_model(picks: list[int], stored_p
     assert split.new_keys == [encode_message_id(ids[picks[o]].decode()) for o in new]
     assert sorted((r.off, why) for r, why in split.duplicates) == sorted(dups)
     assert split.dead == []
+    assert _probe_matches(split)
 
 
 def test_fault_spec(monkeypatch: pytest.MonkeyPatch) -> None:

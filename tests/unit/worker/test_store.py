@@ -22,6 +22,31 @@ def _open(path: Path, **opts: object) -> RocksDBStore:
     return RocksDBStore(path, RocksDBOptions(**opts), topic="events", partition=3)  # type: ignore[arg-type]
 
 
+def test_a_batch_is_hashed_once_and_a_wrong_probe_is_refused(tmp_path: Path) -> None:
+    """The probe of a lookup serves the record of the same batch's new keys (narrowed with select);
+    a probe of a different number of keys is refused before anything is written."""
+    store = _open(tmp_path, generation_keys=70)
+    keys = _keys(100)
+    probe = store.probe(keys)
+    assert probe is not None and store.contains(keys, probe) == [False] * 100
+    keep = [i % 4 != 0 for i in range(100)]
+    new = [k for k, kept in zip(keys, keep, strict=True) if kept]
+    store.record(new, [0] * len(new), input_offset=1, output_offset=1, probe=probe.select(keep))
+    assert store.contains(keys) == keep
+    with pytest.raises(StoreError, match="a probe of 75 keys for 3 keys"):
+        store.record(_keys(3, seed=2), [0] * 3, input_offset=2, output_offset=2, probe=probe.select(keep))
+    with pytest.raises(StoreError, match="a probe of 100 keys"):
+        store.contains(keys[:5], probe)
+    assert store.meta().sequence == 75
+    store.close()
+    store = _open(tmp_path, generation_keys=70)  # filters rebuilt or loaded: the same answers
+    assert store.contains(keys) == keep
+    store.close()
+    unfiltered = _open(tmp_path / "unfiltered", key_filter_bits_per_key=0)
+    assert unfiltered.probe(keys) is None
+    unfiltered.close()
+
+
 def test_record_is_visible_and_meta_survives_reopen(tmp_path: Path) -> None:
     store = _open(tmp_path)
     keys = _keys(100)
