@@ -10,8 +10,10 @@ share a key.
 from __future__ import annotations
 
 import binascii
+import struct
 import uuid
 from collections.abc import Sequence
+from functools import lru_cache
 
 import numpy as np
 
@@ -43,6 +45,16 @@ _NIBBLE[np.frombuffer(b"0123456789", dtype=np.uint8)] = np.arange(10, dtype=np.u
 _NIBBLE[np.frombuffer(b"abcdef", dtype=np.uint8)] = np.arange(10, 16, dtype=np.uint8)
 
 
+@lru_cache(maxsize=16)
+def _fixed_struct(n: int, size: int) -> struct.Struct:
+    return struct.Struct(f"{size}s" * n)
+
+
+def split_fixed(joined: bytes, n: int, size: int) -> tuple[bytes, ...]:
+    """``joined`` (n items of ``size`` bytes) cut into its items, in C (a slicing loop costs ~6x more)."""
+    return _fixed_struct(n, size).unpack(joined)
+
+
 def uuid_keys(raws: Sequence[bytes | None]) -> list[bytes | None]:
     """:func:`uuid_key` of every element (None for None), vectorised for a batch of 36-byte keys."""
     try:
@@ -55,7 +67,7 @@ def uuid_keys(raws: Sequence[bytes | None]) -> list[bytes | None]:
     chars = np.frombuffer(joined, dtype=np.uint8).reshape(n, 36)
     nibbles = _NIBBLE[chars[:, _HEX_COLUMNS]]
     packed = ((nibbles[:, 0::2] << 4) | nibbles[:, 1::2]).tobytes()
-    keys: list[bytes | None] = [packed[i:i + UUID_LEN] for i in range(0, UUID_LEN * n, UUID_LEN)]
+    keys: list[bytes | None] = list(split_fixed(packed, n, UUID_LEN))
     ok = (nibbles != 255).all(axis=1) & (chars[:, _DASH_COLUMNS] == _DASH).all(axis=1)
     if not ok.all():
         for i in np.flatnonzero(~ok).tolist():

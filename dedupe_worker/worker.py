@@ -35,6 +35,7 @@ from itertools import compress
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
@@ -94,9 +95,16 @@ def split_batch(records: list[Any], store: DedupeStore, in_flight: set[bytes] | 
     fast, bad = store_keys(records)
     duplicates: list[tuple[Any, str]] = []
     dead: list[tuple[Any, str]] = []
-    if not bad and len(dict.fromkeys(fast)) == len(fast):  # the common batch: no repeat inside it
-        keys: list[bytes] = fast  # type: ignore[assignment]  # no dead letter, so no None
+    if not bad:  # no dead letter, so no None key
+        keys: list[bytes] = fast  # type: ignore[assignment]
         firsts = list(records)
+        if len(set(keys)) != len(keys):  # repeats inside the batch: keep each key's first copy
+            first_at = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1), strict=True))
+            is_first = np.zeros(len(keys), dtype=bool)
+            is_first[list(first_at.values())] = True
+            flags = is_first.tolist()
+            duplicates.extend((msg, "in_batch") for msg in compress(firsts, map(operator.not_, flags)))
+            keys, firsts = list(compress(keys, flags)), list(compress(firsts, flags))
     else:
         first: dict[bytes, Any] = {}
         for i, (msg, key) in enumerate(zip(records, fast, strict=True)):
@@ -110,9 +118,7 @@ def split_batch(records: list[Any], store: DedupeStore, in_flight: set[bytes] | 
     probe = store.probe(keys)
     hits = store.contains(keys, probe)
     if in_flight and not in_flight.isdisjoint(keys):  # isdisjoint: the usual case, checked in C
-        at = dict(zip(keys, range(len(keys)), strict=True))
-        for key in in_flight.intersection(keys):
-            hits[at[key]] = True
+        hits = list(map(operator.or_, hits, map(in_flight.__contains__, keys)))
     if True not in hits:  # nothing stored yet: every first copy is new
         return Split(keys, firsts, duplicates, dead, probe=probe)
     keep = list(map(operator.not_, hits))

@@ -99,6 +99,11 @@ class RocksDBOptions:
     memtable_bloom_ratio: float | None = None
     block_cache_mb: int = 64
     write_buffer_mb: int = 8
+    #: L0 files that trigger a compaction (RocksDB's default is 4). A generation is written once,
+    #: in random key order, so every L0 -> L1 compaction rewrites all of its L1; at 8 the background
+    #: CPU of filling a generation fell from 0.87 to 0.49 µs per key, at ~2 B/key more until the
+    #: generation's last compaction (bench/dedupe_throughput.py measures the compacted size).
+    level0_compaction_trigger: int = 8
     compression: str = "lz4"
     statistics: bool = True
     sync_writes: bool = False
@@ -124,6 +129,7 @@ class RocksDBOptions:
             opts.set_memtable_prefix_bloom_ratio(memtable_bloom)
             opts.set_memtable_whole_key_filtering(True)
         opts.set_write_buffer_size(self.write_buffer_mb * 1024 * 1024)
+        opts.set_level_zero_file_num_compaction_trigger(self.level0_compaction_trigger)
         opts.set_compression_type(_compression(self.compression))
         if self.statistics:
             opts.enable_statistics()
@@ -407,8 +413,8 @@ class RocksDBStore:
                 part = hashes.take(done, done + take)
                 # before the write: a filter may over-report, never under-report
                 (new_filters.get(gen.id) or self._filters[gen.id]).add(part)
-                for i in part.sort_order():  # key order: cheaper memtable inserts (keyfilter.Probe)
-                    put(chunk[i], b"", handle)
+                for key in part.sorted_keys(chunk):  # key order: cheaper memtable inserts
+                    put(key, b"", handle)
             stamps = first_seen_ms[done:done + take]
             oldest, newest = min(stamps), max(stamps)
             if gen.count:
