@@ -16,9 +16,11 @@ and ``offsets_for_times`` (Kafka's ListOffsets; correct on Kafka and ads-broker,
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import compress
 from typing import Any
 
 import structlog
@@ -72,10 +74,11 @@ def apply_output_records(store: RocksDBStore, records: list[Any]) -> int:
         pairs = ((key, ts) for key, ts in pairs if key is not None)
     batch: dict[bytes, int] = dict(pairs)  # type: ignore[arg-type]  # reversed: each id's first copy wins
     keys = list(batch)
-    # Sorted: a run of ascending keys inserts into the memtable skiplist with fewer cache misses.
-    new = sorted(k for k, present in zip(keys, store.contains(keys), strict=True) if not present)
+    probe = store.probe(keys)  # hashed once for the lookup and the record (as the worker does)
+    keep = list(map(operator.not_, store.contains(keys, probe)))
+    new = list(compress(keys, keep))
     store.record(new, [max(batch[k], 0) for k in new], input_offset=input_next,
-                 output_offset=records[-1].offset() + 1)
+                 output_offset=records[-1].offset() + 1, probe=probe.select(keep) if probe is not None else None)
     return len(new)
 
 

@@ -92,29 +92,23 @@ def split_batch(records: list[Any], store: DedupeStore, in_flight: set[bytes] | 
     """Classify ``records`` (input order kept) and dedupe them within the batch and against the store.
     ``in_flight``: the keys of a batch handed to the producer but not yet recorded; they count as
     stored."""
-    fast, bad = store_keys(records)
-    duplicates: list[tuple[Any, str]] = []
-    dead: list[tuple[Any, str]] = []
-    if not bad:  # no dead letter, so no None key
-        keys: list[bytes] = fast  # type: ignore[assignment]
-        firsts = list(records)
-        if len(set(keys)) != len(keys):  # repeats inside the batch: keep each key's first copy
-            first_at = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1), strict=True))
-            is_first = np.zeros(len(keys), dtype=bool)
-            is_first[list(first_at.values())] = True
-            flags = is_first.tolist()
-            duplicates.extend((msg, "in_batch") for msg in compress(firsts, map(operator.not_, flags)))
-            keys, firsts = list(compress(keys, flags)), list(compress(firsts, flags))
+    found, bad = store_keys(records)
+    dead = [(records[i], str(reason)) for i, reason in bad.items()]
+    keys: list[bytes]
+    if bad:  # dead letters are set aside; the rest is deduped like any batch
+        firsts = [msg for i, msg in enumerate(records) if i not in bad]
+        keys = [key for key in found if key is not None]
     else:
-        first: dict[bytes, Any] = {}
-        for i, (msg, key) in enumerate(zip(records, fast, strict=True)):
-            if key is None:
-                dead.append((msg, str(bad[i])))
-            elif key in first:
-                duplicates.append((msg, "in_batch"))
-            else:
-                first[key] = msg
-        keys, firsts = list(first), list(first.values())
+        firsts = list(records)
+        keys = found  # type: ignore[assignment]  # no dead letter, so no None key
+    duplicates: list[tuple[Any, str]] = []
+    if len(set(keys)) != len(keys):  # repeats inside the batch: keep each key's first copy
+        first_at = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1), strict=True))
+        is_first = np.zeros(len(keys), dtype=bool)
+        is_first[list(first_at.values())] = True
+        flags = is_first.tolist()
+        duplicates.extend((msg, "in_batch") for msg in compress(firsts, map(operator.not_, flags)))
+        keys, firsts = list(compress(keys, flags)), list(compress(firsts, flags))
     probe = store.probe(keys)
     hits = store.contains(keys, probe)
     if in_flight and not in_flight.isdisjoint(keys):  # isdisjoint: the usual case, checked in C
