@@ -29,7 +29,7 @@ import contextlib
 import operator
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import compress
 from pathlib import Path
@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 import structlog
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from dedupe_worker.aging import Ager
 from dedupe_worker.config import WorkerConfig
@@ -91,7 +91,10 @@ class Split:
 def split_batch(records: list[Any], store: DedupeStore, in_flight: set[bytes] | None = None) -> Split:
     """Classify ``records`` (input order kept) and dedupe them within the batch and against the store.
     ``in_flight``: the keys of a batch handed to the producer but not yet recorded; they count as
-    stored."""
+    stored.
+
+    Hot path (docs/WORKER.md, "Throughput"): per key, only C-level passes (a dict of first copies,
+    one set intersection, ``compress``); Python loops run over the duplicates only."""
     found, bad = store_keys(records)
     dead = [(records[i], str(reason)) for i, reason in bad.items()]
     keys: list[bytes]
@@ -101,24 +104,33 @@ def split_batch(records: list[Any], store: DedupeStore, in_flight: set[bytes] | 
     else:
         firsts = list(records)
         keys = found  # type: ignore[assignment]  # no dead letter, so no None key
-    duplicates: list[tuple[Any, str]] = []
-    if len(set(keys)) != len(keys):  # repeats inside the batch: keep each key's first copy
-        first_at = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1), strict=True))
-        is_first = np.zeros(len(keys), dtype=bool)
-        is_first[list(first_at.values())] = True
-        flags = is_first.tolist()
-        duplicates.extend((msg, "in_batch") for msg in compress(firsts, map(operator.not_, flags)))
-        keys, firsts = list(compress(keys, flags)), list(compress(firsts, flags))
-    probe = store.probe(keys)
-    hits = store.contains(keys, probe)
-    if in_flight and not in_flight.isdisjoint(keys):  # isdisjoint: the usual case, checked in C
-        hits = list(map(operator.or_, hits, map(in_flight.__contains__, keys)))
-    if True not in hits:  # nothing stored yet: every first copy is new
-        return Split(keys, firsts, duplicates, dead, probe=probe)
-    keep = list(map(operator.not_, hits))
-    duplicates.extend((msg, "in_store") for msg in compress(firsts, hits))
-    return Split(list(compress(keys, keep)), list(compress(firsts, keep)), duplicates, dead,
-                 probe=probe.select(keep) if probe is not None else None)
+    n = len(keys)
+    # each key -> the index of its first copy (built backwards, so the first copy's index wins)
+    first_at = dict(zip(reversed(keys), range(n - 1, -1, -1), strict=True))
+    repeats = len(first_at) != n
+    unique: Sequence[bytes] = keys
+    first_idx = np.arange(n)
+    if repeats:  # only first copies are looked up
+        first_idx = np.fromiter(first_at.values(), dtype=np.intp, count=len(first_at))
+        first_idx.sort()
+        unique = operator.itemgetter(*first_idx.tolist())(keys) if len(first_idx) > 1 else [keys[first_idx[0]]]
+    probe = store.probe(unique)
+    hits = np.array(store.contains(unique, probe), dtype=bool)  # per unique key, in input order
+    if in_flight:
+        common = in_flight.intersection(first_at)  # iterates the batch's unique keys, in C
+        if common:
+            hits[np.searchsorted(first_idx, [first_at[k] for k in common])] = True
+    if not repeats and not hits.any():  # the usual batch: every record is new
+        return Split(keys, firsts, [], dead, probe=probe)
+    new = np.zeros(n, dtype=bool)
+    new[first_idx] = ~hits
+    is_first = np.zeros(n, dtype=bool)
+    is_first[first_idx] = True
+    flags = new.tolist()
+    duplicates = [(firsts[i], "in_store" if first else "in_batch")
+                  for i, first in zip(np.flatnonzero(~new).tolist(), is_first[~new].tolist(), strict=True)]
+    return Split(list(compress(keys, flags)), list(compress(firsts, flags)), duplicates, dead,
+                 probe=probe.select(~hits) if probe is not None else None)
 
 
 @dataclass
@@ -347,19 +359,34 @@ class PartitionWorker:
             self._delivery_errors.append(f"{msg.topic()}[{msg.partition()}]@{msg.offset()}: {err}")
 
     def _produce_new(self, split: Split, on_output: Callable[[Any, Any], None] | None) -> None:
-        """Produce the new records to output partition p (hot path: headers built inline; a record
-        too large to publish with our headers becomes a dead letter and is not recorded as seen).
-        ``on_output`` None: the producer's default callback (reconcile mode: failures only)."""
+        """Produce the new records to output partition p (a record too large to publish with our
+        headers becomes a dead letter and is not recorded as seen). ``on_output`` None: the
+        producer's callback (reconcile mode: failures only). Fault point ``mid_produce``: after the
+        first half is delivered."""
+        split.first_seen = []
+        dropped: list[int] = []
+        half = len(split.new) // 2 if self.faults.point == "mid_produce" else 0
+        if half:
+            self._produce_records(split, 0, half, on_output, dropped)
+            self._producer.flush(self.cfg.delivery_timeout_s)
+            self.faults.hit("mid_produce", self._batches)
+        self._produce_records(split, half, len(split.new), on_output, dropped)
+        if dropped:
+            gone = set(dropped)
+            keep = [i not in gone for i in range(len(split.new))]
+            split.new_keys = list(compress(split.new_keys, keep))
+            split.new = list(compress(split.new, keep))
+            if split.probe is not None:
+                split.probe = split.probe.select(keep)
+
+    def _produce_records(self, split: Split, start: int, stop: int, on_output: Callable[[Any, Any], None] | None,
+                         dropped: list[int]) -> None:
+        """Hot path of :meth:`_produce_new`, per record: headers built inline, first-seen time kept,
+        indexes of records too large to produce added to ``dropped``."""
         produce = self._producer.produce
         topic, partition, hpart = self.cfg.output_topic, self.partition, self._h_partition
-        half = len(split.new) // 2 if self.faults.point == "mid_produce" else -1
-        first_seen = split.first_seen = []
-        stamp = first_seen.append
-        dropped: list[int] = []
-        for i, msg in enumerate(split.new):
-            if i == half and half:
-                self._producer.flush(self.cfg.delivery_timeout_s)
-                self.faults.hit("mid_produce", self._batches)
+        stamp = split.first_seen.append
+        for msg in split.new[start:stop] if start or stop < len(split.new) else split.new:
             src = msg.headers()
             headers = [hpart, (H_SOURCE_OFFSET, b"%d" % msg.offset())]
             if src:
@@ -375,16 +402,9 @@ class PartitionWorker:
             except (BufferError, KafkaException):  # queue full or too large: the careful path
                 if not self._produce(topic, partition, msg, [], on_output):
                     split.dead.append((msg, TOO_LARGE))
-                    dropped.append(i)
+                    dropped.append(len(split.first_seen) + len(dropped))
                     continue
             stamp(ts)
-        if dropped:
-            gone = set(dropped)
-            keep = [i not in gone for i in range(len(split.new))]
-            split.new_keys = list(compress(split.new_keys, keep))
-            split.new = list(compress(split.new, keep))
-            if split.probe is not None:
-                split.probe = split.probe.select(keep)
 
     def _produce_side(self, split: Split, on_side: Callable[[Any, Any], None]) -> None:
         for msg, reason in split.dead:
@@ -451,8 +471,11 @@ class PartitionWorker:
         return result
 
     def _consume(self) -> list[Any]:
+        msgs = self._consumer.consume(self.cfg.batch_size, self.cfg.batch_timeout_ms / 1000)
+        if list(map(Message.error, msgs)).count(None) == len(msgs):  # the usual batch: no error event
+            return msgs
         out = []
-        for msg in self._consumer.consume(self.cfg.batch_size, self.cfg.batch_timeout_ms / 1000):
+        for msg in msgs:
             err = msg.error()
             if err is None:
                 out.append(msg)

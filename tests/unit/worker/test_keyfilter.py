@@ -34,6 +34,20 @@ def test_every_added_key_is_reported(keys: list[bytes]) -> None:
     assert BlockedBloom.from_bytes(f.to_bytes()).may_contain(key_hashes(keys)).all()
 
 
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.binary(min_size=1, max_size=40), max_size=300), st.integers(1, 400))
+def test_add_sets_exactly_the_bits_of_a_key_by_key_model(keys: list[bytes], capacity: int) -> None:
+    """Keys sharing a block (many here: a few blocks for up to 300 keys, repeats allowed) keep
+    all their bits, and nothing else is set: the persisted layout is unchanged."""
+    f = BlockedBloom(capacity)
+    probe = key_hashes(keys)
+    f.add(probe)
+    model = np.zeros_like(f.words)
+    for row, mask in zip((probe.block_hash % np.uint64(f.blocks)).tolist(), probe.masks, strict=True):
+        model[row] |= mask
+    assert np.array_equal(f.words, model)
+
+
 def test_false_positive_rate_is_about_one_percent_even_for_sequential_ids() -> None:
     for stored, probes in ((_uuids(50_000, 1), _uuids(20_000, 2)),
                            ([i.to_bytes(16, "big") for i in range(50_000)],

@@ -115,3 +115,13 @@ def test_batch_uuid_keys_agree_with_the_single_key_path(raws: list[bytes | None]
 @given(st.lists(st.one_of(st.uuids().map(lambda u: str(u).encode()), _mutated_uuids()), min_size=1, max_size=30))
 def test_batch_uuid_keys_of_36_byte_keys_take_the_vectorised_path(raws: list[bytes]) -> None:
     assert uuid_keys(raws) == [uuid_key(r) for r in raws]
+
+
+@given(st.lists(st.uuids().map(lambda u: str(u).encode()), min_size=1, max_size=30), st.data())
+def test_batch_uuid_keys_of_canonical_keys_take_the_joined_path(raws: list[bytes], data: st.DataObject) -> None:
+    """A batch of canonical UUIDs is converted as one buffer; one mutated key anywhere (a moved
+    dash, uppercase, a non-hex byte) sends it back to the per-key checks, with the same result."""
+    assert uuid_keys(raws) == [uuid.UUID(r.decode()).bytes for r in raws]
+    at = data.draw(st.integers(0, len(raws) - 1))
+    raws[at] = data.draw(_mutated_uuids())
+    assert uuid_keys(raws) == [uuid_key(r) for r in raws]
