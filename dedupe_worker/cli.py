@@ -44,6 +44,8 @@ def run(
     exactly_once: Annotated[str | None, typer.Option(help="reconcile | transactional")] = None,
     group: Annotated[str | None, typer.Option(help="consumer group for input offsets")] = None,
     assignment: Annotated[str | None, typer.Option(help="static (--partitions) | group (cooperative)")] = None,
+    pipeline: Annotated[bool | None, typer.Option(
+        "--pipeline/--no-pipeline", help="look up batch N+1 while N's acks are in flight (reconcile mode)")] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
 ) -> None:
     """Run dedupe workers for the given input partitions until SIGTERM/SIGINT."""
@@ -63,7 +65,7 @@ def run(
         cfg = load_config(config, bootstrap=bootstrap, input_topic=input, output_topic=output, dlq_topic=dlq,
                           partitions=partitions, data_dir=data_dir, metrics_port=metrics_port,
                           control_port=control_port, exactly_once=exactly_once, group=group,
-                          assignment=assignment)
+                          assignment=assignment, pipeline=pipeline)
         runner = WorkerRunner(cfg, stop_event=stop)
         runner.start()
     except DedupeError as e:

@@ -16,7 +16,8 @@ the next start replays the output from the recorded output offset and resumes in
 max(committed offset, recorded position). Mode ``transactional`` wraps 3 and 5 in one Kafka
 transaction (``send_offsets_to_transaction``) and writes RocksDB after the commit.
 
-Pipelining (mode ``reconcile``, :meth:`PartitionWorker.step`): after batch N's records are handed
+Pipelining (``pipeline = true``, mode ``reconcile``, :meth:`PartitionWorker.step`; off by default, as
+it costs more CPU than it gains in throughput): after batch N's records are handed
 to the producer, the worker consumes, classifies and MultiGets batch N+1 while N's acks are in
 flight; N+1's lookups also see N's ids (the in-flight set), so a repeat across the two batches is
 a duplicate. Then N is finished (wait for every ack, WriteBatch, commit) strictly before any of
@@ -291,10 +292,12 @@ class PartitionWorker:
     # -- the batch ----------------------------------------------------------------------------
 
     def step(self) -> BatchResult:
-        """One pipelined step: consume and look up the next batch while the previous batch's acks are
-        in flight, finish the previous batch, then hand the new one to the producer."""
+        """One step of the batch loop. Serial (the default, and always in mode ``transactional``):
+        :meth:`process` the next batch. Pipelined (``pipeline = true``, mode ``reconcile``): consume
+        and look up the next batch while the previous batch's acks are in flight, finish the
+        previous batch, then hand the new one to the producer."""
         records = self._consume()
-        if self.cfg.exactly_once != "reconcile":
+        if self.cfg.exactly_once != "reconcile" or not self.cfg.pipeline:
             if not records:
                 self._housekeeping(force=False)
                 return BatchResult()

@@ -80,14 +80,17 @@ def _finish(bootstrap: str, topics: Topics, data: Path, tmp_path: Path, manifest
 
 
 @pytest.mark.parametrize("point", POINTS)
-@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize(("batch", "pipeline"), [(1, False), (3, False), (3, True)])
 def test_sigkill_at_crash_point(broker: BrokerProcess, topic_name: str, tmp_path: Path, point: str,
-                                batch: int) -> None:
+                                batch: int, pipeline: bool) -> None:
+    """Serial loop (the default) at the first and a later batch; pipelined loop at a batch that
+    has another one looked up behind it."""
     topics = make_topics(broker.bootstrap, topic_name, PARTITIONS)
     manifest = _load(broker.bootstrap, topics, 1500, seed=batch)
     data, marker = tmp_path / "data", tmp_path / "fault.marker"
     proc = start_worker(broker.bootstrap, topics, data, tmp_path / "worker.log",
-                        env={**ENV, "DEDUPE_FAULT": f"{point}:{batch}", "DEDUPE_FAULT_MARKER": str(marker)})
+                        env={**ENV, "DEDUPE_PIPELINE": str(pipeline).lower(), "DEDUPE_FAULT": f"{point}:{batch}",
+                             "DEDUPE_FAULT_MARKER": str(marker)})
     try:
         assert _wait_marker(marker, proc) == f"{point}:{batch}"
     finally:
@@ -96,7 +99,8 @@ def test_sigkill_at_crash_point(broker: BrokerProcess, topic_name: str, tmp_path
     _finish(broker.bootstrap, topics, data, tmp_path, manifest)
 
 
-def test_random_sigkills_under_load(broker: BrokerProcess, topic_name: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("pipeline", [False, True])
+def test_random_sigkills_under_load(broker: BrokerProcess, topic_name: str, tmp_path: Path, pipeline: bool) -> None:
     topics = make_topics(broker.bootstrap, topic_name, PARTITIONS)
     records, manifest = plan(LoadSpec(unique=6000, duplicate_rate=0.05, malformed_rate=0.0,
                                       mean_gap_events=300, seed=11))
@@ -117,7 +121,8 @@ def test_random_sigkills_under_load(broker: BrokerProcess, topic_name: str, tmp_
     data = tmp_path / "data"
     try:
         for _ in range(4):
-            proc = start_worker(broker.bootstrap, topics, data, tmp_path / "worker.log", env=ENV)
+            proc = start_worker(broker.bootstrap, topics, data, tmp_path / "worker.log",
+                                env={**ENV, "DEDUPE_PIPELINE": str(pipeline).lower()})
             time.sleep(rng.uniform(1.5, 3.0))  # let it get into its batch loop, then kill anywhere
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(30)

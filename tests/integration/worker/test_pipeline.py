@@ -35,7 +35,7 @@ def test_repeat_of_an_in_flight_id_is_a_duplicate(broker: BrokerProcess, topic_n
     assert p.flush(30) == 0
     cfg = load_config(None, bootstrap=broker.bootstrap, input_topic=topics.input, output_topic=topics.output,
                       dlq_topic=topics.dlq, data_dir=tmp_path / "data", batch_size=7, batch_timeout_ms=200,
-                      group=f"g-{topics.input}")
+                      group=f"g-{topics.input}", pipeline=True)
     w = PartitionWorker(cfg, 0, WorkerMetrics(CollectorRegistry()))
     w.start()
     consumed = duplicates = 0

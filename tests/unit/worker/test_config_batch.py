@@ -44,6 +44,15 @@ def test_no_file_uses_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (cfg.input_topic, cfg.output_topic, cfg.exactly_once) == ("events", "events.deduped", "reconcile")
 
 
+def test_pipeline_is_off_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DEDUPE_PIPELINE", raising=False)
+    assert load_config(None).pipeline is False
+    assert load_config(None, pipeline=True).pipeline is True
+    monkeypatch.setenv("DEDUPE_PIPELINE", "true")
+    assert load_config(None).pipeline is True
+    assert load_config(None, pipeline=False).pipeline is False  # --no-pipeline beats the env
+
+
 @pytest.mark.parametrize(("text", "match"), [
     ("batch_size = 0\n", "batch_size"),
     ("bogus = 1\n", "bogus"),
