@@ -65,15 +65,15 @@ def uuid_keys(raws: Sequence[bytes | None]) -> list[bytes | None]:
     if len(joined) != 36 * n or set(map(len, raws)) != {36}:  # type: ignore[arg-type]
         return [uuid_key(r) for r in raws]  # type: ignore[arg-type]
     chars = np.frombuffer(joined, dtype=np.uint8).reshape(n, 36)
+    dashes_ok = (chars[:, _DASH_COLUMNS] == _DASH).all(axis=1)
     hexed = joined.translate(None, b"-")
     # The usual batch, all canonical: 4 dashes per key, all at their columns, lowercase hex elsewhere.
-    if (len(hexed) == 32 * n and not hexed.translate(None, _LOWER_HEX)
-            and (chars[:, _DASH_COLUMNS] == _DASH).all()):
+    if len(hexed) == 32 * n and not hexed.translate(None, _LOWER_HEX) and dashes_ok.all():
         return list(split_fixed(binascii.unhexlify(hexed), n, UUID_LEN))
     nibbles = _NIBBLE[chars[:, _HEX_COLUMNS]]
     packed = ((nibbles[:, 0::2] << 4) | nibbles[:, 1::2]).tobytes()
     keys: list[bytes | None] = list(split_fixed(packed, n, UUID_LEN))
-    ok = (nibbles != 255).all(axis=1) & (chars[:, _DASH_COLUMNS] == _DASH).all(axis=1)
+    ok = (nibbles != 255).all(axis=1) & dashes_ok
     if not ok.all():
         for i in np.flatnonzero(~ok).tolist():
             keys[i] = None

@@ -27,10 +27,9 @@ N+1 is produced, so the per-batch order above is unchanged; only N+1's read-side
 from __future__ import annotations
 
 import contextlib
-import operator
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import compress
 from pathlib import Path
@@ -109,12 +108,13 @@ def split_batch(records: list[Any], store: DedupeStore, in_flight: set[bytes] | 
     # each key -> the index of its first copy (built backwards, so the first copy's index wins)
     first_at = dict(zip(reversed(keys), range(n - 1, -1, -1), strict=True))
     repeats = len(first_at) != n
-    unique: Sequence[bytes] = keys
-    first_idx = np.arange(n)
+    is_first = np.ones(n, dtype=bool)
+    unique = keys
     if repeats:  # only first copies are looked up
-        first_idx = np.fromiter(first_at.values(), dtype=np.intp, count=len(first_at))
-        first_idx.sort()
-        unique = operator.itemgetter(*first_idx.tolist())(keys) if len(first_idx) > 1 else [keys[first_idx[0]]]
+        is_first[:] = False
+        is_first[np.fromiter(first_at.values(), dtype=np.intp, count=len(first_at))] = True
+        unique = list(compress(keys, is_first.tolist()))
+    first_idx = np.flatnonzero(is_first)
     probe = store.probe(unique)
     hits = np.array(store.contains(unique, probe), dtype=bool)  # per unique key, in input order
     if in_flight:
@@ -125,8 +125,6 @@ def split_batch(records: list[Any], store: DedupeStore, in_flight: set[bytes] | 
         return Split(keys, firsts, [], dead, probe=probe)
     new = np.zeros(n, dtype=bool)
     new[first_idx] = ~hits
-    is_first = np.zeros(n, dtype=bool)
-    is_first[first_idx] = True
     flags = new.tolist()
     duplicates = [(firsts[i], "in_store" if first else "in_batch")
                   for i, first in zip(np.flatnonzero(~new).tolist(), is_first[~new].tolist(), strict=True)]
@@ -389,7 +387,7 @@ class PartitionWorker:
         produce = self._producer.produce
         topic, partition, hpart = self.cfg.output_topic, self.partition, self._h_partition
         stamp = split.first_seen.append
-        for msg in split.new[start:stop] if start or stop < len(split.new) else split.new:
+        for msg in split.new[start:stop]:
             src = msg.headers()
             headers = [hpart, (H_SOURCE_OFFSET, b"%d" % msg.offset())]
             if src:
