@@ -86,13 +86,14 @@ def _backend(cfg: EbsOpsConfig, progress: StepCallback, **extra: Any) -> VolumeB
     if cfg.backend == "local":
         return LocalVolumeBackend(cfg.data_dir, cfg.snapshot_dir, control, worker=cfg.worker,
                                   progress=progress, step_timeout_s=cfg.step_timeout_s,
-                                  replace=bool(extra.get("replace")), **hooks)
+                                  replace=bool(extra.get("replace")), force=bool(extra.get("force")),
+                                  **hooks)
     return Ec2VolumeBackend(
         region=cfg.region, endpoint_url=cfg.endpoint_url, control=control, worker=cfg.worker,
         progress=progress, waiter_delay_s=cfg.waiter_delay_s, step_timeout_s=cfg.step_timeout_s,
         device=cfg.device, volume_type=cfg.volume_type, kms_key_id=cfg.kms_key_id,
         fast_restore=cfg.fast_restore, init_rate_mibps=cfg.init_rate_mibps, max_attempts=cfg.max_attempts,
-        worker_stopped=bool(extra.get("worker_stopped")), **hooks)
+        worker_stopped=bool(extra.get("worker_stopped")), force=bool(extra.get("force")), **hooks)
 
 
 @contextmanager
@@ -237,21 +238,32 @@ def restore(partition: Partition,
             latest: Annotated[bool, typer.Option("--latest", help="newest completed snapshot")] = False,
             replace: Annotated[bool, typer.Option(
                 "--replace", help="local: move an existing volume aside instead of refusing")] = False,
+            force: Annotated[bool, typer.Option(
+                "--force", help="stop the worker holding the partition on another instance (stop hook) "
+                "and detach its volume first")] = False,
+            stop_cmd: Annotated[str | None, typer.Option(
+                "--stop-cmd", help="hook: stop a worker (for --force)")] = None,
             fast_restore: Annotated[bool | None, typer.Option("--fast-restore/--no-fast-restore")] = None,
             init_rate: Annotated[int | None, typer.Option("--init-rate", help="ec2: MiB/s, 100-300")] = None,
             backend: Backend = None, data_dir: DataDir = None, snapshot_dir: SnapDir = None,
             region: Region = None, endpoint_url: Endpoint = None, device: Device = None,
             step_timeout: StepTimeout = None, waiter_delay: WaiterDelay = None, dry_run: DryRun = False,
             as_json: AsJson = False) -> None:
-    """Create a volume from a snapshot, attach it to the instance, print where the worker resumes."""
+    """Create a volume from a snapshot, attach it to the instance, print where the worker resumes.
+
+    Refused while another instance holds a volume of the partition (two workers on one partition
+    double its output); --force with a stop hook stops that worker and detaches its volume first.
+    """
     cfg = _config(backend=backend, data_dir=data_dir, snapshot_dir=snapshot_dir, region=region,
                   endpoint_url=endpoint_url, device=device, step_timeout_s=step_timeout,
-                  waiter_delay_s=waiter_delay, fast_restore=fast_restore, init_rate_mibps=init_rate)
+                  waiter_delay_s=waiter_delay, fast_restore=fast_restore, init_rate_mibps=init_rate,
+                  stop_cmd=stop_cmd)
 
     def act(step: StepCallback) -> Any:
         if (snapshot_id is None) == (not latest):
             raise BadInputError("pass exactly one of --snapshot ID or --latest")
-        return _backend(cfg, step, replace=replace).restore(partition, instance, snapshot_id, dry_run=dry_run)
+        b = _backend(cfg, step, replace=replace, force=force)
+        return b.restore(partition, instance, snapshot_id, dry_run=dry_run)
 
     result = _run("restore", act)
     if as_json:

@@ -33,6 +33,11 @@ class VolumeInUseError(EbsOpsError):
     """The volume is attached / open by a running worker, or the target already has one."""
 
 
+class PartitionInUseError(VolumeInUseError):
+    """Another instance holds a volume of the partition: restoring there too would start a second
+    writer on the partition, which doubles its output (docs/ARCHITECTURE.md invariant 8)."""
+
+
 class AzMismatchError(EbsOpsError):
     """A volume and an instance are in different availability zones."""
 

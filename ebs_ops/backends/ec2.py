@@ -8,7 +8,10 @@ Invariants (on top of those in :mod:`ebs_ops.backends.base`):
   (or EC2 returns it) instead of creating a second one;
 - attachment is complete only when ``Attachments[].State == attached`` (a custom waiter; the
   ``volume_in_use`` waiter looks at ``Volumes[].State`` only). If it does not get there within
-  its timeout the volume is detached again, so nothing stays half-attached.
+  its timeout the volume is detached again, so nothing stays half-attached;
+- restore finds every volume of the partition by its ``dedupe:partition`` tag and refuses while one
+  is attached to another instance (a second writer); ``force`` stops that worker with the stop
+  hook and detaches that volume first.
 """
 
 from __future__ import annotations
@@ -22,7 +25,13 @@ from typing import Any
 
 import structlog
 
-from ebs_ops.backends.base import StepCallback, no_progress, select_prunable
+from ebs_ops.backends.base import (
+    StepCallback,
+    no_progress,
+    require_stop_hook,
+    second_writer_refusal,
+    select_prunable,
+)
 from ebs_ops.control import WorkerControlClient, paused
 from ebs_ops.exceptions import (
     AwsError,
@@ -128,7 +137,7 @@ class Ec2VolumeBackend:
                  freeze_cmd: str | None = None, thaw_cmd: str | None = None,
                  stop_cmd: str | None = None, start_cmd: str | None = None,
                  worker_stopped: bool = False, hook_timeout_s: float = 60.0,
-                 client: Any = None) -> None:
+                 force: bool = False, client: Any = None) -> None:
         self.region = region
         self.endpoint_url = endpoint_url
         self.control = control
@@ -145,6 +154,7 @@ class Ec2VolumeBackend:
         self.freeze_cmd, self.thaw_cmd = freeze_cmd, thaw_cmd
         self.stop_cmd, self.start_cmd = stop_cmd, start_cmd
         self.worker_stopped = worker_stopped
+        self.force = force  # restore: stop + detach another instance's volume of the partition
         self.hook_timeout_s = hook_timeout_s
         self._client = client
 
@@ -448,21 +458,29 @@ class Ec2VolumeBackend:
 
     def restore(self, partition: int, instance: str, snapshot_id: str | None, *,
                 dry_run: bool = False) -> RestoreResult:
+        """Every check runs before anything changes; only then, with ``force``, is the worker that
+        holds the partition on another instance stopped and its volume detached, then the volume is
+        created (or found, on a re-run) and attached."""
+        require_stop_hook(self.force, self.stop_cmd, partition)
         self.progress("check instance and snapshot")
         inst = self._instance(instance)
         az = inst["Placement"]["AvailabilityZone"]
         snap = self._restorable_snapshot(partition, snapshot_id)
         existing = self._restore_volume(partition, snap.snapshot_id, instance)
-        if existing is not None and self._attached_to(existing, instance):
-            return self._restore_result(snap, existing["VolumeId"], instance, resumed=True, dry_run=dry_run)
+        done = existing is not None and self._attached_to(existing, instance)
         elsewhere = [a["InstanceId"] for a in (existing or {}).get("Attachments", [])
                      if a["InstanceId"] != instance]
-        if existing is not None and elsewhere:
+        if existing is not None and elsewhere and not done:
             raise VolumeInUseError(
                 f"restore volume {existing['VolumeId']} is attached to {elsewhere[0]}, not {instance}; "
                 "detach it there first, then re-run"
             )
-        self._refuse_occupied(partition, inst, existing)
+        if not done:
+            self._refuse_occupied(partition, inst, existing)
+        self._release_other_holders(partition, instance, existing, dry_run=dry_run)
+        if done:
+            assert existing is not None
+            return self._restore_result(snap, existing["VolumeId"], instance, resumed=True, dry_run=dry_run)
         if dry_run:
             self._dry_run("create volume", self.ec2.create_volume,
                           **self._create_volume_args(partition, snap, instance, az))
@@ -530,6 +548,47 @@ class Ec2VolumeBackend:
             raise VolumeInUseError(
                 f"device {self.device} on {instance} is already in use; pass another --device"
             )
+
+    def _other_holders(self, partition: int, instance: str,
+                       ours: dict[str, Any] | None) -> list[tuple[str, dict[str, Any]]]:
+        """(volume id, attachment) of every volume of ``partition`` attached to another instance."""
+        ours_id = ours["VolumeId"] if ours else None
+        return [(vol["VolumeId"], a) for vol in self._partition_volumes(partition) if vol["VolumeId"] != ours_id
+                for a in vol.get("Attachments", []) if a["InstanceId"] != instance and a["State"] != "detached"]
+
+    def _release_other_holders(self, partition: int, instance: str, ours: dict[str, Any] | None, *,
+                               dry_run: bool) -> None:
+        """Refuse while another instance holds a volume of the partition; with ``force`` stop that
+        worker (stop hook) and detach its volume, so the partition never has two writers."""
+        holders = self._other_holders(partition, instance, ours)
+        if not holders:
+            return
+        if not self.force:
+            vol_id, a = holders[0]
+            others = f" (and {[v for v, _ in holders[1:]]})" if holders[1:] else ""
+            raise second_writer_refusal(
+                partition, f"volume {vol_id}{others} attached to instance {a['InstanceId']} at "
+                f"{a.get('Device', '?')} (attachment state {a['State']})", instance,
+                undo=f"Stop the worker on {a['InstanceId']} and detach {vol_id} (or `ebs-ops move` it)",
+                forced=f"runs the stop hook for {a['InstanceId']}, detaches {vol_id}")
+        for vol_id, a in holders:
+            holder = a["InstanceId"]
+            if dry_run:
+                log.info("dry_run_would_stop", partition=partition, instance=holder, volume=vol_id)
+                self._dry_run(f"detach {vol_id} from {holder}", self.ec2.detach_volume,
+                              VolumeId=vol_id, InstanceId=holder)
+                continue
+            log.warning("forced_release", partition=partition, instance=holder, volume=vol_id,
+                        reason="--force: stopping the other worker of the partition before restoring")
+            self.progress("stop the other worker")
+            run_hook("stop", self.stop_cmd, self.hook_timeout_s, partition=partition, volume=vol_id,
+                     instance=holder)
+            if a["State"] == "detaching":
+                self._wait(self.ec2.get_waiter("volume_available"), f"detach {vol_id}", self.step_timeout_s,
+                           VolumeIds=[vol_id])
+            else:
+                self._detach(vol_id, holder)
+            log.info("volume_detached", partition=partition, instance=holder, volume=vol_id)
 
     def _client_token(self, partition: int, snapshot_id: str, instance: str) -> str:
         digest = hashlib.sha256(f"{partition}/{snapshot_id}/{instance}".encode()).hexdigest()

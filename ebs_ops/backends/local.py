@@ -16,7 +16,11 @@ Invariants:
   directory renamed into place);
 - restore builds the volume in a staging directory next to the target and renames it into place,
   so the target is either absent, the old volume, or the complete restored volume; a re-run resumes
-  the staging copy; a volume a running worker holds open (its RocksDB LOCK) is never touched.
+  the staging copy; a volume a running worker holds open (its RocksDB LOCK) is never touched;
+- a local volume is "attached" to the data dir whose running worker holds its LOCK: restore
+  refuses while the partition's volume in another data dir (``--data-dir``, or where the snapshot
+  was taken) is held; ``force`` runs the stop hook, waits for the LOCK to be released and moves
+  that volume aside (``partition-<p>.detached-<time>``) first.
 """
 
 from __future__ import annotations
@@ -34,7 +38,13 @@ from typing import Any
 
 import structlog
 
-from ebs_ops.backends.base import StepCallback, no_progress, select_prunable
+from ebs_ops.backends.base import (
+    StepCallback,
+    no_progress,
+    require_stop_hook,
+    second_writer_refusal,
+    select_prunable,
+)
 from ebs_ops.control import WorkerControlClient, paused
 from ebs_ops.exceptions import (
     BadInputError,
@@ -157,7 +167,7 @@ class LocalVolumeBackend:
                  freeze_cmd: str | None = None, thaw_cmd: str | None = None,
                  stop_cmd: str | None = None, start_cmd: str | None = None,
                  hook_timeout_s: float = 60.0, step_timeout_s: float = 300.0,
-                 replace: bool = False) -> None:
+                 replace: bool = False, force: bool = False) -> None:
         # Absolute: the worker resolves the checkpoint path we send in ITS working directory.
         self.data_dir = Path(data_dir).absolute()
         self.snapshot_dir = Path(snapshot_dir).absolute()
@@ -169,6 +179,7 @@ class LocalVolumeBackend:
         self.hook_timeout_s = hook_timeout_s
         self.step_timeout_s = step_timeout_s
         self.replace = replace
+        self.force = force  # restore: stop + move aside another data dir's volume of the partition
 
     # --- snapshot -------------------------------------------------------------------------------
 
@@ -333,19 +344,27 @@ class LocalVolumeBackend:
 
     def restore(self, partition: int, instance: str, snapshot_id: str | None, *,
                 dry_run: bool = False) -> RestoreResult:
+        """Every check runs before anything changes; only then, with ``force``, is the worker that
+        holds the partition in another data dir stopped and its volume moved aside."""
+        require_stop_hook(self.force, self.stop_cmd, partition)
         data_dir = self._instance_dir(instance)
         snap = self._pick_snapshot(partition, snapshot_id)
         volume = volume_dir(data_dir, partition)
         marker = data_dir / f".partition-{partition}.ebs-ops-restore.json"
         self.progress("check target")
-        if self._already_restored(volume, marker, snap):
-            return self._restore_result(snap, volume, data_dir, resumed=True, dry_run=dry_run)
+        holders = self._other_holders(partition, data_dir, snap)
+        done = self._already_restored(volume, marker, snap)
         staging = data_dir / f".restore-partition-{partition}-{snap.snapshot_id}"
-        if not dry_run and self._swapped_before_crash(volume, marker, staging, snap):
+        swapped = not done and not dry_run and self._swapped_before_crash(volume, marker, staging, snap)
+        if not (done or swapped):
+            self._check_target_free(volume)
+        self._release_other_holders(partition, holders, data_dir, dry_run=dry_run)
+        if done:
+            return self._restore_result(snap, volume, data_dir, resumed=True, dry_run=dry_run)
+        if swapped:
             # The last run swapped the staged copy in and died before recording it: finish that.
             self._mark_done(marker, snap, volume)
             return self._restore_result(snap, volume, data_dir, resumed=True, dry_run=False)
-        self._check_target_free(volume)
         if dry_run:
             return self._restore_result(snap, volume, data_dir, resumed=False, dry_run=True)
         resumed = staging.exists()
@@ -361,6 +380,50 @@ class LocalVolumeBackend:
         _fsync_dir(data_dir)
         self._mark_done(marker, snap, volume)
         return self._restore_result(snap, volume, data_dir, resumed=resumed, dry_run=False)
+
+    def _other_holders(self, partition: int, data_dir: Path, snap: SnapshotInfo) -> list[Path]:
+        """Volumes of ``partition`` outside ``data_dir`` that a running worker holds open: the one
+        under ``--data-dir`` and the one the snapshot was taken from (its manifest records it)."""
+        candidates = [volume_dir(self.data_dir, partition)]
+        if snap.source:
+            candidates.append(Path(snap.source))
+        found: list[Path] = []
+        for vol in candidates:
+            real = vol.resolve()
+            if real.parent == data_dir.resolve() or real in found:
+                continue  # the target itself: the same-instance checks cover it
+            if volume_in_use(real):
+                found.append(real)
+        return found
+
+    def _release_other_holders(self, partition: int, holders: list[Path], data_dir: Path, *,
+                               dry_run: bool) -> None:
+        """Refuse while another data dir's running worker holds the partition; with ``force`` stop
+        it (stop hook), wait for its LOCK to be released and move its volume aside."""
+        if not holders:
+            return
+        if not self.force:
+            held = holders[0]
+            raise second_writer_refusal(
+                partition, f"volume {held} open by a running worker of data dir {held.parent} "
+                "(its RocksDB LOCK is held)", str(data_dir),
+                undo=f"Stop the worker of {held.parent} (so it releases {held})",
+                forced=f"runs the stop hook for {held.parent}, waits for the LOCK to be released, moves "
+                       f"{held.name} aside as {held.name}.detached-<time>")
+        for held in holders:
+            if dry_run:
+                log.info("dry_run_would_stop", partition=partition, instance=str(held.parent), volume=str(held))
+                continue
+            log.warning("forced_release", partition=partition, instance=str(held.parent), volume=str(held),
+                        reason="--force: stopping the other worker of the partition before restoring")
+            self.progress("stop the other worker")
+            run_hook("stop", self.stop_cmd, self.hook_timeout_s, partition=partition, volume=held,
+                     instance=held.parent)
+            self._wait_released(held)
+            aside = held.with_name(f"{held.name}.detached-{datetime.now(UTC):%Y%m%dT%H%M%SZ}")
+            os.replace(held, aside)
+            _fsync_dir(held.parent)
+            log.info("volume_detached", partition=partition, volume=str(held), to=str(aside))
 
     @staticmethod
     def _mark_done(marker: Path, snap: SnapshotInfo, volume: Path) -> None:

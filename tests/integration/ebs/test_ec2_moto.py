@@ -89,6 +89,10 @@ class Fleet:
                                      Placement={"AvailabilityZone": az})
         return str(out["Instances"][0]["InstanceId"])
 
+    def stop_a(self) -> None:
+        """What an operator does before restoring partition 0 elsewhere: stop a's worker, detach."""
+        self.ec2.detach_volume(VolumeId=self.volume, InstanceId=self.a)
+
     def volumes(self) -> list[dict[str, Any]]:
         return [v for v in self.ec2.describe_volumes()["Volumes"]
                 if any(t["Key"] == TAG_PARTITION for t in v.get("Tags", []))]
@@ -133,6 +137,7 @@ def test_prune_dry_run_then_real_only_own_snapshots(fleet: Fleet) -> None:
 def test_restore_latest_is_idempotent_and_resumable(fleet: Fleet) -> None:
     b = fleet.backend()
     snap = b.snapshot(0)
+    fleet.stop_a()
     # First run "crashes" after creating the volume, before attaching it.
     half = b._create_volume(0, snap, fleet.b, "us-east-1a")
     result = b.restore(0, fleet.b, None)
@@ -171,6 +176,7 @@ def test_restore_bad_inputs_and_dry_run(fleet: Fleet) -> None:
         b.restore(5, fleet.b, snap.snapshot_id)
     with pytest.raises(UnknownPartitionError, match="dedupe:partition=9"):
         b.snapshot(9)
+    fleet.stop_a()
     before = len(fleet.volumes())
     assert b.restore(0, fleet.b, snap.snapshot_id, dry_run=True).dry_run
     assert len(fleet.volumes()) == before
@@ -227,12 +233,13 @@ def test_cli_restore_json_and_error_exit(fleet: Fleet) -> None:
     out = runner.invoke(app, ["snapshot", "--partition", "0", "--wait", "--json", *common])
     assert out.exit_code == 0, out.output
     snap_id = json.loads(out.stdout)[0]["snapshot_id"]
+    out = runner.invoke(app, ["restore", "-p", "0", "--instance", fleet.a, "--latest", *common])
+    assert out.exit_code == 1 and "refusing to attach over it" in out.stderr
+    fleet.stop_a()
     out = runner.invoke(app, ["restore", "-p", "0", "--instance", fleet.b, "--latest", "--json",
                               "--waiter-delay", "1", *common])
     assert out.exit_code == 0, out.output
     assert json.loads(out.stdout)["snapshot_id"] == snap_id
-    out = runner.invoke(app, ["restore", "-p", "0", "--instance", fleet.a, "--latest", *common])
-    assert out.exit_code == 1 and "refusing to attach over it" in out.stderr
     out = runner.invoke(app, ["restore", "-p", "0", "--instance", fleet.b, *common])
     assert out.exit_code == 1 and "exactly one of --snapshot ID or --latest" in out.stderr
 

@@ -36,12 +36,20 @@ class WorkerDouble:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._stopped = False
 
     def __enter__(self) -> WorkerDouble:
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """Stop serving and close the DB (releasing its LOCK), as a stopped worker does; idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
         self._server.shutdown()
         self._server.server_close()
         self.db.close()

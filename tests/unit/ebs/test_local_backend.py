@@ -102,6 +102,7 @@ def test_restore_stale_snapshot_gives_exactly_its_keys(tmp_path: Path, worker: W
     b = backend(tmp_path, worker)
     snap = b.snapshot(0)
     worker.write([f"late{i}" for i in range(100)])  # the worker keeps going after the snapshot
+    worker.stop()  # and is stopped before its partition is restored elsewhere (invariant 8)
     target = tmp_path / "other-host"
     target.mkdir()
     result = b.restore(0, str(target), None)
@@ -115,6 +116,7 @@ def test_restore_stale_snapshot_gives_exactly_its_keys(tmp_path: Path, worker: W
 def test_restore_refuses_existing_volume_and_replace_keeps_it(tmp_path: Path, worker: WorkerDouble) -> None:
     b = backend(tmp_path, worker)
     snap = b.snapshot(0)
+    worker.stop()
     target = tmp_path / "host"
     (target / "partition-0").mkdir(parents=True)
     (target / "partition-0" / "precious").write_text("x")
@@ -138,6 +140,7 @@ def test_restore_refuses_existing_volume_and_replace_keeps_it(tmp_path: Path, wo
 def test_restore_refuses_a_volume_a_running_process_holds(tmp_path: Path, worker: WorkerDouble) -> None:
     b = backend(tmp_path, worker, replace=True)
     snap = b.snapshot(0)
+    worker.stop()
     target = tmp_path / "host"
     (target / "partition-0" / "db").mkdir(parents=True)
     with HeldOpen(target / "partition-0" / "db"):
@@ -150,6 +153,7 @@ def test_restore_refuses_a_volume_a_running_process_holds(tmp_path: Path, worker
 def test_restore_resumes_a_half_done_copy(tmp_path: Path, worker: WorkerDouble) -> None:
     b = backend(tmp_path, worker)
     snap = b.snapshot(0)
+    worker.stop()
     target = tmp_path / "host"
     staging = target / f".restore-partition-0-{snap.snapshot_id}"
     shutil.copytree(Path(snap.location) / "volume", staging)
@@ -256,6 +260,7 @@ def test_restore_and_move_across_filesystems(tmp_path: Path, worker: WorkerDoubl
                                              other_filesystem: Path) -> None:
     b = backend(tmp_path, worker)
     snap = b.snapshot(0)
+    worker.stop()
     host = other_filesystem / "host"
     host.mkdir()
     b.restore(0, str(host), snap.snapshot_id)  # hard links impossible: copied
@@ -273,6 +278,7 @@ def test_restore_rerun_after_a_crash_between_swap_and_done_marker_finishes(tmp_p
     instead of refusing the (restored) volume as foreign data."""
     b = backend(tmp_path, worker)
     snap = b.snapshot(0)
+    worker.stop()
     target = tmp_path / "host"
     target.mkdir()
     first = b.restore(0, str(target), snap.snapshot_id)
