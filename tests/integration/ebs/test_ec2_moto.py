@@ -29,11 +29,13 @@ from ebs_ops.exceptions import (
     AzMismatchError,
     BadInputError,
     CredentialsError,
+    PartitionInUseError,
     UnknownInstanceError,
     UnknownPartitionError,
     UnknownSnapshotError,
     VolumeInUseError,
 )
+from ebs_ops.hooks import HookError
 from ebs_ops.models import TAG_CREATED_BY, TAG_INPUT_OFFSET, TAG_PARTITION
 from tests.unit.ebs.control_double import WorkerDouble
 
@@ -96,6 +98,11 @@ class Fleet:
     def volumes(self) -> list[dict[str, Any]]:
         return [v for v in self.ec2.describe_volumes()["Volumes"]
                 if any(t["Key"] == TAG_PARTITION for t in v.get("Tags", []))]
+
+    def attachments(self) -> list[tuple[str, str, list[tuple[str, str]]]]:
+        """(volume, state, [(instance, attachment state)]) of every volume: what a refusal must not change."""
+        return sorted((v["VolumeId"], v["State"], [(a["InstanceId"], a["State"]) for a in v.get("Attachments", [])])
+                      for v in self.ec2.describe_volumes()["Volumes"])
 
     def backend(self, **kw: Any) -> Ec2VolumeBackend:
         return Ec2VolumeBackend(region=REGION, endpoint_url=self.url, waiter_delay_s=1, step_timeout_s=10,
@@ -202,6 +209,95 @@ def test_move_with_hooks_and_az_mismatch(fleet: Fleet, tmp_path: Path) -> None:
     assert b.move(0, fleet.a).from_instance == ""
     vol = fleet.ec2.describe_volumes(VolumeIds=[fleet.volume])["Volumes"][0]
     assert vol["Attachments"][0]["InstanceId"] == fleet.a
+
+
+def hook_logging_to(log: Path, *, exit_code: int = 0) -> str:
+    """A stop hook that appends its arguments to ``log`` (and exits ``exit_code``)."""
+    code = "import sys; open(sys.argv[1], 'a').write(sys.argv[2] + '\\n'); sys.exit(int(sys.argv[3]))"
+    return f"{sys.executable} -c \"{code}\" {log} stop-{{partition}}-{{instance}}-{{volume}} {exit_code}"
+
+
+def test_restore_refuses_while_another_instance_holds_the_partition(fleet: Fleet, tmp_path: Path) -> None:
+    """Issue 16: partition 0's volume is attached to a (a live worker); restoring onto b would
+    start a second worker on partition 0. Refused, and nothing changes: no volume created or
+    attached, the snapshot untouched, a's volume still attached."""
+    b = fleet.backend()
+    snap = b.snapshot(0)
+    before = fleet.attachments()
+    with pytest.raises(PartitionInUseError) as refused:
+        b.restore(0, fleet.b, snap.snapshot_id)
+    msg = str(refused.value)
+    for what in (f"partition 0 already has volume {fleet.volume}", f"attached to instance {fleet.a}",
+                 "double its output", "Nothing was changed", f"Stop the worker on {fleet.a} and detach",
+                 "--force and a stop hook"):
+        assert what in msg, msg
+    with pytest.raises(PartitionInUseError):
+        b.restore(0, fleet.b, None, dry_run=True)
+    with pytest.raises(BadInputError, match="needs a stop hook"):
+        fleet.backend(force=True).restore(0, fleet.b, snap.snapshot_id)
+    assert fleet.attachments() == before
+    assert b.describe_snapshot(snap.snapshot_id).state == "completed"
+    assert [s.snapshot_id for s in b.list_snapshots(0)] == [snap.snapshot_id]
+
+
+def test_restore_force_stops_the_other_worker_and_detaches_its_volume(fleet: Fleet, tmp_path: Path) -> None:
+    log = tmp_path / "hooks.log"
+    b = fleet.backend(force=True, stop_cmd=hook_logging_to(log))
+    snap = b.snapshot(0)
+    before = fleet.attachments()
+    assert b.restore(0, fleet.b, snap.snapshot_id, dry_run=True).dry_run
+    assert not log.exists() and fleet.attachments() == before  # dry run: no hook, no detach
+    result = b.restore(0, fleet.b, snap.snapshot_id)
+    assert log.read_text().split() == [f"stop-0-{fleet.a}-{fleet.volume}"]  # the hook ran for a's volume
+    old = fleet.ec2.describe_volumes(VolumeIds=[fleet.volume])["Volumes"][0]
+    assert (old["State"], old["Attachments"]) == ("available", [])  # detached, kept
+    new = fleet.ec2.describe_volumes(VolumeIds=[result.volume])["Volumes"][0]
+    assert [(a["InstanceId"], a["State"]) for a in new["Attachments"]] == [(fleet.b, "attached")]
+    assert not result.resumed and result.snapshot_id == snap.snapshot_id
+    again = b.restore(0, fleet.b, snap.snapshot_id)  # a re-run finds it done and stops nothing
+    assert again.resumed and again.volume == result.volume and len(log.read_text().split()) == 1
+    # Someone re-attached the old volume to a: the partition has two writers again, so even the
+    # "already restored" re-run refuses instead of reporting success.
+    fleet.ec2.attach_volume(VolumeId=fleet.volume, InstanceId=fleet.a, Device="/dev/sdf")
+    with pytest.raises(PartitionInUseError, match=fleet.volume):
+        fleet.backend().restore(0, fleet.b, snap.snapshot_id)
+
+
+def test_restore_force_stops_before_anything_changes_if_the_hook_fails(fleet: Fleet, tmp_path: Path) -> None:
+    log = tmp_path / "hooks.log"
+    b = fleet.backend(force=True, stop_cmd=hook_logging_to(log, exit_code=3))
+    snap = b.snapshot(0)
+    before = fleet.attachments()
+    with pytest.raises(HookError, match="exited 3"):
+        b.restore(0, fleet.b, snap.snapshot_id)
+    assert log.exists() and fleet.attachments() == before
+
+
+def test_restore_onto_the_instance_holding_the_partition_is_unchanged_by_force(fleet: Fleet,
+                                                                               tmp_path: Path) -> None:
+    log = tmp_path / "hooks.log"
+    b = fleet.backend(force=True, stop_cmd=hook_logging_to(log))
+    snap = b.snapshot(0)
+    before = fleet.attachments()
+    with pytest.raises(VolumeInUseError, match="refusing to attach over it") as refused:
+        b.restore(0, fleet.a, snap.snapshot_id)
+    assert not isinstance(refused.value, PartitionInUseError)
+    assert not log.exists() and fleet.attachments() == before
+
+
+def test_cli_restore_refuses_second_writer_and_force_needs_a_stop_hook(fleet: Fleet, tmp_path: Path) -> None:
+    runner = CliRunner()
+    common = ["--backend", "ec2", "--endpoint-url", fleet.url, "--region", REGION, "--waiter-delay", "1"]
+    assert runner.invoke(app, ["snapshot", "--partition", "0", *common[:6]]).exit_code == 0
+    out = runner.invoke(app, ["restore", "-p", "0", "--instance", fleet.b, "--latest", *common])
+    assert out.exit_code == 1 and out.stderr.startswith(f"error: partition 0 already has volume {fleet.volume}")
+    out = runner.invoke(app, ["restore", "-p", "0", "--instance", fleet.b, "--latest", "--force", *common])
+    assert out.exit_code == 1 and "needs a stop hook" in out.stderr
+    log = tmp_path / "hooks.log"
+    out = runner.invoke(app, ["restore", "-p", "0", "--instance", fleet.b, "--latest", "--force",
+                              "--stop-cmd", hook_logging_to(log), *common])
+    assert out.exit_code == 0, out.output
+    assert out.stdout.startswith("restored ") and log.read_text().split() == [f"stop-0-{fleet.a}-{fleet.volume}"]
 
 
 def test_create_snapshots_for_an_instance_tags_partitions_and_offsets(fleet: Fleet, tmp_path: Path) -> None:

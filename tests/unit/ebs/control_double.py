@@ -5,11 +5,17 @@ real RocksDB (rocksdict) it owns, and it takes real checkpoints. It stands in fo
 `dedupe-worker run --control-port` only where the worker process is not needed (the end-to-end
 test in tests/integration/ebs uses the real worker). It records every request so tests can check
 that a paused partition is always resumed.
+
+HeldOpen is the other half of a running worker: a separate process holding the volume's RocksDB
+LOCK (in another process, as in production: a POSIX lock probe from the holding process itself
+would release it); stop_hook builds a `--stop-cmd` that records its arguments and stops it.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -117,3 +123,29 @@ class WorkerDouble:
                 pass
 
         return Handler
+
+
+class HeldOpen:
+    """A separate process holding a RocksDB open (what a running worker does to its volume)."""
+
+    def __init__(self, db_dir: Path) -> None:
+        code = ("import sys, rocksdict; db = rocksdict.Rdict(sys.argv[1]); "
+                "print('open', flush=True); sys.stdin.read()")
+        self.proc = subprocess.Popen([sys.executable, "-c", code, str(db_dir)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+
+    def __enter__(self) -> HeldOpen:
+        assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "open"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+def stop_hook(log: Path, pid: int | None = None, *, exit_code: int = 0) -> str:
+    """A stop hook that logs its arguments, SIGTERMs ``pid`` (the worker) and exits ``exit_code``."""
+    code = ("import os, signal, sys; open(sys.argv[1], 'a').write(' '.join(sys.argv[4:]) + '\\n'); "
+            "pid = int(sys.argv[2]); pid and os.kill(pid, signal.SIGTERM); sys.exit(int(sys.argv[3]))")
+    return f"{sys.executable} -c \"{code}\" {log} {pid or 0} {exit_code} {{partition}} {{instance}} {{volume}}"

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from ebs_ops.cli import app, parse_age
 from ebs_ops.config import EbsOpsConfig
 from ebs_ops.exceptions import BadInputError
-from tests.unit.ebs.control_double import WorkerDouble
+from tests.unit.ebs.control_double import HeldOpen, WorkerDouble, stop_hook
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -80,3 +80,23 @@ def test_parse_age() -> None:
     assert parse_age("30d").days == 30 and parse_age("90m").total_seconds() == 5400
     with pytest.raises(BadInputError):
         parse_age("3 weeks")
+
+
+def test_local_restore_refuses_second_writer_then_force_with_stop_hook(tmp_path: Path) -> None:
+    data, snaps, host, log = tmp_path / "data", tmp_path / "snaps", tmp_path / "host", tmp_path / "hooks.log"
+    host.mkdir()
+    common = ["--backend", "local", "--data-dir", str(data), "--snapshot-dir", str(snaps)]
+    with WorkerDouble(data, 2) as worker:
+        worker.write(["a", "b"])
+        assert run("snapshot", "-p", "2", "--control-url", worker.url, *common)[0] == 0
+    restore = ["restore", "-p", "2", "--instance", str(host), "--latest", *common]
+    with HeldOpen(data / "partition-2" / "db") as live:
+        code, _, err = run(*restore)
+        assert code == 1 and err.startswith(f"error: partition 2 already has volume {data / 'partition-2'}")
+        assert "double its output" in err and list(host.iterdir()) == []
+        code, _, err = run(*restore, "--force")
+        assert code == 1 and "needs a stop hook" in err
+        code, out, err = run(*restore, "--force", "--stop-cmd", stop_hook(log, live.proc.pid))
+        assert code == 0, err
+    assert out.startswith("restored ") and log.read_text().split() == ["2", str(data), str(data / "partition-2")]
+    assert (host / "partition-2").is_dir() and len(list(data.glob("partition-2.detached-*"))) == 1

@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from datetime import timedelta
@@ -25,6 +23,7 @@ from ebs_ops.backends.local import LocalVolumeBackend, volume_in_use
 from ebs_ops.control import WorkerControlClient
 from ebs_ops.exceptions import (
     BadInputError,
+    PartitionInUseError,
     SnapshotFailedError,
     UnknownInstanceError,
     UnknownPartitionError,
@@ -32,7 +31,8 @@ from ebs_ops.exceptions import (
     VolumeInUseError,
     WorkerControlError,
 )
-from tests.unit.ebs.control_double import WorkerDouble
+from ebs_ops.hooks import HookError
+from tests.unit.ebs.control_double import HeldOpen, WorkerDouble, stop_hook
 
 
 @pytest.fixture
@@ -53,25 +53,6 @@ def read_keys(db_dir: Path) -> set[bytes]:
         return {k for k in db.keys() if k != b"__offsets__"}  # noqa: SIM118 (Rdict iteration)
     finally:
         db.close()
-
-
-class HeldOpen:
-    """A separate process holding a RocksDB open (what a running worker does to its volume)."""
-
-    def __init__(self, db_dir: Path) -> None:
-        code = ("import sys, rocksdict; db = rocksdict.Rdict(sys.argv[1]); "
-                "print('open', flush=True); sys.stdin.read()")
-        self.proc = subprocess.Popen([sys.executable, "-c", code, str(db_dir)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
-
-    def __enter__(self) -> HeldOpen:
-        assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "open"
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        self.proc.wait(timeout=30)
 
 
 def test_snapshot_records_offsets_and_resumes_worker(tmp_path: Path, worker: WorkerDouble) -> None:
@@ -288,3 +269,93 @@ def test_restore_rerun_after_a_crash_between_swap_and_done_marker_finishes(tmp_p
     assert again.resumed and again.volume == first.volume
     assert json.loads(marker.read_text())["state"] == "done"
     assert len(read_keys(target / "partition-0" / "db")) == 2000
+
+
+def tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def test_restore_refuses_while_another_data_dir_worker_holds_the_partition(tmp_path: Path,
+                                                                          worker: WorkerDouble) -> None:
+    """Issue 16 on the local backend: a live worker holds data/partition-0 (its RocksDB LOCK);
+    restoring partition 0 into host/ would start a second one. Refused; nothing changes."""
+    snap = backend(tmp_path, worker).snapshot(0)
+    worker.stop()
+    data, held, host = tmp_path / "data", tmp_path / "data" / "partition-0", tmp_path / "host"
+    host.mkdir()
+    b = backend(tmp_path, None)
+    with HeldOpen(held / "db"):  # the live worker, in another process as in production
+        before = tree(tmp_path)
+        with pytest.raises(PartitionInUseError) as refused:
+            b.restore(0, str(host), snap.snapshot_id)
+        msg = str(refused.value)
+        for what in (f"partition 0 already has volume {held}", f"running worker of data dir {data}",
+                     "double its output", "Nothing was changed", "--force and a stop hook"):
+            assert what in msg, msg
+        with pytest.raises(PartitionInUseError):
+            b.restore(0, str(host), None, dry_run=True)
+        with pytest.raises(BadInputError, match="needs a stop hook"):
+            backend(tmp_path, None, force=True).restore(0, str(host), snap.snapshot_id)
+        assert tree(tmp_path) == before and volume_in_use(held)
+    assert [s.snapshot_id for s in b.list_snapshots(0)] == [snap.snapshot_id]
+
+
+def test_restore_force_stops_the_other_worker_and_moves_its_volume_aside(tmp_path: Path,
+                                                                         worker: WorkerDouble) -> None:
+    snap = backend(tmp_path, worker).snapshot(0)
+    worker.stop()
+    data, held, host = tmp_path / "data", tmp_path / "data" / "partition-0", tmp_path / "host"
+    host.mkdir()
+    log = tmp_path / "hooks.log"
+    with HeldOpen(held / "db") as live:
+        b = backend(tmp_path, None, force=True, stop_cmd=stop_hook(log, live.proc.pid), step_timeout_s=30.0)
+        before = tree(tmp_path)
+        assert b.restore(0, str(host), snap.snapshot_id, dry_run=True).dry_run
+        assert tree(tmp_path) == before and volume_in_use(held)  # dry run: no hook, nothing moved
+        result = b.restore(0, str(host), snap.snapshot_id)
+        assert live.proc.wait(30) != 0  # the hook stopped it
+    assert log.read_text().splitlines() == [f"0 {data} {held}"]
+    assert not held.exists()
+    [aside] = data.glob("partition-0.detached-*")
+    assert len(read_keys(aside / "db")) == 2000  # detached, kept
+    assert not result.resumed and len(read_keys(host / "partition-0" / "db")) == 2000
+    assert b.restore(0, str(host), snap.snapshot_id).resumed  # a re-run stops nothing
+    assert len(log.read_text().splitlines()) == 1
+
+
+def test_restore_force_changes_nothing_if_the_stop_hook_fails(tmp_path: Path, worker: WorkerDouble) -> None:
+    snap = backend(tmp_path, worker).snapshot(0)
+    worker.stop()
+    held, host, log = tmp_path / "data" / "partition-0", tmp_path / "host", tmp_path / "hooks.log"
+    host.mkdir()
+    with HeldOpen(held / "db"):
+        b = backend(tmp_path, None, force=True, stop_cmd=stop_hook(log, exit_code=3))
+        with pytest.raises(HookError, match="exited 3"):
+            b.restore(0, str(host), snap.snapshot_id)
+        assert log.exists() and volume_in_use(held) and list(host.iterdir()) == []
+
+
+def test_restore_onto_the_data_dir_holding_the_partition_is_unchanged_by_force(tmp_path: Path,
+                                                                               worker: WorkerDouble) -> None:
+    snap = backend(tmp_path, worker).snapshot(0)
+    worker.stop()
+    data, log = tmp_path / "data", tmp_path / "hooks.log"
+    with HeldOpen(data / "partition-0" / "db"):
+        b = backend(tmp_path, None, force=True, replace=True, stop_cmd=stop_hook(log))
+        with pytest.raises(VolumeInUseError, match="stop that worker first") as refused:
+            b.restore(0, str(data), snap.snapshot_id)
+        assert not isinstance(refused.value, PartitionInUseError) and not log.exists()
+
+
+def test_restore_finds_the_holder_through_the_snapshot_source_without_data_dir(tmp_path: Path,
+                                                                               worker: WorkerDouble) -> None:
+    """--data-dir names some other directory: the snapshot's manifest still says where the partition
+    lived, and a live worker there still blocks the restore."""
+    snap = backend(tmp_path, worker).snapshot(0)
+    worker.stop()
+    host = tmp_path / "host"
+    host.mkdir()
+    b = LocalVolumeBackend(tmp_path / "unrelated", tmp_path / "snaps")
+    with HeldOpen(tmp_path / "data" / "partition-0" / "db"), pytest.raises(PartitionInUseError, match="data"):
+        b.restore(0, str(host), snap.snapshot_id)
+    assert list(host.iterdir()) == []
