@@ -147,15 +147,16 @@ class Broker:
         sends many). Anything larger, or a partition busy on a writer thread, goes to the writer
         threads, so a large ``write()`` never stalls the loop.
         """
+        verify_txn = self.txn.verify_append  # transactional batches are re-verified under the lock
         if len(records) <= INLINE_APPEND_BYTES and partition.lock.acquire(blocking=False):
             try:
-                return partition.log.append_as_leader(records, partition.leader_epoch)
+                return partition.log.append_as_leader(records, partition.leader_epoch, verify_txn)
             finally:
                 partition.lock.release()
 
         def locked_append() -> AppendInfo:
             with partition.lock:
-                return partition.log.append_as_leader(records, partition.leader_epoch)
+                return partition.log.append_as_leader(records, partition.leader_epoch, verify_txn)
 
         return await asyncio.get_running_loop().run_in_executor(self._writers, locked_append)
 
