@@ -151,6 +151,11 @@ class Log:
             self._truncate_fully_and_start_at(self.log_start_offset)
         self._load_producer_state()
         self.recovery_point = self.log_end_offset
+        if self.config.record_synced_length:
+            # Loaded segments are durable: fsynced before a clean shutdown, below the recovery point,
+            # or fsynced by the recovery above. Record it even if the last run kept no records.
+            for segment in self._segments:
+                segment.record_synced_length(segment.size)
 
     def _complete_swaps(self) -> list[int]:
         """Finish a cleaner swap interrupted by a crash (see ``replace_segments``): a ``.swap``
