@@ -19,6 +19,7 @@ from ads_broker.coordinator.group import GroupCoordinator
 from ads_broker.coordinator.offsets import OffsetManager
 from ads_broker.coordinator.transaction import TransactionCoordinator
 from ads_broker.exceptions import BrokerError
+from ads_broker.faults import BrokerFaults
 from ads_broker.log.cleaner import CleanablePartition, LogCleaner
 from ads_broker.log.log import AppendInfo
 from ads_broker.producer_ids import ProducerIdManager
@@ -66,12 +67,14 @@ _client_host: contextvars.ContextVar[str] = contextvars.ContextVar("client_host"
 class Broker:
     """One node: replica manager, coordinators and producer ids, plus periodic maintenance."""
 
-    def __init__(self, data_dir: Path, config: BrokerConfig) -> None:
+    def __init__(self, data_dir: Path, config: BrokerConfig, faults: BrokerFaults | None = None) -> None:
         self.config = config
+        #: The chaos tests' fault hook (faults.py, ADS_BROKER_FAULT_FILE); None in normal operation.
+        self.faults = faults
         self.node_id = int(config["broker.id"])
         self.cluster_id = str(config["cluster.id"])
         self.advertised = config.advertised
-        self.replicas = ReplicaManager(data_dir, config)
+        self.replicas = ReplicaManager(data_dir, config, record_synced_length=faults is not None)
         self.groups = GroupCoordinator(
             initial_rebalance_delay_ms=int(config["group.initial.rebalance.delay.ms"]),
             min_session_timeout_ms=int(config["group.min.session.timeout.ms"]),
@@ -83,7 +86,8 @@ class Broker:
             self.replicas, self.offsets, self.producer_ids,
             num_partitions=int(config["transaction.state.log.num.partitions"]),
             max_timeout_ms=int(config["transaction.max.timeout.ms"]),
-            id_expiration_ms=int(config["transactional.id.expiration.ms"]))
+            id_expiration_ms=int(config["transactional.id.expiration.ms"]),
+            marker_delay_s=faults.marker_delay_s if faults is not None else None)
         self.cleaner = LogCleaner(
             self._partitions_snapshot,
             buffer_bytes=int(config["log.cleaner.dedupe.buffer.size"]),
@@ -147,15 +151,16 @@ class Broker:
         sends many). Anything larger, or a partition busy on a writer thread, goes to the writer
         threads, so a large ``write()`` never stalls the loop.
         """
+        verify_txn = self.txn.verify_append  # transactional batches are re-verified under the lock
         if len(records) <= INLINE_APPEND_BYTES and partition.lock.acquire(blocking=False):
             try:
-                return partition.log.append_as_leader(records, partition.leader_epoch)
+                return partition.log.append_as_leader(records, partition.leader_epoch, verify_txn)
             finally:
                 partition.lock.release()
 
         def locked_append() -> AppendInfo:
             with partition.lock:
-                return partition.log.append_as_leader(records, partition.leader_epoch)
+                return partition.log.append_as_leader(records, partition.leader_epoch, verify_txn)
 
         return await asyncio.get_running_loop().run_in_executor(self._writers, locked_append)
 

@@ -1,4 +1,4 @@
-"""`ads-broker` command line: serve, topic and group admin, dump-log."""
+"""`ads-broker` command line: serve, topic and group admin, dump-log, cut-unsynced (fault tests)."""
 
 from __future__ import annotations
 
@@ -105,6 +105,25 @@ def dump_log(
             typer.echo(line)
     except BrokerError as e:
         fail(f"{path}: {e}")
+
+
+@app.command("cut-unsynced")
+def cut_unsynced(
+    data_dir: Annotated[Path, typer.Option(help="data dir of a STOPPED (SIGKILLed) broker that ran with "
+                                                "ADS_BROKER_FAULT_FILE set")],
+) -> None:
+    """Tests only: play a power cut, truncating every segment to its last fsynced length."""
+    from ads_broker.faults import cut_to_synced
+
+    if not data_dir.is_dir():
+        fail(f"{data_dir} is not a directory; pass the broker's --data-dir")
+    try:
+        cuts = cut_to_synced(data_dir)
+    except OSError as e:
+        fail(f"cannot cut {data_dir}: {e}")
+    for cut in cuts:
+        typer.echo(f"{cut.path}\t{cut.size} -> {cut.synced} bytes ({cut.lost_bytes} lost)")
+    typer.echo(f"Cut {len(cuts)} segment(s), {sum(c.lost_bytes for c in cuts)} bytes.")
 
 
 def _admin(bootstrap: str) -> Any:

@@ -56,6 +56,16 @@ class InvalidTxnStateError(BrokerError):
     error_code = 48
 
 
+class TxnVerificationError(BrokerError):
+    """A transactional batch whose transaction was fenced or ended before the batch reached the
+    log; the code is the coordinator's answer (INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE or
+    INVALID_PRODUCER_ID_MAPPING)."""
+
+    def __init__(self, message: str, error_code: int) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+
+
 class InvalidTimestampError(BrokerError):
     """A timestamp outside ``message.timestamp.*.max.ms`` (INVALID_TIMESTAMP)."""
 
@@ -108,6 +118,12 @@ class UnsupportedVersionError(BrokerError):
     """An API version the broker does not advertise (UNSUPPORTED_VERSION)."""
 
     error_code = 35
+
+
+class BrokerNotAvailableError(BrokerError):
+    """The broker is shutting down and did not apply the request (BROKER_NOT_AVAILABLE, retriable)."""
+
+    error_code = 8
 
 
 class ConfigError(BrokerError):

@@ -27,7 +27,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import structlog
@@ -137,9 +137,10 @@ def _read_recovery_checkpoint(path: Path) -> dict[tuple[str, int], int]:
 class ReplicaManager:
     """Owns every partition log in one data dir and the topic metadata that names them."""
 
-    def __init__(self, data_dir: Path, config: BrokerConfig) -> None:
+    def __init__(self, data_dir: Path, config: BrokerConfig, *, record_synced_length: bool = False) -> None:
         self.data_dir = data_dir
         self.config = config
+        self.record_synced_length = record_synced_length  # the fault hook's .log.synced files (faults.py)
         self.topics: dict[str, Topic] = {}
         self._lock_fd: int | None = None
         self.clean_start = False
@@ -213,7 +214,8 @@ class ReplicaManager:
         atomic_write(self.data_dir / TOPIC_METADATA_FILE, payload)
 
     def log_config(self, overrides: dict[str, str]) -> LogConfig:
-        return LogConfig.from_topic_config({**self.config.topic_defaults(), **overrides})
+        config = LogConfig.from_topic_config({**self.config.topic_defaults(), **overrides})
+        return replace(config, record_synced_length=True) if self.record_synced_length else config
 
     def _open_log(self, topic: str, index: int, config: LogConfig, recovery_point: int, clean: bool) -> Log:
         return Log(self.data_dir / f"{topic}-{index}", config, topic=topic, partition=index,

@@ -24,6 +24,7 @@ from kafka.protocol.api_message import ApiMessage
 from ads_broker.broker import Broker
 from ads_broker.config import BrokerConfig
 from ads_broker.exceptions import MalformedFrameError
+from ads_broker.faults import BrokerFaults
 from ads_broker.protocol.codec import API_VERSIONS_KEY, Chunk, SendfileSlice, decode_request, encode_response
 from ads_broker.protocol.metadata import api_versions_response
 
@@ -244,7 +245,7 @@ class Connection:
 
 class BrokerServer:
     def __init__(self, data_dir: Path, config: BrokerConfig) -> None:
-        self.broker = Broker(data_dir, config)
+        self.broker = Broker(data_dir, config, BrokerFaults.from_env())
         self.config = config
         self.closing = False
         self.connections: set[Connection] = set()

@@ -19,7 +19,11 @@ Invariants:
 * an older epoch of a transactional id can neither write nor end a transaction: InitProducerId
   bumps the epoch (aborting an open transaction with a fenced epoch first), and a transaction
   older than its ``transaction.timeout.ms`` is aborted with a bumped epoch;
-* every call runs on the event loop and does not await, so one call is atomic for the others.
+* every call runs on the event loop and does not await, so one call is atomic for the others;
+* ``verify_append`` (called by the log's writer threads too) reads ``_by_producer``, immutable
+  views published at the end of every transition; a transaction leaves ONGOING (view published)
+  before its first marker is written under the partition lock, so a transactional batch checked
+  and appended under that lock lands either before the marker or not at all.
 """
 
 from __future__ import annotations
@@ -124,6 +128,15 @@ class TxnMetadata:
     last_producer_epoch: int = -1
 
 
+@dataclass(frozen=True, slots=True)
+class ProducerView:
+    """What a data partition's append may ask of a transactional producer id: its current epoch
+    and the partitions of its ONGOING transaction (empty in every other state)."""
+
+    producer_epoch: int
+    ongoing: frozenset[tuple[str, int]]
+
+
 def partition_for_txn(transactional_id: str, num_partitions: int) -> int:
     h = java_string_hash(transactional_id)
     return (0 if h == -(1 << 31) else abs(h)) % num_partitions
@@ -203,6 +216,7 @@ class TransactionCoordinator:
         max_timeout_ms: int,
         id_expiration_ms: int = 604_800_000,
         now_ms: Callable[[], int] = _wall_ms,
+        marker_delay_s: Callable[[], float] | None = None,
     ) -> None:
         self.replicas = replicas
         self.offsets = offsets
@@ -211,7 +225,9 @@ class TransactionCoordinator:
         self.max_timeout_ms = max_timeout_ms
         self.id_expiration_ms = id_expiration_ms
         self.now_ms = now_ms
+        self.marker_delay_s = marker_delay_s  # the fault hook's marker_delay_ms (faults.py); None: never
         self.txns: dict[str, TxnMetadata] = {}
+        self._by_producer: dict[int, ProducerView] = {}
         self.coordinator_epoch = 0
 
     # -- persistence -------------------------------------------------------------------------
@@ -239,6 +255,9 @@ class TransactionCoordinator:
                     offset = self._next_offset(data, offset)
             for chunk in chunks:
                 self._apply_chunk(chunk)
+        self._by_producer = {}
+        for md in self.txns.values():
+            self._publish(md)
         pending = [md for md in self.txns.values()
                    if md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)]
         for md in pending:
@@ -294,8 +313,15 @@ class TransactionCoordinator:
         if to is not TxnState.PREPARE_EPOCH_FENCE:  # an in-memory pending state only (as in Kafka)
             self._persist(new)
         self.txns[md.transactional_id] = new
+        if new.producer_id != md.producer_id:
+            self._by_producer.pop(md.producer_id, None)  # rolled over to a new producer id
         for f in TxnMetadata.__dataclass_fields__:
             setattr(md, f, getattr(new, f))
+        self._publish(md)
+
+    def _publish(self, md: TxnMetadata) -> None:
+        ongoing = frozenset(md.partitions) if md.state is TxnState.ONGOING else frozenset()
+        self._by_producer[md.producer_id] = ProducerView(md.producer_epoch, ongoing)
 
     # -- markers -----------------------------------------------------------------------------
 
@@ -331,6 +357,7 @@ class TransactionCoordinator:
         On the event loop the completion is a ``call_soon`` callback: the handler returns, the
         response is written, then the markers run before the loop reads the client's next request
         off the socket (one already queued on the same connection sees CONCURRENT_TRANSACTIONS).
+        The fault hook's ``marker_delay_ms`` makes it a ``call_later`` instead.
         Without a running loop (tools, unit tests) the markers are written before returning.
         """
         try:
@@ -338,7 +365,25 @@ class TransactionCoordinator:
         except RuntimeError:
             self._write_markers_and_complete(md)
             return
-        loop.call_soon(self._complete_if_pending, md.transactional_id, md.producer_id, md.producer_epoch, md.state)
+        args = (md.transactional_id, md.producer_id, md.producer_epoch, md.state)
+        delay = self._marker_delay_s()
+        if delay > 0:
+            log.info("holding transaction markers (fault hook)", transactional_id=md.transactional_id,
+                     state=md.state.name, delay_ms=round(delay * 1000))
+            loop.call_later(delay, self._complete_if_pending, *args)
+        else:
+            loop.call_soon(self._complete_if_pending, *args)
+
+    def _marker_delay_s(self) -> float:
+        return self.marker_delay_s() if self.marker_delay_s is not None else 0.0
+
+    @staticmethod
+    def _on_event_loop() -> bool:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        return True
 
     def _complete_if_pending(self, transactional_id: str, producer_id: int, producer_epoch: int,
                              state: TxnState) -> None:
@@ -353,14 +398,26 @@ class TransactionCoordinator:
             asyncio.get_running_loop().call_later(MARKER_RETRY_S, self._complete_if_pending, transactional_id,
                                                   producer_id, producer_epoch, state)
 
-    def _abort_with_bumped_epoch(self, md: TxnMetadata, reason: str) -> None:
-        """Fence the current producer and abort its open transaction (Kafka's PrepareEpochFence)."""
+    def _abort_with_bumped_epoch(self, md: TxnMetadata, reason: str) -> bool:
+        """Fence the current producer and abort its open transaction (Kafka's PrepareEpochFence).
+
+        The markers are written before returning, unless the fault hook holds them
+        (``marker_delay_ms``): then, as in Kafka, the id stays in PREPARE_ABORT until they are
+        written and callers answer CONCURRENT_TRANSACTIONS meanwhile. True if the markers are held.
+        """
         log.info("aborting transaction with a bumped epoch", transactional_id=md.transactional_id,
                  producer_id=md.producer_id, epoch=md.producer_epoch, reason=reason)
+        hold = self._marker_delay_s() > 0 and self._on_event_loop()
         self._transition(md, TxnState.PREPARE_EPOCH_FENCE)
+        # While held, the fenced producer's own KIP-360 retry of InitProducerId names (id, old epoch).
+        last_id = {"last_producer_id": md.producer_id} if hold else {}
         self._transition(md, TxnState.PREPARE_ABORT, producer_epoch=md.producer_epoch + 1,
-                         last_producer_epoch=md.producer_epoch)
-        self._write_markers_and_complete(md)
+                         last_producer_epoch=md.producer_epoch, **last_id)
+        if hold:
+            self._complete_after_response(md)
+        else:
+            self._write_markers_and_complete(md)
+        return hold
 
     # -- validation shared by the APIs ---------------------------------------------------------
 
@@ -394,8 +451,9 @@ class TransactionCoordinator:
             return fenced_code, -1, -1
         if md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT, TxnState.PREPARE_EPOCH_FENCE):
             return CONCURRENT_TRANSACTIONS, -1, -1
-        if md.state is TxnState.ONGOING:
-            self._abort_with_bumped_epoch(md, "a new producer instance called InitProducerId")
+        if md.state is TxnState.ONGOING and self._abort_with_bumped_epoch(
+                md, "a new producer instance called InitProducerId"):
+            return CONCURRENT_TRANSACTIONS, -1, -1  # markers held by the fault hook; the client retries
         if md.producer_epoch + 1 >= MAX_EPOCH - 1:
             self._transition(md, TxnState.EMPTY, last_producer_id=md.producer_id,
                              last_producer_epoch=md.producer_epoch, producer_id=self.producer_ids.generate(),
@@ -458,6 +516,22 @@ class TransactionCoordinator:
             return INVALID_TXN_STATE
         return NONE
 
+    def verify_append(self, producer_id: int, producer_epoch: int, tp: tuple[str, int]) -> int:
+        """``verify_partition`` again at the moment of the append, by producer id, under ``tp``'s
+        lock (possibly on a writer thread): the Produce was verified when it arrived, but its
+        transaction may have been fenced or ended while it waited (a writer thread, the fault
+        hook's hold). Without this a late batch could land after its transaction's marker and
+        open a transaction no coordinator will ever end (a hanging transaction pinning the LSO).
+        """
+        view = self._by_producer.get(producer_id)
+        if view is None:
+            return INVALID_PRODUCER_ID_MAPPING
+        if producer_epoch < view.producer_epoch:
+            return INVALID_PRODUCER_EPOCH
+        if tp not in view.ongoing:
+            return INVALID_TXN_STATE
+        return NONE
+
     def check_offset_commit(self, transactional_id: str, producer_id: int, producer_epoch: int,
                             group_id: str, fenced_code: int) -> int:
         md, code = self._check_producer(transactional_id, producer_id, producer_epoch, fenced_code)
@@ -491,6 +565,7 @@ class TransactionCoordinator:
                 and now - md.last_update_ms > self.id_expiration_ms]
         for md in idle:
             self._transition(md, TxnState.DEAD)
+            self._by_producer.pop(md.producer_id, None)
             partition = self.replicas.get_partition(
                 TRANSACTION_STATE_TOPIC, partition_for_txn(md.transactional_id, self.num_partitions))
             with partition.lock:

@@ -57,6 +57,9 @@ class LogConfig:
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = _LONG_MAX
     min_cleanable_dirty_ratio: float = 0.5
+    #: Not a Kafka config: record each segment's fsynced length in ``.log.synced`` (the fault hook,
+    #: ads_broker/faults.py; set by the broker when ADS_BROKER_FAULT_FILE is set, never by a topic).
+    record_synced_length: bool = False
 
     @property
     def compact(self) -> bool:

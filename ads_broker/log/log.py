@@ -27,7 +27,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ads_broker.exceptions import InvalidProducerEpochError, InvalidRecordError, OffsetOutOfRangeError
+from ads_broker.exceptions import (
+    InvalidProducerEpochError,
+    InvalidRecordError,
+    OffsetOutOfRangeError,
+    TxnVerificationError,
+)
 from ads_broker.log.config import LogConfig
 from ads_broker.log.fileutil import atomic_write, fsync_dir
 from ads_broker.log.producer_state import CONTROL_ABORT, CONTROL_COMMIT, CompletedTxn, ProducerStateManager
@@ -58,6 +63,10 @@ SWAP_RANGE_SUFFIX = ".swap-range"
 CLEANED_SUFFIX = ".cleaned"
 CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 _TEMP_SUFFIXES = (".tmp", CLEANED_SUFFIX, DELETED_SUFFIX)
+
+#: ``(producer_id, producer_epoch, (topic, partition)) -> Kafka error code`` (0: may append): the
+#: transaction coordinator's verdict on a transactional batch, asked at append time.
+TxnVerifier = Callable[[int, int, tuple[str, int]], int]
 
 
 def _control_type(batch: bytes | bytearray) -> int | None:
@@ -142,6 +151,11 @@ class Log:
             self._truncate_fully_and_start_at(self.log_start_offset)
         self._load_producer_state()
         self.recovery_point = self.log_end_offset
+        if self.config.record_synced_length:
+            # Loaded segments are durable: fsynced before a clean shutdown, below the recovery point,
+            # or fsynced by the recovery above. Record it even if the last run kept no records.
+            for segment in self._segments:
+                segment.record_synced_length(segment.size)
 
     def _complete_swaps(self) -> list[int]:
         """Finish a cleaner swap interrupted by a crash (see ``replace_segments``): a ``.swap``
@@ -265,8 +279,16 @@ class Log:
 
     # -- appends ---------------------------------------------------------------------------
 
-    def append_as_leader(self, records: bytes, leader_epoch: int) -> AppendInfo:
-        """Validate a client's batch, dedupe idempotent retries, assign offsets and append."""
+    def append_as_leader(
+        self, records: bytes, leader_epoch: int, verify_txn: TxnVerifier | None = None
+    ) -> AppendInfo:
+        """Validate a client's batch, dedupe idempotent retries, assign offsets and append.
+
+        A transactional batch that is not a retry must also pass ``verify_txn`` here, in the same
+        critical section as the write: its transaction may have been fenced or ended since the
+        request was checked, and a batch landing after its transaction's marker would open a
+        transaction nobody ends.
+        """
         (header,) = validate_produce_batches(records, self.config)
         if self.config.compact:
             keys = (
@@ -290,7 +312,19 @@ class Log:
                     True,
                     header.records_count,
                 )
+            if verify_txn is not None and header.is_transactional:
+                self._verify_txn(verify_txn, header)
         return self._append(bytearray(records), [(0, header)], leader_epoch)
+
+    def _verify_txn(self, verify_txn: TxnVerifier, header: BatchHeader) -> None:
+        code = verify_txn(header.producer_id, header.producer_epoch, (self.topic, self.partition))
+        if code:
+            raise TxnVerificationError(
+                f"transactional batch of producer {header.producer_id} epoch {header.producer_epoch} (sequence "
+                f"{header.base_sequence}) for {self.topic}-{self.partition} refused at append time: its "
+                "transaction was fenced or ended while the request waited; the producer must abort",
+                code,
+            )
 
     def append_internal(self, records: bytes, leader_epoch: int) -> AppendInfo:
         """Append broker-built batches (e.g. ``__consumer_offsets``): CRC-checked, no client rules."""

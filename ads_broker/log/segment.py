@@ -38,10 +38,23 @@ if TYPE_CHECKING:
     from ads_broker.log.producer_state import ProducerStateManager
 
 DELETED_SUFFIX = ".deleted"
+SYNCED_SUFFIX = ".synced"  # appended to the segment's name: ``{base:020d}.log.synced``
 
 
 def segment_file_name(base_offset: int, suffix: str) -> str:
     return f"{base_offset:020d}{suffix}"
+
+
+def synced_length_path(log_path: Path) -> Path:
+    return log_path.with_name(log_path.name + SYNCED_SUFFIX)
+
+
+def read_synced_length(log_path: Path) -> int | None:
+    """The byte length of ``log_path`` its last fsync covered, or None if none was recorded."""
+    try:
+        return int(synced_length_path(log_path).read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
 
 
 def _wall_ms() -> int:
@@ -399,10 +412,22 @@ class LogSegment:
     def flush(self) -> None:
         if self._closed:
             return
+        size = self.size  # what this fsync covers (appends and flushes are serialized by the log's lock)
         os.fsync(self._append_fd)
         self.offset_index.flush()
         self.time_index.flush()
         self.dirty = False
+        if self.config.record_synced_length:
+            self.record_synced_length(size)
+
+    def record_synced_length(self, size: int) -> None:
+        """Write ``size`` to ``.log.synced`` (tmp + rename, no fsync: it models what a power cut
+        would keep, for ``faults.cut_to_synced``; it need not survive one itself)."""
+        path = synced_length_path(self.log_path)
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "w") as f:
+            f.write(f"{size}\n")
+        os.replace(tmp, path)
 
     def close(self) -> None:
         if self._closed:
@@ -417,6 +442,7 @@ class LogSegment:
     def rename_to_deleted(self) -> None:
         """Mark for asynchronous deletion; open read handles keep working (POSIX rename)."""
         new_log = self.log_path.with_name(self.log_path.name + DELETED_SUFFIX)
+        synced_length_path(self.log_path).unlink(missing_ok=True)  # no longer part of the log
         os.replace(self.log_path, new_log)
         self.log_path = new_log
         for index in (self.offset_index, self.time_index):
@@ -424,6 +450,7 @@ class LogSegment:
 
     def delete(self) -> None:
         self.close()
+        synced_length_path(self.log_path).unlink(missing_ok=True)
         self.log_path.unlink(missing_ok=True)
         self.offset_index.delete()
         self.time_index.delete()

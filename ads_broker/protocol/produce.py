@@ -11,15 +11,18 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+import structlog
 from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 
 from ads_broker.coordinator.transaction import reason
-from ads_broker.exceptions import BrokerError, InvalidRecordError
+from ads_broker.exceptions import BrokerError, BrokerNotAvailableError, InvalidRecordError
 from ads_broker.log.records import RECORD_BATCH_OVERHEAD, read_header
 from ads_broker.protocol.codec import DecodedRequest
 
 if TYPE_CHECKING:
     from ads_broker.broker import Broker
+
+log = structlog.get_logger("ads_broker.produce")
 
 INVALID_REQUIRED_ACKS = 21
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
@@ -31,6 +34,8 @@ async def _append_one(broker: Broker, req: DecodedRequest, topic: str, pdata: An
         partition = broker.replicas.get_partition(topic, pdata.index)
         if pdata.records is None:
             raise InvalidRecordError("produce request carries null records")
+        if broker.faults is not None:
+            await _hold(broker, broker.faults.append_delay_s(topic), topic, pdata.index)
         info = await broker.append(partition, pdata.records)
         resp.base_offset = info.first_offset
         resp.log_append_time_ms = info.log_append_time_ms
@@ -42,6 +47,18 @@ async def _append_one(broker: Broker, req: DecodedRequest, topic: str, pdata: An
         broker.log_client_error(req, "produce", e, topic=topic, partition=pdata.index)
         resp.error_code = e.error_code
         resp.error_message = str(e)
+
+
+async def _hold(broker: Broker, delay_s: float, topic: str, index: int) -> None:
+    """The fault hook's ``append_delay_ms``: keep a received, validated Produce before its append.
+    The append that follows still runs every check of the log under the partition lock."""
+    if delay_s <= 0:
+        return
+    log.info("holding produce (fault hook)", topic=topic, partition=index, delay_ms=round(delay_s * 1000))
+    await asyncio.sleep(delay_s)
+    log.info("releasing held produce (fault hook)", topic=topic, partition=index)
+    if broker.stopping:
+        raise BrokerNotAvailableError(f"broker shut down while holding a produce to {topic}-{index}; retry")
 
 
 async def handle_produce(broker: Broker, req: DecodedRequest) -> ProduceResponse | None:
