@@ -70,10 +70,13 @@ def run(
         runner.start()
     except DedupeError as e:
         _fail(e)
-    while any(t.is_alive() for t in runner._threads):
+    while runner.alive():
         for t in runner._threads:
             t.join(0.2)
     runner.join()
+    code = runner.exit_code()
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command()

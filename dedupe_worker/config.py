@@ -19,6 +19,7 @@ from pydantic_settings import (
 )
 
 from dedupe_worker.exceptions import ConfigError
+from dedupe_worker.kafka import check_overrides
 from dedupe_worker.store.rocksdb import RocksDBOptions
 
 
@@ -51,6 +52,12 @@ class AgingConfig(BaseModel):
     min_window_s: float = Field(default=0.0, ge=0)
     window_floor_s: float = Field(default=24 * 3600.0, ge=0)
     chunk: int = Field(default=10_000, gt=0)
+    #: How far a client's record timestamp may be from the worker's clock, either way, and still be
+    #: kept on the output record; outside it the output record gets the worker's clock (the input's
+    #: timestamp moves to the ``dedupe.source.timestamp`` header). First-seen times for aging are the
+    #: worker's clock; ids replayed from the output are stamped ``min(timestamp + tolerance, now)``,
+    #: never earlier than they were published (docs/WORKER.md, "Aging").
+    timestamp_tolerance_s: float = Field(default=3600.0, ge=0)
 
 
 class StoreConfig(BaseModel):
@@ -130,6 +137,9 @@ class WorkerConfig(BaseSettings):
     #: (:meth:`PartitionWorker.step`). Off by default: at 10M keys it bought ~6 % of throughput for
     #: ~0.5 µs/msg more CPU (docs/WORKER.md, "Throughput").
     pipeline: bool = False
+    #: Refuse to start when the output or dead-letter topic can lose acknowledged writes
+    #: (:func:`dedupe_worker.kafka.check_durable`). Off only for throwaway test brokers.
+    require_durable_output: bool = True
     aging: AgingConfig = AgingConfig()
     store: StoreConfig = StoreConfig()
     kafka: dict[str, str] = Field(default_factory=dict)
@@ -148,6 +158,10 @@ class WorkerConfig(BaseSettings):
             raise ValueError(f"input, output, dead-letter and duplicates topics must differ, got {names}")
         if "partitioner" in self.kafka and self.kafka["partitioner"] != "murmur2_random":
             raise ValueError("kafka.partitioner must stay murmur2_random (Java-compatible partitioning)")
+        try:
+            check_overrides(self.kafka)
+        except ConfigError as e:
+            raise ValueError(str(e)) from None
         return self
 
     @classmethod

@@ -142,8 +142,8 @@ def _run(broker: BrokerProcess, root: Path, records: list[tuple[bytes | None, by
          manifest: LoadManifest, partitions: int, processes: int, timeout_s: float,
          audit: Callable[[DemoResult], None] | None, console: Console) -> DemoResult:
     suffix = time.strftime("%Y%m%d%H%M%S")
-    topics = {"events": partitions, "events.deduped": partitions, "events.dlq": partitions}
-    create_topics(broker.bootstrap, topics)
+    create_topics(broker.bootstrap, {"events": partitions})
+    create_topics(broker.bootstrap, {"events.deduped": partitions, "events.dlq": partitions}, durable=True)
     start_ms = int(time.time() * 1000)
     res = DemoResult(broker.bootstrap, "events", "events.deduped", "events.dlq", partitions, start_ms, 0,
                      str(root), manifest.sent, len(manifest.unique_ids), manifest.duplicates,

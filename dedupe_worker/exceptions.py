@@ -27,3 +27,12 @@ class DeliveryError(DedupeError):
 
 class ReconcileError(DedupeError):
     """The output partition could not be replayed into the store."""
+
+
+class OutputLostError(ReconcileError):
+    """The output partition is shorter than the store recorded: the broker lost acknowledged
+    output. The worker repairs by rebuilding the store from the output and re-reading the input."""
+
+
+class FencedError(DedupeError):
+    """Another worker took over this partition (a newer producer with its transactional.id)."""

@@ -1,9 +1,10 @@
 """Crash points for fault-injection tests: ``DEDUPE_FAULT=point:batch[:action]``.
 
 ``point`` is one of :data:`POINTS`; ``batch`` counts non-empty batches of one partition since the
-process started (1 = the first); ``action`` is ``hang`` (default: write the marker file named by
-``DEDUPE_FAULT_MARKER``, then block so the test can SIGKILL the process by PID) or ``kill``
-(SIGKILL itself). Unset in production; costs one comparison per point when unset.
+process started (1 = the first; for ``before_reconcile``, the partition's reconciles); ``action``
+is ``hang`` (default: write the marker file named by ``DEDUPE_FAULT_MARKER``, then block so the
+test can SIGKILL the process by PID), ``kill`` (SIGKILL itself) or ``sleepN`` (write the marker,
+sleep N seconds, go on: a slow step, e.g. a long rebuild). Unset in production; costs one comparison per point when unset.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from pathlib import Path
 
 from dedupe_worker.exceptions import ConfigError
 
-POINTS = ("before_produce", "mid_produce", "after_produce", "after_store_write", "after_commit")
+#: the points of the batch loop, in their order within a batch
+BATCH_POINTS = ("before_produce", "mid_produce", "after_produce", "after_store_write", "after_commit")
+POINTS = (*BATCH_POINTS, "before_reconcile")
 
 
 @dataclass
@@ -40,8 +43,8 @@ class FaultHook:
         if len(parts) not in (2, 3) or parts[0] not in POINTS or not parts[1].isdigit():
             raise ConfigError(f"DEDUPE_FAULT={spec!r}: expected point:batch[:hang|kill], point in {POINTS}")
         action = parts[2] if len(parts) == 3 else "hang"
-        if action not in ("hang", "kill"):
-            raise ConfigError(f"DEDUPE_FAULT={spec!r}: action must be hang or kill")
+        if action not in ("hang", "kill") and not (action.startswith("sleep") and action[5:].isdigit()):
+            raise ConfigError(f"DEDUPE_FAULT={spec!r}: action must be hang, kill or sleepN (N seconds)")
         marker = os.environ.get("DEDUPE_FAULT_MARKER")
         return cls(parts[0], int(parts[1]), action, Path(marker) if marker else None)
 
@@ -56,5 +59,8 @@ class FaultHook:
             self.marker.write_text(f"{point}:{batch}\n")
         if self.action == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
+        if self.action.startswith("sleep"):
+            time.sleep(int(self.action[5:]))
+            return
         while True:  # hang: the test kills this process by PID
             time.sleep(3600)

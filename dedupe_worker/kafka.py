@@ -6,11 +6,32 @@ from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from dedupe_worker.exceptions import TopicLayoutError
+from dedupe_worker.exceptions import ConfigError, TopicLayoutError
 
 BASE = {"partitioner": "murmur2_random"}
+
+#: Client settings the exactly-once order of effects depends on (docs/WORKER.md, "Configuration"):
+#: a ``[kafka]`` override of one of them would silently void the guarantee, so it is refused.
+PINNED = {
+    "enable.idempotence": "an acknowledged batch retried by the producer would be written twice",
+    "acks": "an acknowledged output record could be lost with its leader",
+    "request.required.acks": "an acknowledged output record could be lost with its leader",
+    "transactional.id": "the worker fences other writers of a partition by its own per-partition id",
+    "isolation.level": "reconcile would insert ids of aborted output batches, which downstream never sees",
+    "enable.auto.commit": "input offsets would be committed before their output was published",
+    "enable.auto.offset.store": "input offsets would be committed before their output was published",
+}
+
+
+def check_overrides(extra: Mapping[str, str]) -> None:
+    """Refuse ``[kafka]`` settings that would void exactly-once (:data:`PINNED`)."""
+    bad = sorted(set(extra) & set(PINNED))
+    if bad:
+        why = "; ".join(f"{k}: {PINNED[k]}" for k in bad)
+        raise ConfigError(f"kafka settings {bad} are set by the worker and cannot be overridden ({why}); "
+                          "remove them from [kafka] / DEDUPE_KAFKA__*")
 
 
 def producer_config(bootstrap: str, extra: Mapping[str, str] | None = None, **more: Any) -> dict[str, Any]:
@@ -19,6 +40,35 @@ def producer_config(bootstrap: str, extra: Mapping[str, str] | None = None, **mo
     conf.update(extra or {})
     conf.update(more)
     return conf
+
+
+def check_durable(bootstrap: str, topics: list[str], timeout_s: float = 10.0) -> None:
+    """Refuse topics that can lose an acknowledged write (ARCHITECTURE invariant 10): each needs
+    ``flush.messages=1`` (one replica fsyncing every append, docs/STORAGE.md) or at least two
+    replicas with ``min.insync.replicas`` >= 2 and no unclean leader election (Kafka, MSK)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        md = admin.list_topics(timeout=timeout_s)
+        resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in topics]
+        configs = {r.name: f.result(timeout_s) for r, f in admin.describe_configs(resources).items()}
+    except (KafkaException, TimeoutError) as e:
+        raise TopicLayoutError(f"cannot read the configs of {topics} on {bootstrap} ({e!r}) to check that they keep "
+                               "acknowledged writes; is the broker up and does it support DescribeConfigs?") from e
+    for name in topics:
+        conf = {k: v.value for k, v in configs[name].items()}
+        t = md.topics[name]
+        replicas = min(len(p.replicas) for p in t.partitions.values())
+        fsynced = conf.get("flush.messages") == "1"
+        replicated = (replicas >= 2 and int(conf.get("min.insync.replicas") or 1) >= 2
+                      and conf.get("unclean.leader.election.enable", "false") == "false")
+        if not (fsynced or replicated):
+            raise TopicLayoutError(
+                f"topic {name!r} on {bootstrap} cannot keep acknowledged output across a broker crash "
+                f"({replicas} replica(s), min.insync.replicas={conf.get('min.insync.replicas')}, "
+                f"flush.messages={conf.get('flush.messages')}): the worker would record ids whose records the "
+                "broker then loses. Set flush.messages=1 on a single broker (`kafka-configs --alter --add-config "
+                "flush.messages=1`), or use replication.factor >= 3 with min.insync.replicas=2; or, for a "
+                "throwaway test broker only, set require_durable_output = false")
 
 
 def consumer_config(bootstrap: str, group: str, extra: Mapping[str, str] | None = None,
@@ -59,11 +109,19 @@ def check_layout(bootstrap: str, input_topic: str, output_topic: str) -> int:
     return counts[input_topic]
 
 
-def create_topics(bootstrap: str, topics: Mapping[str, int], timeout_s: float = 30.0) -> None:
-    """Create topics (name → partitions) with explicit retention configs; existing ones are kept."""
+#: Topic configs that keep every acknowledged write of a single-replica topic across a machine
+#: crash: the broker fsyncs each append before acknowledging it (docs/STORAGE.md's contract).
+DURABLE = {"flush.messages": "1"}
+
+
+def create_topics(bootstrap: str, topics: Mapping[str, int], timeout_s: float = 30.0, *,
+                  durable: bool = False) -> None:
+    """Create topics (name → partitions) with explicit retention configs; existing ones are kept.
+    ``durable``: one replica that fsyncs every append (:data:`DURABLE`), as the worker requires
+    of its output and dead-letter topics (:func:`check_durable`)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    new = [NewTopic(name, n, 1, config={"retention.ms": "-1", "retention.bytes": "-1"})
-           for name, n in topics.items()]
+    config = {"retention.ms": "-1", "retention.bytes": "-1", **(DURABLE if durable else {})}
+    new = [NewTopic(name, n, 1, config=dict(config)) for name, n in topics.items()]
     for name, fut in admin.create_topics(new, operation_timeout=timeout_s).items():
         try:
             fut.result(timeout=timeout_s)

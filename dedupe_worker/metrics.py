@@ -27,6 +27,15 @@ class WorkerMetrics:
                                  ["partition"], registry=registry)
         self.restarts = Counter("dedupe_partition_restarts", "Partition restarts after an error",
                                 ["partition"], registry=registry)
+        self.fenced = Gauge("dedupe_partition_fenced", "1 when another worker fenced this partition's producer "
+                            "and this worker stopped serving it", ["partition"], registry=registry)
+        self.failed = Gauge("dedupe_partition_failed", "1 when the partition's thread ended on an error it "
+                            "cannot restart from (the process then exits non-zero)", ["partition"], registry=registry)
+        self.output_lost = Counter("dedupe_output_lost", "Reconciles that found the output shorter than "
+                                   "recorded (acknowledged output lost by the broker) and repaired the store",
+                                   ["partition"], registry=registry)
+        self.bad_headers = Counter("dedupe_output_bad_headers", "Output records replayed whose "
+                                   "dedupe.source.offset header is not an offset", ["partition"], registry=registry)
         self.rocksdb = Gauge("dedupe_rocksdb_ticker", "RocksDB statistics tickers",
                              ["partition", "ticker"], registry=registry)
 

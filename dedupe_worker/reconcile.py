@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import operator
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import compress
 from typing import Any
@@ -27,9 +27,9 @@ import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from dedupe_worker.config import WorkerConfig, window_keys
-from dedupe_worker.exceptions import ReconcileError
+from dedupe_worker.exceptions import OutputLostError, ReconcileError
 from dedupe_worker.kafka import consumer_config
-from dedupe_worker.records import source_offset, store_keys
+from dedupe_worker.records import BadHeaderError, source_offset, store_keys
 from dedupe_worker.store.base import StoreMeta
 from dedupe_worker.store.rocksdb import RocksDBStore
 
@@ -54,20 +54,35 @@ class ReconcileResult:
     meta: StoreMeta
 
 
-def apply_output_records(store: RocksDBStore, records: list[Any]) -> int:
+def apply_output_records(store: RocksDBStore, records: list[Any], *, tolerance_ms: int = 0,
+                         now_ms: int | None = None, on_bad_header: Callable[[], None] | None = None) -> int:
     """Insert the messageIds of ``records`` (output messages, in offset order) that the store
-    lacks, and advance its input/output positions; one atomic write. Returns keys inserted."""
+    lacks, and advance its input/output positions; one atomic write. Returns keys inserted.
+
+    First-seen times are on the worker's clock: a record was published at most ``tolerance_ms``
+    after its timestamp (the worker replaces timestamps outside the tolerance), so an id is
+    stamped ``min(timestamp + tolerance, now)``: never earlier than it was published, never in the
+    future. A record whose ``dedupe.source.offset`` header is not an offset is still inserted (its id
+    was published) but does not move the input position; it is logged and counted."""
     if not records:
         return 0
     input_next = 0
     for msg in reversed(records):  # one partition's worker writes source offsets in increasing order
-        src = source_offset(msg.headers())
+        try:
+            src = source_offset(msg.headers())
+        except BadHeaderError as e:
+            log.error("output record with a bad source offset header; skipped for the input position",
+                      topic=msg.topic(), partition=msg.partition(), offset=msg.offset(), error=str(e))
+            if on_bad_header is not None:
+                on_bad_header()
+            continue
         if src is not None:
             input_next = src + 1
             break
     found, bad = store_keys(records)
     for i, reason in bad.items():
         log.error("output record without messageId", offset=records[i].offset(), reason=str(reason))
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     stamps = [msg.timestamp()[1] for msg in records]
     pairs: Iterable[tuple[bytes | None, int]] = zip(reversed(found), reversed(stamps), strict=True)
     if bad:
@@ -77,7 +92,7 @@ def apply_output_records(store: RocksDBStore, records: list[Any]) -> int:
     probe = store.probe(keys)  # hashed once for the lookup and the record (as the worker does)
     keep = list(map(operator.not_, store.contains(keys, probe)))
     new = list(compress(keys, keep))
-    store.record(new, [max(batch[k], 0) for k in new], input_offset=input_next,
+    store.record(new, [min(max(batch[k], 0) + tolerance_ms, now_ms) for k in new], input_offset=input_next,
                  output_offset=records[-1].offset() + 1, probe=probe.select(keep) if probe is not None else None)
     return len(new)
 
@@ -94,7 +109,8 @@ def window_start(consumer: Any, cfg: WorkerConfig, partition: int, timeout_s: fl
         return int(low)
     start = max(low, high - bound)
     if cfg.aging.min_window_s > 0 and start > low:
-        since_ms = int((time.time() - cfg.aging.min_window_s) * 1000)
+        # a record published within min_window_s has a timestamp at most the tolerance older
+        since_ms = int((time.time() - cfg.aging.min_window_s - cfg.aging.timestamp_tolerance_s) * 1000)
         found = consumer.offsets_for_times([TopicPartition(cfg.output_topic, partition, since_ms)],
                                            timeout=timeout_s)[0]
         if found.error is None and found.offset >= 0:  # -1: no record that recent
@@ -104,41 +120,65 @@ def window_start(consumer: Any, cfg: WorkerConfig, partition: int, timeout_s: fl
     return int(start)
 
 
-def reconcile(store: RocksDBStore, cfg: WorkerConfig, partition: int, *, idle_timeout_s: float = 60.0,
-              on_records: Any = None) -> ReconcileResult:
-    """Read output partition ``partition`` from ``store.meta().output_offset`` to its end."""
-    isolation = "read_committed" if cfg.exactly_once == "transactional" else "read_uncommitted"
-    conf = consumer_config(cfg.bootstrap, f"{cfg.group}.reconcile", cfg.kafka, **{
-        "enable.partition.eof": True, "isolation.level": isolation, **RECONCILE_FETCH})
-    consumer = Consumer(conf)
-    start = store.meta().output_offset
-    if start == 0 and store.meta().sequence == 0:  # no local state: rebuild the last window
-        start = window_start(consumer, cfg, partition)
-    consumer.assign([TopicPartition(cfg.output_topic, partition, start)])
-    total = inserted = 0
-    last_progress = time.monotonic()
+def check_output_end(consumer: Any, cfg: WorkerConfig, partition: int, meta: StoreMeta,
+                     timeout_s: float = 10.0) -> None:
+    """Raise :class:`OutputLostError` when the store recorded output the output partition no longer
+    has: its next output offset past the partition's end (the broker lost acknowledged records)."""
+    tp = TopicPartition(cfg.output_topic, partition)
     try:
-        done = False
-        while not done:
+        _, high = consumer.get_watermark_offsets(tp, timeout=timeout_s)
+    except KafkaException as e:
+        raise ReconcileError(f"cannot read the offsets of output {cfg.output_topic}[{partition}]: {e}") from e
+    if meta.output_offset > high:
+        raise OutputLostError(
+            f"output partition is shorter than recorded: {cfg.output_topic}[{partition}] ends at offset {high} "
+            f"but the store recorded publishing up to {meta.output_offset} (input up to {meta.input_offset}); "
+            "the broker lost acknowledged output (a crash with unsynced writes, or an unclean leader election)")
+
+
+def reconcile(store: RocksDBStore, cfg: WorkerConfig, partition: int, *, idle_timeout_s: float = 60.0,
+              on_records: Any = None, on_bad_header: Callable[[], None] | None = None) -> ReconcileResult:
+    """Read output partition ``partition`` from ``store.meta().output_offset`` to its end (only
+    committed records: aborted batches never reached downstream). Raises :class:`OutputLostError`
+    before reading anything when the output is shorter than the store recorded (see
+    :func:`check_output_end`)."""
+    conf = consumer_config(cfg.bootstrap, f"{cfg.group}.reconcile", cfg.kafka, **{
+        "enable.partition.eof": True, "isolation.level": "read_committed", **RECONCILE_FETCH})
+    consumer = Consumer(conf)
+    meta = store.meta()
+    start = meta.output_offset
+    tolerance_ms = int(cfg.aging.timestamp_tolerance_s * 1000)
+    total = inserted = 0
+    try:
+        if start == 0 and meta.sequence == 0:  # no local state: rebuild the last window
+            start = window_start(consumer, cfg, partition)
+        else:
+            check_output_end(consumer, cfg, partition, meta)
+        consumer.assign([TopicPartition(cfg.output_topic, partition, start)])
+        last_progress = time.monotonic()
+        end = -1
+        while end < 0:
             chunk: list[Any] = []
             for msg in consumer.consume(CHUNK, 0.1):
                 err = msg.error()
                 if err is None:
                     chunk.append(msg)
                 elif err.code() == KafkaError._PARTITION_EOF:
-                    done = True
+                    end = int(msg.offset() or 0)
                 else:
                     raise ReconcileError(f"reading output {cfg.output_topic}[{partition}] from offset "
                                          f"{start}: {err}")
             if chunk:
                 last_progress = time.monotonic()
-                inserted += apply_output_records(store, chunk)
+                inserted += apply_output_records(store, chunk, tolerance_ms=tolerance_ms, on_bad_header=on_bad_header)
                 total += len(chunk)
                 if on_records is not None:
                     on_records(len(chunk))
-            elif not done and time.monotonic() - last_progress > idle_timeout_s:
+            elif end < 0 and time.monotonic() - last_progress > idle_timeout_s:
                 raise ReconcileError(f"no end of output partition {cfg.output_topic}[{partition}] seen in "
                                      f"{idle_timeout_s:.0f}s; is the broker reachable?")
+        if end > store.meta().output_offset:  # past trailing transaction markers: the next batch's offset
+            store.record([], [], input_offset=0, output_offset=end)
     finally:
         consumer.close()
     log.info("reconciled", partition=partition, from_offset=start, records=total, inserted=inserted,

@@ -19,6 +19,9 @@ H_SOURCE_PARTITION = "dedupe.source.partition"
 H_SOURCE_OFFSET = "dedupe.source.offset"
 H_DLQ_REASON = "dedupe.dlq.reason"
 H_DUPLICATE_REASON = "dedupe.duplicate.reason"
+#: On an output record whose input timestamp was outside the worker's clock tolerance (and so was
+#: replaced by the worker's clock): the input's timestamp, epoch ms as ASCII.
+H_SOURCE_TIMESTAMP = "dedupe.source.timestamp"
 
 Headers = list[tuple[str, bytes | None]]
 
@@ -117,10 +120,19 @@ def with_source(headers: Headers | None, partition: int, offset: int,
     return out
 
 
+class BadHeaderError(ValueError):
+    """An output record's ``dedupe.source.offset`` header is not a decimal offset."""
+
+
 def source_offset(headers: Headers | None) -> int | None:
-    """The ``dedupe.source.offset`` header of an output record (the last one if repeated)."""
-    found: int | None = None
+    """The ``dedupe.source.offset`` header of an output record (the last one if repeated); None
+    without one; :class:`BadHeaderError` when it is not a non-negative decimal integer."""
+    found: bytes | None = None
     for name, value in headers or ():
         if name == H_SOURCE_OFFSET and value is not None:
-            found = int(value)
-    return found
+            found = value
+    if found is None:
+        return None
+    if not (found.isdigit() and len(found) <= 19):
+        raise BadHeaderError(f"{H_SOURCE_OFFSET} header {found[:40]!r} is not an input offset")
+    return int(found)

@@ -17,10 +17,10 @@ from prometheus_client import CollectorRegistry
 
 from dedupe_worker.config import WorkerConfig
 from dedupe_worker.control import ControlServer
-from dedupe_worker.exceptions import ConfigError, TopicLayoutError
+from dedupe_worker.exceptions import ConfigError, FencedError, TopicLayoutError
 from dedupe_worker.faults import FaultHook
 from dedupe_worker.group import GroupWorker
-from dedupe_worker.kafka import check_layout
+from dedupe_worker.kafka import check_durable, check_layout
 from dedupe_worker.metrics import WorkerMetrics
 from dedupe_worker.worker import PartitionWorker
 
@@ -52,6 +52,11 @@ class WorkerRunner:
 
     def start(self) -> WorkerRunner:
         count = check_layout(self.cfg.bootstrap, self.cfg.input_topic, self.cfg.output_topic)
+        if self.cfg.require_durable_output:
+            check_durable(self.cfg.bootstrap, [self.cfg.output_topic, self.cfg.dlq_topic])
+        else:
+            log.warning("require_durable_output is off: a broker crash may lose acknowledged output; "
+                        "reconcile detects and repairs a shorter output, at the cost of re-reading the input")
         partitions = self.cfg.partitions if self.cfg.partitions is not None else list(range(count))
         bad = [p for p in partitions if p >= count]
         if bad:
@@ -94,6 +99,25 @@ class WorkerRunner:
 
     def stop(self) -> None:
         self.stop_event.set()
+
+    def alive(self) -> bool:
+        """True while any thread runs. A partition that ended on an error it cannot restart from
+        (not a fence: another worker serves that one) stops the whole process, so a supervisor
+        restarts it instead of it running on with a partition nobody serves."""
+        for p, w in list(self.workers.items()):
+            if w.failure is not None and not isinstance(w.failure, FencedError):
+                w.metrics.failed.labels(partition=str(p)).set(1)
+                if not self.stop_event.is_set():
+                    log.error("partition failed; stopping the worker", partition=p, error=str(w.failure))
+                    self.stop_event.set()
+        return any(t.is_alive() for t in self._threads)
+
+    def exit_code(self) -> int:
+        """0 after a stop; 1 if a partition failed; 3 if every ended partition was fenced."""
+        failures = [w.failure for w in self.workers.values() if w.failure is not None]
+        if any(not isinstance(f, FencedError) for f in failures):
+            return 1
+        return 3 if failures else 0
 
     def join(self, timeout_s: float | None = None) -> None:
         for t in self._threads:

@@ -1,36 +1,42 @@
 """The per-partition batch loop.
 
-Order of effects per batch (ARCHITECTURE invariant 7), mode ``reconcile``:
+Order of effects per batch (ARCHITECTURE invariant 7):
 
 1. consume up to ``batch_size`` input records (or what arrives within ``batch_timeout_ms``);
-2. classify; invalid records → dead letters; drop repeats inside the batch; MultiGet the rest;
-3. produce the new records to output partition p (plus dead letters, optional duplicates) and
-   wait for every delivery report — any failure raises :class:`DeliveryError` and the partition
-   restarts from reconcile without touching RocksDB;
-4. one atomic WriteBatch: ids + sequence index + meta (next input offset, next output offset,
-   sequence counter);
-5. commit the next input offset (synchronously, explicit offsets).
+2. classify; invalid records → dead letters; drop repeats inside the batch; look the rest up in
+   the store (:func:`split_batch`);
+3. publish in one transaction of the partition's producer: the new records to output partition
+   p, the dead letters, the optional duplicates; in mode ``transactional`` also the next input
+   offset (``send_offsets_to_transaction``); ``commit_transaction`` returns once every record is
+   acknowledged and committed. Any failure raises :class:`DeliveryError` (the partition restarts
+   from reconcile without touching RocksDB) or :class:`FencedError` (another worker owns p);
+4. one atomic WriteBatch: ids (first seen = the worker's clock) + generation counts + meta (next
+   input offset, next output offset, sequence counter);
+5. mode ``reconcile``: commit the next input offset (synchronously, explicit offsets).
 
-A crash between any two steps leaves RocksDB at or behind the output, never ahead; reconcile on
-the next start replays the output from the recorded output offset and resumes input from
-max(committed offset, recorded position). Mode ``transactional`` wraps 3 and 5 in one Kafka
-transaction (``send_offsets_to_transaction``) and writes RocksDB after the commit.
+Start (:meth:`PartitionWorker.prepare`): fence (``init_transactions``), then reconcile the store
+with the output (read_committed; repairs lost output), then read the committed input offset.
+A crash between any two steps leaves RocksDB at or behind the output, never ahead: a transaction
+left open is aborted by the next ``init_transactions``, and reconcile replays what was committed.
+Output and dead letters of a batch commit together, so dead letters are never lost behind
+output that reached the topic.
 
 Pipelining (``pipeline = true``, mode ``reconcile``, :meth:`PartitionWorker.step`; off by default, as
 it costs more CPU than it gains in throughput): after batch N's records are handed
-to the producer, the worker consumes, classifies and MultiGets batch N+1 while N's acks are in
+to the producer, the worker consumes, classifies and looks up batch N+1 while N's acks are in
 flight; N+1's lookups also see N's ids (the in-flight set), so a repeat across the two batches is
-a duplicate. Then N is finished (wait for every ack, WriteBatch, commit) strictly before any of
-N+1 is produced, so the per-batch order above is unchanged; only N+1's read-side work overlaps.
+a duplicate. Then N is finished (commit, WriteBatch, commit) strictly before any of N+1 is
+produced, so the per-batch order above is unchanged; only N+1's read-side work overlaps.
 """
 
 from __future__ import annotations
 
 import contextlib
+import shutil
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import compress
 from pathlib import Path
 from typing import Any
@@ -41,7 +47,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from dedupe_worker.aging import Ager
 from dedupe_worker.config import WorkerConfig
-from dedupe_worker.exceptions import DedupeError, DeliveryError, StoreError
+from dedupe_worker.exceptions import DedupeError, DeliveryError, FencedError, OutputLostError, StoreError
 from dedupe_worker.faults import FaultHook
 from dedupe_worker.kafka import consumer_config, partition_counts, producer_config
 from dedupe_worker.metrics import ROCKSDB_TICKERS, WorkerMetrics
@@ -51,6 +57,7 @@ from dedupe_worker.records import (
     H_DUPLICATE_REASON,
     H_SOURCE_OFFSET,
     H_SOURCE_PARTITION,
+    H_SOURCE_TIMESTAMP,
     store_keys,
     with_source,
 )
@@ -81,8 +88,6 @@ class Split:
     new: list[Any]
     duplicates: list[tuple[Any, str]]
     dead: list[tuple[Any, str]]
-    #: first-seen time (record timestamp, ms) of each new record, filled when it is produced
-    first_seen: list[int] = field(default_factory=list)
     #: ``new_keys`` hashed for the store's key filters (None when they are off), so that recording
     #: them does not hash them again; must always describe exactly ``new_keys``
     probe: Probe | None = None
@@ -134,18 +139,63 @@ def split_batch(records: list[Any], store: DedupeStore, in_flight: set[bytes] | 
 
 @dataclass
 class InFlight:
-    """A batch whose records were handed to the producer; acks may still be outstanding."""
+    """A batch handed to the producer inside its open transaction; acks may still be outstanding."""
 
     records: list[Any]
     split: Split
     next_input: int
     started: float
-    failures: list[str]
     keys: set[bytes]
+    #: ``time.monotonic()`` when its transaction began (a fence after transaction.timeout.ms is the
+    #: coordinator aborting it, not another worker)
+    txn_started: float
+
+
+class ReconcileMode:
+    """``exactly_once = "reconcile"``: the input offset is recorded in RocksDB with the batch and
+    committed to the group after it; the output's transaction carries records only."""
+
+    name = "reconcile"
+    pipelines = True
+
+    def before_commit(self, worker: PartitionWorker, next_input: int) -> None:
+        pass
+
+    def after_record(self, worker: PartitionWorker, next_input: int) -> None:
+        worker._consumer.commit(offsets=[TopicPartition(worker.cfg.input_topic, worker.partition, next_input)],
+                                asynchronous=False)
+
+
+class TransactionalMode:
+    """``exactly_once = "transactional"``: the input offset is committed inside the output's
+    transaction (``send_offsets_to_transaction``), so output and input position move atomically."""
+
+    name = "transactional"
+    pipelines = False
+
+    def before_commit(self, worker: PartitionWorker, next_input: int) -> None:
+        tp = TopicPartition(worker.cfg.input_topic, worker.partition, next_input)
+        worker._producer.send_offsets_to_transaction([tp], worker._consumer.consumer_group_metadata(),
+                                                     worker.cfg.delivery_timeout_s)
+
+    def after_record(self, worker: PartitionWorker, next_input: int) -> None:
+        pass
+
+
+MODES: dict[str, ReconcileMode | TransactionalMode] = {"reconcile": ReconcileMode(),
+                                                       "transactional": TransactionalMode()}
 
 
 class PartitionWorker:
     """Dedupes input partition p into output partition p; owns p's store and clients.
+
+    Ownership (ARCHITECTURE invariant 8): every batch is published in one transaction of the
+    partition's producer, ``transactional.id = <group>-<input topic>-<p>``, in both modes. A
+    worker starting on p calls ``init_transactions`` before anything else, which fences every
+    earlier producer of p (a zombie, a second worker restored elsewhere, this worker's own
+    previous incarnation with requests still held by the broker) and completes or aborts their
+    open transaction; only then does it reconcile (read_committed) and read committed offsets.
+    A fenced worker's next commit fails, and it stops serving p (:class:`FencedError`).
 
     Thread model: :meth:`run` runs in its own thread; :meth:`pause`, :meth:`resume`,
     :meth:`checkpoint` and :meth:`status` are called from the control thread.
@@ -158,11 +208,15 @@ class PartitionWorker:
         self.metrics = metrics
         self.faults = faults or FaultHook()
         self.stop_event = stop or threading.Event()
+        self.mode = MODES[cfg.exactly_once]
         self.state = "starting"
+        #: why :meth:`run` ended other than by the stop event (None while running or after a stop)
+        self.failure: BaseException | None = None
         self.store: RocksDBStore | None = None
         self._consumer: Any = None
         self._producer: Any = None
         self._batches = 0
+        self._reconciles = 0
         self._owns_consumer = True
         self._dlq_partitions = 0
         self._dup_partitions = 0
@@ -173,11 +227,13 @@ class PartitionWorker:
         self.ager: Ager | None = None
         self._inflight: InFlight | None = None
         self._h_partition = (H_SOURCE_PARTITION, str(partition).encode())
-        #: Output delivery failures reported since the producer was made (reconcile mode reports
-        #: failures only: ``delivery.report.only.error``).
+        self._tolerance_ms = int(cfg.aging.timestamp_tolerance_s * 1000)
+        self._txn_timeout_s = int(cfg.kafka.get("transaction.timeout.ms", 60_000)) / 1000
+        #: Output delivery failures reported since the producer was made (failures only:
+        #: ``delivery.report.only.error``); a failure also fails the transaction's commit.
         self._delivery_errors: list[str] = []
-        #: Next output offset: exact after reconcile, then advanced by each batch's output records
-        #: (see :meth:`_await`).
+        #: Next output offset: exact after reconcile, then advanced by each committed batch's
+        #: records plus its commit marker (see :meth:`_commit_output`).
         self._output_next = 0
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -190,31 +246,59 @@ class PartitionWorker:
         return self.store
 
     def start(self) -> None:
-        """Reconcile the store with the output, then position this partition's own input consumer."""
+        """Fence, reconcile, then position this partition's own input consumer."""
         conf = consumer_config(self.cfg.bootstrap, self.cfg.group, self.cfg.kafka)
         consumer = Consumer(conf)
         position = self.prepare(consumer)
         consumer.assign([TopicPartition(self.cfg.input_topic, self.partition, position)])
 
-    def prepare(self, consumer: Any, owns_consumer: bool = True) -> int:
-        """Open the store, reconcile it with the output, build the producer; returns the input
-        offset to resume from: max(committed offset, recorded position)."""
-        store = self.open_store()
-        self.state = "reconciling"
-        counter = self.metrics.reconcile.labels(**self._labels)
-        reconcile(store, self.cfg, self.partition, on_records=counter.inc)
-        self._output_next = store.meta().output_offset
-        self._discover_side_topics()
-        self._producer = self._make_producer()
+    def prepare(self, consumer: Any, owns_consumer: bool = True, offsets: Any = None) -> int:
+        """Open the store, fence every earlier producer of the partition, reconcile the store with
+        the output, then read the committed input offset; returns the input offset to resume from:
+        max(committed offset, recorded position), or the recorded position alone after a repair
+        of lost output (the committed offset is then past what the output holds). ``offsets``: the
+        client to read the committed offset with, if not ``consumer`` (group mode prepares on
+        another thread than the one polling the group's consumer)."""
         self._consumer = consumer
         self._owns_consumer = owns_consumer
+        self.open_store()
+        self._discover_side_topics()
+        self.state = "fencing"
+        self._producer = self._make_producer()  # init_transactions: fence first (hole 3 of issue 16)
+        self.state = "reconciling"
+        repaired = self._reconcile()
+        store = self.store
+        assert store is not None
+        self._output_next = store.meta().output_offset
         tp = TopicPartition(self.cfg.input_topic, self.partition)
-        committed = consumer.committed([tp], timeout=10)[0].offset
-        position = max(committed, store.meta().input_offset)
-        log.info("partition started", partition=self.partition, committed=committed, position=position,
-                 output_offset=store.meta().output_offset, keys=store.meta().keys)
+        committed = (offsets or consumer).committed([tp], timeout=10)[0].offset
+        position = store.meta().input_offset if repaired else max(committed, store.meta().input_offset)
+        log.info("partition started", partition=self.partition, mode=self.mode.name, committed=committed,
+                 position=position, output_offset=store.meta().output_offset, keys=store.meta().keys)
         self.state = "running"
         return int(position)
+
+    def _reconcile(self) -> bool:
+        """Reconcile; on lost output, rebuild the store from what the output holds (the store and
+        the committed input then describe output that no longer exists). True if it repaired."""
+        store = self.store
+        assert store is not None
+        counter = self.metrics.reconcile.labels(**self._labels)
+        bad = self.metrics.bad_headers.labels(**self._labels).inc
+        self._reconciles += 1
+        self.faults.hit("before_reconcile", self._reconciles)
+        try:
+            reconcile(store, self.cfg, self.partition, on_records=counter.inc, on_bad_header=bad)
+            return False
+        except OutputLostError as e:
+            log.error(str(e), partition=self.partition, action="rebuilding the store from the output and "
+                      "re-reading the input from the last input offset the output holds")
+            self.metrics.output_lost.labels(**self._labels).inc()
+        self.close_store()
+        shutil.rmtree(self.cfg.partition_dir(self.partition))
+        store = self.open_store()
+        reconcile(store, self.cfg, self.partition, on_records=counter.inc, on_bad_header=bad)
+        return True
 
     def _discover_side_topics(self) -> None:
         names = [self.cfg.dlq_topic] + ([self.cfg.duplicates_topic] if self.cfg.duplicates_topic else [])
@@ -223,20 +307,28 @@ class PartitionWorker:
         if self.cfg.duplicates_topic:
             self._dup_partitions = counts[self.cfg.duplicates_topic]
 
+    def transactional_id(self) -> str:
+        return f"{self.cfg.group}-{self.cfg.input_topic}-{self.partition}"
+
     def _make_producer(self) -> Any:
-        extra: dict[str, Any] = {}
+        """The partition's transactional producer; ``init_transactions`` fences every earlier one.
+        Delivery reports for failures only: a report per record costs a Python Message object and a
+        callback (~1.3 µs/msg), and a failed record fails the commit anyway."""
         self._delivery_errors = []
-        if self.cfg.exactly_once == "transactional":
-            extra["transactional.id"] = f"{self.cfg.group}-{self.cfg.input_topic}-{self.partition}"
-        else:  # no delivery report (a Message object and a callback) per record, only per failure
-            extra["delivery.report.only.error"] = True
-            extra["on_delivery"] = self._on_delivery_error
-        producer = Producer(producer_config(self.cfg.bootstrap, self.cfg.kafka, **extra))
-        if self.cfg.exactly_once == "transactional":
-            producer.init_transactions(self.cfg.delivery_timeout_s)  # fences any zombie with this id
+        producer = Producer(producer_config(self.cfg.bootstrap, self.cfg.kafka, **{
+            "transactional.id": self.transactional_id(), "delivery.report.only.error": True,
+            "on_delivery": self._on_delivery_error}))
+        try:
+            producer.init_transactions(self.cfg.delivery_timeout_s)
+        except KafkaException as e:
+            raise DeliveryError(f"partition {self.partition}: init_transactions for {self.transactional_id()!r} "
+                                f"failed: {e}") from e
         return producer
 
     def close_clients(self) -> None:
+        """Drop the clients. An open transaction is left to the next ``init_transactions`` (this
+        worker's or another's), which aborts it and fences this producer: nothing it still has in
+        flight can land afterwards."""
         self._inflight = None  # unfinished: never recorded; reconcile learns what reached the output
         if self._consumer is not None and self._owns_consumer:
             with contextlib.suppress(Exception):
@@ -246,17 +338,23 @@ class PartitionWorker:
                 self._producer.flush(5)
         self._consumer = self._producer = None
 
-    def close(self) -> None:
-        self.close_clients()
+    def close_store(self) -> None:
         if self.store is not None:
             with contextlib.suppress(StoreError):
                 self.store.flush()
             self.store.close()
             self.store = None
-        self.state = "stopped"
+
+    def close(self) -> None:
+        self.close_clients()
+        self.close_store()
+        if self.state not in ("fenced", "failed"):
+            self.state = "stopped"
 
     def run(self) -> None:
-        """Run until the stop event; restart from reconcile after any error."""
+        """Run until the stop event; restart from reconcile after any error, except that a fenced
+        partition stops (another worker owns it) and an unopenable store ends the thread (both set
+        :attr:`failure`; the runner then exits non-zero)."""
         backoff = 0.5
         try:
             while not self.stop_event.is_set():
@@ -269,8 +367,16 @@ class PartitionWorker:
                         break
                     self.step()
                     backoff = 0.5
+                except FencedError as e:
+                    log.error("partition fenced", partition=self.partition, error=str(e),
+                              action="stopping this partition: another worker owns it")
+                    self.metrics.fenced.labels(**self._labels).set(1)
+                    self.failure, self.state = e, "fenced"
+                    self.close_clients()
+                    return
                 except Exception as e:
                     if isinstance(e, StoreError) and self.store is None:
+                        self.failure, self.state = e, "failed"
                         raise
                     log.error("partition error; restarting from reconcile", partition=self.partition,
                               error=str(e))
@@ -295,7 +401,7 @@ class PartitionWorker:
         and look up the next batch while the previous batch's acks are in flight, finish the
         previous batch, then hand the new one to the producer."""
         records = self._consume()
-        if self.cfg.exactly_once != "reconcile" or not self.cfg.pipeline:
+        if not (self.cfg.pipeline and self.mode.pipelines):
             if not records:
                 self._housekeeping(force=False)
                 return BatchResult()
@@ -317,61 +423,108 @@ class PartitionWorker:
         self._inflight = self._send(records, split, started)
         return BatchResult(len(records), len(split.new), len(split.duplicates), len(split.dead))
 
-    def drain(self) -> None:
-        """Finish the in-flight batch, if any: wait for its acks, write RocksDB, commit."""
-        pending, self._inflight = self._inflight, None
-        if pending is None:
-            return
+    def process(self, records: list[Any]) -> BatchResult:
+        """One batch of this partition's records, in offset order: classify and look up
+        (:func:`split_batch`), publish in one transaction (:meth:`_send`), then :meth:`drain`."""
+        started = time.perf_counter()
+        self._batches += 1
         store = self.store
         assert store is not None
-        output_next = self._await(pending.split, pending.failures)
-        self.faults.hit("after_produce", self._batches)
+        split = split_batch(records, store)
+        self.faults.hit("before_produce", self._batches)
+        self._inflight = self._send(records, split, started)
+        return self.drain()
+
+    def drain(self) -> BatchResult:
+        """Finish the in-flight batch, if any: commit its transaction (every record acknowledged),
+        write RocksDB, commit the input offset (mode ``reconcile``)."""
+        pending, self._inflight = self._inflight, None
+        if pending is None:
+            return BatchResult()
+        store = self.store
+        assert store is not None
         split = pending.split
-        store.record(split.new_keys, split.first_seen, input_offset=pending.next_input, output_offset=output_next,
-                     probe=split.probe)
+        output_next = self._commit_output(pending)
+        self.faults.hit("after_produce", self._batches)
+        store.record(split.new_keys, [int(time.time() * 1000)] * len(split.new_keys), input_offset=pending.next_input,
+                     output_offset=output_next, probe=split.probe)
         self.faults.hit("after_store_write", self._batches)
-        self._consumer.commit(offsets=[TopicPartition(self.cfg.input_topic, self.partition,
-                                                      pending.next_input)], asynchronous=False)
+        self.mode.after_record(self, pending.next_input)
         self.faults.hit("after_commit", self._batches)
-        self._count(BatchResult(len(pending.records), len(split.new), len(split.duplicates), len(split.dead)))
+        result = BatchResult(len(pending.records), len(split.new), len(split.duplicates), len(split.dead))
+        self._count(result)
         self.metrics.batch_seconds.labels(**self._labels).observe(time.perf_counter() - pending.started)
         self._housekeeping(force=False)
+        return result
 
     def _send(self, records: list[Any], split: Split, started: float) -> InFlight:
-        """Hand a batch's new records, dead letters and duplicates to the producer (no waiting)."""
-        failures = self._produce_batch(split, None)
-        return InFlight(records, split, records[-1].offset() + 1, started, failures, set(split.new_keys))
+        """Begin the batch's transaction and hand it the new records, dead letters and duplicates
+        (no waiting). Output and dead letters commit together or not at all, so a crash can never
+        leave a batch's output published and its dead letters lost."""
+        try:
+            self._producer.begin_transaction()
+        except KafkaException as e:
+            raise self._txn_error(e, "begin_transaction", time.monotonic()) from e
+        txn_started = time.monotonic()
+        self._produce_new(split)
+        self._produce_side(split)
+        return InFlight(records, split, records[-1].offset() + 1, started, set(split.new_keys), txn_started)
 
-    def _produce_batch(self, split: Split, on_output: Callable[[Any, Any], None] | None) -> list[str]:
-        """Produce a batch's new records (see :meth:`_produce_new` for ``on_output``), dead letters
-        and side-topic duplicates; returns the list the side topics' failures are reported into."""
-        failures: list[str] = []
+    def _commit_output(self, pending: InFlight) -> int:
+        """Commit the batch's transaction; returns the next output offset.
 
-        def on_side(err: Any, msg: Any) -> None:
-            if err is not None:
-                failures.append(str(err))
+        ``commit_transaction`` flushes and succeeds only when every record of the transaction was
+        acknowledged. The output partition then holds the batch's records followed by one commit
+        marker (when it has records), so the next output offset advances by ``len(new) + 1``; exact
+        while this worker is the partition's only writer, which the fence ensures. On any failure the
+        transaction is aborted (best effort; a new producer's ``init_transactions`` aborts it
+        otherwise) and RocksDB is not written."""
+        try:
+            self.mode.before_commit(self, pending.next_input)
+            self._producer.commit_transaction(self.cfg.delivery_timeout_s)
+        except KafkaException as e:
+            error = self._txn_error(e, "commit_transaction", pending.txn_started)
+            if not isinstance(error, FencedError):
+                with contextlib.suppress(KafkaException):
+                    self._producer.abort_transaction(self.cfg.delivery_timeout_s)
+            raise error from e
+        n = len(pending.split.new)
+        if n:
+            self._output_next += n + 1
+        return self._output_next
 
-        self._produce_new(split, on_output)
-        self._produce_side(split, on_side)
-        return failures
+    def _txn_error(self, e: KafkaException, call: str, txn_started: float) -> DedupeError:
+        """:class:`FencedError` if another producer of this partition fenced ours; otherwise a
+        :class:`DeliveryError` (the partition restarts: a new producer fences this one, so nothing
+        still in flight can land after the restart's reconcile). A fence after the transaction was
+        open for transaction.timeout.ms is the coordinator aborting it (a stalled worker), not
+        another worker: a restart."""
+        err = e.args[0] if e.args else None
+        code = err.code() if err is not None else None
+        where = (f"partition {self.partition}: {call} failed: {e} "
+                 f"({len(self._delivery_errors)} delivery failures, first: {self._delivery_errors[:1]}); "
+                 "RocksDB not written")
+        fenced = code in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
+        if fenced and time.monotonic() - txn_started < 0.9 * self._txn_timeout_s:
+            return FencedError(f"{where}; a newer producer with transactional.id {self.transactional_id()!r} "
+                               "fenced this one: another worker serves this partition")
+        return DeliveryError(where)
 
     def _on_delivery_error(self, err: Any, msg: Any) -> None:
         if err is not None:
             self._delivery_errors.append(f"{msg.topic()}[{msg.partition()}]@{msg.offset()}: {err}")
 
-    def _produce_new(self, split: Split, on_output: Callable[[Any, Any], None] | None) -> None:
+    def _produce_new(self, split: Split) -> None:
         """Produce the new records to output partition p (a record too large to publish with our
-        headers becomes a dead letter and is not recorded as seen). ``on_output`` None: the
-        producer's callback (reconcile mode: failures only). Fault point ``mid_produce``: after the
-        first half is delivered."""
-        split.first_seen = []
+        headers becomes a dead letter and is not recorded as seen). Fault point ``mid_produce``:
+        after the first half is delivered."""
         dropped: list[int] = []
         half = len(split.new) // 2 if self.faults.point == "mid_produce" else 0
         if half:
-            self._produce_records(split, 0, half, on_output, dropped)
+            self._produce_records(split, 0, half, dropped)
             self._producer.flush(self.cfg.delivery_timeout_s)
             self.faults.hit("mid_produce", self._batches)
-        self._produce_records(split, half, len(split.new), on_output, dropped)
+        self._produce_records(split, half, len(split.new), dropped)
         if dropped:
             gone = set(dropped)
             keep = [i not in gone for i in range(len(split.new))]
@@ -380,96 +533,41 @@ class PartitionWorker:
             if split.probe is not None:
                 split.probe = split.probe.select(keep)
 
-    def _produce_records(self, split: Split, start: int, stop: int, on_output: Callable[[Any, Any], None] | None,
-                         dropped: list[int]) -> None:
-        """Hot path of :meth:`_produce_new`, per record: headers built inline, first-seen time kept,
-        indexes of records too large to produce added to ``dropped``."""
+    def _produce_records(self, split: Split, start: int, stop: int, dropped: list[int]) -> None:
+        """Hot path of :meth:`_produce_new`, per record: headers built inline; a timestamp outside
+        the worker's clock tolerance replaced by the worker's clock (the careful path); indexes of
+        records too large to produce added to ``dropped``."""
         produce = self._producer.produce
         topic, partition, hpart = self.cfg.output_topic, self.partition, self._h_partition
-        stamp = split.first_seen.append
-        for msg in split.new[start:stop]:
-            src = msg.headers()
-            headers = [hpart, (H_SOURCE_OFFSET, b"%d" % msg.offset())]
-            if src:
-                headers = [*src, *headers]
+        now = int(time.time() * 1000)
+        lo, hi = now - self._tolerance_ms, now + self._tolerance_ms
+        for i, msg in enumerate(split.new[start:stop], start):
             ts = msg.timestamp()[1]
-            if ts < 0:
-                ts = 0
             try:
-                # Positional (topic, value, key, partition, on_delivery, callback, timestamp, headers):
-                # keyword arguments cost ~0.7 µs more per call, as the C function looks each keyword
-                # up by a str built from its C name. None as on_delivery: the producer's callback.
-                produce(topic, msg.value(), msg.key(), partition, on_output, None, ts, headers)
-            except (BufferError, KafkaException):  # queue full or too large: the careful path
-                if not self._produce(topic, partition, msg, [], on_output):
-                    split.dead.append((msg, TOO_LARGE))
-                    dropped.append(len(split.first_seen) + len(dropped))
+                if lo <= ts <= hi:
+                    src = msg.headers()
+                    headers = [hpart, (H_SOURCE_OFFSET, b"%d" % msg.offset())]
+                    if src:
+                        headers = [*src, *headers]
+                    # Positional (topic, value, key, partition, on_delivery, callback, timestamp, headers):
+                    # keyword arguments cost ~0.7 µs more per call, as the C function looks each keyword
+                    # up by a str built from its C name. None as on_delivery: the producer's callback.
+                    produce(topic, msg.value(), msg.key(), partition, None, None, ts, headers)
                     continue
-            stamp(ts)
+            except (BufferError, KafkaException):  # queue full or too large: the careful path
+                pass
+            if not self._produce(topic, partition, msg, [], None, clock=(lo, hi, now)):
+                split.dead.append((msg, TOO_LARGE))
+                dropped.append(i)
 
-    def _produce_side(self, split: Split, on_side: Callable[[Any, Any], None]) -> None:
+    def _produce_side(self, split: Split) -> None:
         for msg, reason in split.dead:
             self._produce(self.cfg.dlq_topic, self.partition % self._dlq_partitions, msg,
-                          [(H_DLQ_REASON, reason.encode())], on_side, truncate=reason == TOO_LARGE)
+                          [(H_DLQ_REASON, reason.encode())], None, truncate=reason == TOO_LARGE)
         if self.cfg.duplicates_topic:
             for msg, reason in split.duplicates:
                 self._produce(self.cfg.duplicates_topic, self.partition % self._dup_partitions, msg,
-                              [(H_DUPLICATE_REASON, reason.encode())], on_side)
-
-    def _await(self, split: Split, failures: list[str], reports: dict[Any, Any] | None = None) -> int:
-        """Wait for every delivery of a batch; returns the next output offset.
-
-        Reconcile mode (``reports`` None): the producer reports failures only, so after a flush
-        that left nothing outstanding and reported no failure, every record was written, and the
-        next output offset is the previous one plus the batch's output records. That is exact while
-        this worker is the partition's only writer, and a lower bound otherwise (another writer's
-        records only push ours further): never ahead of the output, which is what reconcile needs
-        (it replays from there and skips ids already stored). Transactional mode: ``reports`` is
-        filled by ``reports.__setitem__`` as the delivery callback (a success sets
-        ``reports[None]``, a failure ``reports[error]``), and the last success, in produce order
-        per partition, gives the exact offset (commit markers make counting inexact there).
-        """
-        remaining = self._producer.flush(self.cfg.delivery_timeout_s)
-        errors = self._delivery_errors + failures
-        if reports is not None:
-            errors += [str(err) for err in reports if err is not None]
-        if remaining or errors:
-            raise DeliveryError(f"partition {self.partition}: {remaining} deliveries outstanding, "
-                                f"{len(errors)} failed (first: {errors[:1]}); RocksDB not written")
-        if reports is None:
-            self._output_next += len(split.new)
-            return self._output_next
-        last = reports.get(None)
-        if split.new and last is None:
-            raise DeliveryError(f"partition {self.partition}: no delivery report for {len(split.new)} output "
-                                "records; RocksDB not written")
-        if last is not None:
-            self._output_next = int(last.offset()) + 1
-        return self._output_next
-
-    def process(self, records: list[Any]) -> BatchResult:
-        """One batch of this partition's records, in offset order (see the module docstring)."""
-        started = time.perf_counter()
-        self._batches += 1
-        store = self.store
-        assert store is not None
-        split = split_batch(records, store)
-        self.faults.hit("before_produce", self._batches)
-        next_input = records[-1].offset() + 1
-        output_next = self._publish(split, next_input)
-        self.faults.hit("after_produce", self._batches)
-        store.record(split.new_keys, split.first_seen, input_offset=next_input, output_offset=output_next,
-                     probe=split.probe)
-        self.faults.hit("after_store_write", self._batches)
-        if self.cfg.exactly_once == "reconcile":
-            self._consumer.commit(offsets=[TopicPartition(self.cfg.input_topic, self.partition, next_input)],
-                                  asynchronous=False)
-        self.faults.hit("after_commit", self._batches)
-        result = BatchResult(len(records), len(split.new), len(split.duplicates), len(split.dead))
-        self._count(result)
-        self.metrics.batch_seconds.labels(**self._labels).observe(time.perf_counter() - started)
-        self._housekeeping(force=False)
-        return result
+                              [(H_DUPLICATE_REASON, reason.encode())], None)
 
     def _consume(self) -> list[Any]:
         msgs = self._consumer.consume(self.cfg.batch_size, self.cfg.batch_timeout_ms / 1000)
@@ -486,38 +584,23 @@ class PartitionWorker:
                 log.warning("consumer error", partition=self.partition, error=str(err))
         return out
 
-    def _publish(self, split: Split, next_input: int) -> int:
-        """Produce the batch's effects and wait for all of them; returns the next output offset."""
-        transactional = self.cfg.exactly_once == "transactional"
-        reports: dict[Any, Any] | None = {} if transactional else None
-        if transactional:
-            self._producer.begin_transaction()
-        try:
-            failures = self._produce_batch(split, reports.__setitem__ if reports is not None else None)
-            output_next = self._await(split, failures, reports)
-            if transactional:
-                tp = TopicPartition(self.cfg.input_topic, self.partition, next_input)
-                self._producer.send_offsets_to_transaction([tp], self._consumer.consumer_group_metadata(),
-                                                           self.cfg.delivery_timeout_s)
-                self._producer.commit_transaction(self.cfg.delivery_timeout_s)
-        except BaseException:
-            if transactional:
-                with contextlib.suppress(KafkaException):
-                    self._producer.abort_transaction(self.cfg.delivery_timeout_s)
-            raise
-        return output_next
-
     def _produce(self, topic: str, partition: int, msg: Any, extra: list[tuple[str, bytes | None]],
-                 callback: Callable[[Any, Any], None] | None, truncate: bool = False) -> bool:
-        """Produce one record (waiting for queue space); False if it is too large to produce."""
+                 callback: Callable[[Any, Any], None] | None, truncate: bool = False,
+                 clock: tuple[int, int, int] | None = None) -> bool:
+        """Produce one record (waiting for queue space); False if it is too large to produce.
+        ``clock`` (output records): (low, high, now) ms; a timestamp outside [low, high] becomes
+        ``now`` and the original goes to the ``dedupe.source.timestamp`` header."""
         value = msg.value()
         if truncate:
             limit = min(DLQ_TRUNCATE_BYTES, int(self.cfg.kafka.get("message.max.bytes", 1_000_000)) // 2)
             if value is not None and len(value) > limit:
                 extra = [*extra, (H_DLQ_TRUNCATED, str(len(value)).encode())]
                 value = value[:limit]
-        headers = with_source(msg.headers(), self.partition, msg.offset(), extra)
         ts = msg.timestamp()[1]
+        if clock is not None and not clock[0] <= ts <= clock[1]:
+            extra = [*extra, (H_SOURCE_TIMESTAMP, str(ts).encode())]
+            ts = clock[2]
+        headers = with_source(msg.headers(), self.partition, msg.offset(), extra)
         while True:
             try:
                 self._producer.produce(topic, value=value, key=msg.key(), partition=partition,
@@ -578,9 +661,11 @@ class PartitionWorker:
         self.state = "running"
 
     def pause(self, timeout_s: float = 60.0) -> dict[str, Any]:
-        """Finish the current batch, stop consuming, flush memtables and WAL."""
+        """Finish the current batch, stop consuming, flush memtables and WAL. On timeout the request
+        is withdrawn (so the partition does not pause later with nobody to resume it)."""
         self._pause_requested.set()
         if not self._paused.wait(timeout_s):
+            self.resume()
             raise DedupeError(f"partition {self.partition} did not pause within {timeout_s:.0f}s "
                               f"(state {self.state})")
         return self.status()

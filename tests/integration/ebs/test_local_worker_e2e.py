@@ -116,7 +116,8 @@ def ebs_ops(*args: str) -> dict[str, Any]:
 def test_restore_stale_snapshot_of_killed_worker_loses_nothing_duplicates_nothing(
         broker: BrokerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     bs, topic = broker.bootstrap, f"ebs-{uuid.uuid4().hex[:10]}"
-    create_topics(bs, {f"{topic}-in": 1, f"{topic}-out": 1, f"{topic}-dlq": 1})
+    create_topics(bs, {f"{topic}-in": 1})
+    create_topics(bs, {f"{topic}-out": 1, f"{topic}-dlq": 1}, durable=True)
     data, snaps = tmp_path / "data", tmp_path / "snapshots"
     phase1 = [f"p1-{i}" for i in range(300)]
     phase2 = [f"p2-{i}" for i in range(300)]

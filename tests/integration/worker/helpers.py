@@ -29,12 +29,15 @@ class Topics:
 
 def make_topics(bootstrap: str, base: str, partitions: int, output_partitions: int | None = None) -> Topics:
     t = Topics(f"{base}-in", f"{base}-out", f"{base}-dlq")
-    create_topics(bootstrap, {t.input: partitions, t.output: output_partitions or partitions, t.dlq: partitions})
+    create_topics(bootstrap, {t.input: partitions})
+    create_topics(bootstrap, {t.output: output_partitions or partitions, t.dlq: partitions}, durable=True)
     return t
 
 
-def read_all(bootstrap: str, topic: str, partitions: int, read_committed: bool = False) -> list[Any]:
-    """Every record of ``topic`` (all partitions), read to end-of-partition."""
+def read_all(bootstrap: str, topic: str, partitions: int, read_committed: bool = True) -> list[Any]:
+    """Every record of ``topic`` (all partitions), read to end-of-partition; committed records only
+    unless ``read_committed`` is False (the worker publishes in transactions: downstream reads
+    committed, and aborted batches exist after any crash)."""
     conf = consumer_config(bootstrap, f"reader-{time.monotonic_ns()}", None, **{
         "enable.partition.eof": True,
         "isolation.level": "read_committed" if read_committed else "read_uncommitted"})

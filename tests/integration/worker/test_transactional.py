@@ -61,7 +61,7 @@ def _topics(bootstrap: str, base: str) -> Topics:
 def _runner(bootstrap: str, topics: Topics, data: Path, group: str) -> WorkerRunner:
     cfg = load_config(None, bootstrap=bootstrap, input_topic=topics.input, output_topic=topics.output,
                       dlq_topic=topics.dlq, data_dir=data, exactly_once="transactional", group=group,
-                      batch_size=200)
+                      batch_size=200, require_durable_output=False)  # the mock has no DescribeConfigs
     return WorkerRunner(cfg, registry=CollectorRegistry()).start()
 
 
