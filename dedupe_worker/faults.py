@@ -4,7 +4,8 @@
 process started (1 = the first; for ``before_reconcile``, the partition's reconciles); ``action``
 is ``hang`` (default: write the marker file named by ``DEDUPE_FAULT_MARKER``, then block so the
 test can SIGKILL the process by PID), ``kill`` (SIGKILL itself) or ``sleepN`` (write the marker,
-sleep N seconds, go on: a slow step, e.g. a long rebuild). Unset in production; costs one comparison per point when unset.
+sleep N seconds, go on: a slow step, e.g. a long rebuild). Unset in production; costs one
+comparison per point when unset.
 """
 
 from __future__ import annotations
