@@ -180,7 +180,10 @@ def test_unsafe_output_settings_are_refused(ads_broker: BrokerProcess, topic_nam
     write) is refused at start with a clear error, unless require_durable_output is off."""
     topics = _topics(ads_broker.bootstrap, topic_name, durable=False)
     proc = start_worker(ads_broker.bootstrap, topics, tmp_path / "w", tmp_path / "w.log")
-    assert _wait_exit(proc) != 0
+    try:
+        assert _wait_exit(proc) != 0
+    finally:
+        stop_worker(proc)  # still running only if it was not refused
     text = (tmp_path / "w.log").read_text()
     assert "cannot keep acknowledged output" in text and topics.output in text
 
