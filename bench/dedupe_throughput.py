@@ -1,6 +1,9 @@
 """Dedupe worker throughput, side by side on one broker, data set and client settings.
 
 (a) raw pipe: consume → produce, no dedupe (the ceiling for any Kafka-in/Kafka-out worker);
+(a1) the raw pipe with one transaction per batch (begin, produce, ``commit_transaction``), as the
+    worker now publishes to fence a second writer (issue 16, hole 4): (a1)/(a) is what the fence
+    costs the pipe itself;
 (b) our worker as configured by default: PartitionWorker batch loop, serial (per batch: consume, look
     up, publish, wait, write, commit) on a pre-filled store;
 (b1) the same worker with ``pipeline = true`` (batch N+1 is read and looked up while N's acks are in
@@ -85,19 +88,28 @@ def _consume_all(consumer: Any, n: int, handle: Callable[[list[Any]], None]) -> 
             done += len(msgs)
 
 
-def raw_pipe(bootstrap: str, n: int, tag: str) -> None:
-    """(a) consume → produce every record (same headers as the worker), flush + commit per batch."""
+def raw_pipe(bootstrap: str, n: int, tag: str, transactional: bool = False) -> None:
+    """(a) consume → produce every record (same headers as the worker), flush + commit per batch;
+    (a1) ``transactional``: each batch in one transaction of a transactional producer."""
     out = f"bench-out-raw-{tag}"
     create_topics(bootstrap, {out: 1})
     c = Consumer(consumer_config(bootstrap, f"raw-{tag}", None))
     c.assign([TopicPartition(INPUT, 0, 0)])
-    p = Producer(producer_config(bootstrap, None))
+    extra = {"transactional.id": f"raw-{tag}", "delivery.report.only.error": True} if transactional else {}
+    p = Producer(producer_config(bootstrap, None, **extra))
+    if transactional:
+        p.init_transactions(30)
 
     def handle(msgs: list[Any]) -> None:
+        if transactional:
+            p.begin_transaction()
         for m in msgs:  # the worker's call: positional arguments, the input's timestamp kept
             p.produce(out, m.value(), m.key(), 0, None, None, max(m.timestamp()[1], 0),
                       with_source(m.headers(), 0, m.offset()))
-        assert p.flush(30) == 0
+        if transactional:
+            p.commit_transaction(30)
+        else:
+            assert p.flush(30) == 0
         c.commit(offsets=[TopicPartition(INPUT, 0, msgs[-1].offset() + 1)], asynchronous=False)
 
     _consume_all(c, n, handle)
@@ -216,7 +228,8 @@ def main() -> None:
     tune_gc()  # the worker process's GC setting (dedupe_worker.runner), for every pipeline alike
     tmp = Path(tempfile.mkdtemp(prefix="dedupe-bench-"))
     proc = tansu_process() if args.broker == "tansu" else ads_broker_process(tmp / "broker")
-    results: dict[str, list[tuple[float, float]]] = {"raw": [], "ours": [], "pipelined": [], "naive": []}
+    results: dict[str, list[tuple[float, float]]] = {"raw": [], "raw_txn": [], "ours": [], "pipelined": [],
+                                                     "naive": []}
     extra: dict[str, float] = {}
     with proc:
         bs = proc.bootstrap
@@ -238,6 +251,7 @@ def main() -> None:
         for r in range(args.rounds):
             tag = f"{r}-{uuid.uuid4().hex[:6]}"
             results["raw"].append(isolated(raw_pipe, bs, args.messages, tag)[:2])
+            results["raw_txn"].append(isolated(raw_pipe, bs, args.messages, f"t{tag}", True)[:2])
             data = tmp / f"ours-{tag}"
             shutil.copytree(template, data / "partition-0")
             wall, cpu, (sequence, out_topic) = isolated(ours_run, bs, args.messages, tag, data, False)
@@ -268,12 +282,15 @@ def report(args: argparse.Namespace, results: dict[str, list[tuple[float, float]
     print(f"\n{n:,} messages, store pre-filled with {args.prefill:,} keys, broker {args.broker}, "
           f"median of {args.rounds}")
     print(f"{'pipeline':<28}{'msg/s':>12}{'process CPU µs/msg':>22}")
-    for name, label in (("raw", "(a) raw pipe, no dedupe"), ("ours", "(b) our worker (default)"),
+    for name, label in (("raw", "(a) raw pipe, no dedupe"), ("raw_txn", "(a1) raw pipe, txn per batch"),
+                        ("ours", "(b) our worker (default)"),
                         ("pipelined", "(b1) pipeline = true"),
                         ("naive", "(c) per-message get/put")):
         print(f"{label:<28}{rate[name]:>12,.0f}{cpu_us[name]:>22.2f}")
     print(f"ratio (b)/(a) = {rate['ours'] / rate['raw']:.2f}   (b1)/(a) = {rate['pipelined'] / rate['raw']:.2f}"
-          f"   (b)/(c) = {rate['ours'] / rate['naive']:.2f}")
+          f"   (b)/(c) = {rate['ours'] / rate['naive']:.2f}   (a1)/(a) = {rate['raw_txn'] / rate['raw']:.2f}")
+    print(f"CPU per message (b)/(a) = {cpu_us['ours'] / cpu_us['raw']:.2f}x   "
+          f"(a1)/(a) = {cpu_us['raw_txn'] / cpu_us['raw']:.2f}x")
     print("per round, process CPU µs/msg: " + "; ".join(
         f"{name} " + " ".join(f"{c / n * 1e6:.2f}" for _, c in v) for name, v in results.items()))
     for k, v in extra.items():
