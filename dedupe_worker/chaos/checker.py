@@ -44,9 +44,12 @@ class Check:
     name: str
     count: int = 0
     examples: list[dict[str, Any]] = field(default_factory=list)
+    #: when each violation's input was sent (None: unknown), for attributing counts to faults
+    times: list[float | None] = field(default_factory=list)
 
-    def add(self, **example: Any) -> None:
+    def add(self, t: float | None = None, **example: Any) -> None:
         self.count += 1
+        self.times.append(t)
         if len(self.examples) < EXAMPLES:
             self.examples.append(example)
 
@@ -156,7 +159,7 @@ def _check_input(r: _Run, checks: dict[str, Check]) -> None:
         if a.outcome is Outcome.OK:
             rec = r.at.get((a.partition, a.offset)) if a.partition is not None and a.offset is not None else None
             if rec is None or rec.attempt != a.id:
-                checks["input_lost"].add(attempt=a.id, message_id=a.message_id, partition=a.partition,
+                checks["input_lost"].add(a.t_invoke, attempt=a.id, message_id=a.message_id, partition=a.partition,
                                          offset=a.offset, found_attempt=rec.attempt if rec else None)
         elif a.id in in_input:
             checks["recovered" if a.outcome is not Outcome.FAILED else "failed_but_written"].add(
@@ -172,12 +175,13 @@ def _check_lost(r: _Run, checks: dict[str, Check]) -> None:
             copies[mid].append(src)
     for src in sorted(r.at):
         if not r.consumed(src):
-            checks["unconsumed"].add(partition=src[0], offset=src[1], message_id=r.mid[src],
+            checks["unconsumed"].add(r.sent_at(r.at[src]), partition=src[0], offset=src[1], message_id=r.mid[src],
                                      committed=r.committed.get(src[0], 0))
     for mid, srcs in copies.items():
         if mid in r.all_out_ids or not any(r.consumed(s) for s in srcs):
             continue
-        checks["lost"].add(message_id=mid, input=[f"{p}@{o}" for p, o in sorted(srcs)],
+        first = r.sent_at(r.at[min(srcs)])
+        checks["lost"].add(first, message_id=mid, input=[f"{p}@{o}" for p, o in sorted(srcs)],
                            attempts=[_attempt_brief(r.attempt(r.at[s])) for s in sorted(srcs)],
                            dead_lettered=any(s in r.dead for s in srcs))
 
@@ -204,11 +208,11 @@ def _check_duplicates(r: _Run, checks: dict[str, Check]) -> None:
                            "sources": [_src(prev), _src(cur)], "send_gap_s": None if gap is None else round(gap, 3),
                            "attempts": [prev.attempt, cur.attempt], "partition": partition}
                 if same:
-                    checks["duplicate_in_window"].add(why="one input record published twice", **example)
+                    checks["duplicate_in_window"].add(t1, why="one input record published twice", **example)
                 elif gap is None or gap < limit:
-                    checks["duplicate_in_window"].add(why="inside the window", **example)
+                    checks["duplicate_in_window"].add(t1, why="inside the window", **example)
                 else:
-                    checks["reemit_after_window"].add(**example)
+                    checks["reemit_after_window"].add(t1, **example)
 
 
 def _check_unexpected(r: _Run, checks: dict[str, Check]) -> None:
@@ -223,7 +227,8 @@ def _check_unexpected(r: _Run, checks: dict[str, Check]) -> None:
     for rec in r.run.output:
         why = _unexpected_why(r, rec, first_value)
         if why is not None:
-            checks["unexpected"].add(output=_ref(rec), why=why, attempt=rec.attempt, source=_src(rec),
+            checks["unexpected"].add(r.sent_at(rec), output=_ref(rec), why=why, attempt=rec.attempt,
+                                     source=_src(rec),
                                      key=rec.key.decode(errors="replace") if rec.key else None)
 
 
@@ -260,7 +265,8 @@ def _check_order(r: _Run, checks: dict[str, Check]) -> None:
             checks["order"].add(output=_ref(rec), why=f"source partition {src[0]} in output partition {rec.partition}")
         prev = last.get(rec.partition)
         if prev is not None and src[1] <= prev:
-            checks["order"].add(output=_ref(rec), why="source offset did not increase", previous_source_offset=prev,
+            checks["order"].add(r.sent_at(rec), output=_ref(rec), why="source offset did not increase",
+                                previous_source_offset=prev,
                                 source_offset=src[1])
         last[rec.partition] = src[1] if prev is None else max(prev, src[1])
 
@@ -297,15 +303,16 @@ def _check_accounting(r: _Run, checks: dict[str, Check]) -> dict[str, Any]:
             counts[cls] += 1
         example = {"input": f"{src[0]}@{src[1]}", "message_id": r.mid[src], "reason": r.reason[src],
                    "classes": classes, "attempt": r.at[src].attempt}
+        t = r.sent_at(r.at[src])
         if not classes:
-            checks["commit_ahead"].add(why="committed, but neither published, duplicate nor dead-lettered",
+            checks["commit_ahead"].add(t, why="committed, but neither published, duplicate nor dead-lettered",
                                        committed=r.committed.get(src[0]), **example)
         elif len(classes) > 1:
-            checks["accounting"].add(why="in more than one class", **example)
+            checks["accounting"].add(t, why="in more than one class", **example)
         elif classes == ["published"] and r.reason[src] is not None:
-            checks["accounting"].add(why="a malformed record was published", **example)
+            checks["accounting"].add(t, why="a malformed record was published", **example)
         elif classes == ["dead_lettered"] and r.reason[src] is None:
-            checks["accounting"].add(why="a valid record was dead-lettered", **example)
+            checks["accounting"].add(t, why="a valid record was dead-lettered", **example)
     for src, recs in r.dead.items():
         if src not in r.at:
             checks["accounting"].add(why="dead letter of no input record", input=f"{src[0]}@{src[1]}",
@@ -325,12 +332,14 @@ def _check_dlq(r: _Run, checks: dict[str, Check]) -> None:
             continue
         dead = r.dead.get(src)
         if not dead:
-            checks["dlq_lost"].add(input=f"{src[0]}@{src[1]}", reason=expected, attempt=r.at[src].attempt,
+            checks["dlq_lost"].add(r.sent_at(r.at[src]), input=f"{src[0]}@{src[1]}", reason=expected,
+                                   attempt=r.at[src].attempt,
                                    published=src in r.published)
             continue
         reasons = {(d.header(H_DLQ_REASON) or b"").decode(errors="replace") for d in dead}
         if reasons != {expected}:
-            checks["dlq_reason"].add(input=f"{src[0]}@{src[1]}", expected=expected, found=sorted(reasons))
+            checks["dlq_reason"].add(r.sent_at(r.at[src]), input=f"{src[0]}@{src[1]}", expected=expected,
+                                     found=sorted(reasons))
 
 
 def _check_index(r: _Run, checks: dict[str, Check]) -> None:
@@ -351,13 +360,28 @@ def _check_index(r: _Run, checks: dict[str, Check]) -> None:
             checks["index_consistency"].add(partition=p, why="RocksDB ahead of the output",
                                             store_output_offset=store.output_offset, output_end=end)
         for mid in sorted(store.message_ids - ids.keys()):
-            checks["index_consistency"].add(partition=p, message_id=mid, why="in RocksDB, not in the output")
+            checks["index_consistency"].add(None, partition=p, message_id=mid, why="in RocksDB, not in the output")
         for mid, recs in ids.items():
             if mid in store.message_ids:
                 continue
             sent = r.sent_at(recs[-1])
             if sent is None or sent > since:
                 age = None if sent is None else round(r.run.t_stop - sent, 1)
-                checks["index_consistency"].add(partition=p, message_id=mid, output=_ref(recs[-1]),
+                checks["index_consistency"].add(sent, partition=p, message_id=mid, output=_ref(recs[-1]),
                                                 why="in the output within the window, not in RocksDB",
                                                 sent_s_before_stop=age)
+
+
+def attribute(check: Check, faults: list[tuple[str, float, float]], before_s: float = 10.0,
+              after_s: float = 30.0) -> dict[str, int]:
+    """Approximate cause of each violation: the fault (kind, start, end) whose span, widened by
+    ``before_s`` before its start and ``after_s`` after its end, holds the violating send time and
+    starts nearest to it; ``none`` when no fault is near, ``unknown`` without a send time."""
+    out: dict[str, int] = defaultdict(int)
+    for t in check.times:
+        if t is None:
+            out["unknown"] += 1
+            continue
+        near = [(abs(t - start), kind) for kind, start, end in faults if start - before_s <= t <= end + after_s]
+        out[min(near)[1] if near else "none"] += 1
+    return dict(sorted(out.items()))

@@ -19,13 +19,13 @@ from typing import Any
 
 import structlog
 
-from dedupe_worker.chaos.checker import check
+from dedupe_worker.chaos.checker import attribute, check
 from dedupe_worker.chaos.cluster import Cluster
 from dedupe_worker.chaos.collect import committed_offsets, dump_store, end_offsets, read_topic
 from dedupe_worker.chaos.history import Generator, TrafficSpec
 from dedupe_worker.chaos.model import RunData, StoreDump, write_jsonl
 from dedupe_worker.chaos.monitor import LagMonitor
-from dedupe_worker.chaos.nemesis import FAULT_KINDS, Nemesis, schedule, unavailable_kinds, write_events
+from dedupe_worker.chaos.nemesis import FAULT_KINDS, SNAPSHOT, Nemesis, schedule, unavailable_kinds, write_events
 from dedupe_worker.chaos.profiles import Profile
 
 log = structlog.get_logger("dedupe_worker.chaos.harness")
@@ -39,7 +39,8 @@ def run(profile: Profile, *, mode: str, seed: int, root: Path, skip: dict[str, s
     cluster = Cluster(root, partitions=profile.partitions, workers=profile.workers, mode=mode,
                       worker_env=profile.worker_env())
     traffic = TrafficSpec(messages=profile.messages, duration_s=profile.duration_s, seed=seed,
-                          run_retry_gap_s=profile.run_retry_gap_s, late_skew_hours=profile.skew_hours)
+                          run_retry_gap_s=profile.run_retry_gap_s, late_skew_hours=profile.skew_hours,
+                          malformed_rate=profile.malformed_rate)
     specs = schedule(profile, profile.partitions, list(cluster.workers), seed)
     monitor: LagMonitor | None = None
     nemesis: Nemesis | None = None
@@ -66,10 +67,16 @@ def run(profile: Profile, *, mode: str, seed: int, root: Path, skip: dict[str, s
             monitor.stop()
         cluster.close()
     result = check(data)
+    spans = [(e.kind, e.t_start, e.t_end) for e in (nemesis.events if nemesis else []) if e.ok and e.kind != SNAPSHOT]
+    attribution = {n: attribute(c, spans) for n, c in result.checks.items() if c.count}
+    stores = {p: {"keys": len(s.message_ids), "input_offset": s.input_offset, "output_offset": s.output_offset,
+                  "error": s.error} for p, s in data.stores.items()}
     write_jsonl(root / "history.jsonl", (a.to_json() for a in generator.attempts.values()))
     write_events(root / "faults.jsonl", nemesis.events if nemesis else [])
     report = _report(profile, mode, seed, root, t_begin, generator, nemesis, monitor, cluster, result.to_json(),
                      drained, exit_codes, skipped)
+    report["attribution"] = attribution
+    report["stores"] = stores
     (root / "report.json").write_text(json.dumps(report, indent=2, default=str))
     return report
 

@@ -95,10 +95,14 @@ def schedule(profile: Profile, partitions: int, workers: list[str], seed: int,
     rng = random.Random(seed * 7919 + 17)
     if profile.fault_counts is not None:
         plan = [k for k in kinds for _ in range(profile.fault_counts.get(k, 0))]
+        early: list[tuple[float, str]] = []
+        if profile.skew_at_start and "clock_skew" in plan:
+            plan.remove("clock_skew")
+            early.append((0.0, "clock_skew"))
         rng.shuffle(plan)
-        start, end = 15.0, max(30.0, profile.duration_s - 25.0)
+        start, end = 15.0 + profile.skew_hold_s, max(30.0, profile.duration_s - 25.0)
         step = (end - start) / max(1, len(plan))
-        slots = [(start + i * step + rng.uniform(0, step * 0.3), kind) for i, kind in enumerate(plan)]
+        slots = early + [(start + i * step + rng.uniform(0, step * 0.3), kind) for i, kind in enumerate(plan)]
     else:
         slots = []
         t, cycle = 30.0, list(kinds)
@@ -139,7 +143,10 @@ def _spec(rng: random.Random, profile: Profile, at: float, kind: str, partitions
     if kind == "worker_pause":
         return FaultSpec(at, kind, worker, {"pause_s": round(rng.uniform(2.0, 8.0), 2)})
     if kind == "crash_point":
-        return FaultSpec(at, kind, worker, {"point": "", "batch": rng.randint(1, 4)})  # point: _assign_points
+        # batch 1 after a few seconds down is the big one (the backlog), where a crash mid-batch
+        # most likely cuts a batch with a malformed record in it
+        return FaultSpec(at, kind, worker, {"point": "", "batch": rng.choice((1, 1, 2, 4)),  # point: _assign_points
+                                            "down_s": round(rng.uniform(0.5, 3.0), 2)})
     if kind in ("broker_kill", "broker_power_cut"):
         return FaultSpec(at, kind, None, {"down_s": round(rng.uniform(0.2, 2.0), 2)})
     if kind == "append_delay":
@@ -151,7 +158,7 @@ def _spec(rng: random.Random, profile: Profile, at: float, kind: str, partitions
     if kind == "second_worker":
         return FaultSpec(at, kind, part, {"overlap_s": round(rng.uniform(5.0, 10.0), 2)})
     if kind == "clock_skew":
-        sign = rng.choice((-1, 1))
+        sign = -1 if at == 0.0 else rng.choice((-1, 1))
         return FaultSpec(at, kind, None, {"skew_s": sign * profile.skew_hours * 3600, "hold_s": profile.skew_hold_s})
     raise ValueError(f"unknown fault kind {kind!r}; known: {FAULT_KINDS}")
 
@@ -249,6 +256,7 @@ class Nemesis:
         fault = f"{spec.params['point']}:{spec.params['batch']}:kill"
         with self.cluster.hold(w):
             w.stop()
+            time.sleep(spec.params.get("down_s", 0.0))
             w.start({"DEDUPE_FAULT": fault, "DEDUPE_FAULT_MARKER": str(marker)})
             deadline = time.time() + 60
             while w.running() and time.time() < deadline:

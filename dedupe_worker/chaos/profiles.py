@@ -43,6 +43,12 @@ class Profile:
     skew_hours: float = 6.0
     skew_hold_s: float = 10.0
     run_retry_gap_s: tuple[float, float] = (60.0, 180.0)
+    #: Malformed events among the planned sends. 1 %: a batch that a crash cuts short then holds a
+    #: malformed record often enough to test that dead letters survive crashes.
+    malformed_rate: float = 0.01
+    #: Start one clock-skew fault (clients hours in the past) with the run, so that a partition's
+    #: first generation holds only skewed first-seen times (aging must not trust them).
+    skew_at_start: bool = True
     extra_worker_env: dict[str, str] = field(default_factory=dict)
 
     def worker_env(self) -> dict[str, str]:
@@ -59,6 +65,7 @@ CI = Profile(
 )
 
 SOAK = Profile(name="soak", messages=0, duration_s=3600.0, max_keys=400_000, generation_keys=50_000,
+               malformed_rate=0.002, skew_at_start=False,
                window_s=1800.0, slack_s=300.0, fault_interval_s=30.0, run_retry_gap_s=(60.0, 900.0))
 
 #: Soak traffic rate (messages per second of run time).
