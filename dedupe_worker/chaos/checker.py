@@ -44,12 +44,13 @@ class Check:
     name: str
     count: int = 0
     examples: list[dict[str, Any]] = field(default_factory=list)
-    #: when each violation's input was sent (None: unknown), for attributing counts to faults
-    times: list[float | None] = field(default_factory=list)
+    #: per violation: when its input was sent and its partition (None: unknown), to attribute
+    #: counts to faults
+    where: list[tuple[float | None, int | None]] = field(default_factory=list)
 
     def add(self, t: float | None = None, **example: Any) -> None:
         self.count += 1
-        self.times.append(t)
+        self.where.append((t, _partition_of(example)))
         if len(self.examples) < EXAMPLES:
             self.examples.append(example)
 
@@ -77,6 +78,17 @@ class CheckResult:
         return {"valid": self.valid, "safety": list(SAFETY), "liveness": list(LIVENESS), "info": list(INFO),
                 "counts": self.counts(), "checks": {n: c.to_json() for n, c in self.checks.items()},
                 "totals": self.totals}
+
+
+def _partition_of(example: dict[str, Any]) -> int | None:
+    if isinstance(example.get("partition"), int):
+        return int(example["partition"])
+    for name in ("input", "output"):
+        ref = example.get(name)
+        ref = ref[0] if isinstance(ref, list) and ref else ref
+        if isinstance(ref, str) and "@" in ref:
+            return int(ref.split("@", 1)[0])
+    return None
 
 
 def _src(rec: LogRecord) -> Src | None:
@@ -372,16 +384,21 @@ def _check_index(r: _Run, checks: dict[str, Check]) -> None:
                                                 sent_s_before_stop=age)
 
 
-def attribute(check: Check, faults: list[tuple[str, float, float]], before_s: float = 10.0,
+
+def attribute(check: Check, faults: list[tuple[str, float, float, set[int] | None]], before_s: float = 10.0,
               after_s: float = 30.0) -> dict[str, int]:
-    """Approximate cause of each violation: the fault (kind, start, end) whose span, widened by
-    ``before_s`` before its start and ``after_s`` after its end, holds the violating send time and
-    starts nearest to it; ``none`` when no fault is near, ``unknown`` without a send time."""
+    """Approximate cause of each violation: among the faults (kind, start, end, partitions touched
+    or None for all) that touch its partition and whose span, widened by ``before_s`` before the
+    start and ``after_s`` after the end, holds its input's send time, the one that starts nearest
+    to it; ``none`` when no fault is near, ``unknown`` without a send time. A loss caused later
+    than the send (a power cut losing what was sent a minute before) is attributed to the fault
+    near the send, so read losses with their examples."""
     out: dict[str, int] = defaultdict(int)
-    for t in check.times:
+    for t, p in check.where:
         if t is None:
             out["unknown"] += 1
             continue
-        near = [(abs(t - start), kind) for kind, start, end in faults if start - before_s <= t <= end + after_s]
+        near = [(abs(t - start), kind) for kind, start, end, parts in faults
+                if start - before_s <= t <= end + after_s and (parts is None or p is None or p in parts)]
         out[min(near)[1] if near else "none"] += 1
     return dict(sorted(out.items()))

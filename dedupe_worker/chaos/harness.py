@@ -67,7 +67,8 @@ def run(profile: Profile, *, mode: str, seed: int, root: Path, skip: dict[str, s
             monitor.stop()
         cluster.close()
     result = check(data)
-    spans = [(e.kind, e.t_start, e.t_end) for e in (nemesis.events if nemesis else []) if e.ok and e.kind != SNAPSHOT]
+    spans = [(e.kind, e.t_start, e.t_end, _touched(cluster, e.target)) for e in (nemesis.events if nemesis else [])
+             if e.ok and e.kind != SNAPSHOT]
     attribution = {n: attribute(c, spans) for n, c in result.checks.items() if c.count}
     stores = {p: {"keys": len(s.message_ids), "input_offset": s.input_offset, "output_offset": s.output_offset,
                   "error": s.error} for p, s in data.stores.items()}
@@ -79,6 +80,16 @@ def run(profile: Profile, *, mode: str, seed: int, root: Path, skip: dict[str, s
     report["stores"] = stores
     (root / "report.json").write_text(json.dumps(report, indent=2, default=str))
     return report
+
+
+def _touched(cluster: Cluster, target: str | None) -> set[int] | None:
+    """The input partitions a fault's target touches (None: all of them)."""
+    if target is None:
+        return None
+    if target.startswith("p") and target[1:].isdigit():
+        return {int(target[1:])}
+    worker = cluster.workers.get(target)
+    return set(worker.spec.partitions) if worker is not None else None
 
 
 def _drain(monitor: LagMonitor, timeout_s: float) -> bool:

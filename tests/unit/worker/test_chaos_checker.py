@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from dedupe_worker.chaos.checker import INFO, LIVENESS, SAFETY, check
+from dedupe_worker.chaos.checker import INFO, LIVENESS, SAFETY, attribute, check
 from dedupe_worker.chaos.model import H_ATTEMPT, Attempt, LogRecord, Outcome, RunData, StoreDump, digest
 from dedupe_worker.records import H_DLQ_REASON, H_SOURCE_OFFSET, H_SOURCE_PARTITION
 
@@ -257,3 +257,14 @@ def test_examples_are_capped() -> None:
     result = check(run)
     assert result.checks["duplicate_in_window"].count == 29
     assert len(result.checks["duplicate_in_window"].examples) == 10
+
+
+def test_attribution_to_the_nearest_fault_on_the_partition() -> None:
+    run, inp = clean_run()
+    run.output.append(derived(inp[3], 2))  # a duplicate of A whose retry was sent at T0 + 10
+    run.output_end = {0: 3}
+    dup = check(run).checks["duplicate_in_window"]
+    faults = [("worker_kill", T0 + 5, T0 + 6, {0}), ("second_worker", T0 + 9, T0 + 15, {1}),
+              ("broker_kill", T0 + 200, T0 + 201, None)]
+    assert attribute(dup, faults) == {"worker_kill": 1}  # second_worker is nearer but on partition 1
+    assert attribute(dup, faults[1:]) == {"none": 1}
