@@ -389,16 +389,17 @@ def attribute(check: Check, faults: list[tuple[str, float, float, set[int] | Non
               after_s: float = 30.0) -> dict[str, int]:
     """Approximate cause of each violation: among the faults (kind, start, end, partitions touched
     or None for all) that touch its partition and whose span, widened by ``before_s`` before the
-    start and ``after_s`` after the end, holds its input's send time, the one that starts nearest
-    to it; ``none`` when no fault is near, ``unknown`` without a send time. A loss caused later
-    than the send (a power cut losing what was sent a minute before) is attributed to the fault
-    near the send, so read losses with their examples."""
+    start and ``after_s`` after the end, holds its input's send time, the nearest one (distance 0
+    inside the span, else to its start or end); ``none`` when no fault is near, ``unknown``
+    without a send time. A loss caused later than the send (a power cut losing what was sent a
+    minute before) is attributed to the fault near the send, so read losses with their examples."""
     out: dict[str, int] = defaultdict(int)
     for t, p in check.where:
         if t is None:
             out["unknown"] += 1
             continue
-        near = [(abs(t - start), kind) for kind, start, end, parts in faults
+        near = [(0.0 if start <= t <= end else min(abs(t - start), abs(t - end)), kind)
+                for kind, start, end, parts in faults
                 if start - before_s <= t <= end + after_s and (parts is None or p is None or p in parts)]
         out[min(near)[1] if near else "none"] += 1
     return dict(sorted(out.items()))

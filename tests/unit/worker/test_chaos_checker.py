@@ -268,3 +268,12 @@ def test_attribution_to_the_nearest_fault_on_the_partition() -> None:
               ("broker_kill", T0 + 200, T0 + 201, None)]
     assert attribute(dup, faults) == {"worker_kill": 1}  # second_worker is nearer but on partition 1
     assert attribute(dup, faults[1:]) == {"none": 1}
+
+
+def test_attribution_prefers_the_fault_in_progress() -> None:
+    run, inp = clean_run()
+    run.output.append(derived(inp[3], 2))  # sent at T0 + 10
+    run.output_end = {0: 3}
+    dup = check(run).checks["duplicate_in_window"]
+    faults = [("second_worker", T0, T0 + 12, {0}), ("marker_delay", T0 + 11, T0 + 20, None)]
+    assert attribute(dup, faults) == {"second_worker": 1}  # marker_delay starts nearer, but later
