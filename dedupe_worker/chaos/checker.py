@@ -28,6 +28,7 @@ from dedupe_worker.chaos.model import Attempt, LogRecord, Outcome, RunData
 from dedupe_worker.records import H_DLQ_REASON, H_SOURCE_OFFSET, H_SOURCE_PARTITION, classify
 
 EXAMPLES = 10
+PER_WHY = 3
 TOO_LARGE = "message_too_large"
 SAFETY = ("lost", "duplicate_in_window", "unexpected", "order", "commit_ahead", "accounting", "dlq_lost",
           "dlq_reason", "index_consistency", "input_lost")
@@ -49,9 +50,14 @@ class Check:
     where: list[tuple[float | None, int | None]] = field(default_factory=list)
 
     def add(self, t: float | None = None, **example: Any) -> None:
+        """Count one violation; keep the first :data:`EXAMPLES` examples, and up to
+        :data:`PER_WHY` of every other ``why`` seen later, so that a rare cause is not hidden
+        behind a frequent one."""
         self.count += 1
         self.where.append((t, _partition_of(example)))
-        if len(self.examples) < EXAMPLES:
+        why = str(example.get("why", ""))
+        seen = sum(1 for e in self.examples if str(e.get("why", "")) == why)
+        if len(self.examples) < EXAMPLES or (seen < PER_WHY and len(self.examples) < 3 * EXAMPLES):
             self.examples.append(example)
 
     def to_json(self) -> dict[str, Any]:

@@ -37,7 +37,9 @@ class Profile:
     quiet_fraction: float = 0.25
     drain_timeout_s: float = 180.0
     recovery_timeout_s: float = 120.0
-    append_delay_ms: int = 8_000  # longer than delivery_timeout_s
+    #: Longer than delivery_timeout_s plus the 5 s flush of the producer the worker then drops
+    #: (with 8 s the held append landed inside that flush, before reconcile read the output).
+    append_delay_ms: int = 15_000
     marker_delay_ms: int = 8_000
     delay_hold_s: float = 10.0
     skew_hours: float = 6.0

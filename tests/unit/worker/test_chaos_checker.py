@@ -277,3 +277,15 @@ def test_attribution_prefers_the_fault_in_progress() -> None:
     dup = check(run).checks["duplicate_in_window"]
     faults = [("second_worker", T0, T0 + 12, {0}), ("marker_delay", T0 + 11, T0 + 20, None)]
     assert attribute(dup, faults) == {"second_worker": 1}  # marker_delay starts nearer, but later
+
+
+def test_a_rare_cause_keeps_examples() -> None:
+    from dedupe_worker.chaos.checker import Check
+
+    c = Check("x")
+    for i in range(50):
+        c.add(why="frequent", n=i)
+    c.add(why="rare", n=99)
+    assert c.count == 51
+    assert [e["n"] for e in c.examples if e["why"] == "rare"] == [99]
+    assert sum(e["why"] == "frequent" for e in c.examples) == 10
