@@ -5,7 +5,8 @@ Fault kinds (docs/RELIABILITY.md has the table):
 * ``worker_kill`` — SIGKILL a worker process, restart it.
 * ``worker_pause`` — SIGSTOP a worker for a few seconds, then SIGCONT.
 * ``crash_point`` — restart a worker with ``DEDUPE_FAULT=point:batch:kill`` (it SIGKILLs itself
-  at that point of its batch loop), then restart it without.
+  at that point of its batch loop, or of its reconcile), then restart it without; one fault per
+  point of :data:`dedupe_worker.faults.POINTS`.
 * ``broker_kill`` — SIGKILL the broker, restart it on the same data dir.
 * ``broker_power_cut`` — SIGKILL the broker, cut every segment to its last fsynced length
   (``ads_broker.faults.cut_to_synced``), restart: a machine crash.

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from dedupe_worker.faults import POINTS
+
 FAULT_KINDS = ("worker_kill", "worker_pause", "crash_point", "broker_kill", "broker_power_cut", "append_delay",
                "marker_delay", "store_deleted", "stale_restore", "second_worker", "clock_skew")
 
@@ -61,9 +63,9 @@ class Profile:
 
 CI = Profile(
     name="ci", messages=110_000, duration_s=330.0, drain_timeout_s=90.0, recovery_timeout_s=60.0,
-    fault_counts={"worker_kill": 6, "worker_pause": 4, "crash_point": 5, "broker_kill": 2, "broker_power_cut": 2,
-                  "append_delay": 2, "marker_delay": 2, "store_deleted": 2, "stale_restore": 2,
-                  "second_worker": 2, "clock_skew": 2},
+    fault_counts={"worker_kill": 6, "worker_pause": 4, "crash_point": len(POINTS), "broker_kill": 2,
+                  "broker_power_cut": 2, "append_delay": 2, "marker_delay": 2, "store_deleted": 2,
+                  "stale_restore": 2, "second_worker": 2, "clock_skew": 2},
 )
 
 SOAK = Profile(name="soak", messages=0, duration_s=3600.0, max_keys=400_000, generation_keys=50_000,
