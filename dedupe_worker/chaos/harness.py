@@ -41,7 +41,8 @@ def run(profile: Profile, *, mode: str, seed: int, root: Path, skip: dict[str, s
     traffic = TrafficSpec(messages=profile.messages, duration_s=profile.duration_s, seed=seed,
                           run_retry_gap_s=profile.run_retry_gap_s, late_skew_hours=profile.skew_hours,
                           malformed_rate=profile.malformed_rate)
-    specs = schedule(profile, profile.partitions, list(cluster.workers), seed)
+    kinds = tuple(k for k in FAULT_KINDS if k not in skipped)
+    specs = schedule(profile, profile.partitions, list(cluster.workers), seed, kinds)
     monitor: LagMonitor | None = None
     nemesis: Nemesis | None = None
     drained = False

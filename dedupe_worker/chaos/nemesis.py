@@ -92,10 +92,15 @@ def unavailable_kinds() -> dict[str, str]:
 
 def schedule(profile: Profile, partitions: int, workers: list[str], seed: int,
              kinds: tuple[str, ...] = FAULT_KINDS) -> list[FaultSpec]:
-    """The seeded fault plan, sorted by start time (snapshot actions included)."""
+    """The seeded fault plan, sorted by start time (snapshot actions included). ``kinds``: the
+    kinds to inject; the slots of a profile's other kinds go to worker kills and pauses in turn,
+    so a checkout that cannot inject some kinds still gets as many faults."""
     rng = random.Random(seed * 7919 + 17)
     if profile.fault_counts is not None:
         plan = [k for k in kinds for _ in range(profile.fault_counts.get(k, 0))]
+        fillers = [k for k in ("worker_kill", "worker_pause") if k in kinds]
+        missing = sum(profile.fault_counts.values()) - len(plan)
+        plan += [fillers[i % len(fillers)] for i in range(missing if fillers else 0)]
         early: list[tuple[float, str]] = []
         if profile.skew_at_start and "clock_skew" in plan:
             plan.remove("clock_skew")

@@ -51,3 +51,12 @@ def test_traffic_plan_has_every_attempt_kind() -> None:
     assert all(a.due_s <= b.due_s for a, b in pairwise(plan))
     assert all(p.skew_s is not None and p.skew_s < -3600 for p in plan if p.kind == "retry_late")
     assert plan == plan_traffic(spec)
+
+
+def test_kinds_left_out_give_their_slots_to_worker_faults() -> None:
+    left_out = {"append_delay", "marker_delay", "broker_power_cut"}
+    kinds = tuple(k for k in FAULT_KINDS if k not in left_out)
+    full = [s for s in schedule(CI, 4, ["w0", "w1"], seed=1) if s.kind != SNAPSHOT]
+    some = [s for s in schedule(CI, 4, ["w0", "w1"], seed=1, kinds=kinds) if s.kind != SNAPSHOT]
+    assert len(some) == len(full) >= 30
+    assert not {s.kind for s in some} & left_out
