@@ -137,7 +137,11 @@ def _assign_points(specs: list[FaultSpec]) -> None:
     for s in sorted(range(len(specs)), key=lambda j: specs[j].at_s):
         spec = specs[s]
         if spec.kind == "crash_point":
-            specs[s] = FaultSpec(spec.at_s, spec.kind, spec.target, {**spec.params, "point": POINTS[n % len(POINTS)]})
+            point = POINTS[n % len(POINTS)]
+            params = {**spec.params, "point": point}
+            if point == "before_reconcile":  # counts reconciles: the first is at start
+                params["batch"] = 1
+            specs[s] = FaultSpec(spec.at_s, spec.kind, spec.target, params)
             n += 1
 
 
