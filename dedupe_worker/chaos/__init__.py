@@ -1,0 +1,1 @@
+"""dedupe-chaos: the exactly-once proof harness (docs/RELIABILITY.md)."""

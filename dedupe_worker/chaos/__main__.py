@@ -1,0 +1,3 @@
+from dedupe_worker.chaos.cli import entry
+
+entry()
