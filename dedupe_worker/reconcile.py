@@ -120,20 +120,55 @@ def window_start(consumer: Any, cfg: WorkerConfig, partition: int, timeout_s: fl
     return int(start)
 
 
-def check_output_end(consumer: Any, cfg: WorkerConfig, partition: int, meta: StoreMeta,
-                     timeout_s: float = 10.0) -> None:
-    """Raise :class:`OutputLostError` when the store recorded output the output partition no longer
-    has: its next output offset past the partition's end (the broker lost acknowledged records)."""
+#: How long a reconcile waits for the output's last stable offset to reach what the store recorded
+#: (a transaction being completed by the broker) before it calls the transaction hanging.
+LSO_WAIT_S = 10.0
+
+
+def check_output_end(cfg: WorkerConfig, partition: int, meta: StoreMeta, timeout_s: float = 10.0,
+                     lso_wait_s: float = LSO_WAIT_S) -> None:
+    """Compare the store's recorded next output offset with the output partition's log end.
+
+    * Recorded offset past the **high watermark** (the log end, read with a read_uncommitted
+      ListOffsets): the broker lost acknowledged output → :class:`OutputLostError` (the worker
+      repairs).
+    * At or below the high watermark but past the **last stable offset** (read_committed
+      ListOffsets): the records are there, behind a transaction still open. The broker normally
+      completes it within moments (the fence just aborted or committed ours); if it stays open for
+      ``lso_wait_s`` it is hanging (a coordinator that lost its state), and a read_committed replay
+      can't see past it → :class:`ReconcileError` naming it. Nothing is republished: the records
+      exist, and repairing would publish them twice."""
     tp = TopicPartition(cfg.output_topic, partition)
+    where = f"{cfg.output_topic}[{partition}]"
+    clients = {level: Consumer(consumer_config(cfg.bootstrap, f"{cfg.group}.reconcile", cfg.kafka,
+                                               **{"isolation.level": level}))
+               for level in ("read_uncommitted", "read_committed")}
     try:
-        _, high = consumer.get_watermark_offsets(tp, timeout=timeout_s)
-    except KafkaException as e:
-        raise ReconcileError(f"cannot read the offsets of output {cfg.output_topic}[{partition}]: {e}") from e
-    if meta.output_offset > high:
-        raise OutputLostError(
-            f"output partition is shorter than recorded: {cfg.output_topic}[{partition}] ends at offset {high} "
-            f"but the store recorded publishing up to {meta.output_offset} (input up to {meta.input_offset}); "
-            "the broker lost acknowledged output (a crash with unsynced writes, or an unclean leader election)")
+        deadline = time.monotonic() + lso_wait_s
+        while True:
+            try:
+                _, high = clients["read_uncommitted"].get_watermark_offsets(tp, timeout=timeout_s)
+                _, stable = clients["read_committed"].get_watermark_offsets(tp, timeout=timeout_s)
+            except KafkaException as e:
+                raise ReconcileError(f"cannot read the offsets of output {where}: {e}") from e
+            if meta.output_offset > high:
+                raise OutputLostError(
+                    f"output partition is shorter than recorded: {where} ends at offset {high} but the store "
+                    f"recorded publishing up to {meta.output_offset} (input up to {meta.input_offset}); the broker "
+                    "lost acknowledged output (a crash with unsynced writes, or an unclean leader election)")
+            if meta.output_offset <= stable or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        if meta.output_offset > stable:
+            raise ReconcileError(
+                f"output {where}: last stable offset {stable} stayed below the recorded output offset "
+                f"{meta.output_offset} (high watermark {high}) for {lso_wait_s:.0f}s: a transaction on the output is "
+                "hanging (left open by a broker that lost its transaction state?), and read_committed readers see "
+                "nothing past it. Nothing is republished (the records exist). Abort the hanging transaction "
+                "(Kafka: kafka-transactions.sh find-hanging / abort); the worker retries with backoff")
+    finally:
+        for c in clients.values():
+            c.close()
 
 
 def reconcile(store: RocksDBStore, cfg: WorkerConfig, partition: int, *, idle_timeout_s: float = 60.0,
@@ -153,7 +188,7 @@ def reconcile(store: RocksDBStore, cfg: WorkerConfig, partition: int, *, idle_ti
         if start == 0 and meta.sequence == 0:  # no local state: rebuild the last window
             start = window_start(consumer, cfg, partition)
         else:
-            check_output_end(consumer, cfg, partition, meta)
+            check_output_end(cfg, partition, meta)
         consumer.assign([TopicPartition(cfg.output_topic, partition, start)])
         last_progress = time.monotonic()
         end = -1

@@ -351,3 +351,60 @@ def test_restart_inside_a_decided_but_unmarked_transaction(tmp_path: Path, topic
     counts = message_ids(out)
     assert set(counts) == {*ids, fresh} and max(counts.values()) == 1, \
         f"{sum(n > 1 for n in counts.values())} ids published more than once"
+
+
+def _committed(bootstrap: str, topic: str, group: str = "dedupe") -> int:
+    from confluent_kafka import Consumer, TopicPartition
+
+    from dedupe_worker.kafka import consumer_config
+
+    c = Consumer(consumer_config(bootstrap, group, None))
+    try:
+        return int(c.committed([TopicPartition(topic, 0)], timeout=10)[0].offset)
+    finally:
+        c.close()
+
+
+def test_a_hanging_transaction_on_the_output_is_not_taken_for_lost_output(ads_broker: BrokerProcess,
+                                                                         topic_name: str, tmp_path: Path) -> None:
+    """Found by dedupe-chaos on a9caa33: a transaction left open on the output (here another
+    producer's, never ended; there a power cut that lost the coordinator's state) holds the last
+    stable offset below what the worker published after it. The lost-output check read the
+    read_committed end (the LSO) as the log end, "repaired" and republished the partition's input
+    behind the open transaction: duplicates the moment it ends. Now the check compares with the
+    high watermark: the worker waits and says the transaction is hanging, republishes nothing,
+    and carries on once it ends."""
+    topics = _topics(ads_broker.bootstrap, topic_name)
+    ids = [str(uuid.uuid4()) for _ in range(40)]
+    log = tmp_path / "w.log"
+    proc = start_worker(ads_broker.bootstrap, topics, tmp_path / "w", log)
+    intruder = Producer(producer_config(ads_broker.bootstrap, None, **{
+        "transactional.id": f"intruder-{topic_name}", "transaction.timeout.ms": 600_000}))
+    try:
+        _send(ads_broker.bootstrap, topics.input, [_event(m) for m in ids[:20]])
+        _wait_ids(ads_broker.bootstrap, topics.output, 20, [proc])
+        intruder.init_transactions(30)
+        intruder.begin_transaction()
+        intruder.produce(topics.output, value=b"{}", key=b"not-an-event", partition=0)
+        assert intruder.flush(30) == 0  # open, and it stays open: the LSO stops here
+        _send(ads_broker.bootstrap, topics.input, [_event(m) for m in ids[20:]])
+        deadline = time.monotonic() + 60
+        while _committed(ads_broker.bootstrap, topics.input) < 40:  # published behind the open transaction
+            assert time.monotonic() < deadline, "the worker did not consume the second half"
+            time.sleep(0.2)
+        assert stop_worker(proc) == 0
+        proc = start_worker(ads_broker.bootstrap, topics, tmp_path / "w", log)
+        _wait_log(log, b"a transaction on the output is hanging", proc, timeout_s=60)
+        intruder.abort_transaction(30)
+        deadline = time.monotonic() + 60
+        while log.read_bytes().count(b'"event": "partition started"') < 2:  # this run's start, after the abort
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(0.2)
+        time.sleep(2)
+        out = read_all(ads_broker.bootstrap, topics.output, 1, read_committed=True)
+    finally:
+        assert stop_worker(proc) == 0, log.read_text()[-3000:]
+    counts = message_ids(out)
+    assert set(counts) == set(ids) and max(counts.values()) == 1, \
+        f"{sum(n > 1 for n in counts.values())} ids published twice"
+    assert b"output partition is shorter than recorded" not in log.read_bytes()
