@@ -55,6 +55,15 @@ _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
 
 
+#: Configs every internal topic (``__consumer_offsets``, ``__transaction_state``) gets on a single
+#: broker: each append is fsynced before it is acknowledged. The transaction coordinator's state
+#: must be as durable as the data it describes: a power cut that kept a transaction's fsynced
+#: records on an output partition (``flush.messages=1``) but lost the coordinator's record of it
+#: left that transaction open forever, its last stable offset stuck (found by dedupe-chaos,
+#: docs/RELIABILITY.md). Kafka gets the same from replicating these topics (min.insync.replicas).
+INTERNAL_TOPIC_CONFIGS = {"flush.messages": "1"}
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -213,8 +222,11 @@ class ReplicaManager:
         payload = json.dumps({"version": 1, "topics": topics}, indent=1).encode()
         atomic_write(self.data_dir / TOPIC_METADATA_FILE, payload)
 
-    def log_config(self, overrides: dict[str, str]) -> LogConfig:
-        config = LogConfig.from_topic_config({**self.config.topic_defaults(), **overrides})
+    def log_config(self, overrides: dict[str, str], *, internal: bool = False) -> LogConfig:
+        """The log config of a topic with ``overrides``; an internal topic also gets
+        :data:`INTERNAL_TOPIC_CONFIGS`, whatever it was created with."""
+        fixed = INTERNAL_TOPIC_CONFIGS if internal else {}
+        config = LogConfig.from_topic_config({**self.config.topic_defaults(), **overrides, **fixed})
         return replace(config, record_synced_length=True) if self.record_synced_length else config
 
     def _open_log(self, topic: str, index: int, config: LogConfig, recovery_point: int, clean: bool) -> Log:
@@ -225,7 +237,7 @@ class ReplicaManager:
     def _load_topic(self, meta: dict[str, object], recovery_points: dict[tuple[str, int], int]) -> None:
         name = str(meta["name"])
         configs = {str(k): str(v) for k, v in dict(meta.get("configs") or {}).items()}  # type: ignore[call-overload]
-        config = self.log_config(configs)
+        config = self.log_config(configs, internal=bool(meta.get("internal")))
         partitions = []
         for index in range(int(meta["partitions"])):  # type: ignore[call-overload]
             rp = recovery_points.get((name, index), 0)
@@ -250,7 +262,7 @@ class ReplicaManager:
             raise InvalidReplicationFactorError(
                 f"replication factor {replication_factor} is larger than the 1 available broker")
         overrides = validate_topic_configs(configs, TOPIC_CONFIG_KEYS)
-        config = self.log_config(overrides)  # raises InvalidConfigurationError on bad values
+        config = self.log_config(overrides, internal=internal)  # raises InvalidConfigurationError on bad values
         if validate_only:
             return None
         topic = Topic(name, uuid.uuid4(), overrides, [], internal)
