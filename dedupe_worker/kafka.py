@@ -73,7 +73,7 @@ def check_durable(bootstrap: str, topics: list[str], timeout_s: float = 10.0) ->
 
 def consumer_config(bootstrap: str, group: str, extra: Mapping[str, str] | None = None,
                     **more: Any) -> dict[str, Any]:
-    conf: dict[str, Any] = {**BASE, "bootstrap.servers": bootstrap, "group.id": group,
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "group.id": group,
                             "enable.auto.commit": False, "enable.auto.offset.store": False,
                             "auto.offset.reset": "earliest", "fetch.wait.max.ms": 20}
     conf.update(extra or {})

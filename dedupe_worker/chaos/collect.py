@@ -94,13 +94,5 @@ def dump_store(volume: Path, topic: str, partition: int) -> StoreDump:
 
 
 def _store_keys(store: RocksDBStore) -> list[bytes]:
-    """Every key of every live generation. Uses ``RocksDBStore.iter_keys()`` when the store has it
-    (requested in the report); until then, each generation's column family view."""
-    iter_keys: Any = getattr(store, "iter_keys", None)
-    if iter_keys is not None:
-        return list(iter_keys())
-    views: dict[str, Any] = store._views  # no public iterator yet
-    keys: list[bytes] = []
-    for gen in store.generations():
-        keys.extend(views[gen.cf].keys())
-    return keys
+    """Every key of every live generation."""
+    return list(store.iter_keys())

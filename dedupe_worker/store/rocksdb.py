@@ -43,7 +43,7 @@ import contextlib
 import gc
 import re
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -274,11 +274,20 @@ class RocksDBStore:
             self._put_filter(wb, gen, self._filters[gen.id])
             self._db.write(wb, self._write_opts)
 
+    def generation_keys(self, gen: Generation) -> Iterator[bytes]:
+        """The keys ``gen``'s column family holds, in key order."""
+        return iter(self._views[gen.cf].keys())  # an Rdict is not iterable by key
+
+    def iter_keys(self) -> Iterator[bytes]:
+        """Every stored key, generation by generation (oldest first); for checks and tools."""
+        for gen in self.generations():
+            yield from self.generation_keys(gen)
+
     def _rebuild_filter(self, gen: Generation) -> KeyFilter:
         """The filter of ``gen`` from the keys its column family actually holds."""
         filt = self._new_filter(gen.count)
         chunk: list[bytes] = []
-        for key in self._views[gen.cf].keys():  # noqa: SIM118 (an Rdict is not iterable by key)
+        for key in self.generation_keys(gen):
             chunk.append(key)
             if len(chunk) == _REBUILD_CHUNK:
                 filt.add(key_hashes(chunk))
