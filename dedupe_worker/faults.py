@@ -22,6 +22,8 @@ from dedupe_worker.exceptions import ConfigError
 #: the points of the batch loop, in their order within a batch
 BATCH_POINTS = ("before_produce", "mid_produce", "after_produce", "after_store_write", "after_commit")
 POINTS = (*BATCH_POINTS, "before_reconcile")
+#: reached only when reconcile finds lost output: after the store was wiped, before the rebuild
+REPAIR_POINTS = ("mid_repair",)
 
 
 @dataclass
@@ -41,8 +43,9 @@ class FaultHook:
         if not spec:
             return cls()
         parts = spec.split(":")
-        if len(parts) not in (2, 3) or parts[0] not in POINTS or not parts[1].isdigit():
-            raise ConfigError(f"DEDUPE_FAULT={spec!r}: expected point:batch[:hang|kill], point in {POINTS}")
+        if len(parts) not in (2, 3) or parts[0] not in (*POINTS, *REPAIR_POINTS) or not parts[1].isdigit():
+            raise ConfigError(f"DEDUPE_FAULT={spec!r}: expected point:batch[:hang|kill|sleepN], point in "
+                              f"{(*POINTS, *REPAIR_POINTS)}")
         action = parts[2] if len(parts) == 3 else "hang"
         if action not in ("hang", "kill") and not (action.startswith("sleep") and action[5:].isdigit()):
             raise ConfigError(f"DEDUPE_FAULT={spec!r}: action must be hang, kill or sleepN (N seconds)")

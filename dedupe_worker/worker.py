@@ -45,6 +45,7 @@ import numpy as np
 import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from ads_broker.log.fileutil import atomic_write, fsync_dir  # crash-safe small files, one implementation
 from dedupe_worker.aging import Ager
 from dedupe_worker.config import WorkerConfig
 from dedupe_worker.exceptions import DedupeError, DeliveryError, FencedError, OutputLostError, StoreError
@@ -67,9 +68,25 @@ from dedupe_worker.store.rocksdb import RocksDBStore
 
 log = structlog.get_logger("dedupe_worker.worker")
 
+#: File in a partition's volume while a lost-output repair is unfinished (:meth:`PartitionWorker._reconcile`)
+REPAIR_MARKER = "REPAIR-PENDING"
+REPAIR_REBUILDING, REPAIR_REBUILT = b"rebuilding\n", b"rebuilt\n"
 TOO_LARGE = "message_too_large"  # not yet in docs/CONTRACTS.md's reason list (requested)
 H_DLQ_TRUNCATED = "dedupe.dlq.truncated"
 DLQ_TRUNCATE_BYTES = 64 * 1024
+
+
+def wipe_store_dir(path: Path, keep: set[str]) -> None:
+    """Remove everything in ``path`` but the names in ``keep``; the directory itself stays (a
+    volume's mount point cannot be removed, and must not be)."""
+    for entry in path.iterdir():
+        if entry.name in keep:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    fsync_dir(path)
 
 
 @dataclass
@@ -217,6 +234,7 @@ class PartitionWorker:
         self._producer: Any = None
         self._batches = 0
         self._reconciles = 0
+        self._repair_pending = False
         self._owns_consumer = True
         self._dlq_partitions = 0
         self._dup_partitions = 0
@@ -275,33 +293,63 @@ class PartitionWorker:
         self._output_next = store.meta().output_offset
         tp = TopicPartition(self.cfg.input_topic, self.partition)
         committed = (offsets or consumer).committed([tp], timeout=10)[0].offset
+        # after a repair the group's offset is past what the output holds: the store's position alone,
+        # until the first batch's commit has moved the group's offset back (see drain)
+        self._repair_pending = repaired
         position = store.meta().input_offset if repaired else max(committed, store.meta().input_offset)
         log.info("partition started", partition=self.partition, mode=self.mode.name, committed=committed,
                  position=position, output_offset=store.meta().output_offset, keys=store.meta().keys)
         self.state = "running"
         return int(position)
 
+    def _repair_marker(self) -> Path:
+        """Present while a lost-output repair is unfinished: ``rebuilding`` (written before the store
+        is wiped), then ``rebuilt``; removed once a batch's commit moved the group's offset back."""
+        return self.cfg.partition_dir(self.partition) / REPAIR_MARKER
+
     def _reconcile(self) -> bool:
         """Reconcile; on lost output, rebuild the store from what the output holds (the store and
-        the committed input then describe output that no longer exists). True if it repaired."""
+        the committed input then describe output that no longer exists). True while a repair is
+        unfinished (the caller then resumes from the store's position, not the group's).
+
+        Crash-safe: the repair marker says ``rebuilding`` (fsynced) before anything is wiped, and a
+        start that finds it so redoes the repair (wipe, rebuild from the output); ``rebuilt`` after
+        the rebuild. The volume's directory itself is kept (it may be a mount point): only its
+        contents are removed."""
         store = self.store
         assert store is not None
         counter = self.metrics.reconcile.labels(**self._labels)
         bad = self.metrics.bad_headers.labels(**self._labels).inc
         self._reconciles += 1
         self.faults.hit("before_reconcile", self._reconciles)
-        try:
-            reconcile(store, self.cfg, self.partition, on_records=counter.inc, on_bad_header=bad)
-            return False
-        except OutputLostError as e:
-            log.error(str(e), partition=self.partition, action="rebuilding the store from the output and "
-                      "re-reading the input from the last input offset the output holds")
-            self.metrics.output_lost.labels(**self._labels).inc()
+        marker = self._repair_marker()
+        state = marker.read_bytes() if marker.exists() else None
+        if state != REPAIR_REBUILDING:
+            try:
+                reconcile(store, self.cfg, self.partition, on_records=counter.inc, on_bad_header=bad)
+                return state is not None
+            except OutputLostError as e:
+                log.error(str(e), partition=self.partition, action="rebuilding the store from the output and "
+                          "re-reading the input from the last input offset the output holds")
+                self.metrics.output_lost.labels(**self._labels).inc()
+            atomic_write(marker, REPAIR_REBUILDING)
+        else:
+            log.warning("redoing an interrupted lost-output repair", partition=self.partition, marker=str(marker))
         self.close_store()
-        shutil.rmtree(self.cfg.partition_dir(self.partition))
+        wipe_store_dir(self.cfg.partition_dir(self.partition), keep={REPAIR_MARKER, "lost+found"})
+        self.faults.hit("mid_repair", self._reconciles)
         store = self.open_store()
         reconcile(store, self.cfg, self.partition, on_records=counter.inc, on_bad_header=bad)
+        store.flush()
+        atomic_write(marker, REPAIR_REBUILT)
         return True
+
+    def _finish_repair(self) -> None:
+        """A batch was committed after a repair: the group's offset is back in line."""
+        self._repair_marker().unlink(missing_ok=True)
+        fsync_dir(self.cfg.partition_dir(self.partition))
+        self._repair_pending = False
+        log.info("lost-output repair finished", partition=self.partition)
 
     def _discover_side_topics(self) -> None:
         names = [self.cfg.dlq_topic] + ([self.cfg.duplicates_topic] if self.cfg.duplicates_topic else [])
@@ -453,6 +501,8 @@ class PartitionWorker:
                      output_offset=output_next, probe=split.probe)
         self.faults.hit("after_store_write", self._batches)
         self.mode.after_record(self, pending.next_input)
+        if self._repair_pending:
+            self._finish_repair()
         self.faults.hit("after_commit", self._batches)
         result = BatchResult(len(pending.records), len(split.new), len(split.duplicates), len(split.dead))
         self._count(result)
@@ -469,8 +519,11 @@ class PartitionWorker:
         except KafkaException as e:
             raise self._txn_error(e, "begin_transaction", time.monotonic()) from e
         txn_started = time.monotonic()
-        self._produce_new(split)
-        self._produce_side(split)
+        try:
+            self._produce_new(split)
+            self._produce_side(split)
+        except KafkaException as e:  # e.g. the fence noticed by librdkafka while the batch is queued
+            raise self._txn_error(e, "produce", txn_started) from e
         return InFlight(records, split, records[-1].offset() + 1, started, set(split.new_keys), txn_started)
 
     def _commit_output(self, pending: InFlight) -> int:
@@ -487,7 +540,11 @@ class PartitionWorker:
             self._producer.commit_transaction(self.cfg.delivery_timeout_s)
         except KafkaException as e:
             error = self._txn_error(e, "commit_transaction", pending.txn_started)
-            if not isinstance(error, FencedError):
+            # With records still outstanding (a delivery timeout), no abort at this epoch: on a broker
+            # without append-time verification (Kafka < 3.6, KIP-890) a held produce could land after
+            # that abort marker and open a transaction nobody ends. The restart's init_transactions
+            # aborts it with a bumped epoch, which refuses the late append.
+            if not isinstance(error, FencedError) and len(self._producer) == 0:
                 with contextlib.suppress(KafkaException):
                     self._producer.abort_transaction(self.cfg.delivery_timeout_s)
             raise error from e
@@ -504,6 +561,11 @@ class PartitionWorker:
         another worker: a restart."""
         err = e.args[0] if e.args else None
         code = err.code() if err is not None else None
+        if code in (KafkaError._FATAL, KafkaError._STATE) and self._producer is not None:
+            try:  # a fatal or wrong-state error hides its cause; abort_transaction names it (_FENCED)
+                self._producer.abort_transaction(1)
+            except KafkaException as cause:
+                code = cause.args[0].code() if cause.args else code
         where = (f"partition {self.partition}: {call} failed: {e} "
                  f"({len(self._delivery_errors)} delivery failures, first: {self._delivery_errors[:1]}); "
                  "RocksDB not written")
@@ -564,13 +626,18 @@ class PartitionWorker:
                 dropped.append(i)
 
     def _produce_side(self, split: Split) -> None:
+        """Dead letters and duplicates, with the same clock tolerance as the output: a broker that
+        refuses far-off timestamps (Kafka's ``log.message.timestamp.after.max.ms``) would otherwise
+        fail the batch on one bad client clock, forever."""
+        now = int(time.time() * 1000)
+        clock = (now - self._tolerance_ms, now + self._tolerance_ms, now)
         for msg, reason in split.dead:
             self._produce(self.cfg.dlq_topic, self.partition % self._dlq_partitions, msg,
-                          [(H_DLQ_REASON, reason.encode())], None, truncate=reason == TOO_LARGE)
+                          [(H_DLQ_REASON, reason.encode())], None, truncate=reason == TOO_LARGE, clock=clock)
         if self.cfg.duplicates_topic:
             for msg, reason in split.duplicates:
                 self._produce(self.cfg.duplicates_topic, self.partition % self._dup_partitions, msg,
-                              [(H_DUPLICATE_REASON, reason.encode())], None)
+                              [(H_DUPLICATE_REASON, reason.encode())], None, clock=clock)
 
     def _consume(self) -> list[Any]:
         msgs = self._consumer.consume(self.cfg.batch_size, self.cfg.batch_timeout_ms / 1000)

@@ -140,13 +140,17 @@ def _output_segments(data_dir: Path, topic: str) -> list[Path]:
     return sorted((data_dir / f"{topic}-0").glob("*.log"))
 
 
-def test_output_lost_under_the_worker_is_repaired(tmp_path: Path, topic_name: str) -> None:
+@pytest.mark.parametrize("interrupted", [False, True])
+def test_output_lost_under_the_worker_is_repaired(tmp_path: Path, topic_name: str, interrupted: bool) -> None:
     """Hole 5: acknowledged output lost by the broker (its segment cut back to what was fsynced, 0
     bytes, before a restart) while the worker's store and committed input say it was published.
     On 2bf15d3 the output stayed empty for good and the worker logged committed=10. Now reconcile
     sees a recorded output position past the output's end, rolls the store back to what the output
     holds and re-reads the input. The output topic is created without flush.messages=1 (the unsafe
-    setting the worker refuses by default), so the worker runs with require_durable_output off."""
+    setting the worker refuses by default), so the worker runs with require_durable_output off.
+    ``interrupted``: the worker is SIGKILLed in the middle of the repair (store wiped, not yet
+    rebuilt); the next start must finish it, not resume from the group's offset, which is past
+    what the output holds (the repair's marker file says so)."""
     data = tmp_path / "broker-data"
     with ads_broker_process(data, log_path=tmp_path / "broker.log") as broker:
         port = broker.port
@@ -165,6 +169,11 @@ def test_output_lost_under_the_worker_is_repaired(tmp_path: Path, topic_name: st
         os.truncate(seg, 0)  # nothing of the output had reached the disk
     with ads_broker_process(data, port=port, log_path=tmp_path / "broker.log") as broker:
         assert read_all(broker.bootstrap, topics.output, 1) == []
+        if interrupted:
+            proc = start_worker(broker.bootstrap, topics, tmp_path / "w", tmp_path / "w.log",
+                                env={**env, "DEDUPE_FAULT": "mid_repair:1:kill"})
+            assert _wait_exit(proc) == -signal.SIGKILL, (tmp_path / "w.log").read_text()[-3000:]
+            assert (tmp_path / "w" / "partition-0" / "REPAIR-PENDING").read_bytes() == b"rebuilding\n"
         proc = start_worker(broker.bootstrap, topics, tmp_path / "w", tmp_path / "w.log", env=env)
         try:
             out = _wait_ids(broker.bootstrap, topics.output, 10, [proc])
@@ -173,6 +182,7 @@ def test_output_lost_under_the_worker_is_repaired(tmp_path: Path, topic_name: st
     counts = message_ids(out)
     assert set(counts) == set(ids) and max(counts.values()) == 1
     assert b"output partition is shorter than recorded" in (tmp_path / "w.log").read_bytes()
+    assert not (tmp_path / "w" / "partition-0" / "REPAIR-PENDING").exists()
 
 
 def test_unsafe_output_settings_are_refused(ads_broker: BrokerProcess, topic_name: str, tmp_path: Path) -> None:
