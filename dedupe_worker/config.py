@@ -53,11 +53,13 @@ class AgingConfig(BaseModel):
     window_floor_s: float = Field(default=24 * 3600.0, ge=0)
     chunk: int = Field(default=10_000, gt=0)
     #: How far a client's record timestamp may be from the worker's clock, either way, and still be
-    #: kept on the output record; outside it the output record gets the worker's clock (the input's
+    #: kept on the output (and dead-letter) record; well under Kafka's own limit for future
+    #: timestamps (``log.message.timestamp.after.max.ms``, 1 h by default since Kafka 4.0), which
+    #: would refuse the record. Outside it the record gets the worker's clock (the input's
     #: timestamp moves to the ``dedupe.source.timestamp`` header). First-seen times for aging are the
     #: worker's clock; ids replayed from the output are stamped ``min(timestamp + tolerance, now)``,
     #: never earlier than they were published (docs/WORKER.md, "Aging").
-    timestamp_tolerance_s: float = Field(default=3600.0, ge=0)
+    timestamp_tolerance_s: float = Field(default=900.0, ge=0)
 
 
 class StoreConfig(BaseModel):
