@@ -69,13 +69,15 @@ class GroupWorker:
     def _prepare(self, worker: PartitionWorker) -> None:
         # The group's consumer is inside consume() on the main thread meanwhile: committed offsets
         # are read with a client of the same group that never joins it.
-        offsets = Consumer(consumer_config(self.cfg.bootstrap, self.cfg.group, self.cfg.kafka))
+        offsets = None
         try:
+            offsets = Consumer(consumer_config(self.cfg.bootstrap, self.cfg.group, self.cfg.kafka))
             result: int | BaseException = worker.prepare(self._consumer, owns_consumer=False, offsets=offsets)
         except Exception as e:  # handed to the main loop, which rejoins
             result = e
         finally:
-            offsets.close()
+            if offsets is not None:
+                offsets.close()
         with self._lock:
             self._prepared[worker.partition] = result
 
