@@ -176,46 +176,82 @@ def reconcile(store: RocksDBStore, cfg: WorkerConfig, partition: int, *, idle_ti
     """Read output partition ``partition`` from ``store.meta().output_offset`` to its end (only
     committed records: aborted batches never reached downstream). Raises :class:`OutputLostError`
     before reading anything when the output is shorter than the store recorded (see
-    :func:`check_output_end`)."""
+    :func:`check_output_end`).
+
+    A rebuild (no local state) starts ``window_keys`` offsets before the end; transaction markers
+    (and aborted batches) take offsets too, so when that range held fewer records than the bound,
+    the range before it is read as well (at most two offsets a record when each transaction holds
+    one), until the bound or the log start is reached."""
     conf = consumer_config(cfg.bootstrap, f"{cfg.group}.reconcile", cfg.kafka, **{
         "enable.partition.eof": True, "isolation.level": "read_committed", **RECONCILE_FETCH})
     consumer = Consumer(conf)
     meta = store.meta()
     start = meta.output_offset
-    tolerance_ms = int(cfg.aging.timestamp_tolerance_s * 1000)
-    total = inserted = 0
+    replay = _Replay(consumer, store, cfg, partition, idle_timeout_s, on_records, on_bad_header)
     try:
-        if start == 0 and meta.sequence == 0:  # no local state: rebuild the last window
+        rebuild = start == 0 and meta.sequence == 0
+        if rebuild:  # no local state: rebuild the last window
             start = window_start(consumer, cfg, partition)
         else:
             check_output_end(cfg, partition, meta)
-        consumer.assign([TopicPartition(cfg.output_topic, partition, start)])
-        last_progress = time.monotonic()
-        end = -1
-        while end < 0:
-            chunk: list[Any] = []
-            for msg in consumer.consume(CHUNK, 0.1):
-                err = msg.error()
-                if err is None:
-                    chunk.append(msg)
-                elif err.code() == KafkaError._PARTITION_EOF:
-                    end = int(msg.offset() or 0)
-                else:
-                    raise ReconcileError(f"reading output {cfg.output_topic}[{partition}] from offset "
-                                         f"{start}: {err}")
-            if chunk:
-                last_progress = time.monotonic()
-                inserted += apply_output_records(store, chunk, tolerance_ms=tolerance_ms, on_bad_header=on_bad_header)
-                total += len(chunk)
-                if on_records is not None:
-                    on_records(len(chunk))
-            elif end < 0 and time.monotonic() - last_progress > idle_timeout_s:
-                raise ReconcileError(f"no end of output partition {cfg.output_topic}[{partition}] seen in "
-                                     f"{idle_timeout_s:.0f}s; is the broker reachable?")
+        end = replay.read(start, None)
+        bound = window_keys(cfg.aging)
+        low = start
+        if rebuild and bound is not None and replay.records < bound and start > 0:
+            low = int(consumer.get_watermark_offsets(TopicPartition(cfg.output_topic, partition), timeout=10)[0])
+        while rebuild and bound is not None and replay.records < bound and start > low:
+            earlier = max(low, start - 2 * (bound - replay.records))
+            replay.read(earlier, start)
+            start = earlier
         if end > store.meta().output_offset:  # past trailing transaction markers: the next batch's offset
             store.record([], [], input_offset=0, output_offset=end)
     finally:
         consumer.close()
-    log.info("reconciled", partition=partition, from_offset=start, records=total, inserted=inserted,
+    log.info("reconciled", partition=partition, from_offset=start, records=replay.records, inserted=replay.inserted,
              input_offset=store.meta().input_offset, output_offset=store.meta().output_offset)
-    return ReconcileResult(records=total, inserted=inserted, meta=store.meta())
+    return ReconcileResult(records=replay.records, inserted=replay.inserted, meta=store.meta())
+
+
+class _Replay:
+    """Reads ranges of one output partition into the store, counting records and inserted keys."""
+
+    def __init__(self, consumer: Any, store: RocksDBStore, cfg: WorkerConfig, partition: int,
+                 idle_timeout_s: float, on_records: Any, on_bad_header: Callable[[], None] | None) -> None:
+        self.consumer, self.store, self.cfg, self.partition = consumer, store, cfg, partition
+        self.idle_timeout_s, self.on_records, self.on_bad_header = idle_timeout_s, on_records, on_bad_header
+        self.tolerance_ms = int(cfg.aging.timestamp_tolerance_s * 1000)
+        self.records = self.inserted = 0
+
+    def read(self, begin: int, stop: int | None) -> int:
+        """Replay [begin, stop) (to the partition's end when ``stop`` is None); returns the end
+        offset seen (-1 when ``stop`` was reached first)."""
+        where = f"{self.cfg.output_topic}[{self.partition}]"
+        self.consumer.assign([TopicPartition(self.cfg.output_topic, self.partition, begin)])
+        last_progress = time.monotonic()
+        end = -1
+        done = False
+        while not done:
+            chunk: list[Any] = []
+            for msg in self.consumer.consume(CHUNK, 0.1):
+                err = msg.error()
+                if err is None:
+                    if stop is not None and msg.offset() >= stop:
+                        done = True
+                        break
+                    chunk.append(msg)
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    end, done = int(msg.offset() or 0), True
+                else:
+                    raise ReconcileError(f"reading output {where} from offset {begin}: {err}")
+            if chunk:
+                last_progress = time.monotonic()
+                self.inserted += apply_output_records(self.store, chunk, tolerance_ms=self.tolerance_ms,
+                                                      on_bad_header=self.on_bad_header)
+                self.records += len(chunk)
+                if self.on_records is not None:
+                    self.on_records(len(chunk))
+            elif not done and time.monotonic() - last_progress > self.idle_timeout_s:
+                raise ReconcileError(f"no end of output partition {where} seen in {self.idle_timeout_s:.0f}s; "
+                                     "is the broker reachable?")
+        self.consumer.unassign()
+        return end

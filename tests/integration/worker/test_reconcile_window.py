@@ -82,3 +82,27 @@ def test_without_an_aging_bound_the_whole_output_is_replayed(ads_broker: BrokerP
         assert store.contains([encode_message_id(m) for m in ids]) == [True] * 50
     finally:
         store.close()
+
+
+def test_a_window_of_one_record_transactions_still_holds_the_bound(ads_broker: BrokerProcess, tmp_path: Path) -> None:
+    """The worker publishes a batch per transaction, and each transaction's commit marker takes an
+    offset: at one record a batch (a quiet partition) the last ``max_keys`` offsets hold only half
+    as many records. The rebuild reads further back until it has the bound (before: 50 of 100)."""
+    topic = f"out-{uuid.uuid4().hex[:8]}"
+    create_topics(ads_broker.bootstrap, {topic: 1})
+    p = Producer(producer_config(ads_broker.bootstrap, None, **{"transactional.id": f"w-{topic}"}))
+    p.init_transactions(30)
+    ids = [str(uuid.uuid4()) for _ in range(300)]
+    now = int(time.time() * 1000)
+    for i, mid in enumerate(ids):
+        p.begin_transaction()
+        p.produce(topic, key=mid.encode(), value=b"{}", partition=0, timestamp=now,
+                  headers=[(H_SOURCE_PARTITION, b"0"), (H_SOURCE_OFFSET, b"%d" % i)])
+        p.commit_transaction(30)
+    store, _ = _rebuild(ads_broker.bootstrap, topic, tmp_path / "d", max_keys=100)
+    try:
+        assert store.meta().keys >= 100
+        assert store.contains([encode_message_id(m) for m in ids[-100:]]) == [True] * 100
+        assert store.meta().input_offset == 300 and store.meta().output_offset == 600
+    finally:
+        store.close()
