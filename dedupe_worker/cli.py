@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import signal
 import sys
@@ -60,6 +61,9 @@ def run(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # `kill -USR1 <pid>`: every thread's Python stack to stderr (a partition that stopped making
+    # progress says where it waits), and the worker carries on
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     configure(log_level)
     try:
         cfg = load_config(config, bootstrap=bootstrap, input_topic=input, output_topic=output, dlq_topic=dlq,
