@@ -7,24 +7,14 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from dedupe_worker.chaos.cluster import Topics  # the harness's, one definition
 from dedupe_worker.kafka import consumer_config, create_topics
 from dedupe_worker.records import H_SOURCE_OFFSET, classify
-
-
-@dataclass(frozen=True)
-class Topics:
-    input: str
-    output: str
-    dlq: str
-
-    def args(self) -> list[str]:
-        return ["--input", self.input, "--output", self.output, "--dlq", self.dlq]
 
 
 def make_topics(bootstrap: str, base: str, partitions: int, output_partitions: int | None = None) -> Topics:
