@@ -142,6 +142,10 @@ class WorkerConfig(BaseSettings):
     #: Refuse to start when the output or dead-letter topic can lose acknowledged writes
     #: (:func:`dedupe_worker.kafka.check_durable`). Off only for throwaway test brokers.
     require_durable_output: bool = True
+    #: Static assignment: a partition whose thread shows no sign of life for this long (blocked in a
+    #: call that never returns) makes the worker dump every thread's stack and exit with code 1, so
+    #: a supervisor restarts it; reconcile progress and pauses count as signs of life.
+    stall_timeout_s: float = Field(default=300.0, gt=0)
     aging: AgingConfig = AgingConfig()
     store: StoreConfig = StoreConfig()
     kafka: dict[str, str] = Field(default_factory=dict)

@@ -8,8 +8,11 @@ core (`--partitions` ranges), as the demo does.
 
 from __future__ import annotations
 
+import faulthandler
 import gc
+import os
 import threading
+import time
 from dataclasses import dataclass, field
 
 import structlog
@@ -104,6 +107,7 @@ class WorkerRunner:
         """True while any thread runs. A partition that ended on an error it cannot restart from
         (not a fence: another worker serves that one) stops the whole process, so a supervisor
         restarts it instead of it running on with a partition nobody serves."""
+        self._check_stalls()
         for p, w in list(self.workers.items()):
             if w.failure is not None and not isinstance(w.failure, FencedError):
                 w.metrics.failed.labels(partition=str(p)).set(1)
@@ -111,6 +115,22 @@ class WorkerRunner:
                     log.error("partition failed; stopping the worker", partition=p, error=str(w.failure))
                     self.stop_event.set()
         return any(t.is_alive() for t in self._threads)
+
+    def _check_stalls(self) -> None:
+        """Static assignment: a partition thread blocked in a call that never returns cannot be
+        interrupted from Python; the process dumps every thread's stack and exits (code 1), which
+        the design survives like a SIGKILL, so the supervisor's restart ends the stall."""
+        if self.cfg.assignment != "static" or self.stop_event.is_set():
+            return
+        now = time.monotonic()
+        for p, w in list(self.workers.items()):
+            idle = now - w.last_progress
+            if w.failure is None and w.state not in ("stopped", "fenced", "failed") and idle > self.cfg.stall_timeout_s:
+                log.error("partition stalled; dumping stacks and exiting for a restart", partition=p,
+                          state=w.state, seconds=round(idle, 1), stall_timeout_s=self.cfg.stall_timeout_s)
+                w.metrics.failed.labels(partition=str(p)).set(1)
+                faulthandler.dump_traceback(all_threads=True)
+                os._exit(1)
 
     def exit_code(self) -> int:
         """0 after a stop; 1 if a partition failed; 3 if every ended partition was fenced."""

@@ -235,6 +235,9 @@ class PartitionWorker:
         self._batches = 0
         self._reconciles = 0
         self._repair_pending = False
+        #: ``time.monotonic()`` of the partition's last sign of life (a loop turn, a replayed chunk,
+        #: a paused tick): the runner's stall watchdog reads it
+        self.last_progress = time.monotonic()
         self._owns_consumer = True
         self._dlq_partitions = 0
         self._dup_partitions = 0
@@ -318,15 +321,20 @@ class PartitionWorker:
         contents are removed."""
         store = self.store
         assert store is not None
-        counter = self.metrics.reconcile.labels(**self._labels)
+        replayed = self.metrics.reconcile.labels(**self._labels)
         bad = self.metrics.bad_headers.labels(**self._labels).inc
+
+        def counter_inc(n: int) -> None:
+            replayed.inc(n)
+            self.last_progress = time.monotonic()  # a long rebuild is progress, not a stall
+
         self._reconciles += 1
         self.faults.hit("before_reconcile", self._reconciles)
         marker = self._repair_marker()
         state = marker.read_bytes() if marker.exists() else None
         if state != REPAIR_REBUILDING:
             try:
-                reconcile(store, self.cfg, self.partition, on_records=counter.inc, on_bad_header=bad)
+                reconcile(store, self.cfg, self.partition, on_records=counter_inc, on_bad_header=bad)
                 return state is not None
             except OutputLostError as e:
                 log.error(str(e), partition=self.partition, action="rebuilding the store from the output and "
@@ -339,7 +347,7 @@ class PartitionWorker:
         wipe_store_dir(self.cfg.partition_dir(self.partition), keep={REPAIR_MARKER, "lost+found"})
         self.faults.hit("mid_repair", self._reconciles)
         store = self.open_store()
-        reconcile(store, self.cfg, self.partition, on_records=counter.inc, on_bad_header=bad)
+        reconcile(store, self.cfg, self.partition, on_records=counter_inc, on_bad_header=bad)
         store.flush()
         atomic_write(marker, REPAIR_REBUILT)
         return True
@@ -409,6 +417,7 @@ class PartitionWorker:
         backoff = 0.5
         try:
             while not self.stop_event.is_set():
+                self.last_progress = time.monotonic()
                 try:
                     if self._consumer is None:
                         self.start()
@@ -726,6 +735,7 @@ class PartitionWorker:
         self.state = "paused"
         self._paused.set()
         while self._pause_requested.is_set() and not self.stop_event.is_set():
+            self.last_progress = time.monotonic()
             time.sleep(0.02)
         self._paused.clear()
         self.state = "running"

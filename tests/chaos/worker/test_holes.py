@@ -418,3 +418,23 @@ def test_a_hanging_transaction_on_the_output_is_not_taken_for_lost_output(ads_br
     assert set(counts) == set(ids) and max(counts.values()) == 1, \
         f"{sum(n > 1 for n in counts.values())} ids published twice"
     assert b"output partition is shorter than recorded" not in log.read_bytes()
+
+
+def test_a_partition_blocked_for_good_makes_the_worker_exit(ads_broker: BrokerProcess, topic_name: str,
+                                                           tmp_path: Path) -> None:
+    """Hole 7's kin, found by dedupe-chaos (transactional run): a partition thread blocked in a call
+    that never returns logged nothing and served nothing while the process ran on. The fault hook's
+    hang blocks the thread the same way; the watchdog dumps every thread's stack and exits with
+    code 1 (a supervisor restarts the worker: as safe as a SIGKILL)."""
+    topics = _topics(ads_broker.bootstrap, topic_name)
+    _send(ads_broker.bootstrap, topics.input, [_event(str(uuid.uuid4())) for _ in range(5)])
+    log = tmp_path / "w.log"
+    proc = start_worker(ads_broker.bootstrap, topics, tmp_path / "w", log,
+                        env={"DEDUPE_FAULT": "before_produce:1:hang", "DEDUPE_STALL_TIMEOUT_S": "3"})
+    try:
+        assert _wait_exit(proc, timeout_s=60) == 1, log.read_text()[-3000:]
+    finally:
+        stop_worker(proc)
+    text = log.read_text()
+    assert '"event": "partition stalled; dumping stacks and exiting for a restart"' in text
+    assert "dedupe_worker/faults.py" in text  # the blocked thread's stack, where it waits
