@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import json
 import signal
@@ -63,7 +64,8 @@ def run(
     signal.signal(signal.SIGINT, on_signal)
     # `kill -USR1 <pid>`: every thread's Python stack to stderr (a partition that stopped making
     # progress says where it waits), and the worker carries on
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    with contextlib.suppress(ValueError, OSError, AttributeError):  # stderr without a file descriptor (tests)
+        faulthandler.register(signal.SIGUSR1, file=2, all_threads=True)  # fd 2: stderr
     configure(log_level)
     try:
         cfg = load_config(config, bootstrap=bootstrap, input_topic=input, output_topic=output, dlq_topic=dlq,

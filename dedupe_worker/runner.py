@@ -129,7 +129,7 @@ class WorkerRunner:
                 log.error("partition stalled; dumping stacks and exiting for a restart", partition=p,
                           state=w.state, seconds=round(idle, 1), stall_timeout_s=self.cfg.stall_timeout_s)
                 w.metrics.failed.labels(partition=str(p)).set(1)
-                faulthandler.dump_traceback(all_threads=True)
+                faulthandler.dump_traceback(file=2, all_threads=True)  # fd 2: the process's own stderr
                 os._exit(1)
 
     def exit_code(self) -> int:
