@@ -24,6 +24,9 @@ BATCH_POINTS = ("before_produce", "mid_produce", "after_produce", "after_store_w
 POINTS = (*BATCH_POINTS, "before_reconcile")
 #: reached only when reconcile finds lost output: after the store was wiped, before the rebuild
 REPAIR_POINTS = ("mid_repair",)
+#: inside the bounded ``commit_transaction`` call (after ``send_offsets_to_transaction`` in
+#: transactional mode): a hang here is a librdkafka call that ignores its timeout
+CALL_POINTS = ("in_commit",)
 
 
 @dataclass
@@ -43,9 +46,9 @@ class FaultHook:
         if not spec:
             return cls()
         parts = spec.split(":")
-        if len(parts) not in (2, 3) or parts[0] not in (*POINTS, *REPAIR_POINTS) or not parts[1].isdigit():
-            raise ConfigError(f"DEDUPE_FAULT={spec!r}: expected point:batch[:hang|kill|sleepN], point in "
-                              f"{(*POINTS, *REPAIR_POINTS)}")
+        known = (*POINTS, *REPAIR_POINTS, *CALL_POINTS)
+        if len(parts) not in (2, 3) or parts[0] not in known or not parts[1].isdigit():
+            raise ConfigError(f"DEDUPE_FAULT={spec!r}: expected point:batch[:hang|kill|sleepN], point in {known}")
         action = parts[2] if len(parts) == 3 else "hang"
         if action not in ("hang", "kill") and not (action.startswith("sleep") and action[5:].isdigit()):
             raise ConfigError(f"DEDUPE_FAULT={spec!r}: action must be hang, kill or sleepN (N seconds)")

@@ -35,6 +35,8 @@ log = structlog.get_logger("dedupe_worker.runner")
 #: module's objects; that was ~7 % of a worker's CPU (py-spy, docs/WORKER.md). Records hold no
 #: reference cycles, so collecting rarely costs no memory that matters.
 GC_THRESHOLD = (100_000, 50, 100)
+#: how long a transactional call may outlive its own timeout before the watchdog ends the process
+CALL_GRACE_S = 15.0
 
 
 def tune_gc() -> None:
@@ -119,18 +121,33 @@ class WorkerRunner:
     def _check_stalls(self) -> None:
         """Static assignment: a partition thread blocked in a call that never returns cannot be
         interrupted from Python; the process dumps every thread's stack and exits (code 1), which
-        the design survives like a SIGKILL, so the supervisor's restart ends the stall."""
-        if self.cfg.assignment != "static" or self.stop_event.is_set():
+        the design survives like a SIGKILL, so the supervisor's restart ends the stall.
+
+        A transactional call that outlives its own timeout by ``CALL_GRACE_S`` is a stall too, in
+        either assignment (librdkafka#5456: ``send_offsets_to_transaction`` ignores its timeout while
+        the group coordinator is down); that ends it in ~``delivery_timeout_s`` instead of
+        ``stall_timeout_s``."""
+        if self.stop_event.is_set():
             return
         now = time.monotonic()
         for p, w in list(self.workers.items()):
+            call = w.blocking_call
+            if call is not None and now > call[1] + CALL_GRACE_S:
+                self._exit_stalled(p, w, f"{call[0]} outlived its timeout by {round(now - call[1], 1)} s "
+                                         "(librdkafka#5456)")
             idle = now - w.last_progress
-            if w.failure is None and w.state not in ("stopped", "fenced", "failed") and idle > self.cfg.stall_timeout_s:
-                log.error("partition stalled; dumping stacks and exiting for a restart", partition=p,
-                          state=w.state, seconds=round(idle, 1), stall_timeout_s=self.cfg.stall_timeout_s)
-                w.metrics.failed.labels(partition=str(p)).set(1)
-                faulthandler.dump_traceback(file=2, all_threads=True)  # fd 2: the process's own stderr
-                os._exit(1)
+            if (self.cfg.assignment == "static" and w.failure is None
+                    and w.state not in ("stopped", "fenced", "failed") and idle > self.cfg.stall_timeout_s):
+                self._exit_stalled(p, w, f"no progress for {round(idle, 1)} s (stall_timeout_s="
+                                         f"{self.cfg.stall_timeout_s})")
+
+    @staticmethod
+    def _exit_stalled(p: int, w: PartitionWorker, why: str) -> None:
+        log.error("partition stalled; dumping stacks and exiting for a restart", partition=p, state=w.state,
+                  reason=why)
+        w.metrics.failed.labels(partition=str(p)).set(1)
+        faulthandler.dump_traceback(file=2, all_threads=True)  # fd 2: the process's own stderr
+        os._exit(1)
 
     def exit_code(self) -> int:
         """0 after a stop; 1 if a partition failed; 3 if every ended partition was fenced."""

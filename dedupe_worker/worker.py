@@ -35,7 +35,7 @@ import contextlib
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import compress
 from pathlib import Path
@@ -192,8 +192,9 @@ class TransactionalMode:
 
     def before_commit(self, worker: PartitionWorker, next_input: int) -> None:
         tp = TopicPartition(worker.cfg.input_topic, worker.partition, next_input)
-        worker._producer.send_offsets_to_transaction([tp], worker._consumer.consumer_group_metadata(),
-                                                     worker.cfg.delivery_timeout_s)
+        with worker.bounded_call("send_offsets_to_transaction", worker.cfg.delivery_timeout_s):
+            worker._producer.send_offsets_to_transaction([tp], worker._consumer.consumer_group_metadata(),
+                                                         worker.cfg.delivery_timeout_s)
 
     def after_record(self, worker: PartitionWorker, next_input: int) -> None:
         pass
@@ -238,6 +239,9 @@ class PartitionWorker:
         #: ``time.monotonic()`` of the partition's last sign of life (a loop turn, a replayed chunk,
         #: a paused tick): the runner's stall watchdog reads it
         self.last_progress = time.monotonic()
+        #: the transactional call in progress and the monotonic time by which it must have returned,
+        #: or None: the runner's watchdog ends a call that outlives its own timeout (librdkafka#5456)
+        self.blocking_call: tuple[str, float] | None = None
         self._owns_consumer = True
         self._dlq_partitions = 0
         self._dup_partitions = 0
@@ -369,6 +373,20 @@ class PartitionWorker:
     def transactional_id(self) -> str:
         return f"{self.cfg.group}-{self.cfg.input_topic}-{self.partition}"
 
+    @contextlib.contextmanager
+    def bounded_call(self, name: str, timeout_s: float) -> Iterator[None]:
+        """Mark a blocking librdkafka transactional call that takes ``timeout_s``. Some do not keep
+        it: ``send_offsets_to_transaction`` waits forever while the group coordinator is down
+        (librdkafka#5456, open in 2.14), seen here after broker restarts. The runner's watchdog
+        (:meth:`~dedupe_worker.runner.Runner.alive`) ends a call that outlives its timeout by
+        :data:`CALL_GRACE_S` the way it ends any stall: stacks dumped, exit 1, and the restart's
+        ``init_transactions`` fences this producer."""
+        self.blocking_call = (name, time.monotonic() + timeout_s)
+        try:
+            yield
+        finally:
+            self.blocking_call = None
+
     def _make_producer(self) -> Any:
         """The partition's transactional producer; ``init_transactions`` fences every earlier one.
         Delivery reports for failures only: a report per record costs a Python Message object and a
@@ -378,7 +396,8 @@ class PartitionWorker:
             "transactional.id": self.transactional_id(), "delivery.report.only.error": True,
             "on_delivery": self._on_delivery_error}))
         try:
-            producer.init_transactions(self.cfg.delivery_timeout_s)
+            with self.bounded_call("init_transactions", self.cfg.delivery_timeout_s):
+                producer.init_transactions(self.cfg.delivery_timeout_s)
         except KafkaException as e:
             raise DeliveryError(f"partition {self.partition}: init_transactions for {self.transactional_id()!r} "
                                 f"failed: {e}") from e
@@ -546,7 +565,9 @@ class PartitionWorker:
         otherwise) and RocksDB is not written."""
         try:
             self.mode.before_commit(self, pending.next_input)
-            self._producer.commit_transaction(self.cfg.delivery_timeout_s)
+            with self.bounded_call("commit_transaction", self.cfg.delivery_timeout_s):
+                self.faults.hit("in_commit", self._batches)
+                self._producer.commit_transaction(self.cfg.delivery_timeout_s)
         except KafkaException as e:
             error = self._txn_error(e, "commit_transaction", pending.txn_started)
             # With records still outstanding (a delivery timeout), no abort at this epoch: on a broker
@@ -554,7 +575,8 @@ class PartitionWorker:
             # that abort marker and open a transaction nobody ends. The restart's init_transactions
             # aborts it with a bumped epoch, which refuses the late append.
             if not isinstance(error, FencedError) and len(self._producer) == 0:
-                with contextlib.suppress(KafkaException):
+                with contextlib.suppress(KafkaException), self.bounded_call("abort_transaction",
+                                                                           self.cfg.delivery_timeout_s):
                     self._producer.abort_transaction(self.cfg.delivery_timeout_s)
             raise error from e
         n = len(pending.split.new)

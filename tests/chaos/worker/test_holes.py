@@ -438,3 +438,27 @@ def test_a_partition_blocked_for_good_makes_the_worker_exit(ads_broker: BrokerPr
     text = log.read_text()
     assert '"event": "partition stalled; dumping stacks and exiting for a restart"' in text
     assert "dedupe_worker/faults.py" in text  # the blocked thread's stack, where it waits
+
+
+def test_a_transactional_call_past_its_timeout_ends_the_worker_before_the_stall_timeout(
+        ads_broker: BrokerProcess, topic_name: str, tmp_path: Path) -> None:
+    """Found by dedupe-chaos (transactional run, after broker restarts): librdkafka's
+    ``send_offsets_to_transaction`` ignores its timeout while the group coordinator is down
+    (librdkafka#5456), so the partition sat until the 300 s stall watchdog. That librdkafka bug
+    cannot be triggered on demand, so the fault hook's hang stands in for the call that never
+    returns, inside the same bounded call. With ``stall_timeout_s`` far away, the worker must end
+    within delivery_timeout_s + CALL_GRACE_S (here ~17 s), naming the call."""
+    topics = _topics(ads_broker.bootstrap, topic_name)
+    _send(ads_broker.bootstrap, topics.input, [_event(str(uuid.uuid4())) for _ in range(5)])
+    log = tmp_path / "w.log"
+    proc = start_worker(ads_broker.bootstrap, topics, tmp_path / "w", log,
+                        env={"DEDUPE_FAULT": "in_commit:1:hang", "DEDUPE_STALL_TIMEOUT_S": "3600",
+                             "DEDUPE_DELIVERY_TIMEOUT_S": "2", "DEDUPE_EXACTLY_ONCE": "transactional"})
+    try:
+        assert _wait_exit(proc, timeout_s=90) == 1, log.read_text()[-3000:]
+    finally:
+        stop_worker(proc)
+    text = log.read_text()
+    assert '"event": "partition stalled; dumping stacks and exiting for a restart"' in text
+    assert "commit_transaction outlived its timeout" in text
+    assert "dedupe_worker/faults.py" in text
