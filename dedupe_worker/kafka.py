@@ -22,6 +22,8 @@ PINNED = {
     "isolation.level": "reconcile would insert ids of aborted output batches, which downstream never sees",
     "enable.auto.commit": "input offsets would be committed before their output was published",
     "enable.auto.offset.store": "input offsets would be committed before their output was published",
+    "auto.offset.reset": "a partition without a valid committed offset must start at the earliest input record; "
+                         "latest would skip input that is still in the log, error would stop the partition",
 }
 
 

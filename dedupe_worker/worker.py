@@ -35,7 +35,7 @@ import contextlib
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import compress
 from pathlib import Path
@@ -635,8 +635,8 @@ class PartitionWorker:
         records too large to produce added to ``dropped``."""
         produce = self._producer.produce
         topic, partition, hpart = self.cfg.output_topic, self.partition, self._h_partition
-        now = int(time.time() * 1000)
-        lo, hi = now - self._tolerance_ms, now + self._tolerance_ms
+        clock = self._clock_window()
+        lo, hi, _now = clock
         for i, msg in enumerate(split.new[start:stop], start):
             ts = msg.timestamp()[1]
             try:
@@ -652,7 +652,7 @@ class PartitionWorker:
                     continue
             except (BufferError, KafkaException):  # queue full or too large: the careful path
                 pass
-            if not self._produce(topic, partition, msg, [], None, clock=(lo, hi, now)):
+            if not self._produce(topic, partition, msg, [], clock):
                 split.dead.append((msg, TOO_LARGE))
                 dropped.append(i)
 
@@ -660,15 +660,14 @@ class PartitionWorker:
         """Dead letters and duplicates, with the same clock tolerance as the output: a broker that
         refuses far-off timestamps (Kafka's ``log.message.timestamp.after.max.ms``) would otherwise
         fail the batch on one bad client clock, forever."""
-        now = int(time.time() * 1000)
-        clock = (now - self._tolerance_ms, now + self._tolerance_ms, now)
+        clock = self._clock_window()
         for msg, reason in split.dead:
             self._produce(self.cfg.dlq_topic, self.partition % self._dlq_partitions, msg,
-                          [(H_DLQ_REASON, reason.encode())], None, truncate=reason == TOO_LARGE, clock=clock)
+                          [(H_DLQ_REASON, reason.encode())], clock, truncate=reason == TOO_LARGE)
         if self.cfg.duplicates_topic:
             for msg, reason in split.duplicates:
                 self._produce(self.cfg.duplicates_topic, self.partition % self._dup_partitions, msg,
-                              [(H_DUPLICATE_REASON, reason.encode())], None, clock=clock)
+                              [(H_DUPLICATE_REASON, reason.encode())], clock)
 
     def _consume(self) -> list[Any]:
         msgs = self._consumer.consume(self.cfg.batch_size, self.cfg.batch_timeout_ms / 1000)
@@ -685,12 +684,17 @@ class PartitionWorker:
                 log.warning("consumer error", partition=self.partition, error=str(err))
         return out
 
+    def _clock_window(self) -> tuple[int, int, int]:
+        """(low, high, now) in ms: the timestamps the worker publishes as they are
+        (``aging.timestamp_tolerance_s`` around its own clock)."""
+        now = int(time.time() * 1000)
+        return now - self._tolerance_ms, now + self._tolerance_ms, now
+
     def _produce(self, topic: str, partition: int, msg: Any, extra: list[tuple[str, bytes | None]],
-                 callback: Callable[[Any, Any], None] | None, truncate: bool = False,
-                 clock: tuple[int, int, int] | None = None) -> bool:
+                 clock: tuple[int, int, int], truncate: bool = False) -> bool:
         """Produce one record (waiting for queue space); False if it is too large to produce.
-        ``clock`` (output records): (low, high, now) ms; a timestamp outside [low, high] becomes
-        ``now`` and the original goes to the ``dedupe.source.timestamp`` header."""
+        ``clock`` is :meth:`_clock_window`: a timestamp outside [low, high] becomes ``now`` and the
+        original goes to the ``dedupe.source.timestamp`` header."""
         value = msg.value()
         if truncate:
             limit = min(DLQ_TRUNCATE_BYTES, int(self.cfg.kafka.get("message.max.bytes", 1_000_000)) // 2)
@@ -698,14 +702,14 @@ class PartitionWorker:
                 extra = [*extra, (H_DLQ_TRUNCATED, str(len(value)).encode())]
                 value = value[:limit]
         ts = msg.timestamp()[1]
-        if clock is not None and not clock[0] <= ts <= clock[1]:
+        if not clock[0] <= ts <= clock[1]:
             extra = [*extra, (H_SOURCE_TIMESTAMP, str(ts).encode())]
             ts = clock[2]
         headers = with_source(msg.headers(), self.partition, msg.offset(), extra)
         while True:
             try:
                 self._producer.produce(topic, value=value, key=msg.key(), partition=partition,
-                                       headers=headers, timestamp=ts if ts > 0 else 0, on_delivery=callback)
+                                       headers=headers, timestamp=ts)
                 return True
             except BufferError:
                 self._producer.poll(0.05)

@@ -19,7 +19,7 @@ from dedupe_worker.worker import PartitionWorker
 
 @pytest.mark.parametrize(("key", "value"), [("enable.idempotence", "false"), ("acks", "1"),
                                             ("transactional.id", "mine"), ("isolation.level", "read_uncommitted"),
-                                            ("enable.auto.commit", "true")])
+                                            ("enable.auto.commit", "true"), ("auto.offset.reset", "latest")])
 def test_kafka_overrides_that_void_exactly_once_are_refused(key: str, value: str) -> None:
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")) as e:
         load_config(None, kafka={key: value})
