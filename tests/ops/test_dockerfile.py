@@ -89,3 +89,13 @@ def test_audit_has_java_and_spark_and_worker_has_neither() -> None:
 def test_broker_is_never_told_to_listen_on_every_interface() -> None:
     text = DOCKERFILE.read_text()
     assert "0.0.0.0" not in text
+
+
+def test_the_broker_in_the_image_defaults_to_loopback() -> None:
+    """`ads-broker serve` in the image, without --listen, binds loopback (its default listener)."""
+    from ads_broker.config import SETTINGS
+
+    listeners = next(s for s in SETTINGS if s.name == "listeners")
+    assert str(listeners.default).startswith("127.0.0.1:")
+    instructions = [line for lines in _stages().values() for line in lines]
+    assert not [line for line in instructions if "--listen" in line or "listeners" in line]
