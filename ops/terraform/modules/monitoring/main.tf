@@ -119,3 +119,38 @@ resource "aws_cloudwatch_metric_alarm" "msk_under_min_isr" {
   ok_actions          = [aws_sns_topic.alarms[0].arn]
   tags                = var.tags
 }
+
+# What the Prometheus host's role needs: EC2 service discovery of the workers (DescribeInstances
+# has no resource-level permissions, so it is pinned to the region instead) and this configuration.
+resource "aws_iam_policy" "prometheus" {
+  count = var.create ? 1 : 0
+
+  name        = "${var.name}-prometheus"
+  description = "Prometheus host: discover the dedupe workers and read its configuration"
+  policy = jsonencode({
+    Version = "2012-10-17"
+    Statement = [
+      {
+        Sid       = "DiscoverWorkers"
+        Effect    = "Allow"
+        Action    = "ec2:DescribeInstances"
+        Resource  = "*"
+        Condition = { StringEquals = { "aws:RequestedRegion" = data.aws_region.current.name } }
+      },
+      {
+        Sid      = "ReadConfiguration"
+        Effect   = "Allow"
+        Action   = "ssm:GetParameter"
+        Resource = aws_ssm_parameter.prometheus_config[0].arn
+      },
+      {
+        Sid       = "DecryptConfiguration"
+        Effect    = "Allow"
+        Action    = "kms:Decrypt"
+        Resource  = var.kms_key_arn
+        Condition = { StringEquals = { "kms:ViaService" = "ssm.${data.aws_region.current.name}.amazonaws.com" } }
+      },
+    ]
+  })
+  tags = var.tags
+}

@@ -12,3 +12,8 @@ output "prometheus_config_parameter" {
   description = "SSM parameter holding prometheus.yml."
   value       = try(aws_ssm_parameter.prometheus_config[0].name, null)
 }
+
+output "prometheus_policy_arn" {
+  description = "IAM policy to attach to the Prometheus host's role (worker discovery, its configuration)."
+  value       = try(aws_iam_policy.prometheus[0].arn, null)
+}
