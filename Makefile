@@ -5,8 +5,13 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 # System packages the test suite starts for real (ZooKeeper for cluster mode, a JRE for Spark).
 APT_PACKAGES := openjdk-17-jre-headless
+# The tests add Debian's Prometheus: promtool checks and unit-tests ops/prometheus, and a real
+# server scrapes a live worker in tests/ops.
+APT_TEST_PACKAGES := $(APT_PACKAGES) prometheus
+# checkov pins its own `hcl2` fork, which clashes with python-hcl2 in .venv: it gets a venv of its own.
+CHECKOV_VENV := .venv-checkov
 
-.PHONY: run run-broker test lint unit integration bench clean apt-deps
+.PHONY: run run-broker test lint unit integration bench clean apt-deps apt-test-deps
 
 # The main job ends with the Spark audit, so the base install includes the spark extra.
 $(VENV)/.base: pyproject.toml
@@ -21,11 +26,23 @@ $(VENV)/.test: pyproject.toml
 	$(PIP) install --quiet -e '.[test]'
 	touch $(VENV)/.base $@
 
+$(CHECKOV_VENV)/.done: Makefile
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install --quiet --upgrade pip
+	$(CHECKOV_VENV)/bin/pip install --quiet 'checkov>=3.3.30,<3.4'
+	touch $@
+
 # Java is what Spark's local[2] needs; install it only when no java is on PATH.
 apt-deps:
 	@command -v java >/dev/null 2>&1 || { \
 	  SUDO=$$(command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq $(APT_PACKAGES); }
+
+# The same, plus what only the tests start (promtool, prometheus); installed when one is missing.
+apt-test-deps:
+	@{ command -v java && command -v promtool && command -v prometheus; } >/dev/null 2>&1 || { \
+	  SUDO=$$(command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends $(APT_TEST_PACKAGES); }
 
 # The main job on the embedded default: ads-broker, load generator, dedupe workers, verified output.
 run: apt-deps $(VENV)/.base
@@ -39,8 +56,10 @@ lint: $(VENV)/.test
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-test: apt-deps $(VENV)/.test lint
-	$(VENV)/bin/pytest tests
+# ADS_OPS_REQUIRE_TOOLS: the ops checks fail (instead of skipping) when hadolint, checkov or promtool
+# is missing, so `make test` can't pass without running them.
+test: apt-test-deps $(VENV)/.test $(CHECKOV_VENV)/.done lint
+	ADS_OPS_REQUIRE_TOOLS=1 CHECKOV=$(CURDIR)/$(CHECKOV_VENV)/bin/checkov $(VENV)/bin/pytest tests
 
 unit: $(VENV)/.test
 	$(VENV)/bin/pytest tests/unit
@@ -52,4 +71,4 @@ bench: $(VENV)/.test
 	$(PY) bench/broker_throughput.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .mypy_cache .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(CHECKOV_VENV) build *.egg-info .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -312,17 +312,28 @@ class Ec2VolumeBackend:
         return self._snapshot_info(snap)
 
     def snapshot_instance(self, instance_id: str, *, dry_run: bool = False) -> list[SnapshotInfo]:
-        """CreateSnapshots: one crash-consistent set of all of the instance's data volumes."""
-        self._instance(instance_id)
-        spec = {"InstanceId": instance_id, "ExcludeBootVolume": True}
-        if dry_run:
+        """CreateSnapshots: one crash-consistent set of the instance's worker volumes.
+
+        Data volumes without a ``dedupe:partition`` tag (a scratch or log volume) are excluded: they
+        are not ours to snapshot, and IAM authorizes CreateSnapshots on every volume it covers, so
+        one untagged volume would make the whole call fail under ops/iam/ebs-ops-policy.json.
+        """
+        instance = self._instance(instance_id)
+        workers, others = self._instance_data_volumes(instance)
+        if not workers:
+            raise UnknownPartitionError(
+                f"instance {instance_id} has no attached EBS volume tagged {TAG_PARTITION}; check the "
+                "instance id, --region, and that worker volumes carry the tag")
+        spec: dict[str, Any] = {"InstanceId": instance_id, "ExcludeBootVolume": True}
+        if others:
+            spec["ExcludeDataVolumeIds"] = others
+            log.info("snapshot_excludes_untagged", instance=instance_id, volumes=others)
+        tag_specs = [self._tag_spec("snapshot", None, None)]
+        if dry_run:  # the same request as below: the policy requires the tags on the new snapshots
             self._dry_run(f"create snapshots of {instance_id}", self.ec2.create_snapshots,
-                          InstanceSpecification=spec)
-            attached = self._call(f"list volumes of {instance_id}", self.ec2.describe_volumes, Filters=[
-                {"Name": "attachment.instance-id", "Values": [instance_id]},
-                {"Name": f"tag:{TAG_PARTITION}", "Values": ["*"]}])["Volumes"]
+                          InstanceSpecification=spec, TagSpecifications=tag_specs)
             return [self._dry_info(_pick(_int_tag(_tags(v), TAG_PARTITION), -1), v["VolumeId"])
-                    for v in attached]
+                    for v in workers]
         positions: dict[int, WorkerPosition] = {}
         with contextlib.ExitStack() as stack:
             if self.control is not None:
@@ -332,9 +343,22 @@ class Ec2VolumeBackend:
                         paused(self.control, int(p["partition"])))
             self.progress("create snapshots")
             out = self._call(f"create snapshots of {instance_id}", self.ec2.create_snapshots,
-                             InstanceSpecification=spec,
-                             TagSpecifications=[self._tag_spec("snapshot", None, None)])
-        return [self._tag_from_volume(s, positions) for s in out.get("Snapshots", [])]
+                             InstanceSpecification=spec, TagSpecifications=tag_specs)
+        return [self._tag_from_volume(s, positions) for s in out.get("Snapshots", [])
+                if s.get("VolumeId") not in others]
+
+    def _instance_data_volumes(self, instance: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+        """(worker volumes, ids of untagged data volumes) attached to ``instance``; the root volume is
+        in neither (CreateSnapshots' ExcludeBootVolume covers it, and it can't be excluded by id)."""
+        instance_id = instance["InstanceId"]
+        attached = self._call(f"list volumes of {instance_id}", self.ec2.describe_volumes, Filters=[
+            {"Name": "attachment.instance-id", "Values": [instance_id]}])["Volumes"]
+        root = instance.get("RootDeviceName")
+        data = [v for v in attached
+                if not any(a["InstanceId"] == instance_id and a.get("Device") == root
+                           for a in v.get("Attachments", []))]
+        workers = [v for v in data if TAG_PARTITION in _tags(v)]
+        return workers, [v["VolumeId"] for v in data if TAG_PARTITION not in _tags(v)]
 
     def _tag_from_volume(self, snap: dict[str, Any], positions: dict[int, WorkerPosition]) -> SnapshotInfo:
         """Tag each snapshot of the set with its volume's partition and that partition's offsets

@@ -1,0 +1,132 @@
+"""Build ops/grafana/dedupe-workers.json with grafana-foundation-sdk (Grafana's own typed builders).
+
+    python ops/grafana/build_dashboard.py          # rewrite the JSON
+    python ops/grafana/build_dashboard.py --check  # exit 1 if the JSON is not what this builds
+
+Every query names only series the workers export (dedupe_worker/metrics.py) or the recording rules
+of ops/prometheus/dedupe.rules.yml; tests/ops/test_prometheus.py checks both, and that the JSON
+kept in the repository is exactly this script's output. Thresholds match the alert rules.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from grafana_foundation_sdk.builders import dashboard as db
+from grafana_foundation_sdk.builders import prometheus, stat, timeseries
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.dashboard import (
+    DataSourceRef,
+    Threshold,
+    ThresholdsMode,
+    VariableRefresh,
+)
+
+OUT = Path(__file__).with_name("dedupe-workers.json")
+DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
+SEL = 'partition=~"$partition"'
+
+
+def _q(expr: str, legend: str = "", ref: str = "A") -> prometheus.Dataquery:
+    query = prometheus.Dataquery().expr(expr).ref_id(ref).datasource(DS)
+    return query.legend_format(legend) if legend else query
+
+
+def _thresholds(*steps: tuple[float | None, str]) -> db.ThresholdsConfig:
+    return db.ThresholdsConfig().mode(ThresholdsMode.ABSOLUTE).steps(
+        [Threshold(value=v, color=c) for v, c in steps])
+
+
+def _series(title: str, unit: str, description: str, *queries: prometheus.Dataquery) -> timeseries.Panel:
+    panel = timeseries.Panel().title(title).unit(unit).description(description).datasource(DS).height(8).span(12)
+    for q in queries:
+        panel = panel.with_target(q)
+    return panel
+
+
+def build() -> db.Dashboard:
+    return (
+        db.Dashboard("ads-dedupe: workers")
+        .uid("ads-dedupe-workers")
+        .description("Dedupe workers: throughput, duplicate and dead-letter rates, effective window, lag, "
+                     "store size, restarts. Alerts: ops/prometheus/dedupe.rules.yml; runbook: docs/RUNBOOK.md.")
+        .tags(["ads-dedupe", "kafka"])
+        .refresh("30s")
+        .time("now-6h", "now")
+        .timezone("utc")
+        .with_variable(db.DatasourceVariable("datasource").label("Prometheus").type("prometheus"))
+        .with_variable(
+            db.QueryVariable("partition").label("Partition").datasource(DS)
+            .query("label_values(dedupe_messages_total, partition)")
+            .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED).multi(True).include_all(True).all_value(".*"))
+        .with_row(db.Row("Now"))
+        .with_panel(
+            stat.Panel().title("Duplicate rate").unit("percentunit").datasource(DS).height(4).span(6)
+            .description("Share of input messages that were duplicates (alert above 5 %).")
+            .with_target(_q("dedupe:duplicate_ratio:rate5m"))
+            .thresholds(_thresholds((None, "green"), (0.01, "yellow"), (0.05, "red"))))
+        .with_panel(
+            stat.Panel().title("Shortest effective window").unit("s").datasource(DS).height(4).span(6)
+            .description("Age of the oldest stored key, worst partition (floor: 24 h).")
+            .with_target(_q(f"min(dedupe_effective_window_seconds{{{SEL}}})"))
+            .thresholds(_thresholds((None, "red"), (86400, "green"))))
+        .with_panel(
+            stat.Panel().title("Dead-letter rate").unit("percentunit").datasource(DS).height(4).span(6)
+            .description("Share of input messages sent to the dead-letter topic (alert above 1 %).")
+            .with_target(_q("dedupe:invalid_ratio:rate5m"))
+            .thresholds(_thresholds((None, "green"), (0.01, "red"))))
+        .with_panel(
+            stat.Panel().title("Failed or fenced partitions").unit("none").datasource(DS).height(4).span(6)
+            .description("Partitions stopped for good (failed) or taken over by another worker (fenced).")
+            .with_target(_q(f"sum(dedupe_partition_failed{{{SEL}}}) + sum(dedupe_partition_fenced{{{SEL}}})"))
+            .thresholds(_thresholds((None, "green"), (1, "red"))))
+        .with_row(db.Row("Throughput"))
+        .with_panel(_series("Messages by result", "ops", "Input messages per second: new, duplicate, invalid.",
+                            _q(f"sum by (result) (rate(dedupe_messages_total{{{SEL}}}[$__rate_interval]))",
+                               "{{result}}")))
+        .with_panel(_series("Batch time p99", "s", "Consume-to-commit wall time of one batch, 99th percentile.",
+                            _q("histogram_quantile(0.99, sum by (le, partition) "
+                               f"(rate(dedupe_batch_seconds_bucket{{{SEL}}}[$__rate_interval])))", "p{{partition}}")))
+        .with_row(db.Row("Window and lag"))
+        .with_panel(_series("Effective dedupe window", "s", "Age of the oldest stored key per partition.",
+                            _q(f"dedupe_effective_window_seconds{{{SEL}}}", "p{{partition}}")))
+        .with_panel(_series("Lag", "short", "Input high watermark minus next offset to consume.",
+                            _q(f"dedupe_lag_messages{{{SEL}}}", "p{{partition}}")))
+        .with_row(db.Row("Store"))
+        .with_panel(_series("Keys stored", "short", "Keys in each partition's RocksDB.",
+                            _q(f"dedupe_keys{{{SEL}}}", "p{{partition}}")))
+        .with_panel(_series("Store size", "bytes", "RocksDB SST plus memtable bytes.",
+                            _q(f"dedupe_db_bytes{{{SEL}}}", "p{{partition}}")))
+        .with_panel(_series("Keys aged out", "ops", "Keys deleted by aging per second.",
+                            _q(f"sum by (partition) (rate(dedupe_aged_keys_total{{{SEL}}}[$__rate_interval]))",
+                               "p{{partition}}")))
+        .with_panel(_series("Restarts, reconciles, lost output", "short",
+                            "Partition restarts, output records replayed by reconcile, lost-output repairs.",
+                            _q(f"sum by (partition) (increase(dedupe_partition_restarts_total{{{SEL}}}[1h]))",
+                               "restarts p{{partition}}"),
+                            _q(f"sum by (partition) (increase(dedupe_reconcile_records_total{{{SEL}}}[1h]))",
+                               "replayed p{{partition}}", "B"),
+                            _q(f"sum by (partition) (increase(dedupe_output_lost_total{{{SEL}}}[1h]))",
+                               "lost p{{partition}}", "C")))
+    )
+
+
+def render() -> str:
+    return JSONEncoder(sort_keys=True, indent=2).encode(build().build()) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    text = render()
+    if "--check" in argv:
+        if not OUT.is_file() or OUT.read_text() != text:
+            print(f"{OUT} is out of date: run python {Path(__file__).name}", file=sys.stderr)
+            return 1
+        return 0
+    OUT.write_text(text)
+    print(f"wrote {OUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

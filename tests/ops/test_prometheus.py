@@ -1,0 +1,213 @@
+"""ops/prometheus rules and ops/grafana dashboard: they name only series the code exports, promtool
+accepts and unit-tests the rules, and a real Prometheus evaluates them on a live worker's samples.
+
+The exported names are read from the code itself: every prometheus_client metric constructed in
+ads_broker, dedupe_worker, ebs_ops and spark_audit (counters gain `_total`, histograms `_bucket`,
+`_sum`, `_count`). Today only dedupe_worker exports metrics; ads-broker has no metrics endpoint,
+so no broker rule exists yet (docs/RUNBOOK.md lists what is pending).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.ops.conftest import OPS, ROOT, require_tool
+
+RULES = OPS / "prometheus" / "dedupe.rules.yml"
+RULE_TESTS = OPS / "prometheus" / "tests" / "dedupe_test.yml"
+DASHBOARD = OPS / "grafana" / "dedupe-workers.json"
+PACKAGES = ("ads_broker", "dedupe_worker", "ebs_ops", "spark_audit")
+SUFFIXES = {"Counter": ("_total", "_created"), "Gauge": ("",), "Histogram": ("_bucket", "_sum", "_count", "_created"),
+            "Summary": ("", "_sum", "_count", "_created"), "Info": ("_info",), "Enum": ("",)}
+PROMETHEUS_OWN = {"up", "scrape_duration_seconds", "scrape_samples_scraped", "ALERTS", "ALERTS_FOR_STATE"}
+PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "bool",
+                "offset", "inf", "nan"}
+
+
+def exported_metrics() -> set[str]:
+    """Sample names of every prometheus_client metric the packages construct."""
+    names: set[str] = set()
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            tree = ast.parse(path.read_text())
+            imported = {a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                        and node.module == "prometheus_client" for a in node.names}
+            for node in ast.walk(tree):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in imported
+                        and node.func.id in SUFFIXES and node.args and isinstance(node.args[0], ast.Constant)):
+                    base = str(node.args[0].value).removesuffix("_total")
+                    names |= {base + s for s in SUFFIXES[node.func.id]}
+    return names
+
+
+def series_in(expr: str) -> set[str]:
+    """Metric names an expression selects (functions, keywords, labels, durations stripped)."""
+    expr = re.sub(r'"(?:\\.|[^"\\])*"', '""', expr)
+    expr = re.sub(r"\{[^}]*\}", "", expr)
+    expr = re.sub(r"\[[^\]]*\]", "", expr)
+    expr = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", expr)
+    tokens = re.finditer(r"(?<![\w:.$])([a-zA-Z_:][a-zA-Z0-9_:]*)(\s*\()?", expr)
+    return {m.group(1) for m in tokens if not m.group(2) and m.group(1).lower() not in PROMQL_WORDS}
+
+
+def rules() -> list[dict[str, Any]]:
+    return [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
+
+
+def dashboard_exprs() -> list[str]:
+    board = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for p in board["panels"] for t in p.get("targets") or []]
+    exprs += [v["query"] for v in board["templating"]["list"] if v["type"] == "query"]
+    return [re.sub(r"label_values\((\w+),\s*\w+\)", r"\1", e) for e in exprs]
+
+
+def test_the_extractor_sees_the_workers_metrics() -> None:
+    names = exported_metrics()
+    assert {"dedupe_messages_total", "dedupe_effective_window_seconds", "dedupe_lag_messages",
+            "dedupe_batch_seconds_bucket", "dedupe_partition_failed"} <= names
+    assert series_in('sum by (result) (rate(dedupe_messages_total{result="x"}[5m])) / on (p) up > 0.5') \
+        == {"dedupe_messages_total", "up"}
+
+
+def test_rules_and_dashboard_name_only_exported_series() -> None:
+    allowed = exported_metrics() | PROMETHEUS_OWN | {r["record"] for r in rules() if "record" in r}
+    unknown = {}
+    for r in rules():
+        unknown[r.get("alert") or r["record"]] = series_in(r["expr"]) - allowed
+    for i, expr in enumerate(dashboard_exprs()):
+        unknown[f"dashboard query {i}: {expr}"] = series_in(expr) - allowed
+    assert not {k: v for k, v in unknown.items() if v}
+    # The check bites: a Strimzi broker series is not exported by ads-broker (yet).
+    assert series_in("kafka_server_replicamanager_underreplicatedpartitions > 0") - allowed
+
+
+def test_every_alert_has_a_runbook_section_and_a_unit_test() -> None:
+    runbook = (ROOT / "docs" / "RUNBOOK.md").read_text().lower()
+    tested = set(re.findall(r"alertname: (\w+)", RULE_TESTS.read_text()))
+    for r in rules():
+        if "alert" not in r:
+            continue
+        anchor = r["annotations"]["runbook_url"].split("#")[1]
+        assert f"## {r['alert'].lower()}" in runbook and anchor == r["alert"].lower(), r["alert"]
+        assert r["alert"] in tested, f"{r['alert']} has no promtool unit test"
+        assert r["labels"]["severity"] in ("page", "warn")
+
+
+def test_promtool_checks_and_unit_tests_the_rules() -> None:
+    promtool = require_tool("promtool")
+    check = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60,
+                           check=False)
+    assert check.returncode == 0, check.stdout + check.stderr
+    test = subprocess.run([promtool, "test", "rules", str(RULE_TESTS)], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert test.returncode == 0 and "SUCCESS" in test.stdout, test.stdout + test.stderr
+
+
+def test_promtool_unit_tests_can_fail(tmp_path: Path) -> None:
+    """The unit tests above bite: the same tests against a rule file with a lowered threshold fail."""
+    promtool = require_tool("promtool")
+    (tmp_path / "dedupe.rules.yml").write_text(RULES.read_text().replace("> 0.05", "> 0.5"))
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "dedupe_test.yml").write_text(RULE_TESTS.read_text())
+    out = subprocess.run([promtool, "test", "rules", str(tmp_path / "tests" / "dedupe_test.yml")],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode != 0 and "DedupeDuplicateRateSpike" in out.stdout + out.stderr
+
+
+def test_dashboard_json_is_the_builders_output() -> None:
+    pytest.importorskip("grafana_foundation_sdk")
+    out = subprocess.run([sys.executable, str(OPS / "grafana" / "build_dashboard.py"), "--check"],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    board = json.loads(DASHBOARD.read_text())
+    assert board["uid"] == "ads-dedupe-workers" and len(board["panels"]) >= 10
+
+
+# --- a real Prometheus scraping a live worker --------------------------------------------------------
+
+
+def _get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 (loopback)
+        return json.loads(resp.read())["data"]
+
+
+def _wait_for(what: str, probe: Any, timeout_s: float, *procs: subprocess.Popen[bytes]) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = probe()
+        if value:
+            return value
+        for p in procs:
+            assert p.poll() is None, f"{p.args[0]} exited with {p.returncode} while waiting for {what}"
+        assert time.monotonic() < deadline, f"no {what} after {timeout_s}s"
+        time.sleep(0.5)
+
+
+@pytest.mark.timeout(240)
+def test_prometheus_evaluates_the_rules_on_a_live_worker(ads_broker: Any, tmp_path: Path) -> None:
+    from ads_broker.embedded import free_port
+    from dedupe_worker.loadgen import LoadManifest, LoadSpec, plan, send
+    from tests.integration.worker.helpers import make_topics, start_worker, stop_worker, wait_started
+
+    prometheus = require_tool("prometheus")
+    bootstrap = ads_broker.bootstrap
+    topics = make_topics(bootstrap, f"prom-{time.monotonic_ns()}", 1)
+    metrics_port, web_port = free_port(), free_port()
+    worker = start_worker(bootstrap, topics, tmp_path / "data", tmp_path / "worker.log",
+                          "--metrics-port", str(metrics_port))
+    config = tmp_path / "prometheus.yml"
+    config.write_text(yaml.safe_dump({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(RULES)],
+        "scrape_configs": [{"job_name": "dedupe-worker",
+                            "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}]}],
+    }))
+    with open(tmp_path / "prometheus.log", "wb") as log:
+        prom = subprocess.Popen([prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                                 f"--web.listen-address=127.0.0.1:{web_port}"], stdout=log, stderr=subprocess.STDOUT)
+    api = f"http://127.0.0.1:{web_port}/api/v1"
+    try:
+        wait_started(worker, tmp_path / "worker.log", 0, 1)
+
+        def query(expr: str) -> list[Any]:
+            try:
+                return list(_get(f"{api}/query?query={urllib.parse.quote(expr)}")["result"])
+            except OSError:
+                return []
+
+        _wait_for("a scrape of the worker", lambda: query('up{job="dedupe-worker"} == 1'), 60, prom, worker)
+        # Two waves: the first creates the counters, the second is an increase Prometheus sees.
+        records, _ = plan(LoadSpec(unique=3000, duplicate_rate=0.25, malformed_rate=0.0, mean_gap_events=5))
+        send(bootstrap, topics.input, records[:200], LoadManifest())
+        _wait_for("the counters", lambda: query("dedupe_messages_total"), 60, prom, worker)
+        time.sleep(3)
+        send(bootstrap, topics.input, records[200:], LoadManifest())
+        ratio = _wait_for("the duplicate ratio", lambda: query("dedupe:duplicate_ratio:rate5m > 0.05"), 90,
+                          prom, worker)
+        assert 0.05 < float(ratio[0]["value"][1]) < 0.5
+        alerts = _wait_for("DedupeDuplicateRateSpike pending", lambda: [
+            a for a in _get(f"{api}/alerts")["alerts"] if a["labels"]["alertname"] == "DedupeDuplicateRateSpike"],
+            60, prom, worker)
+        assert alerts[0]["state"] == "pending"  # `for: 10m` not yet served: the expression matched real samples
+        groups = _get(f"{api}/rules")["groups"]
+        evaluated = [r for g in groups for r in g["rules"]]
+        assert len(evaluated) == len(rules())
+        assert all(r["health"] == "ok" for r in evaluated), [(r["name"], r.get("lastError")) for r in evaluated]
+        firing = {a["labels"]["alertname"] for a in _get(f"{api}/alerts")["alerts"]}
+        assert firing == {"DedupeDuplicateRateSpike"}, firing  # a healthy worker trips nothing else
+    finally:
+        prom.terminate()
+        prom.wait(30)
+        stop_worker(worker)
