@@ -130,6 +130,9 @@ class WorkerConfig(BaseSettings):
     group: str = "dedupe"
     data_dir: Path = Path("./data/dedupe")
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    #: address ``/metrics`` binds: loopback by default; ``0.0.0.0`` (or the host's private address)
+    #: for a Prometheus on another host. The control port always stays on loopback.
+    metrics_host: str = "127.0.0.1"
     control_port: int | None = Field(default=None, ge=0, le=65535)
     exactly_once: Literal["reconcile", "transactional"] = "reconcile"
     batch_size: int = Field(default=5000, gt=0, le=100_000)

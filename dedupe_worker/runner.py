@@ -75,7 +75,7 @@ class WorkerRunner:
         for w in self.workers.values():
             w.open_store()  # fail fast on a wrong or locked volume, before any thread starts
         if self.cfg.metrics_port is not None:
-            self.metrics_port = metrics.serve(self.cfg.metrics_port)
+            self.metrics_port = metrics.serve(self.cfg.metrics_port, self.cfg.metrics_host)
         if self.cfg.control_port is not None:
             self.control = ControlServer(self.workers, self.cfg.control_port).start()
         self._threads = [threading.Thread(target=w.run, name=f"partition-{p}", daemon=True)
@@ -93,7 +93,7 @@ class WorkerRunner:
         group = GroupWorker(self.cfg, metrics, faults, self.stop_event)
         self.workers = group.workers  # the control endpoint sees partitions as they come and go
         if self.cfg.metrics_port is not None:
-            self.metrics_port = metrics.serve(self.cfg.metrics_port)
+            self.metrics_port = metrics.serve(self.cfg.metrics_port, self.cfg.metrics_host)
         if self.cfg.control_port is not None:
             self.control = ControlServer(self.workers, self.cfg.control_port).start()
         self._threads = [threading.Thread(target=group.run, name="group", daemon=True)]

@@ -68,3 +68,9 @@ def test_a_fenced_partition_leaves_the_others_running_and_exits_3() -> None:
     assert not runner.stop_event.is_set()
     assert runner.exit_code() == 3
     assert _runner_with([None, None]).exit_code() == 0
+
+
+def test_metrics_bind_loopback_unless_configured(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load_config(None).metrics_host == "127.0.0.1"
+    monkeypatch.setenv("DEDUPE_METRICS_HOST", "0.0.0.0")
+    assert load_config(None).metrics_host == "0.0.0.0"
