@@ -23,6 +23,7 @@ from kafka.errors import KafkaError
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from ads_broker.exceptions import CorruptRecordError, InvalidRecordError, RecordTooLargeError
+from ads_broker.log.compression import CHUNK_BYTES, decompress_chunks
 from ads_broker.log.config import LogConfig
 
 LOG_OVERHEAD = 12
@@ -50,7 +51,9 @@ NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
 NO_PARTITION_LEADER_EPOCH = -1
+NO_TIMESTAMP = -1
 INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
 
 TIMESTAMP_TYPE_CREATE_TIME = 0
 TIMESTAMP_TYPE_LOG_APPEND_TIME = 1
@@ -255,6 +258,174 @@ def _validate_client_batch(header: BatchHeader) -> None:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class RecordsSummary:
+    """What the per-record pass over a client batch found (Kafka ``LogValidator``'s record loop)."""
+
+    min_timestamp: int  # smallest timestamp other than -1 (NO_TIMESTAMP); INT64_MAX if none
+    max_timestamp: int
+    null_key: bool  # some record has a null key (refused on compacted topics)
+    records_bytes: int  # the records' size, decompressed
+
+
+def validate_records(buf: Buffer, header: BatchHeader, *, max_decompressed: int) -> RecordsSummary:
+    """Check that a client batch's body holds exactly ``recordsCount`` well-formed records whose
+    offset deltas run 0, 1, 2, ... (``buf`` is exactly the batch, header already validated).
+
+    Kafka walks every record of a client batch (``DefaultRecord.readFrom``): a body that ends early,
+    has bytes left over, or a record whose fields do not fill its length is InvalidRecordException
+    (INVALID_RECORD). Kafka rewrites a compressed batch whose inner offsets are not consecutive;
+    rewriting means recompressing, so this broker refuses any such batch instead (no client built
+    on Kafka's producer sends one). Compressed records are decoded as a bounded stream
+    (:func:`~ads_broker.log.compression.decompress_chunks`): never more than ``max_decompressed``
+    bytes, never the whole batch in memory except a single record.
+    """
+    where = f"batch with producerId {header.producer_id} sequence {header.base_sequence}"
+    if header.compression == 0:
+        return _scan_uncompressed(buf, header, where)
+    chunks = decompress_chunks(header.compression, memoryview(buf)[RECORD_BATCH_OVERHEAD : header.size],
+                               max_decompressed)
+    return _scan_stream(chunks, header, where)
+
+
+def _invalid_structure(where: str, index: int, detail: str) -> InvalidRecordError:
+    return InvalidRecordError(f"Found invalid record structure in {where}: record {index} {detail}")
+
+
+def _scan_uncompressed(data: Buffer, header: BatchHeader, where: str) -> RecordsSummary:
+    end = header.size
+    pos = RECORD_BATCH_OVERHEAD
+    base_ts = header.base_timestamp
+    min_ts, max_ts, null_key = INT64_MAX, -1, False
+    index = 0
+    try:
+        for index in range(header.records_count):
+            if pos >= end:
+                raise _invalid_structure(where, index, f"is missing: the batch declares {header.records_count} "
+                                                       f"records but its body ends after {index}")
+            length, pos = _read_varint(data, pos)
+            if length < 0 or pos + length > end:
+                raise _invalid_structure(where, index, f"declares {length} bytes, {end - pos} are left in the batch")
+            ts_delta, key_is_null = _scan_body(data, pos, pos + length, index, where)
+            pos += length
+            ts = base_ts + ts_delta
+            if ts > max_ts:
+                max_ts = ts
+            if ts != NO_TIMESTAMP and ts < min_ts:
+                min_ts = ts
+            null_key |= key_is_null
+    except IndexError:
+        raise _invalid_structure(where, index, "runs past the end of the batch") from None
+    if pos != end:
+        raise InvalidRecordError(f"Incorrect declared batch size, records still remaining in {where}: "
+                                 f"{end - pos} bytes after record {header.records_count - 1}")
+    return RecordsSummary(min_ts, max_ts, null_key, end - RECORD_BATCH_OVERHEAD)
+
+
+class _Window:
+    """Decompressed bytes not yet parsed; pulls chunks as a parse needs them."""
+
+    __slots__ = ("buf", "chunks", "pos", "total")
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self.chunks = chunks
+        self.buf = bytearray()
+        self.pos = 0
+        self.total = 0
+
+    def fill(self, n: int) -> bool:
+        """At least ``n`` unparsed bytes buffered; False if the stream ends first."""
+        while len(self.buf) - self.pos < n:
+            chunk = next(self.chunks, None)
+            if chunk is None:
+                return False
+            if self.pos >= CHUNK_BYTES:
+                del self.buf[: self.pos]
+                self.pos = 0
+            self.buf += chunk
+            self.total += len(chunk)
+        return True
+
+
+def _scan_stream(chunks: Iterator[bytes], header: BatchHeader, where: str) -> RecordsSummary:
+    win = _Window(chunks)
+    base_ts = header.base_timestamp
+    min_ts, max_ts, null_key = INT64_MAX, -1, False
+    for index in range(header.records_count):
+        win.fill(5)  # a length varint is at most 5 bytes; fewer are fine at the end
+        if win.pos >= len(win.buf):
+            raise _invalid_structure(where, index, f"is missing: Incorrect declared batch size, premature EOF "
+                                                   f"after {index} of {header.records_count} records")
+        try:
+            length, start = _read_varint(win.buf, win.pos)
+        except IndexError:
+            raise _invalid_structure(where, index, "has a truncated length") from None
+        if length < 0 or not win.fill(start - win.pos + length):
+            raise _invalid_structure(where, index, f"declares {length} bytes, more than the batch decompresses to")
+        try:
+            ts_delta, key_is_null = _scan_body(win.buf, start, start + length, index, where)
+        except IndexError:
+            raise _invalid_structure(where, index, "runs past its declared length") from None
+        win.pos = start + length
+        ts = base_ts + ts_delta
+        if ts > max_ts:
+            max_ts = ts
+        if ts != NO_TIMESTAMP and ts < min_ts:
+            min_ts = ts
+        null_key |= key_is_null
+    if win.fill(1):
+        raise InvalidRecordError(f"Incorrect declared batch size, records still remaining in {where} after "
+                                 f"{header.records_count} records")
+    return RecordsSummary(min_ts, max_ts, null_key, win.total)
+
+
+def _scan_body(data: Buffer, pos: int, end: int, index: int, where: str) -> tuple[int, bool]:
+    """(timestamp delta, key is null) of the record body data[pos:end]; checks that its fields
+    (attributes, deltas, key, value, headers) fill it exactly and its offset delta is ``index``."""
+    pos += 1  # attributes (unused in v2)
+    ts_delta, pos = _read_varint(data, pos)
+    offset_delta, pos = _read_varint(data, pos)
+    if offset_delta != index:
+        raise InvalidRecordError(f"Record {index} of {where} has offset delta {offset_delta}, expected {index}: "
+                                 "a batch's records must have offset deltas 0, 1, 2, ...")
+    key_len, pos = _read_varint(data, pos)
+    pos += max(key_len, 0)
+    value_len, pos = _read_varint(data, pos)
+    pos += max(value_len, 0)
+    headers, pos = _read_varint(data, pos)
+    if headers < 0:
+        raise _invalid_structure(where, index, f"has {headers} headers")
+    for _ in range(headers):
+        if pos >= end:
+            raise _invalid_structure(where, index, f"declares {headers} headers but its bytes end before them")
+        hkey_len, pos = _read_varint(data, pos)
+        if hkey_len < 0:
+            raise _invalid_structure(where, index, f"has a header key of length {hkey_len}")
+        pos += hkey_len
+        hvalue_len, pos = _read_varint(data, pos)
+        pos += max(hvalue_len, 0)
+    if pos != end:
+        raise InvalidRecordError(f"Invalid record size in {where}: record {index} declares {end - pos} bytes "
+                                 "more or less than its fields hold")
+    return ts_delta, key_len < 0
+
+
+def _read_varint(buf: Buffer, pos: int) -> tuple[int, int]:
+    """Zigzag varint of at most 10 bytes (Kafka ``ByteUtils.readVarlong``); IndexError past the end."""
+    b = buf[pos]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos + 1
+    result = b & 0x7F
+    shift = 7
+    for i in range(pos + 1, pos + 10):
+        b = buf[i]
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (result >> 1) ^ -(result & 1), i + 1
+        shift += 7
+    raise IndexError("varint longer than 10 bytes")
+
+
 def sequence_increment(seq: int, inc: int) -> int:
     """Port of Kafka ``DefaultRecordBatch.incrementSequence`` (wraps after Integer.MAX_VALUE to 0)."""
     if seq > INT32_MAX - inc:
@@ -278,6 +449,12 @@ def stamp_offsets(buf: bytearray, pos: int, base_offset: int, partition_leader_e
     """Write baseOffset and partitionLeaderEpoch in place (both outside the CRC)."""
     _I64.pack_into(buf, pos + BASE_OFFSET_OFFSET, base_offset)
     _I32.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, partition_leader_epoch)
+
+
+def stamp_max_timestamp(buf: bytearray, pos: int, size: int, max_timestamp: int) -> None:
+    """Kafka's ``setMaxTimestamp(CREATE_TIME, max)``: the records' true max timestamp, new CRC."""
+    _I64.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, max_timestamp)
+    _U32.pack_into(buf, pos + CRC_OFFSET, compute_crc(buf, pos, size))
 
 
 def stamp_log_append_time(buf: bytearray, pos: int, size: int, now_ms: int) -> None:
