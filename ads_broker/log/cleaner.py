@@ -63,6 +63,7 @@ from ads_broker.log.records import (
     build_batch,
     compute_crc,
     decode_batch,
+    iter_records,
     stamp_log_append_time,
 )
 from ads_broker.log.segment import LogSegment
@@ -407,10 +408,11 @@ def _records(fd: int, pos: int, header: BatchHeader, off: int, io: IoBuffers) ->
 
 
 def _decoded_records(fd: int, pos: int, header: BatchHeader, off: int, io: IoBuffers) -> Iterator[RecordInfo]:
-    """A compressed batch through kafka-python (read whole: the one allocation not bounded by the
-    io buffer, as Kafka grows its buffers for a batch larger than them). Positions are meaningless."""
+    """A compressed batch, decoded as a bounded stream (the compressed bytes are read whole: the
+    one allocation not bounded by the io buffer, as Kafka grows its buffers for a batch larger than
+    them; the decompressed ones never more than a record at a time). Positions are meaningless."""
     data = bytes(io.read[off : off + header.size]) if off >= 0 else os.pread(fd, header.size, pos)
-    for r in decode_batch(data)[1]:
+    for r in iter_records(data):
         digest = None if r.key is None else key_digest(r.key)
         yield r.offset, r.timestamp, digest, r.value is None, -1, -1
 

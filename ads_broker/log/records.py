@@ -1,10 +1,11 @@
 """Record batch v2 (magic 2): header parsing, validation and offset stamping, per batch.
 
-The broker never decodes individual records on the produce or fetch path: it reads the 61-byte
-header with one ``struct.unpack_from``, checks the CRC-32C over bytes[21:], and patches
+The broker never copies individual records on the produce or fetch path: it reads the 61-byte
+header with one ``struct.unpack_from``, checks the CRC-32C over bytes[21:], walks the records once
+to check their framing (``validate_records``, compressed ones as a bounded stream), and patches
 ``baseOffset`` (bytes 0-8) and ``partitionLeaderEpoch`` (bytes 12-16), both outside the CRC.
-``build_batch`` / ``decode_batch`` (per record, through kafka-python's codec) exist for tests,
-``dump-log``, ListOffsets by timestamp and the coordinators' internal topics.
+``build_batch`` (kafka-python's builder) and ``iter_records`` / ``decode_batch`` (bounded,
+streaming) serve tests, ``dump-log``, ListOffsets by timestamp, the cleaner and the coordinators.
 
 Layout (big-endian): baseOffset i64 @0, batchLength i32 @8, partitionLeaderEpoch i32 @12,
 magic i8 @16, crc u32 @17, attributes i16 @21, lastOffsetDelta i32 @23, baseTimestamp i64 @27,
@@ -19,11 +20,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import crc32c
-from kafka.errors import KafkaError
-from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from ads_broker.exceptions import CorruptRecordError, InvalidRecordError, RecordTooLargeError
-from ads_broker.log.compression import CHUNK_BYTES, decompress_chunks
+from ads_broker.log.compression import CHUNK_BYTES, decompress_chunks, decompressed_limit
 from ads_broker.log.config import LogConfig
 
 LOG_OVERHEAD = 12
@@ -285,7 +285,7 @@ def validate_records(buf: Buffer, header: BatchHeader, *, max_decompressed: int)
         return _scan_uncompressed(buf, header, where)
     chunks = decompress_chunks(header.compression, memoryview(buf)[RECORD_BATCH_OVERHEAD : header.size],
                                max_decompressed)
-    return _scan_stream(chunks, header, where)
+    return _scan_stream(chunks, header, where, max_decompressed)
 
 
 def _invalid_structure(where: str, index: int, detail: str) -> InvalidRecordError:
@@ -347,7 +347,7 @@ class _Window:
         return True
 
 
-def _scan_stream(chunks: Iterator[bytes], header: BatchHeader, where: str) -> RecordsSummary:
+def _scan_stream(chunks: Iterator[bytes], header: BatchHeader, where: str, max_decompressed: int) -> RecordsSummary:
     win = _Window(chunks)
     base_ts = header.base_timestamp
     min_ts, max_ts, null_key = INT64_MAX, -1, False
@@ -360,8 +360,13 @@ def _scan_stream(chunks: Iterator[bytes], header: BatchHeader, where: str) -> Re
             length, start = _read_varint(win.buf, win.pos)
         except IndexError:
             raise _invalid_structure(where, index, "has a truncated length") from None
-        if length < 0 or not win.fill(start - win.pos + length):
+        if length > max_decompressed:
+            raise RecordTooLargeError(f"Record {index} of {where} declares {length} bytes, more than the "
+                                      f"{max_decompressed} a compressed batch may expand to (64 x max.message.bytes)")
+        win.pos = start  # consumed; fill() may move the buffer, so positions are taken after it
+        if length < 0 or not win.fill(length):
             raise _invalid_structure(where, index, f"declares {length} bytes, more than the batch decompresses to")
+        start = win.pos
         try:
             ts_delta, key_is_null = _scan_body(win.buf, start, start + length, index, where)
         except IndexError:
@@ -561,14 +566,70 @@ def raw_records(data: Buffer, header: BatchHeader) -> list[RawRecord]:
     return out
 
 
-def decode_batch(buf: Buffer) -> tuple[BatchHeader, list[Record]]:
-    """Header plus every record (decompressed), through kafka-python's reader."""
+#: The decompression bound of every decode that has no topic config at hand (64 MiB).
+DEFAULT_MAX_DECOMPRESSED = decompressed_limit(LogConfig().max_message_bytes)
+
+
+def iter_records(buf: Buffer, *, max_decompressed: int = DEFAULT_MAX_DECOMPRESSED) -> Iterator[Record]:
+    """The records of the batch at the start of ``buf``, decoded one at a time.
+
+    Memory stays at one record plus a 64 KiB decompression window whatever the batch claims, and a
+    compressed batch never yields more than ``max_decompressed`` bytes (RecordTooLargeError past
+    it); a malformed record raises CorruptRecordError (this reads stored or broker-built batches).
+    """
     header = read_header(buf, 0)
-    if header.size > len(buf):
-        raise CorruptRecordError(f"batch declares {header.size} bytes but only {len(buf)} are present")
-    batch = DefaultRecordBatch(bytes(buf[: header.size]))
-    try:
-        records = [Record(r.offset, r.timestamp, r.key, r.value, [(k, v) for k, v in r.headers]) for r in batch]
-    except (KafkaError, ValueError, IndexError, UnicodeDecodeError, AssertionError) as exc:
-        raise CorruptRecordError(f"batch at offset {header.base_offset} has undecodable records: {exc!r}") from exc
-    return header, records
+    if header.size > len(buf) or header.size < RECORD_BATCH_OVERHEAD:
+        raise CorruptRecordError(f"batch declares {header.size} bytes but {len(buf)} are present")
+    body = memoryview(buf)[RECORD_BATCH_OVERHEAD : header.size]
+    chunks = iter([bytes(body)]) if header.compression == 0 else decompress_chunks(
+        header.compression, body, max_decompressed)
+    win = _Window(chunks)
+    for index in range(header.records_count):
+        try:
+            win.fill(5)
+            length, start = _read_varint(win.buf, win.pos)
+            win.pos = start
+            if length < 0 or not win.fill(length):
+                raise IndexError(f"record length {length} runs past the batch")
+            start = win.pos
+            win.pos = start + length
+            yield _parse_record(win.buf, start, start + length, header)
+        except (IndexError, UnicodeDecodeError) as exc:
+            raise CorruptRecordError(
+                f"batch at offset {header.base_offset} has an undecodable record {index}: {exc}") from exc
+
+
+def _parse_record(data: Buffer, pos: int, end: int, header: BatchHeader) -> Record:
+    pos += 1  # attributes
+    ts_delta, pos = _read_varint(data, pos)
+    offset_delta, pos = _read_varint(data, pos)
+    key, pos = _read_bytes(data, pos, end)
+    value, pos = _read_bytes(data, pos, end)
+    count, pos = _read_varint(data, pos)
+    headers: list[tuple[str, bytes | None]] = []
+    for _ in range(count):
+        hkey, pos = _read_bytes(data, pos, end)
+        hvalue, pos = _read_bytes(data, pos, end)
+        if hkey is None:
+            raise IndexError("null header key")
+        headers.append((hkey.decode(), hvalue))
+    if pos != end:
+        raise IndexError(f"record fields end at {pos}, its length says {end}")
+    log_append = header.attributes & TIMESTAMP_TYPE_MASK
+    timestamp = header.max_timestamp if log_append else header.base_timestamp + ts_delta
+    return Record(header.base_offset + offset_delta, timestamp, key, value, headers)
+
+
+def _read_bytes(data: Buffer, pos: int, end: int) -> tuple[bytes | None, int]:
+    length, pos = _read_varint(data, pos)
+    if length < 0:
+        return None, pos
+    if pos + length > end:
+        raise IndexError(f"a field of {length} bytes runs past its record")
+    return bytes(data[pos : pos + length]), pos + length
+
+
+def decode_batch(buf: Buffer, *, max_decompressed: int = DEFAULT_MAX_DECOMPRESSED) -> tuple[BatchHeader, list[Record]]:
+    """Header plus every record (decompressed within ``max_decompressed`` bytes). For small batches
+    (internal topics, tests, dump-log); readers of client data use :func:`iter_records`."""
+    return read_header(buf, 0), list(iter_records(buf, max_decompressed=max_decompressed))

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, BinaryIO
 import crc32c
 
 from ads_broker.log.cleaner_io import pread_into
+from ads_broker.log.compression import decompressed_limit
 from ads_broker.log.config import LogConfig
 from ads_broker.log.index import IndexCorruptError, OffsetIndex, TimeIndex
 from ads_broker.log.records import (
@@ -30,7 +31,7 @@ from ads_broker.log.records import (
     TIMESTAMP_TYPE_LOG_APPEND_TIME,
     BatchHeader,
     batch_error,
-    decode_batch,
+    iter_records,
     read_header,
 )
 
@@ -383,8 +384,8 @@ class LogSegment:
     ) -> tuple[int, int]:
         if header.timestamp_type == TIMESTAMP_TYPE_LOG_APPEND_TIME:
             return max(header.base_offset, starting_offset), header.max_timestamp
-        _, records = decode_batch(FileSlice(self._read_file, pos, header.size).read_bytes())
-        for record in records:
+        data = FileSlice(self._read_file, pos, header.size).read_bytes()
+        for record in iter_records(data, max_decompressed=decompressed_limit(self.config.max_message_bytes)):
             if record.timestamp >= timestamp and record.offset >= starting_offset:
                 return record.offset, record.timestamp
         return header.last_offset, header.max_timestamp
