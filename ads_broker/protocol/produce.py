@@ -16,7 +16,7 @@ import structlog
 from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 
 from ads_broker.coordinator.transaction import reason
-from ads_broker.exceptions import BrokerError, BrokerNotAvailableError, InvalidRecordError
+from ads_broker.exceptions import BrokerError, BrokerNotAvailableError, InvalidRecordError, InvalidTopicError
 from ads_broker.log.log import ValidatedBatch
 from ads_broker.log.records import ATTRIBUTES_OFFSET, COMPRESSION_CODEC_MASK, RECORD_BATCH_OVERHEAD, read_header
 from ads_broker.protocol.codec import DecodedRequest
@@ -37,6 +37,11 @@ INLINE_VALIDATE_BYTES = 32 * 1024
 async def _append_one(broker: Broker, req: DecodedRequest, topic: str, pdata: Any, resp: Any) -> None:
     try:
         partition = broker.replicas.get_partition(topic, pdata.index)
+        if broker.replicas.get_topic(topic).internal:
+            # Kafka's ReplicaManager.appendToLocalLog (internalTopicsAllowed=false for clients); the
+            # coordinators write these topics through Log.append_internal, never through Produce.
+            raise InvalidTopicError(f"Cannot append to internal topic {topic}: only the broker's coordinators "
+                                    "write it; commit offsets with OffsetCommit / TxnOffsetCommit")
         if pdata.records is None:
             raise InvalidRecordError("produce request carries null records")
         if broker.faults is not None:
