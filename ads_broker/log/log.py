@@ -30,6 +30,7 @@ from pathlib import Path
 from ads_broker.exceptions import (
     InvalidProducerEpochError,
     InvalidRecordError,
+    InvalidTimestampError,
     OffsetOutOfRangeError,
     TxnVerificationError,
 )
@@ -38,6 +39,8 @@ from ads_broker.log.config import LogConfig
 from ads_broker.log.fileutil import atomic_write, fsync_dir
 from ads_broker.log.producer_state import CONTROL_ABORT, CONTROL_COMMIT, CompletedTxn, ProducerStateManager
 from ads_broker.log.records import (
+    INT64_MAX,
+    NO_TIMESTAMP,
     BatchHeader,
     Record,
     RecordsSummary,
@@ -304,7 +307,22 @@ class Log:
                 f"Compacted topic cannot accept message without key in topic partition "
                 f"{self.topic}-{self.partition}; give every record a key or use cleanup.policy=delete"
             )
+        if not config.log_append_time:
+            self._check_timestamps(summary, self._now_ms())
         return ValidatedBatch(header, summary, config)
+
+    def _check_timestamps(self, summary: RecordsSummary, now: int) -> None:
+        """KIP-937 (Kafka's ``LogValidator.validateTimestamp`` for CreateTime): every record's
+        timestamp (except -1, none) within [now - before.max.ms, now + after.max.ms]."""
+        low = now - self.config.message_timestamp_before_max_ms
+        high = now + self.config.message_timestamp_after_max_ms
+        for ts in (summary.min_timestamp, summary.max_timestamp):
+            if ts != NO_TIMESTAMP and ts != INT64_MAX and not low <= ts <= high:
+                raise InvalidTimestampError(
+                    f"Timestamp {ts} of a message in {self.topic}-{self.partition} is out of range. The timestamp "
+                    f"should be within [{low}, {high}] (message.timestamp.before.max.ms / "
+                    "message.timestamp.after.max.ms); fix the producer's clock or the record's timestamp"
+                )
 
     def append_as_leader(
         self,

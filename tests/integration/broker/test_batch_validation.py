@@ -40,11 +40,12 @@ def record(offset_delta: int, value: bytes | None = b"v", key: bytes | None = No
 
 
 def raw_batch(body: bytes, *, count: int, last_offset_delta: int | None = None, attributes: int = 0,
-              timestamp: int | None = None) -> bytes:
+              timestamp: int | None = None, max_timestamp: int | None = None) -> bytes:
     """A v2 batch around ``body`` claiming ``count`` records, with a correct CRC."""
     ts = int(time.time() * 1000) if timestamp is None else timestamp
+    max_ts = ts if max_timestamp is None else max_timestamp
     lod = count - 1 if last_offset_delta is None else last_offset_delta
-    header = bytearray(HEADER.pack(0, 49 + len(body), -1, 2, 0, attributes, lod, ts, ts, -1, -1, -1, count))
+    header = bytearray(HEADER.pack(0, 49 + len(body), -1, 2, 0, attributes, lod, ts, max_ts, -1, -1, -1, count))
     data = header + body
     struct.pack_into(">I", data, 17, crc32c.crc32c(bytes(data[21:])))
     return bytes(data)
