@@ -43,7 +43,7 @@ from ads_broker.exceptions import (
     UnknownTopicOrPartitionError,
 )
 from ads_broker.log.config import TOPIC_CONFIG_KEYS, LogConfig
-from ads_broker.log.fileutil import atomic_write
+from ads_broker.log.fileutil import atomic_write, fsync_dir
 from ads_broker.log.log import Log
 
 log = structlog.get_logger("ads_broker.replica_manager")
@@ -166,8 +166,10 @@ class ReplicaManager:
         for meta in self._read_topic_metadata():
             self._load_topic(meta, recovery_points)
         # Consume the marker only after every log loaded: a crash during loading must recover again.
+        # The unlink is fsynced: a marker that a power cut brought back would skip the next recovery.
         with contextlib.suppress(FileNotFoundError):
             marker.unlink()
+            fsync_dir(self.data_dir)
         log.info("logs loaded", topics=len(self.topics), clean_shutdown=self.clean_start,
                  seconds=round(time.monotonic() - started, 3), data_dir=str(self.data_dir))
 

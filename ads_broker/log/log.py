@@ -139,10 +139,13 @@ class Log:
         self._segments: list[LogSegment] = []
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._unflushed = 0
+        self._dir_dirty = True  # a fresh log's first segment may have just been created
         self.last_flush_ms = now_ms()
         self.log_start_offset = 0
         self.recovery_point = recovery_point
         self.recovered_bytes_truncated = 0
+        #: A new partition directory's own entry lives in the data dir: fsynced on the first flush.
+        self._parent_dirty = not dir.exists()
         dir.mkdir(parents=True, exist_ok=True)
         self._load(recovery_point, clean_shutdown)
 
@@ -231,6 +234,7 @@ class Log:
         for segment in self._segments:
             segment.delete()
         self._segments = [LogSegment(self.dir, offset, self.config, now_ms=self._now_ms())]
+        self._dir_dirty = True
         self.producer_state.truncate_and_reload(offset, offset)
         self.txn_index.load([offset], offset)
 
@@ -470,6 +474,7 @@ class Log:
         self.producer_state.take_snapshot(base)
         segment = LogSegment(self.dir, base, self.config, now_ms=self._now_ms())
         self._segments.append(segment)
+        self._dir_dirty = True  # the next flush makes the new files' directory entries durable
         return segment
 
     def maybe_roll_by_time(self) -> None:
@@ -673,11 +678,19 @@ class Log:
     # -- durability ------------------------------------------------------------------------
 
     def flush(self) -> None:
-        """fsync every segment written since the last flush; advance the recovery point."""
+        """fsync every segment written since the last flush, then the directory if a segment was
+        created since (Kafka's ``LocalLog.flush`` after a roll): a segment whose data is fsynced but
+        whose directory entry is not can vanish in a power cut. Advances the recovery point."""
         leo = self.log_end_offset
         for segment in list(self._segments):
             if segment.dirty:
                 segment.flush()
+        if self._dir_dirty:
+            fsync_dir(self.dir)
+            self._dir_dirty = False
+        if self._parent_dirty:
+            fsync_dir(self.dir.parent)
+            self._parent_dirty = False
         self.recovery_point = max(self.recovery_point, leo)
         self._unflushed = 0
         self.last_flush_ms = self._now_ms()
