@@ -45,6 +45,7 @@ from ads_broker.exceptions import (
 from ads_broker.log.config import TOPIC_CONFIG_KEYS, LogConfig
 from ads_broker.log.fileutil import atomic_write, fsync_dir
 from ads_broker.log.log import Log
+from ads_broker.log.segment import READ_HANDLES
 
 log = structlog.get_logger("ads_broker.replica_manager")
 
@@ -150,6 +151,7 @@ class ReplicaManager:
         self.data_dir = data_dir
         self.config = config
         self.record_synced_length = record_synced_length  # the fault hook's .log.synced files (faults.py)
+        READ_HANDLES.max_open = int(config["log.open.segment.files.max"])
         self.topics: dict[str, Topic] = {}
         self._lock_fd: int | None = None
         self.clean_start = False

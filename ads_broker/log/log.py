@@ -164,6 +164,8 @@ class Log:
         if not self._segments:
             self._segments = [LogSegment(self.dir, persisted_start, self.config, now_ms=now)]
         self._recover_segments(recovery_point, clean_shutdown)
+        for segment in self._segments[:-1]:
+            segment.mark_inactive()  # only the active segment keeps write descriptors
         self.log_start_offset = max(persisted_start, self._segments[0].base_offset)
         if self.log_start_offset > self.log_end_offset:
             self._truncate_fully_and_start_at(self.log_start_offset)
