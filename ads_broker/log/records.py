@@ -281,45 +281,131 @@ def validate_records(buf: Buffer, header: BatchHeader, *, max_decompressed: int)
     bytes, never the whole batch in memory except a single record.
     """
     where = f"batch with producerId {header.producer_id} sequence {header.base_sequence}"
+    scan = _Scan(header, where)
     if header.compression == 0:
-        return _scan_uncompressed(buf, header, where)
+        pos = _scan_span(buf, RECORD_BATCH_OVERHEAD, header.size, scan)
+        if scan.index < header.records_count:
+            raise _invalid_structure(where, scan.index, f"is missing or truncated: the batch declares "
+                                     f"{header.records_count} records but its body ends after {scan.index}")
+        if pos != header.size:
+            raise InvalidRecordError(f"Incorrect declared batch size, records still remaining in {where}: "
+                                     f"{header.size - pos} bytes after record {header.records_count - 1}")
+        return scan.summary(header.size - RECORD_BATCH_OVERHEAD)
     chunks = decompress_chunks(header.compression, memoryview(buf)[RECORD_BATCH_OVERHEAD : header.size],
                                max_decompressed)
-    return _scan_stream(chunks, header, where, max_decompressed)
+    return _scan_stream(chunks, scan, max_decompressed)
 
 
 def _invalid_structure(where: str, index: int, detail: str) -> InvalidRecordError:
     return InvalidRecordError(f"Found invalid record structure in {where}: record {index} {detail}")
 
 
-def _scan_uncompressed(data: Buffer, header: BatchHeader, where: str) -> RecordsSummary:
-    end = header.size
-    pos = RECORD_BATCH_OVERHEAD
-    base_ts = header.base_timestamp
-    min_ts, max_ts, null_key = INT64_MAX, -1, False
-    index = 0
+class _Scan:
+    """The running state of one batch's record walk."""
+
+    __slots__ = ("base_ts", "count", "index", "max_delta", "min_delta", "no_ts_delta", "null_key", "where")
+
+    def __init__(self, header: BatchHeader, where: str) -> None:
+        self.count = header.records_count
+        self.index = 0
+        self.base_ts = header.base_timestamp
+        self.no_ts_delta = NO_TIMESTAMP - header.base_timestamp  # a record without a timestamp
+        self.min_delta = INT64_MAX
+        self.max_delta = NO_TIMESTAMP - header.base_timestamp
+        self.null_key = False
+        self.where = where
+
+    def summary(self, records_bytes: int) -> RecordsSummary:
+        low = INT64_MAX if self.min_delta == INT64_MAX else self.base_ts + self.min_delta
+        return RecordsSummary(low, self.base_ts + self.max_delta, self.null_key, records_bytes)
+
+
+def _scan_span(data: Buffer, pos: int, end: int, scan: _Scan) -> int:
+    """Walk the complete records in ``data[pos:end]``, updating ``scan``; returns where the first
+    incomplete record starts (``end`` if none). Hot path: one pass, single-byte varints inline."""
+    index, count, where = scan.index, scan.count, scan.where
+    min_d, max_d, no_ts, null_key = scan.min_delta, scan.max_delta, scan.no_ts_delta, scan.null_key
+    rv = _read_varint
     try:
-        for index in range(header.records_count):
-            if pos >= end:
-                raise _invalid_structure(where, index, f"is missing: the batch declares {header.records_count} "
-                                                       f"records but its body ends after {index}")
-            length, pos = _read_varint(data, pos)
-            if length < 0 or pos + length > end:
-                raise _invalid_structure(where, index, f"declares {length} bytes, {end - pos} are left in the batch")
-            ts_delta, key_is_null = _scan_body(data, pos, pos + length, index, where)
-            pos += length
-            ts = base_ts + ts_delta
-            if ts > max_ts:
-                max_ts = ts
-            if ts != NO_TIMESTAMP and ts < min_ts:
-                min_ts = ts
-            null_key |= key_is_null
-    except IndexError:
-        raise _invalid_structure(where, index, "runs past the end of the batch") from None
-    if pos != end:
-        raise InvalidRecordError(f"Incorrect declared batch size, records still remaining in {where}: "
-                                 f"{end - pos} bytes after record {header.records_count - 1}")
-    return RecordsSummary(min_ts, max_ts, null_key, end - RECORD_BATCH_OVERHEAD)
+        while index < count and pos < end:
+            b = data[pos]
+            if b < 0x80:
+                length, p = (b >> 1) ^ -(b & 1), pos + 1
+            else:
+                try:
+                    length, p = rv(data, pos)
+                except IndexError:
+                    break  # the length itself is cut by the end of the span
+            rec_end = p + length
+            if length < 6:  # attributes, two deltas, key and value lengths, header count
+                raise _invalid_structure(where, index, f"declares {length} bytes, fewer than a record's fields")
+            if rec_end > end:
+                break
+            try:
+                p += 1  # attributes
+                b = data[p]
+                if b < 0x80:
+                    ts_delta, p = (b >> 1) ^ -(b & 1), p + 1
+                else:
+                    ts_delta, p = rv(data, p)
+                b = data[p]
+                if b < 0x80:
+                    offset_delta, p = (b >> 1) ^ -(b & 1), p + 1
+                else:
+                    offset_delta, p = rv(data, p)
+                b = data[p]
+                if b < 0x80:
+                    key_len, p = (b >> 1) ^ -(b & 1), p + 1
+                else:
+                    key_len, p = rv(data, p)
+                if key_len >= 0:
+                    p += key_len
+                else:
+                    null_key = True
+                b = data[p]
+                if b < 0x80:
+                    value_len, p = (b >> 1) ^ -(b & 1), p + 1
+                else:
+                    value_len, p = rv(data, p)
+                if value_len > 0:
+                    p += value_len
+                if data[p] == 0:  # no headers: the common case
+                    p += 1
+                else:
+                    p = _skip_headers(data, p, rec_end, index, where)
+            except IndexError:
+                raise _invalid_structure(where, index, "has fields past its declared length") from None
+            if p != rec_end:
+                raise InvalidRecordError(f"Invalid record size in {where}: record {index} declares {length} "
+                                         f"bytes but its fields hold {length + p - rec_end}")
+            if offset_delta != index:
+                raise InvalidRecordError(f"Record {index} of {where} has offset delta {offset_delta}, expected "
+                                         f"{index}: a batch's records must have offset deltas 0, 1, 2, ...")
+            if ts_delta > max_d:
+                max_d = ts_delta
+            if ts_delta < min_d and ts_delta != no_ts:
+                min_d = ts_delta
+            index += 1
+            pos = rec_end
+    finally:
+        scan.index, scan.min_delta, scan.max_delta, scan.null_key = index, min_d, max_d, null_key
+    return pos
+
+
+def _skip_headers(data: Buffer, p: int, end: int, index: int, where: str) -> int:
+    headers, p = _read_varint(data, p)
+    if headers < 0:
+        raise _invalid_structure(where, index, f"has {headers} headers")
+    for _ in range(headers):
+        if p >= end:
+            raise _invalid_structure(where, index, f"declares {headers} headers but its bytes end before them")
+        key_len, p = _read_varint(data, p)
+        if key_len < 0:
+            raise _invalid_structure(where, index, f"has a header key of length {key_len}")
+        p += key_len
+        value_len, p = _read_varint(data, p)
+        p += max(value_len, 0)
+    return p
 
 
 class _Window:
@@ -347,72 +433,31 @@ class _Window:
         return True
 
 
-def _scan_stream(chunks: Iterator[bytes], header: BatchHeader, where: str, max_decompressed: int) -> RecordsSummary:
+def _scan_stream(chunks: Iterator[bytes], scan: _Scan, max_decompressed: int) -> RecordsSummary:
     win = _Window(chunks)
-    base_ts = header.base_timestamp
-    min_ts, max_ts, null_key = INT64_MAX, -1, False
-    for index in range(header.records_count):
-        win.fill(5)  # a length varint is at most 5 bytes; fewer are fine at the end
-        if win.pos >= len(win.buf):
-            raise _invalid_structure(where, index, f"is missing: Incorrect declared batch size, premature EOF "
-                                                   f"after {index} of {header.records_count} records")
+    where = scan.where
+    while True:
+        win.pos = _scan_span(win.buf, win.pos, len(win.buf), scan)
+        if scan.index == scan.count:
+            break
+        need = len(win.buf) - win.pos + 1  # the next record's length varint is cut: one more byte
         try:
             length, start = _read_varint(win.buf, win.pos)
         except IndexError:
-            raise _invalid_structure(where, index, "has a truncated length") from None
-        if length > max_decompressed:
-            raise RecordTooLargeError(f"Record {index} of {where} declares {length} bytes, more than the "
-                                      f"{max_decompressed} a compressed batch may expand to (64 x max.message.bytes)")
-        win.pos = start  # consumed; fill() may move the buffer, so positions are taken after it
-        if length < 0 or not win.fill(length):
-            raise _invalid_structure(where, index, f"declares {length} bytes, more than the batch decompresses to")
-        start = win.pos
-        try:
-            ts_delta, key_is_null = _scan_body(win.buf, start, start + length, index, where)
-        except IndexError:
-            raise _invalid_structure(where, index, "runs past its declared length") from None
-        win.pos = start + length
-        ts = base_ts + ts_delta
-        if ts > max_ts:
-            max_ts = ts
-        if ts != NO_TIMESTAMP and ts < min_ts:
-            min_ts = ts
-        null_key |= key_is_null
-    if win.fill(1):
+            pass
+        else:
+            if length > max_decompressed:
+                raise RecordTooLargeError(
+                    f"Record {scan.index} of {where} declares {length} bytes, more than the {max_decompressed} "
+                    "a compressed batch may expand to (64 x max(max.message.bytes, 1 MiB))")
+            need = start - win.pos + length
+        if not win.fill(need):
+            raise _invalid_structure(where, scan.index, f"is missing: Incorrect declared batch size, premature "
+                                     f"EOF after {scan.index} of {scan.count} records")
+    if win.fill(len(win.buf) - win.pos + 1):
         raise InvalidRecordError(f"Incorrect declared batch size, records still remaining in {where} after "
-                                 f"{header.records_count} records")
-    return RecordsSummary(min_ts, max_ts, null_key, win.total)
-
-
-def _scan_body(data: Buffer, pos: int, end: int, index: int, where: str) -> tuple[int, bool]:
-    """(timestamp delta, key is null) of the record body data[pos:end]; checks that its fields
-    (attributes, deltas, key, value, headers) fill it exactly and its offset delta is ``index``."""
-    pos += 1  # attributes (unused in v2)
-    ts_delta, pos = _read_varint(data, pos)
-    offset_delta, pos = _read_varint(data, pos)
-    if offset_delta != index:
-        raise InvalidRecordError(f"Record {index} of {where} has offset delta {offset_delta}, expected {index}: "
-                                 "a batch's records must have offset deltas 0, 1, 2, ...")
-    key_len, pos = _read_varint(data, pos)
-    pos += max(key_len, 0)
-    value_len, pos = _read_varint(data, pos)
-    pos += max(value_len, 0)
-    headers, pos = _read_varint(data, pos)
-    if headers < 0:
-        raise _invalid_structure(where, index, f"has {headers} headers")
-    for _ in range(headers):
-        if pos >= end:
-            raise _invalid_structure(where, index, f"declares {headers} headers but its bytes end before them")
-        hkey_len, pos = _read_varint(data, pos)
-        if hkey_len < 0:
-            raise _invalid_structure(where, index, f"has a header key of length {hkey_len}")
-        pos += hkey_len
-        hvalue_len, pos = _read_varint(data, pos)
-        pos += max(hvalue_len, 0)
-    if pos != end:
-        raise InvalidRecordError(f"Invalid record size in {where}: record {index} declares {end - pos} bytes "
-                                 "more or less than its fields hold")
-    return ts_delta, key_len < 0
+                                 f"{scan.count} records")
+    return scan.summary(win.total)
 
 
 def _read_varint(buf: Buffer, pos: int) -> tuple[int, int]:
