@@ -333,7 +333,12 @@ def _scan_span(data: Buffer, pos: int, end: int, scan: _Scan) -> int:
                 length, p = (b >> 1) ^ -(b & 1), pos + 1
             else:
                 try:
-                    length, p = rv(data, pos)
+                    c = data[pos + 1]
+                    if c < 0x80:  # two bytes: records of 64 to 8191 bytes
+                        v = (b & 0x7F) | (c << 7)
+                        length, p = (v >> 1) ^ -(v & 1), pos + 2
+                    else:
+                        length, p = rv(data, pos)
                 except IndexError:
                     break  # the length itself is cut by the end of the span
             rec_end = p + length
@@ -365,6 +370,9 @@ def _scan_span(data: Buffer, pos: int, end: int, scan: _Scan) -> int:
                 b = data[p]
                 if b < 0x80:
                     value_len, p = (b >> 1) ^ -(b & 1), p + 1
+                elif data[p + 1] < 0x80:  # two bytes: values of 64 to 8191 bytes
+                    v = (b & 0x7F) | (data[p + 1] << 7)
+                    value_len, p = (v >> 1) ^ -(v & 1), p + 2
                 else:
                     value_len, p = rv(data, p)
                 if value_len > 0:
