@@ -21,7 +21,7 @@ from ads_broker.coordinator.transaction import TransactionCoordinator
 from ads_broker.exceptions import BrokerError
 from ads_broker.faults import BrokerFaults
 from ads_broker.log.cleaner import CleanablePartition, LogCleaner
-from ads_broker.log.log import AppendInfo
+from ads_broker.log.log import AppendInfo, ValidatedBatch
 from ads_broker.producer_ids import ProducerIdManager
 from ads_broker.protocol import admin, fetch, groups, metadata, produce, txn
 from ads_broker.protocol.codec import Chunk, DecodedRequest
@@ -142,7 +142,7 @@ class Broker:
     def _flush_due(self) -> None:
         self.replicas.flush_due(now_ms())
 
-    async def append(self, partition: Partition, records: bytes) -> AppendInfo:
+    async def append(self, partition: Partition, records: bytes, validated: ValidatedBatch | None = None) -> AppendInfo:
         """Append a client's batch, serialized per partition by its lock.
 
         A small batch whose partition lock is free is appended right on the event loop: its
@@ -154,13 +154,13 @@ class Broker:
         verify_txn = self.txn.verify_append  # transactional batches are re-verified under the lock
         if len(records) <= INLINE_APPEND_BYTES and partition.lock.acquire(blocking=False):
             try:
-                return partition.log.append_as_leader(records, partition.leader_epoch, verify_txn)
+                return partition.log.append_as_leader(records, partition.leader_epoch, verify_txn, validated)
             finally:
                 partition.lock.release()
 
         def locked_append() -> AppendInfo:
             with partition.lock:
-                return partition.log.append_as_leader(records, partition.leader_epoch, verify_txn)
+                return partition.log.append_as_leader(records, partition.leader_epoch, verify_txn, validated)
 
         return await asyncio.get_running_loop().run_in_executor(self._writers, locked_append)
 

@@ -65,6 +65,15 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("log.index.interval.bytes", int, 4096, 0, topic_name="index.interval.bytes"),
     Setting("log.index.size.max.bytes", int, 10485760, 4, topic_name="segment.index.bytes"),
     Setting("log.message.timestamp.type", str, "CreateTime", topic_name="message.timestamp.type"),
+    # -- log: record validation and segment files (issue 12: timestamps, file descriptors) --
+    Setting("log.message.timestamp.before.max.ms", int, LONG_MAX, 0, topic_name="message.timestamp.before.max.ms",
+            doc="a CreateTime record older than this (vs the broker clock) is refused with INVALID_TIMESTAMP"),
+    Setting("log.message.timestamp.after.max.ms", int, 3600000, 0, topic_name="message.timestamp.after.max.ms",
+            doc="a CreateTime record further in the future than this is refused with INVALID_TIMESTAMP "
+                "(Kafka 4.0's default; one far-future record would pin retention and segment rolls)"),
+    Setting("log.open.segment.files.max", int, 512, 1,
+            doc="not a Kafka setting: idle read descriptors of segment files kept open (LRU); inactive segments "
+                "hold no write descriptors, so open files are about 3 per partition plus this"),
     Setting("log.cleanup.policy", str, "delete", topic_name="cleanup.policy"),
     Setting("log.segment.delete.delay.ms", int, 60000, 0, topic_name="file.delete.delay.ms"),
     Setting("log.cleaner.enable", _bool, True, doc="run the log cleaner (compaction) thread"),

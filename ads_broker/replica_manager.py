@@ -43,8 +43,9 @@ from ads_broker.exceptions import (
     UnknownTopicOrPartitionError,
 )
 from ads_broker.log.config import TOPIC_CONFIG_KEYS, LogConfig
-from ads_broker.log.fileutil import atomic_write
+from ads_broker.log.fileutil import atomic_write, fsync_dir
 from ads_broker.log.log import Log
+from ads_broker.log.segment import READ_HANDLES
 
 log = structlog.get_logger("ads_broker.replica_manager")
 
@@ -150,6 +151,7 @@ class ReplicaManager:
         self.data_dir = data_dir
         self.config = config
         self.record_synced_length = record_synced_length  # the fault hook's .log.synced files (faults.py)
+        READ_HANDLES.max_open = int(config["log.open.segment.files.max"])
         self.topics: dict[str, Topic] = {}
         self._lock_fd: int | None = None
         self.clean_start = False
@@ -166,8 +168,10 @@ class ReplicaManager:
         for meta in self._read_topic_metadata():
             self._load_topic(meta, recovery_points)
         # Consume the marker only after every log loaded: a crash during loading must recover again.
+        # The unlink is fsynced: a marker that a power cut brought back would skip the next recovery.
         with contextlib.suppress(FileNotFoundError):
             marker.unlink()
+            fsync_dir(self.data_dir)
         log.info("logs loaded", topics=len(self.topics), clean_shutdown=self.clean_start,
                  seconds=round(time.monotonic() - started, 3), data_dir=str(self.data_dir))
 

@@ -63,6 +63,7 @@ from ads_broker.log.records import (
     build_batch,
     compute_crc,
     decode_batch,
+    iter_records,
     stamp_log_append_time,
 )
 from ads_broker.log.segment import LogSegment
@@ -326,22 +327,30 @@ class LogCleaner:
             found = segment.translate_offset(plan.first_dirty)
             if found is None:
                 continue
-            fd = segment.read_fd
-            for pos, header, off in scan_batches(fd, found[0], segment.size, io.read):
-                if header.base_offset >= plan.upper:
-                    return plan.upper
-                plan.stats.bytes_read += header.size
-                plan.stats.seconds_throttled += throttler.add(header.size)
-                if header.is_control or _is_aborted(header, plan.aborted):
-                    continue
-                if header.compression == 0 and off >= 0 and \
-                        offset_map.size + header.records_count <= offset_map.max_entries:
-                    map_records_in(io.read, off, header, offset_map.put_digest, plan.first_dirty)  # cannot fill up
-                elif not _map_batch(offset_map, plan.first_dirty, header,
-                                    partial(_records, fd, pos, header, off, io)):
-                    plan.stats.map_full = True
-                    return header.base_offset  # a full map cleans the prefix it covers
+            with segment.read_fd() as fd:
+                end = self._map_segment(plan, offset_map, throttler, io, segment, fd, found[0])
+            if end is not None:
+                return end
         return plan.upper
+
+    def _map_segment(self, plan: _Plan, offset_map: OffsetMap, throttler: Throttler, io: IoBuffers,
+                     segment: LogSegment, fd: int, start: int) -> int | None:
+        """One segment of the map pass; where the map ends if it ends inside it, else None."""
+        for pos, header, off in scan_batches(fd, start, segment.size, io.read):
+            if header.base_offset >= plan.upper:
+                return plan.upper
+            plan.stats.bytes_read += header.size
+            plan.stats.seconds_throttled += throttler.add(header.size)
+            if header.is_control or _is_aborted(header, plan.aborted):
+                continue
+            if header.compression == 0 and off >= 0 and \
+                    offset_map.size + header.records_count <= offset_map.max_entries:
+                map_records_in(io.read, off, header, offset_map.put_digest, plan.first_dirty)  # cannot fill up
+            elif not _map_batch(offset_map, plan.first_dirty, header,
+                                partial(_records, fd, pos, header, off, io)):
+                plan.stats.map_full = True
+                return header.base_offset  # a full map cleans the prefix it covers
+        return None
 
     @staticmethod
     def _groups(plog: Log, segments: list[LogSegment]) -> list[list[LogSegment]]:
@@ -369,15 +378,16 @@ class LogCleaner:
         try:
             out = Output(fd, io.write)
             for segment in group:
-                rewrite = _Rewrite(plan, offset_map, out, io, segment.read_fd,
-                                   retain_tombstones=segment.largest_timestamp > plan.delete_horizon_ms)
-                for pos, header, off in scan_batches(segment.read_fd, 0, segment.size, io.read):
-                    plan.stats.bytes_read += header.size
-                    before = out.position
-                    rewrite.batch(pos, header, off)
-                    written = out.position - before
-                    plan.stats.bytes_written += written
-                    plan.stats.seconds_throttled += throttler.add(header.size + written)
+                with segment.read_fd() as read_fd:
+                    rewrite = _Rewrite(plan, offset_map, out, io, read_fd,
+                                       retain_tombstones=segment.largest_timestamp > plan.delete_horizon_ms)
+                    for pos, header, off in scan_batches(read_fd, 0, segment.size, io.read):
+                        plan.stats.bytes_read += header.size
+                        before = out.position
+                        rewrite.batch(pos, header, off)
+                        written = out.position - before
+                        plan.stats.bytes_written += written
+                        plan.stats.seconds_throttled += throttler.add(header.size + written)
             out.flush()
             os.fsync(fd)
         finally:
@@ -407,10 +417,11 @@ def _records(fd: int, pos: int, header: BatchHeader, off: int, io: IoBuffers) ->
 
 
 def _decoded_records(fd: int, pos: int, header: BatchHeader, off: int, io: IoBuffers) -> Iterator[RecordInfo]:
-    """A compressed batch through kafka-python (read whole: the one allocation not bounded by the
-    io buffer, as Kafka grows its buffers for a batch larger than them). Positions are meaningless."""
+    """A compressed batch, decoded as a bounded stream (the compressed bytes are read whole: the
+    one allocation not bounded by the io buffer, as Kafka grows its buffers for a batch larger than
+    them; the decompressed ones never more than a record at a time). Positions are meaningless."""
     data = bytes(io.read[off : off + header.size]) if off >= 0 else os.pread(fd, header.size, pos)
-    for r in decode_batch(data)[1]:
+    for r in iter_records(data):
         digest = None if r.key is None else key_digest(r.key)
         yield r.offset, r.timestamp, digest, r.value is None, -1, -1
 

@@ -28,6 +28,8 @@ _INT_KEYS: dict[str, tuple[str, int, int]] = {
     "delete.retention.ms": ("delete_retention_ms", 0, _LONG_MAX),
     "min.compaction.lag.ms": ("min_compaction_lag_ms", 0, _LONG_MAX),
     "max.compaction.lag.ms": ("max_compaction_lag_ms", 1, _LONG_MAX),
+    "message.timestamp.before.max.ms": ("message_timestamp_before_max_ms", 0, _LONG_MAX),
+    "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", 0, _LONG_MAX),
 }
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 _CLEANUP_POLICIES = frozenset({"delete", "compact"})
@@ -57,6 +59,10 @@ class LogConfig:
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = _LONG_MAX
     min_cleanable_dirty_ratio: float = 0.5
+    #: KIP-937 (Kafka 3.6+): a CreateTime record more than this far in the past / future of the
+    #: broker's clock is refused with INVALID_TIMESTAMP; Kafka 4.0's defaults (KIP-1030).
+    message_timestamp_before_max_ms: int = _LONG_MAX
+    message_timestamp_after_max_ms: int = 3600000
     #: Not a Kafka config: record each segment's fsynced length in ``.log.synced`` (the fault hook,
     #: ads_broker/faults.py; set by the broker when ADS_BROKER_FAULT_FILE is set, never by a topic).
     record_synced_length: bool = False

@@ -10,14 +10,15 @@ import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ads_broker.exceptions import CorruptRecordError
+from ads_broker.exceptions import CorruptRecordError, RecordTooLargeError
 from ads_broker.log.producer_state import CorruptSnapshotError, decode_snapshot
 from ads_broker.log.records import (
     RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_LOG_APPEND_TIME,
     BatchHeader,
+    Record,
     batch_error,
-    decode_batch,
+    iter_records,
     read_header,
 )
 
@@ -86,23 +87,24 @@ def _batch_line(h: BatchHeader, pos: int, valid: bool) -> str:
 def _record_lines(header: BatchHeader, data: bytes) -> Iterator[str]:
     ts_name = "LogAppendTime" if header.timestamp_type == TIMESTAMP_TYPE_LOG_APPEND_TIME else "CreateTime"
     try:
-        _, records = decode_batch(data)
-    except CorruptRecordError as exc:
+        for i, r in enumerate(iter_records(data)):  # bounded: a stored bomb cannot exhaust dump-log
+            yield _record_line(header, ts_name, i, r)
+    except (CorruptRecordError, RecordTooLargeError) as exc:
         yield f"| records not decodable: {exc}"
-        return
-    for i, r in enumerate(records):
-        seq = header.base_sequence + i if header.base_sequence >= 0 else -1
-        prefix = (
-            f"| offset: {r.offset} {ts_name}: {r.timestamp} keySize: {_size(r.key)} "
-            f"valueSize: {_size(r.value)} sequence: {seq} headerKeys: [{','.join(k for k, _ in r.headers)}]"
-        )
-        if header.is_control and r.key is not None and len(r.key) >= 4:
-            kind = struct.unpack_from(">h", r.key, 2)[0]
-            epoch = struct.unpack_from(">i", r.value, 2)[0] if r.value and len(r.value) >= 6 else -1
-            marker = {0: "ABORT", 1: "COMMIT"}.get(kind, f"UNKNOWN({kind})")
-            yield f"{prefix} endTxnMarker: {marker} coordinatorEpoch: {epoch}"
-        else:
-            yield f"{prefix} key: {_text(r.key)} payload: {_text(r.value)}"
+
+
+def _record_line(header: BatchHeader, ts_name: str, i: int, r: Record) -> str:
+    seq = header.base_sequence + i if header.base_sequence >= 0 else -1
+    prefix = (
+        f"| offset: {r.offset} {ts_name}: {r.timestamp} keySize: {_size(r.key)} "
+        f"valueSize: {_size(r.value)} sequence: {seq} headerKeys: [{','.join(k for k, _ in r.headers)}]"
+    )
+    if header.is_control and r.key is not None and len(r.key) >= 4:
+        kind = struct.unpack_from(">h", r.key, 2)[0]
+        epoch = struct.unpack_from(">i", r.value, 2)[0] if r.value and len(r.value) >= 6 else -1
+        marker = {0: "ABORT", 1: "COMMIT"}.get(kind, f"UNKNOWN({kind})")
+        return f"{prefix} endTxnMarker: {marker} coordinatorEpoch: {epoch}"
+    return f"{prefix} key: {_text(r.key)} payload: {_text(r.value)}"
 
 
 def _size(blob: bytes | None) -> int:

@@ -38,9 +38,23 @@ class _IndexFile(ABC):
         # An unbuffered append-only descriptor plus our own small pending buffer, emptied (and its
         # memory released) whenever it is written: an idle index holds no write buffer, so the
         # many inactive segments of a log (and the cleaner's swapped-in ones) cost no buffers.
+        # The descriptor is closed while the segment is inactive (``release``) and reopened by
+        # the next write, so a log's many inactive segments hold no index descriptors.
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._pending = bytearray()
         self._closed = False
+
+    def _writer(self) -> int:
+        if self._fd < 0:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        return self._fd
+
+    def release(self) -> None:
+        """Write what is pending and close the descriptor (reopened by the next write)."""
+        self._drain()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
     @property
     @abstractmethod
@@ -65,22 +79,21 @@ class _IndexFile(ABC):
             view = memoryview(self._pending)
             written = 0
             while written < len(view):
-                written += os.write(self._fd, view[written:])
+                written += os.write(self._writer(), view[written:])
             view.release()
             self._pending = bytearray()
 
     def _truncate_file(self, entries: int) -> None:
         self._drain()
-        os.ftruncate(self._fd, entries * self.entry_size)
+        os.ftruncate(self._writer(), entries * self.entry_size)
 
     def flush(self) -> None:
         self._drain()
-        os.fsync(self._fd)
+        os.fsync(self._writer())
 
     def close(self) -> None:
         if not self._closed:
-            self._drain()
-            os.close(self._fd)
+            self.release()
             self._closed = True
 
     def delete(self) -> None:

@@ -24,34 +24,40 @@ import shutil
 import struct
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ads_broker.exceptions import (
     InvalidProducerEpochError,
     InvalidRecordError,
+    InvalidTimestampError,
     OffsetOutOfRangeError,
     TxnVerificationError,
 )
+from ads_broker.log.compression import decompressed_limit
 from ads_broker.log.config import LogConfig
 from ads_broker.log.fileutil import atomic_write, fsync_dir
 from ads_broker.log.producer_state import CONTROL_ABORT, CONTROL_COMMIT, CompletedTxn, ProducerStateManager
 from ads_broker.log.records import (
+    INT64_MAX,
+    NO_TIMESTAMP,
     BatchHeader,
     Record,
+    RecordsSummary,
     build_batch,
     decode_batch,
     iter_batches,
-    raw_records,
     read_header,
     stamp_log_append_time,
+    stamp_max_timestamp,
     stamp_offsets,
     validate_produce_batches,
+    validate_records,
 )
 from ads_broker.log.segment import DELETED_SUFFIX, FileSlice, LogSegment
 from ads_broker.log.txn_index import TXN_INDEX_SUFFIX, AbortedTxn, TxnIndex
 
-__all__ = ["LOG_START_OFFSET_FILE", "AppendInfo", "FileSlice", "Log"]
+__all__ = ["LOG_START_OFFSET_FILE", "AppendInfo", "FileSlice", "Log", "ValidatedBatch"]
 
 LOG_START_OFFSET_FILE = "log-start-offset"
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
@@ -84,6 +90,15 @@ def _base_offset(segment: LogSegment) -> int:
 
 def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class ValidatedBatch:
+    """A client batch that passed :meth:`Log.validate_client_batch` under ``config``."""
+
+    header: BatchHeader
+    records: RecordsSummary
+    config: LogConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,10 +139,13 @@ class Log:
         self._segments: list[LogSegment] = []
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._unflushed = 0
+        self._dir_dirty = True  # a fresh log's first segment may have just been created
         self.last_flush_ms = now_ms()
         self.log_start_offset = 0
         self.recovery_point = recovery_point
         self.recovered_bytes_truncated = 0
+        #: A new partition directory's own entry lives in the data dir: fsynced on the first flush.
+        self._parent_dirty = not dir.exists()
         dir.mkdir(parents=True, exist_ok=True)
         self._load(recovery_point, clean_shutdown)
 
@@ -146,6 +164,8 @@ class Log:
         if not self._segments:
             self._segments = [LogSegment(self.dir, persisted_start, self.config, now_ms=now)]
         self._recover_segments(recovery_point, clean_shutdown)
+        for segment in self._segments[:-1]:
+            segment.mark_inactive()  # only the active segment keeps write descriptors
         self.log_start_offset = max(persisted_start, self._segments[0].base_offset)
         if self.log_start_offset > self.log_end_offset:
             self._truncate_fully_and_start_at(self.log_start_offset)
@@ -216,6 +236,7 @@ class Log:
         for segment in self._segments:
             segment.delete()
         self._segments = [LogSegment(self.dir, offset, self.config, now_ms=self._now_ms())]
+        self._dir_dirty = True
         self.producer_state.truncate_and_reload(offset, offset)
         self.txn_index.load([offset], offset)
 
@@ -279,28 +300,55 @@ class Log:
 
     # -- appends ---------------------------------------------------------------------------
 
+    def validate_client_batch(self, records: bytes) -> ValidatedBatch:
+        """Every check of a client's batch that needs no log state: header, CRC, each record
+        (count, offset deltas, sizes; compressed ones decoded as a bounded stream), null keys on
+        compacted topics. Safe without the partition lock, so callers run it off the event loop
+        and before taking the lock (issue 12: a decompression must never stall other clients)."""
+        config = self.config
+        (header,) = validate_produce_batches(records, config)
+        summary = validate_records(records, header, max_decompressed=decompressed_limit(config.max_message_bytes))
+        if config.compact and summary.null_key:
+            raise InvalidRecordError(
+                f"Compacted topic cannot accept message without key in topic partition "
+                f"{self.topic}-{self.partition}; give every record a key or use cleanup.policy=delete"
+            )
+        if not config.log_append_time:
+            self._check_timestamps(summary, self._now_ms())
+        return ValidatedBatch(header, summary, config)
+
+    def _check_timestamps(self, summary: RecordsSummary, now: int) -> None:
+        """KIP-937 (Kafka's ``LogValidator.validateTimestamp`` for CreateTime): every record's
+        timestamp (except -1, none) within [now - before.max.ms, now + after.max.ms]."""
+        low = now - self.config.message_timestamp_before_max_ms
+        high = now + self.config.message_timestamp_after_max_ms
+        for ts in (summary.min_timestamp, summary.max_timestamp):
+            if ts != NO_TIMESTAMP and ts != INT64_MAX and not low <= ts <= high:
+                raise InvalidTimestampError(
+                    f"Timestamp {ts} of a message in {self.topic}-{self.partition} is out of range. The timestamp "
+                    f"should be within [{low}, {high}] (message.timestamp.before.max.ms / "
+                    "message.timestamp.after.max.ms); fix the producer's clock or the record's timestamp"
+                )
+
     def append_as_leader(
-        self, records: bytes, leader_epoch: int, verify_txn: TxnVerifier | None = None
+        self,
+        records: bytes,
+        leader_epoch: int,
+        verify_txn: TxnVerifier | None = None,
+        validated: ValidatedBatch | None = None,
     ) -> AppendInfo:
         """Validate a client's batch, dedupe idempotent retries, assign offsets and append.
 
+        ``validated`` is :meth:`validate_client_batch`'s result for ``records`` when the caller
+        ran it already (off the event loop); it is redone if the topic's config changed since.
         A transactional batch that is not a retry must also pass ``verify_txn`` here, in the same
         critical section as the write: its transaction may have been fenced or ended since the
         request was checked, and a batch landing after its transaction's marker would open a
         transaction nobody ends.
         """
-        (header,) = validate_produce_batches(records, self.config)
-        if self.config.compact:
-            keys = (
-                [r.key for r in raw_records(records, header)]
-                if header.compression == 0
-                else [r.key for r in decode_batch(records)[1]]
-            )
-            if any(k is None for k in keys):
-                raise InvalidRecordError(
-                    f"Compacted topic cannot accept message without key in topic partition "
-                    f"{self.topic}-{self.partition}; give every record a key or use cleanup.policy=delete"
-                )
+        if validated is None or validated.config is not self.config:
+            validated = self.validate_client_batch(records)
+        header = validated.header
         if header.has_producer_id:
             duplicate = self.producer_state.check(header)
             if duplicate is not None:
@@ -314,7 +362,14 @@ class Log:
                 )
             if verify_txn is not None and header.is_transactional:
                 self._verify_txn(verify_txn, header)
-        return self._append(bytearray(records), [(0, header)], leader_epoch)
+        buf = bytearray(records)
+        true_max = validated.records.max_timestamp
+        if not self.config.log_append_time and header.max_timestamp != true_max:
+            # Kafka's LogValidator sets maxTimestamp from the records: a header claiming another
+            # value must not steer segment rolls, retention or the time index.
+            stamp_max_timestamp(buf, 0, header.size, true_max)
+            header = replace(header, max_timestamp=true_max)
+        return self._append(buf, [(0, header)], leader_epoch)
 
     def _verify_txn(self, verify_txn: TxnVerifier, header: BatchHeader) -> None:
         code = verify_txn(header.producer_id, header.producer_epoch, (self.topic, self.partition))
@@ -421,6 +476,7 @@ class Log:
         self.producer_state.take_snapshot(base)
         segment = LogSegment(self.dir, base, self.config, now_ms=self._now_ms())
         self._segments.append(segment)
+        self._dir_dirty = True  # the next flush makes the new files' directory entries durable
         return segment
 
     def maybe_roll_by_time(self) -> None:
@@ -624,11 +680,19 @@ class Log:
     # -- durability ------------------------------------------------------------------------
 
     def flush(self) -> None:
-        """fsync every segment written since the last flush; advance the recovery point."""
+        """fsync every segment written since the last flush, then the directory if a segment was
+        created since (Kafka's ``LocalLog.flush`` after a roll): a segment whose data is fsynced but
+        whose directory entry is not can vanish in a power cut. Advances the recovery point."""
         leo = self.log_end_offset
         for segment in list(self._segments):
             if segment.dirty:
                 segment.flush()
+        if self._dir_dirty:
+            fsync_dir(self.dir)
+            self._dir_dirty = False
+        if self._parent_dirty:
+            fsync_dir(self.dir.parent)
+            self._parent_dirty = False
         self.recovery_point = max(self.recovery_point, leo)
         self._unflushed = 0
         self.last_flush_ms = self._now_ms()

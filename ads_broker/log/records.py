@@ -1,10 +1,11 @@
 """Record batch v2 (magic 2): header parsing, validation and offset stamping, per batch.
 
-The broker never decodes individual records on the produce or fetch path: it reads the 61-byte
-header with one ``struct.unpack_from``, checks the CRC-32C over bytes[21:], and patches
+The broker never copies individual records on the produce or fetch path: it reads the 61-byte
+header with one ``struct.unpack_from``, checks the CRC-32C over bytes[21:], walks the records once
+to check their framing (``validate_records``, compressed ones as a bounded stream), and patches
 ``baseOffset`` (bytes 0-8) and ``partitionLeaderEpoch`` (bytes 12-16), both outside the CRC.
-``build_batch`` / ``decode_batch`` (per record, through kafka-python's codec) exist for tests,
-``dump-log``, ListOffsets by timestamp and the coordinators' internal topics.
+``build_batch`` (kafka-python's builder) and ``iter_records`` / ``decode_batch`` (bounded,
+streaming) serve tests, ``dump-log``, ListOffsets by timestamp, the cleaner and the coordinators.
 
 Layout (big-endian): baseOffset i64 @0, batchLength i32 @8, partitionLeaderEpoch i32 @12,
 magic i8 @16, crc u32 @17, attributes i16 @21, lastOffsetDelta i32 @23, baseTimestamp i64 @27,
@@ -19,10 +20,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import crc32c
-from kafka.errors import KafkaError
-from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from ads_broker.exceptions import CorruptRecordError, InvalidRecordError, RecordTooLargeError
+from ads_broker.log.compression import CHUNK_BYTES, decompress_chunks, decompressed_limit
 from ads_broker.log.config import LogConfig
 
 LOG_OVERHEAD = 12
@@ -50,7 +51,9 @@ NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
 NO_PARTITION_LEADER_EPOCH = -1
+NO_TIMESTAMP = -1
 INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
 
 TIMESTAMP_TYPE_CREATE_TIME = 0
 TIMESTAMP_TYPE_LOG_APPEND_TIME = 1
@@ -255,6 +258,232 @@ def _validate_client_batch(header: BatchHeader) -> None:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class RecordsSummary:
+    """What the per-record pass over a client batch found (Kafka ``LogValidator``'s record loop)."""
+
+    min_timestamp: int  # smallest timestamp other than -1 (NO_TIMESTAMP); INT64_MAX if none
+    max_timestamp: int
+    null_key: bool  # some record has a null key (refused on compacted topics)
+    records_bytes: int  # the records' size, decompressed
+
+
+def validate_records(buf: Buffer, header: BatchHeader, *, max_decompressed: int) -> RecordsSummary:
+    """Check that a client batch's body holds exactly ``recordsCount`` well-formed records whose
+    offset deltas run 0, 1, 2, ... (``buf`` is exactly the batch, header already validated).
+
+    Kafka walks every record of a client batch (``DefaultRecord.readFrom``): a body that ends early,
+    has bytes left over, or a record whose fields do not fill its length is InvalidRecordException
+    (INVALID_RECORD). Kafka rewrites a compressed batch whose inner offsets are not consecutive;
+    rewriting means recompressing, so this broker refuses any such batch instead (no client built
+    on Kafka's producer sends one). Compressed records are decoded as a bounded stream
+    (:func:`~ads_broker.log.compression.decompress_chunks`): never more than ``max_decompressed``
+    bytes, never the whole batch in memory except a single record.
+    """
+    where = f"batch with producerId {header.producer_id} sequence {header.base_sequence}"
+    scan = _Scan(header, where)
+    if header.compression == 0:
+        pos = _scan_span(buf, RECORD_BATCH_OVERHEAD, header.size, scan)
+        if scan.index < header.records_count:
+            raise _invalid_structure(where, scan.index, f"is missing or truncated: the batch declares "
+                                     f"{header.records_count} records but its body ends after {scan.index}")
+        if pos != header.size:
+            raise InvalidRecordError(f"Incorrect declared batch size, records still remaining in {where}: "
+                                     f"{header.size - pos} bytes after record {header.records_count - 1}")
+        return scan.summary(header.size - RECORD_BATCH_OVERHEAD)
+    chunks = decompress_chunks(header.compression, memoryview(buf)[RECORD_BATCH_OVERHEAD : header.size],
+                               max_decompressed)
+    return _scan_stream(chunks, scan, max_decompressed)
+
+
+def _invalid_structure(where: str, index: int, detail: str) -> InvalidRecordError:
+    return InvalidRecordError(f"Found invalid record structure in {where}: record {index} {detail}")
+
+
+class _Scan:
+    """The running state of one batch's record walk."""
+
+    __slots__ = ("base_ts", "count", "index", "max_delta", "min_delta", "no_ts_delta", "null_key", "where")
+
+    def __init__(self, header: BatchHeader, where: str) -> None:
+        self.count = header.records_count
+        self.index = 0
+        self.base_ts = header.base_timestamp
+        self.no_ts_delta = NO_TIMESTAMP - header.base_timestamp  # a record without a timestamp
+        self.min_delta = INT64_MAX
+        self.max_delta = NO_TIMESTAMP - header.base_timestamp
+        self.null_key = False
+        self.where = where
+
+    def summary(self, records_bytes: int) -> RecordsSummary:
+        low = INT64_MAX if self.min_delta == INT64_MAX else self.base_ts + self.min_delta
+        return RecordsSummary(low, self.base_ts + self.max_delta, self.null_key, records_bytes)
+
+
+def _scan_span(data: Buffer, pos: int, end: int, scan: _Scan) -> int:
+    """Walk the complete records in ``data[pos:end]``, updating ``scan``; returns where the first
+    incomplete record starts (``end`` if none). Hot path: one pass, single-byte varints inline."""
+    index, count, where = scan.index, scan.count, scan.where
+    min_d, max_d, no_ts, null_key = scan.min_delta, scan.max_delta, scan.no_ts_delta, scan.null_key
+    rv = _read_varint
+    try:
+        while index < count and pos < end:
+            b = data[pos]
+            if b < 0x80:
+                length, p = (b >> 1) ^ -(b & 1), pos + 1
+            else:
+                try:
+                    c = data[pos + 1]
+                    if c < 0x80:  # two bytes: records of 64 to 8191 bytes
+                        v = (b & 0x7F) | (c << 7)
+                        length, p = (v >> 1) ^ -(v & 1), pos + 2
+                    else:
+                        length, p = rv(data, pos)
+                except IndexError:
+                    break  # the length itself is cut by the end of the span
+            rec_end = p + length
+            if length < 6:  # attributes, two deltas, key and value lengths, header count
+                raise _invalid_structure(where, index, f"declares {length} bytes, fewer than a record's fields")
+            if rec_end > end:
+                break
+            try:
+                p += 1  # attributes
+                b = data[p]
+                if b < 0x80:
+                    ts_delta, p = (b >> 1) ^ -(b & 1), p + 1
+                else:
+                    ts_delta, p = rv(data, p)
+                b = data[p]
+                if b < 0x80:
+                    offset_delta, p = (b >> 1) ^ -(b & 1), p + 1
+                else:
+                    offset_delta, p = rv(data, p)
+                b = data[p]
+                if b < 0x80:
+                    key_len, p = (b >> 1) ^ -(b & 1), p + 1
+                else:
+                    key_len, p = rv(data, p)
+                if key_len >= 0:
+                    p += key_len
+                else:
+                    null_key = True
+                b = data[p]
+                if b < 0x80:
+                    value_len, p = (b >> 1) ^ -(b & 1), p + 1
+                elif data[p + 1] < 0x80:  # two bytes: values of 64 to 8191 bytes
+                    v = (b & 0x7F) | (data[p + 1] << 7)
+                    value_len, p = (v >> 1) ^ -(v & 1), p + 2
+                else:
+                    value_len, p = rv(data, p)
+                if value_len > 0:
+                    p += value_len
+                if data[p] == 0:  # no headers: the common case
+                    p += 1
+                else:
+                    p = _skip_headers(data, p, rec_end, index, where)
+            except IndexError:
+                raise _invalid_structure(where, index, "has fields past its declared length") from None
+            if p != rec_end:
+                raise InvalidRecordError(f"Invalid record size in {where}: record {index} declares {length} "
+                                         f"bytes but its fields hold {length + p - rec_end}")
+            if offset_delta != index:
+                raise InvalidRecordError(f"Record {index} of {where} has offset delta {offset_delta}, expected "
+                                         f"{index}: a batch's records must have offset deltas 0, 1, 2, ...")
+            if ts_delta > max_d:
+                max_d = ts_delta
+            if ts_delta < min_d and ts_delta != no_ts:
+                min_d = ts_delta
+            index += 1
+            pos = rec_end
+    finally:
+        scan.index, scan.min_delta, scan.max_delta, scan.null_key = index, min_d, max_d, null_key
+    return pos
+
+
+def _skip_headers(data: Buffer, p: int, end: int, index: int, where: str) -> int:
+    headers, p = _read_varint(data, p)
+    if headers < 0:
+        raise _invalid_structure(where, index, f"has {headers} headers")
+    for _ in range(headers):
+        if p >= end:
+            raise _invalid_structure(where, index, f"declares {headers} headers but its bytes end before them")
+        key_len, p = _read_varint(data, p)
+        if key_len < 0:
+            raise _invalid_structure(where, index, f"has a header key of length {key_len}")
+        p += key_len
+        value_len, p = _read_varint(data, p)
+        p += max(value_len, 0)
+    return p
+
+
+class _Window:
+    """Decompressed bytes not yet parsed; pulls chunks as a parse needs them."""
+
+    __slots__ = ("buf", "chunks", "pos", "total")
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self.chunks = chunks
+        self.buf = bytearray()
+        self.pos = 0
+        self.total = 0
+
+    def fill(self, n: int) -> bool:
+        """At least ``n`` unparsed bytes buffered; False if the stream ends first."""
+        while len(self.buf) - self.pos < n:
+            chunk = next(self.chunks, None)
+            if chunk is None:
+                return False
+            if self.pos >= CHUNK_BYTES:
+                del self.buf[: self.pos]
+                self.pos = 0
+            self.buf += chunk
+            self.total += len(chunk)
+        return True
+
+
+def _scan_stream(chunks: Iterator[bytes], scan: _Scan, max_decompressed: int) -> RecordsSummary:
+    win = _Window(chunks)
+    where = scan.where
+    while True:
+        win.pos = _scan_span(win.buf, win.pos, len(win.buf), scan)
+        if scan.index == scan.count:
+            break
+        need = len(win.buf) - win.pos + 1  # the next record's length varint is cut: one more byte
+        try:
+            length, start = _read_varint(win.buf, win.pos)
+        except IndexError:
+            pass
+        else:
+            if length > max_decompressed:
+                raise RecordTooLargeError(
+                    f"Record {scan.index} of {where} declares {length} bytes, more than the {max_decompressed} "
+                    "a compressed batch may expand to (64 x max(max.message.bytes, 1 MiB))")
+            need = start - win.pos + length
+        if not win.fill(need):
+            raise _invalid_structure(where, scan.index, f"is missing: Incorrect declared batch size, premature "
+                                     f"EOF after {scan.index} of {scan.count} records")
+    if win.fill(len(win.buf) - win.pos + 1):
+        raise InvalidRecordError(f"Incorrect declared batch size, records still remaining in {where} after "
+                                 f"{scan.count} records")
+    return scan.summary(win.total)
+
+
+def _read_varint(buf: Buffer, pos: int) -> tuple[int, int]:
+    """Zigzag varint of at most 10 bytes (Kafka ``ByteUtils.readVarlong``); IndexError past the end."""
+    b = buf[pos]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos + 1
+    result = b & 0x7F
+    shift = 7
+    for i in range(pos + 1, pos + 10):
+        b = buf[i]
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (result >> 1) ^ -(result & 1), i + 1
+        shift += 7
+    raise IndexError("varint longer than 10 bytes")
+
+
 def sequence_increment(seq: int, inc: int) -> int:
     """Port of Kafka ``DefaultRecordBatch.incrementSequence`` (wraps after Integer.MAX_VALUE to 0)."""
     if seq > INT32_MAX - inc:
@@ -278,6 +507,12 @@ def stamp_offsets(buf: bytearray, pos: int, base_offset: int, partition_leader_e
     """Write baseOffset and partitionLeaderEpoch in place (both outside the CRC)."""
     _I64.pack_into(buf, pos + BASE_OFFSET_OFFSET, base_offset)
     _I32.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, partition_leader_epoch)
+
+
+def stamp_max_timestamp(buf: bytearray, pos: int, size: int, max_timestamp: int) -> None:
+    """Kafka's ``setMaxTimestamp(CREATE_TIME, max)``: the records' true max timestamp, new CRC."""
+    _I64.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, max_timestamp)
+    _U32.pack_into(buf, pos + CRC_OFFSET, compute_crc(buf, pos, size))
 
 
 def stamp_log_append_time(buf: bytearray, pos: int, size: int, now_ms: int) -> None:
@@ -384,14 +619,70 @@ def raw_records(data: Buffer, header: BatchHeader) -> list[RawRecord]:
     return out
 
 
-def decode_batch(buf: Buffer) -> tuple[BatchHeader, list[Record]]:
-    """Header plus every record (decompressed), through kafka-python's reader."""
+#: The decompression bound of every decode that has no topic config at hand (64 MiB).
+DEFAULT_MAX_DECOMPRESSED = decompressed_limit(LogConfig().max_message_bytes)
+
+
+def iter_records(buf: Buffer, *, max_decompressed: int = DEFAULT_MAX_DECOMPRESSED) -> Iterator[Record]:
+    """The records of the batch at the start of ``buf``, decoded one at a time.
+
+    Memory stays at one record plus a 64 KiB decompression window whatever the batch claims, and a
+    compressed batch never yields more than ``max_decompressed`` bytes (RecordTooLargeError past
+    it); a malformed record raises CorruptRecordError (this reads stored or broker-built batches).
+    """
     header = read_header(buf, 0)
-    if header.size > len(buf):
-        raise CorruptRecordError(f"batch declares {header.size} bytes but only {len(buf)} are present")
-    batch = DefaultRecordBatch(bytes(buf[: header.size]))
-    try:
-        records = [Record(r.offset, r.timestamp, r.key, r.value, [(k, v) for k, v in r.headers]) for r in batch]
-    except (KafkaError, ValueError, IndexError, UnicodeDecodeError, AssertionError) as exc:
-        raise CorruptRecordError(f"batch at offset {header.base_offset} has undecodable records: {exc!r}") from exc
-    return header, records
+    if header.size > len(buf) or header.size < RECORD_BATCH_OVERHEAD:
+        raise CorruptRecordError(f"batch declares {header.size} bytes but {len(buf)} are present")
+    body = memoryview(buf)[RECORD_BATCH_OVERHEAD : header.size]
+    chunks = iter([bytes(body)]) if header.compression == 0 else decompress_chunks(
+        header.compression, body, max_decompressed)
+    win = _Window(chunks)
+    for index in range(header.records_count):
+        try:
+            win.fill(5)
+            length, start = _read_varint(win.buf, win.pos)
+            win.pos = start
+            if length < 0 or not win.fill(length):
+                raise IndexError(f"record length {length} runs past the batch")
+            start = win.pos
+            win.pos = start + length
+            yield _parse_record(win.buf, start, start + length, header)
+        except (IndexError, UnicodeDecodeError) as exc:
+            raise CorruptRecordError(
+                f"batch at offset {header.base_offset} has an undecodable record {index}: {exc}") from exc
+
+
+def _parse_record(data: Buffer, pos: int, end: int, header: BatchHeader) -> Record:
+    pos += 1  # attributes
+    ts_delta, pos = _read_varint(data, pos)
+    offset_delta, pos = _read_varint(data, pos)
+    key, pos = _read_bytes(data, pos, end)
+    value, pos = _read_bytes(data, pos, end)
+    count, pos = _read_varint(data, pos)
+    headers: list[tuple[str, bytes | None]] = []
+    for _ in range(count):
+        hkey, pos = _read_bytes(data, pos, end)
+        hvalue, pos = _read_bytes(data, pos, end)
+        if hkey is None:
+            raise IndexError("null header key")
+        headers.append((hkey.decode(), hvalue))
+    if pos != end:
+        raise IndexError(f"record fields end at {pos}, its length says {end}")
+    log_append = header.attributes & TIMESTAMP_TYPE_MASK
+    timestamp = header.max_timestamp if log_append else header.base_timestamp + ts_delta
+    return Record(header.base_offset + offset_delta, timestamp, key, value, headers)
+
+
+def _read_bytes(data: Buffer, pos: int, end: int) -> tuple[bytes | None, int]:
+    length, pos = _read_varint(data, pos)
+    if length < 0:
+        return None, pos
+    if pos + length > end:
+        raise IndexError(f"a field of {length} bytes runs past its record")
+    return bytes(data[pos : pos + length]), pos + length
+
+
+def decode_batch(buf: Buffer, *, max_decompressed: int = DEFAULT_MAX_DECOMPRESSED) -> tuple[BatchHeader, list[Record]]:
+    """Header plus every record (decompressed within ``max_decompressed`` bytes). For small batches
+    (internal topics, tests, dump-log); readers of client data use :func:`iter_records`."""
+    return read_header(buf, 0), list(iter_records(buf, max_decompressed=max_decompressed))

@@ -10,15 +10,19 @@ pointer the writer depends on.
 from __future__ import annotations
 
 import os
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING
 
 import crc32c
 
 from ads_broker.log.cleaner_io import pread_into
+from ads_broker.log.compression import decompressed_limit
 from ads_broker.log.config import LogConfig
 from ads_broker.log.index import IndexCorruptError, OffsetIndex, TimeIndex
 from ads_broker.log.records import (
@@ -30,7 +34,7 @@ from ads_broker.log.records import (
     TIMESTAMP_TYPE_LOG_APPEND_TIME,
     BatchHeader,
     batch_error,
-    decode_batch,
+    iter_records,
     read_header,
 )
 
@@ -61,24 +65,128 @@ def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+class SliceFile:
+    """A descriptor of a segment file owned by one :class:`FileSlice` (a ``dup`` taken while the
+    segment's read handle was leased): it stays valid when the segment's handle is evicted from
+    :data:`READ_HANDLES`, renamed or deleted; closed by ``close`` or when the slice is dropped."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __del__(self) -> None:
+        self.close()
+
+
 @dataclass(frozen=True, slots=True)
 class FileSlice:
     """A byte range of a segment file, ready for ``os.sendfile(sock, file.fileno(), position, size)``."""
 
-    file: BinaryIO
+    file: SliceFile
     position: int
     size: int
 
     def read_bytes(self) -> bytes:
         """The slice's bytes with ``os.pread`` (for callers that cannot sendfile)."""
-        out = bytearray()
-        fd = self.file.fileno()
-        while len(out) < self.size:
-            chunk = os.pread(fd, self.size - len(out), self.position + len(out))
-            if not chunk:
-                raise OSError(f"segment file ended inside a slice at {self.position + len(out)}")
-            out += chunk
-        return bytes(out)
+        return _pread_exact(self.file.fileno(), self.position, self.size)
+
+
+def _pread_exact(fd: int, position: int, size: int) -> bytes:
+    out = bytearray()
+    while len(out) < size:
+        chunk = os.pread(fd, size - len(out), position + len(out))
+        if not chunk:
+            raise OSError(f"segment file ended inside a slice at {position + len(out)}")
+        out += chunk
+    return bytes(out)
+
+
+class _ReadHandle:
+    """One segment's read-only descriptor slot in :class:`ReadHandleCache` (fd -1: closed)."""
+
+    __slots__ = ("closed", "fd", "path", "refs")
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd = -1
+        self.refs = 0
+        self.closed = False
+
+
+class ReadHandleCache:
+    """The read-only descriptors of every segment file in the process, at most ``max_open`` of
+    them kept open while idle (least recently used closed first; ``log.open.segment.files.max``).
+
+    Invariant: a descriptor is closed only while nobody holds a lease on it (``refs == 0``), so a
+    reader never sees its descriptor closed or reused under it; leased handles may take the count
+    past ``max_open`` until they are released. Thread-safe (writer threads, the cleaner thread and
+    the event loop all read segments). Slices handed out of a segment own a ``dup`` (SliceFile).
+    """
+
+    def __init__(self, max_open: int) -> None:
+        self.max_open = max_open
+        self._lock = threading.Lock()
+        self._open: OrderedDict[int, _ReadHandle] = OrderedDict()
+
+    @property
+    def open_count(self) -> int:
+        return len(self._open)
+
+    def acquire(self, handle: _ReadHandle) -> int:
+        with self._lock:
+            if handle.fd < 0:
+                if handle.closed:
+                    raise OSError(f"segment file {handle.path} is closed")
+                handle.fd = os.open(handle.path, os.O_RDONLY)
+                self._open[id(handle)] = handle
+            else:
+                self._open.move_to_end(id(handle))
+            handle.refs += 1
+            self._evict()
+            return handle.fd
+
+    def release(self, handle: _ReadHandle) -> None:
+        with self._lock:
+            handle.refs -= 1
+            if handle.closed and handle.refs == 0:
+                self._close(handle)
+            self._evict()
+
+    def discard(self, handle: _ReadHandle) -> None:
+        """The segment is closed: close its descriptor now, or when its last lease ends."""
+        with self._lock:
+            handle.closed = True
+            if handle.refs == 0:
+                self._close(handle)
+
+    def _close(self, handle: _ReadHandle) -> None:
+        if handle.fd >= 0:
+            os.close(handle.fd)
+            handle.fd = -1
+            self._open.pop(id(handle), None)
+
+    def _evict(self) -> None:
+        if len(self._open) <= self.max_open:
+            return
+        for handle in list(self._open.values()):
+            if len(self._open) <= self.max_open:
+                return
+            if handle.refs == 0:
+                self._close(handle)
+
+
+#: Default of ``log.open.segment.files.max``; the broker sets the bound at start.
+DEFAULT_OPEN_SEGMENT_FILES_MAX = 512
+READ_HANDLES = ReadHandleCache(DEFAULT_OPEN_SEGMENT_FILES_MAX)
 
 
 class LogSegment:
@@ -92,15 +200,18 @@ class LogSegment:
         self.had_index_files = (dir / segment_file_name(base_offset, ".index")).exists() and (
             dir / segment_file_name(base_offset, ".timeindex")
         ).exists()
+        # Write descriptors (this one and the indexes') are open only while the segment is active
+        # or being written (recovery, flush); reads lease a descriptor from READ_HANDLES.
         self._append_fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        self._read_file: BinaryIO = open(self.log_path, "rb", buffering=0)  # noqa: SIM115
+        self._reader = _ReadHandle(self.log_path)
+        self.inactive = False
         self.offset_index = OffsetIndex(
             dir / segment_file_name(base_offset, ".index"), base_offset, config.segment_index_bytes
         )
         self.time_index = TimeIndex(
             dir / segment_file_name(base_offset, ".timeindex"), base_offset, config.segment_index_bytes
         )
-        self.size = os.fstat(self._append_fd).st_size
+        self.size = os.fstat(self._writer()).st_size
         self.created_ms = _wall_ms() if now_ms is None else now_ms
         self.next_offset = base_offset
         self.max_timestamp_so_far = -1
@@ -109,6 +220,38 @@ class LogSegment:
         self._rolling_based_timestamp: int | None = None
         self.dirty = False
         self._closed = False
+
+    def _writer(self) -> int:
+        if self._append_fd < 0:
+            self._append_fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        return self._append_fd
+
+    def _release_writers(self) -> None:
+        if self._append_fd >= 0:
+            os.close(self._append_fd)
+            self._append_fd = -1
+        self.offset_index.release()
+        self.time_index.release()
+
+    def mark_inactive(self) -> None:
+        """No more appends: close the write descriptors. A later ``flush`` of a still-dirty segment
+        reopens one to fsync (fsync covers the file's dirty pages whichever descriptor asks)."""
+        self.inactive = True
+        self._release_writers()
+
+    @contextmanager
+    def _reading(self) -> Iterator[int]:
+        fd = READ_HANDLES.acquire(self._reader)
+        try:
+            yield fd
+        finally:
+            READ_HANDLES.release(self._reader)
+
+    def _slice(self, position: int, size: int) -> FileSlice:
+        if size == 0:
+            return FileSlice(SliceFile(-1), position, 0)
+        with self._reading() as fd:
+            return FileSlice(SliceFile(os.dup(fd)), position, size)
 
     # -- loading ---------------------------------------------------------------------------
 
@@ -157,24 +300,24 @@ class LogSegment:
         self._bytes_since_last_index_entry = 0
         self._rolling_based_timestamp = None
         valid = 0
-        file_size = os.fstat(self._append_fd).st_size
+        file_size = os.fstat(self._writer()).st_size
         buf = buffer if buffer is not None and len(buffer) >= RECORD_BATCH_OVERHEAD else bytearray(1 << 20)
-        for position, header in self._valid_batches(file_size, buf):
-            self._index_batch(position, header.size, header.last_offset, header.max_timestamp)
-            self.next_offset = header.next_offset
-            if producer_state is not None and header.has_producer_id:
-                producer_state.load_from_batch(header)
-            valid = position + header.size
+        with self._reading() as fd:
+            for position, header in self._valid_batches(fd, file_size, buf):  # reads self.next_offset
+                self._index_batch(position, header.size, header.last_offset, header.max_timestamp)
+                self.next_offset = header.next_offset
+                if producer_state is not None and header.has_producer_id:
+                    producer_state.load_from_batch(header)
+                valid = position + header.size
         truncated = file_size - valid
         if truncated:
-            os.ftruncate(self._append_fd, valid)
+            os.ftruncate(self._writer(), valid)
         self.size = valid
         self.dirty = True
         return truncated
 
-    def _valid_batches(self, file_size: int, buf: bytearray) -> Iterator[tuple[int, BatchHeader]]:
+    def _valid_batches(self, fd: int, file_size: int, buf: bytearray) -> Iterator[tuple[int, BatchHeader]]:
         """(position, header) of each valid batch from the start, stopping at the first invalid one."""
-        fd = self._read_file.fileno()
         view = memoryview(buf)
         pos = lo = n = 0  # buf[:n] holds the file's bytes [lo, lo + n)
         while pos < file_size:
@@ -224,9 +367,9 @@ class LogSegment:
         written = 0
         try:
             while written < len(view):
-                written += os.write(self._append_fd, view[written:])
+                written += os.write(self._writer(), view[written:])
         except OSError:
-            os.ftruncate(self._append_fd, position)
+            os.ftruncate(self._writer(), position)
             raise
         finally:
             view.release()
@@ -279,13 +422,15 @@ class LogSegment:
     def on_become_inactive(self) -> None:
         """Final time-index entry when the segment stops being the active one (Kafka does the same)."""
         self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
+        self.mark_inactive()
 
     # -- reads -----------------------------------------------------------------------------
 
     def _header_at(self, position: int) -> BatchHeader | None:
         if position + RECORD_BATCH_OVERHEAD > self.size:
             return None
-        data = os.pread(self._read_file.fileno(), RECORD_BATCH_OVERHEAD, position)
+        with self._reading() as fd:
+            data = os.pread(fd, RECORD_BATCH_OVERHEAD, position)
         if len(data) < RECORD_BATCH_OVERHEAD:
             return None
         header = read_header(data)
@@ -293,14 +438,17 @@ class LogSegment:
             return None
         return header
 
-    @property
-    def read_fd(self) -> int:
-        """The read-only descriptor (``os.pread``; the cleaner reads through it)."""
-        return self._read_file.fileno()
+    @contextmanager
+    def read_fd(self) -> Iterator[int]:
+        """A leased read-only descriptor (``os.pread``; the cleaner reads through it), valid
+        until the ``with`` block ends."""
+        with self._reading() as fd:
+            yield fd
 
     def read_batch(self, position: int, size: int) -> bytes:
         """The bytes of the batch at ``position`` (control batches, the cleaner)."""
-        return FileSlice(self._read_file, position, size).read_bytes()
+        with self._reading() as fd:
+            return _pread_exact(fd, position, size)
 
     def _headers_from(self, position: int) -> Iterator[tuple[int, BatchHeader]]:
         while True:
@@ -353,11 +501,11 @@ class LogSegment:
         position, header = found
         limit = min(max_position, self.size)
         if position + header.size > limit:
-            return FileSlice(self._read_file, position, 0)
+            return self._slice(position, 0)
         end = self._whole_batches_end(position, min(limit, position + max(max_bytes, 0)))
         if end == position and min_one_batch:
             end = position + header.size
-        return FileSlice(self._read_file, position, end - position)
+        return self._slice(position, end - position)
 
     def _whole_batches_end(self, start: int, limit: int) -> int:
         position = max(start, self._checked_position(*self.offset_index.entry_at_or_below_position(limit)))
@@ -383,8 +531,8 @@ class LogSegment:
     ) -> tuple[int, int]:
         if header.timestamp_type == TIMESTAMP_TYPE_LOG_APPEND_TIME:
             return max(header.base_offset, starting_offset), header.max_timestamp
-        _, records = decode_batch(FileSlice(self._read_file, pos, header.size).read_bytes())
-        for record in records:
+        data = self.read_batch(pos, header.size)
+        for record in iter_records(data, max_decompressed=decompressed_limit(self.config.max_message_bytes)):
             if record.timestamp >= timestamp and record.offset >= starting_offset:
                 return record.offset, record.timestamp
         return header.last_offset, header.max_timestamp
@@ -413,12 +561,14 @@ class LogSegment:
         if self._closed:
             return
         size = self.size  # what this fsync covers (appends and flushes are serialized by the log's lock)
-        os.fsync(self._append_fd)
+        os.fsync(self._writer())
         self.offset_index.flush()
         self.time_index.flush()
         self.dirty = False
         if self.config.record_synced_length:
             self.record_synced_length(size)
+        if self.inactive:
+            self._release_writers()
 
     def record_synced_length(self, size: int) -> None:
         """Write ``size`` to ``.log.synced`` (tmp + rename, no fsync: it models what a power cut
@@ -435,8 +585,10 @@ class LogSegment:
         self.on_become_inactive()
         self.offset_index.close()
         self.time_index.close()
-        os.close(self._append_fd)
-        self._read_file.close()
+        if self._append_fd >= 0:
+            os.close(self._append_fd)
+            self._append_fd = -1
+        READ_HANDLES.discard(self._reader)
         self._closed = True
 
     def rename_to_deleted(self) -> None:
@@ -445,6 +597,7 @@ class LogSegment:
         synced_length_path(self.log_path).unlink(missing_ok=True)  # no longer part of the log
         os.replace(self.log_path, new_log)
         self.log_path = new_log
+        self._reader.path = new_log
         for index in (self.offset_index, self.time_index):
             index.rename(index.path.with_name(index.path.name + DELETED_SUFFIX))
 

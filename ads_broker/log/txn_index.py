@@ -19,7 +19,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from ads_broker.log.fileutil import atomic_write
+from ads_broker.log.fileutil import atomic_write, fsync_dir
 
 TXN_INDEX_SUFFIX = ".txnindex"
 _ENTRY = struct.Struct(">hqqqq")
@@ -98,11 +98,16 @@ class TxnIndex:
         self._segment_of = [self._segment_of[i] for i in order]
 
     def append(self, segment_base: int, entry: AbortedTxn) -> None:
-        """Durably add ``entry`` to the index file of the segment holding its marker."""
-        with open(txn_index_path(self.dir, segment_base), "ab") as f:
+        """Durably add ``entry`` to the index file of the segment holding its marker (a new file's
+        directory entry too: an fsynced file that a power cut unlinks is not durable)."""
+        path = txn_index_path(self.dir, segment_base)
+        created = not path.exists()
+        with open(path, "ab") as f:
             f.write(entry.encode())
             f.flush()
             os.fsync(f.fileno())
+        if created:
+            fsync_dir(self.dir)
         self.entries.append(entry)
         self._segment_of.append(segment_base)
 

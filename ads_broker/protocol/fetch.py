@@ -151,6 +151,15 @@ def _encode_fetch(req: DecodedRequest, results: ReadResult) -> list[Chunk]:
         raise
 
 
+def _offset_for_timestamp(partition: Partition, ts: int) -> tuple[int, int]:
+    """(timestamp, offset) for ListOffsets by timestamp or MAX_TIMESTAMP; (-1, -1) if none."""
+    with partition.lock:
+        if ts == MAX_TIMESTAMP:
+            return partition.log.max_timestamp_and_offset()
+        found = partition.log.offset_for_timestamp(ts)
+    return (-1, -1) if found is None else (found[1], found[0])
+
+
 async def handle_list_offsets(broker: Broker, req: DecodedRequest) -> ListOffsetsResponse:
     body = req.body
     isolation = body.isolation_level if req.api_version >= 2 else 0
@@ -163,18 +172,15 @@ async def handle_list_offsets(broker: Broker, req: DecodedRequest) -> ListOffset
             try:
                 partition = broker.replicas.get_partition(ltopic.name, lpart.partition_index)
                 ts = lpart.timestamp
-                with partition.lock:
-                    plog = partition.log
-                    if ts == EARLIEST_TIMESTAMP:
-                        resp.offset = plog.log_start_offset
-                    elif ts == LATEST_TIMESTAMP:
-                        resp.offset = _upper_bound(partition, isolation)
-                    elif ts == MAX_TIMESTAMP:
-                        resp.timestamp, resp.offset = plog.max_timestamp_and_offset()
-                    else:
-                        found = plog.offset_for_timestamp(ts)
-                        if found is not None:
-                            resp.offset, resp.timestamp = found
+                if ts in (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP):
+                    with partition.lock:
+                        resp.offset = (partition.log.log_start_offset if ts == EARLIEST_TIMESTAMP
+                                       else _upper_bound(partition, isolation))
+                else:
+                    # A timestamp lookup decodes a batch: on a thread, so the lock is never held by the
+                    # event loop while a (bounded, but possibly large) batch is decompressed.
+                    resp.timestamp, resp.offset = await asyncio.get_running_loop().run_in_executor(
+                        None, _offset_for_timestamp, partition, ts)
                 if resp.offset >= 0:
                     resp.leader_epoch = partition.leader_epoch
             except BrokerError as e:

@@ -1,0 +1,55 @@
+"""Record walks of client batches for every codec (issue 12, holes 2 and 6): the streaming decoder
+must agree with kafka-python's builder across 64 KiB chunk boundaries, and stop at its bound."""
+
+from __future__ import annotations
+
+import pytest
+
+from ads_broker.exceptions import CorruptRecordError, InvalidRecordError, RecordTooLargeError
+from ads_broker.log.compression import CHUNK_BYTES, decompressed_limit
+from ads_broker.log.records import Record, build_batch, decode_batch, read_header, validate_records
+
+CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+TS = 1_700_000_000_000
+
+
+def records(n: int, size: int) -> list[Record]:
+    return [Record(-1, TS + i, f"k{i}".encode() if i % 7 else None, bytes([i % 251]) * size, [("h", b"v")])
+            for i in range(n)]
+
+
+@pytest.mark.parametrize("codec", CODECS.values(), ids=CODECS.keys())
+def test_walk_and_decode_agree_with_the_builder_across_chunks(codec: int) -> None:
+    want = records(300, 1000)  # ~300 KB decompressed: several decompression chunks
+    data = build_batch(want, compression=codec)
+    summary = validate_records(data, read_header(data), max_decompressed=1 << 30)
+    assert summary.records_bytes > 4 * CHUNK_BYTES
+    assert (summary.min_timestamp, summary.max_timestamp, summary.null_key) == (TS, TS + 299, True)
+    _, got = decode_batch(data)
+    assert [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in got] == [
+        (i, r.timestamp, r.key, r.value, r.headers) for i, r in enumerate(want)]
+
+
+@pytest.mark.parametrize("codec", [1, 2, 3, 4], ids=["gzip", "snappy", "lz4", "zstd"])
+def test_expansion_past_the_bound_is_refused_for_every_codec(codec: int) -> None:
+    data = build_batch([Record(-1, TS, b"k", bytes(2 << 20), [])], compression=codec)
+    assert len(data) < 200_000
+    with pytest.raises(RecordTooLargeError):
+        validate_records(data, read_header(data), max_decompressed=1 << 20)
+    with pytest.raises(RecordTooLargeError):
+        decode_batch(data, max_decompressed=1 << 20)
+
+
+@pytest.mark.parametrize("codec", [1, 3, 4], ids=["gzip", "lz4", "zstd"])
+def test_truncated_compressed_data_is_refused(codec: int) -> None:
+    data = bytearray(build_batch(records(50, 100), compression=codec))
+    cut = bytes(data[: len(data) - 40])
+    header = read_header(cut)
+    header.batch_length -= 40
+    with pytest.raises((CorruptRecordError, InvalidRecordError)):
+        validate_records(cut, header, max_decompressed=1 << 30)
+
+
+def test_the_bound_is_64_times_max_message_bytes_at_least_64_mib() -> None:
+    assert decompressed_limit(1048588) == 64 * 1048588
+    assert decompressed_limit(1000) == 64 << 20
