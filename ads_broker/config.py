@@ -100,6 +100,16 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("fetch.max.bytes", int, 57671680, 0),
     Setting("num.recovery.threads.per.data.dir", int, 1, 1),
     Setting("log.dirs", str, "", doc="set by --data-dir"),
+    # -- network: connections, request memory, listeners, TLS, SASL (issue 12; docs/SECURITY.md) --
+    Setting("queued.max.request.bytes", int, 104857600, -1,
+            doc="bytes of received and queued requests held at once (all connections); reading pauses above "
+                "it. Kafka's default is -1 (unbounded); -1 disables the bound here too"),
+    Setting("max.connections", int, 2**31 - 1, 0,
+            doc="connections the broker holds; a new one above it is closed at accept"),
+    Setting("max.connections.per.ip", int, 2**31 - 1, 0,
+            doc="connections from one IP address; a new one above it is closed at accept"),
+    Setting("connections.max.idle.ms", int, 600000, 1,
+            doc="a connection that neither sends nor receives for this long is closed"),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 
