@@ -25,6 +25,7 @@ from ads_broker.log.log import AppendInfo
 from ads_broker.producer_ids import ProducerIdManager
 from ads_broker.protocol import admin, fetch, groups, metadata, produce, txn
 from ads_broker.protocol.codec import Chunk, DecodedRequest
+from ads_broker.rejections import RejectionLog
 from ads_broker.replica_manager import Partition, ReplicaManager, now_ms
 
 log = structlog.get_logger("ads_broker.broker")
@@ -62,6 +63,7 @@ HANDLERS: dict[int, Handler] = {
 }
 
 _client_host: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
+_rejections = RejectionLog()
 
 
 class Broker:
@@ -194,10 +196,12 @@ class Broker:
 
     def log_client_error(self, req: DecodedRequest, api: str, error: BrokerError | None, **fields: Any) -> None:
         """One log line naming the client and the reason for every request-level error."""
-        log.warning("request rejected", api=api, client_id=req.client_id, client=_client_host.get(),
-                    correlation_id=req.correlation_id,
-                    error_code=fields.pop("error_code", error.error_code if error else None),
-                    reason=str(error) if error else None, **fields)
+        # Aggregated per (client, api, error code): one request naming 100,000 bad topics, or a
+        # client retrying one all day, writes one line per interval with a count (issue 12, hole 5).
+        code = fields.pop("error_code", error.error_code if error else None)
+        _rejections.warn(_client_host.get(), f"request rejected: {api} error {code}", api=api,
+                         client_id=req.client_id, correlation_id=req.correlation_id, error_code=code,
+                         reason=str(error) if error else None, **fields)
 
     def metrics_appended(self, records: int) -> None:
         self.messages_in += records

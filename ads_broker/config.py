@@ -110,6 +110,9 @@ SETTINGS: tuple[Setting, ...] = (
             doc="connections from one IP address; a new one above it is closed at accept"),
     Setting("connections.max.idle.ms", int, 600000, 1,
             doc="a connection that neither sends nor receives for this long is closed"),
+    Setting("request.max.array.elements", int, 100000, 1,
+            doc="array elements (topics, partitions, ... all arrays together) one request may carry; a longer "
+                "request closes its connection (not a Kafka setting: Kafka bounds arrays by the frame only)"),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 

@@ -31,6 +31,7 @@ from ads_broker.exceptions import MalformedFrameError
 from ads_broker.faults import BrokerFaults
 from ads_broker.protocol.codec import (
     API_VERSIONS_KEY,
+    ARRAY_BUDGET,
     Chunk,
     SendfileSlice,
     decode_request,
@@ -410,6 +411,7 @@ class BrokerServer:
         self.max_connections = int(config["max.connections"])
         self.max_connections_per_ip = int(config["max.connections.per.ip"])
         self.idle_s = int(config["connections.max.idle.ms"]) / 1000
+        ARRAY_BUDGET.max_elements = int(config["request.max.array.elements"])
         self._per_ip: collections.Counter[str] = collections.Counter()
         self._receivers: set[FrameReceiver] = set()
         self._servers: list[asyncio.Server] = []
