@@ -27,6 +27,7 @@ from ads_broker.protocol import admin, fetch, groups, metadata, produce, txn
 from ads_broker.protocol.codec import Chunk, DecodedRequest
 from ads_broker.rejections import RejectionLog
 from ads_broker.replica_manager import Partition, ReplicaManager, now_ms
+from ads_broker.security.context import current_advertised
 
 log = structlog.get_logger("ads_broker.broker")
 
@@ -75,7 +76,7 @@ class Broker:
         self.faults = faults
         self.node_id = int(config["broker.id"])
         self.cluster_id = str(config["cluster.id"])
-        self.advertised = config.advertised
+        self._advertised = config.advertised
         self.replicas = ReplicaManager(data_dir, config, record_synced_length=faults is not None)
         self.groups = GroupCoordinator(
             initial_rebalance_delay_ms=int(config["group.initial.rebalance.delay.ms"]),
@@ -101,6 +102,11 @@ class Broker:
         self.messages_in = 0
         self._tasks: list[asyncio.Task[None]] = []
         self._writers = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="log-append")
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        """HOST, PORT of the listener the request being handled came in on (issue 12, listeners)."""
+        return current_advertised(self._advertised)
 
     async def start(self) -> None:
         self.replicas.open()

@@ -19,30 +19,40 @@ import os
 import signal
 import struct
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
 from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
 from ads_broker.broker import Broker
 from ads_broker.config import BrokerConfig
-from ads_broker.exceptions import MalformedFrameError
+from ads_broker.exceptions import ConfigError, MalformedFrameError
 from ads_broker.faults import BrokerFaults
 from ads_broker.protocol.codec import (
     API_VERSIONS_KEY,
     ARRAY_BUDGET,
     Chunk,
+    DecodedRequest,
     SendfileSlice,
     decode_request,
     encode_response,
 )
 from ads_broker.protocol.metadata import api_versions_response
 from ads_broker.rejections import RejectionLog
+from ads_broker.security.context import ANONYMOUS, Session, set_session
+from ads_broker.security.listeners import ListenerSpec, resolve_listeners
+from ads_broker.security.scram import MECHANISMS, CredentialStore, SaslAuthenticationError, SaslServer
+from ads_broker.security.tls import principal_from_peercert, server_context
 
 log = structlog.get_logger("ads_broker.server")
 SENDFILE_MIN_BYTES = 64 * 1024
 UNSUPPORTED_VERSION = 35
+UNSUPPORTED_SASL_MECHANISM = 33
+ILLEGAL_SASL_STATE = 34
+SASL_AUTHENTICATION_FAILED = 58
+SASL_HANDSHAKE_KEY = 17
+SASL_AUTHENTICATE_KEY = 36
 
 
 class MemoryPool:
@@ -102,7 +112,7 @@ class FrameReceiver(asyncio.BufferedProtocol):
     LARGE_FRAME = SCRATCH_BUFFER // 2
     MAX_QUEUED_FRAMES = 16
 
-    def __init__(self, server: BrokerServer, listener: Listener) -> None:
+    def __init__(self, server: BrokerServer, listener: ListenerSpec) -> None:
         self.server = server
         self.listener = listener
         self.pool = server.pool
@@ -112,6 +122,7 @@ class FrameReceiver(asyncio.BufferedProtocol):
         self.peer = "unknown"
         self.peer_ip = ""
         self.last_active = time.monotonic()
+        self.tls_principal: str | None = None
         self._pending = bytearray()  # bytes of an incomplete small frame (or of a length prefix)
         self._frame: bytearray | None = None  # a large frame being received in place
         self._frame_size = 0
@@ -129,6 +140,9 @@ class FrameReceiver(asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "unknown"
         self.peer_ip = str(peer[0]) if peer else ""
+        # On SSL listeners connection_made comes after the handshake: the client certificate (if
+        # any, and verified) is known here.
+        self.tls_principal = principal_from_peercert(transport.get_extra_info("peercert"))
         reason = self.server.admit(self)
         if reason is not None:
             self.server.rejections.warn(self.peer_ip, f"closing connection: {reason}", listener=self.listener.name)
@@ -282,7 +296,14 @@ class FrameReceiver(asyncio.BufferedProtocol):
 
 
 class Connection:
-    """One client connection: requests handled one at a time and answered in order."""
+    """One client connection: requests handled one at a time and answered in order.
+
+    On a SASL listener the connection starts unauthenticated: only ApiVersions, SaslHandshake and
+    SaslAuthenticate are served, anything else closes it (Kafka's rule), and a failed
+    authentication is answered with SASL_AUTHENTICATION_FAILED and closes it too. The principal
+    (SASL user, client certificate DN, or ANONYMOUS) is published to the handlers through
+    :mod:`ads_broker.security.context`.
+    """
 
     def __init__(self, server: BrokerServer, receiver: FrameReceiver) -> None:
         self.server = server
@@ -290,12 +311,22 @@ class Connection:
         self.peer = receiver.peer
         self.busy = False
         self.task: asyncio.Future[None] | None = None
+        self.listener = receiver.listener
+        self.authenticated = not self.listener.uses_sasl
+        self.sasl: SaslServer | None = None
+
+    def _publish(self, principal: str) -> None:
+        set_session(Session(principal=principal, listener=self.listener.name,
+                            security_protocol=self.listener.security_protocol,
+                            advertised=(self.listener.advertised_host, self.listener.advertised_port),
+                            client_host=self.peer))
 
     def close(self) -> None:
         self.receiver._close()
 
     async def serve(self) -> None:
         frames = self.receiver.frames
+        self._publish(self.receiver.tls_principal or ANONYMOUS)
         try:
             while not self.server.closing:
                 frame = await frames.get()
@@ -337,6 +368,12 @@ class Connection:
             self.server.rejections.warn(self.peer, "closing connection: unsupported api version",
                                         api_key=req.api_key, api_version=req.api_version)
             return False
+        if req.api_key in (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY):
+            return await self._sasl_request(req)
+        if not self.authenticated and req.api_key != API_VERSIONS_KEY:
+            self.server.rejections.warn(self.peer, "closing connection: request before SASL authentication",
+                                        listener=self.listener.name, api_key=req.api_key, client_id=req.client_id)
+            return False
         try:
             response = await self.server.broker.handle(req, self.peer)
         except ConnectionAbortedError as e:
@@ -354,6 +391,51 @@ class Connection:
             chunks = response
         await self._send(chunks)
         return True
+
+    async def _sasl_request(self, req: DecodedRequest) -> bool:
+        """SaslHandshake (v1) and SaslAuthenticate, as Kafka's SaslServerAuthenticator serves them."""
+        mechanisms = self.server.sasl_mechanisms
+        if req.api_key == SASL_HANDSHAKE_KEY:
+            if self.authenticated or self.sasl is not None:
+                # Kafka: a handshake on a non-SASL listener, or a second one, is ILLEGAL_SASL_STATE.
+                await self._respond(req, SaslHandshakeResponse(error_code=ILLEGAL_SASL_STATE, mechanisms=mechanisms))
+                return self.authenticated
+            mechanism = str(req.body.mechanism)
+            if mechanism not in mechanisms:
+                self.server.rejections.warn(self.peer, "closing connection: unsupported SASL mechanism",
+                                            mechanism=mechanism[:64], enabled=mechanisms)
+                await self._respond(req, SaslHandshakeResponse(error_code=UNSUPPORTED_SASL_MECHANISM,
+                                                               mechanisms=mechanisms))
+                return False
+            self.sasl = SaslServer(mechanism, self.server.credentials)
+            await self._respond(req, SaslHandshakeResponse(error_code=0, mechanisms=mechanisms))
+            return True
+        if self.authenticated or self.sasl is None:
+            await self._respond(req, SaslAuthenticateResponse(
+                error_code=ILLEGAL_SASL_STATE, error_message="SaslAuthenticate without a SaslHandshake",
+                auth_bytes=b"", session_lifetime_ms=0))
+            return self.authenticated
+        try:
+            token = self.sasl.step(bytes(req.body.auth_bytes))
+        except (SaslAuthenticationError, ConfigError) as e:
+            self.server.rejections.warn(self.peer, "closing connection: SASL authentication failed",
+                                        listener=self.listener.name, mechanism=self.sasl.mechanism,
+                                        user=self.sasl.user[:128], reason=str(e))
+            await self._respond(req, SaslAuthenticateResponse(
+                error_code=SASL_AUTHENTICATION_FAILED, error_message=str(e) if isinstance(e, SaslAuthenticationError)
+                else "Authentication failed", auth_bytes=b"", session_lifetime_ms=0))
+            return False
+        if self.sasl.principal is not None:
+            self.authenticated = True
+            self._publish(self.sasl.principal)
+            log.info("authenticated", client=self.peer, listener=self.listener.name, mechanism=self.sasl.mechanism,
+                     principal=self.sasl.principal)
+        await self._respond(req, SaslAuthenticateResponse(error_code=0, error_message=None, auth_bytes=token,
+                                                          session_lifetime_ms=0))
+        return True
+
+    async def _respond(self, req: DecodedRequest, response: ApiMessage) -> None:
+        await self._send([encode_response(response, req.api_version, req.correlation_id)])
 
     async def _send(self, chunks: list[Chunk]) -> None:
         """Write a response; the slices' descriptors are closed on every path (they pin segment
@@ -384,17 +466,6 @@ class Connection:
                     os.close(chunk.fd)
 
 
-@dataclass(frozen=True, slots=True)
-class Listener:
-    """One endpoint the broker accepts connections on (Kafka's ``NAME://HOST:PORT``)."""
-
-    name: str
-    security_protocol: str
-    host: str
-    port: int
-    advertised: tuple[str, int]
-
-
 class BrokerServer:
     """Accepts connections on the listeners and enforces the connection limits: ``max.connections``
     and ``max.connections.per.ip`` (a connection over either is closed at accept), and
@@ -412,6 +483,17 @@ class BrokerServer:
         self.max_connections_per_ip = int(config["max.connections.per.ip"])
         self.idle_s = int(config["connections.max.idle.ms"]) / 1000
         ARRAY_BUDGET.max_elements = int(config["request.max.array.elements"])
+        self.credentials = CredentialStore(data_dir)
+        self.sasl_mechanisms = [m.strip() for m in str(config["sasl.enabled.mechanisms"]).split(",") if m.strip()]
+        for mechanism in self.sasl_mechanisms:
+            if mechanism not in MECHANISMS:
+                raise ConfigError(f"sasl.enabled.mechanisms: {mechanism!r} is not one of {', '.join(MECHANISMS)}")
+        try:
+            self.listener_specs = resolve_listeners(str(config["listeners"]), str(config["advertised.listeners"]),
+                                                    str(config["listener.security.protocol.map"]))
+        except ValueError as e:
+            raise ConfigError(f"listeners: {e}") from None
+        self.ssl_context = server_context(config.values) if any(s.uses_tls for s in self.listener_specs) else None
         self._per_ip: collections.Counter[str] = collections.Counter()
         self._receivers: set[FrameReceiver] = set()
         self._servers: list[asyncio.Server] = []
@@ -419,19 +501,17 @@ class BrokerServer:
         self._stopped = asyncio.Event()
         self._shutdown_task: asyncio.Future[None] | None = None
 
-    def listeners(self) -> list[Listener]:
-        host, port = self.config.listen
-        return [Listener("PLAINTEXT", "PLAINTEXT", host, port, self.config.advertised)]
-
     async def start(self) -> None:
         await self.broker.start()
         loop = asyncio.get_running_loop()
-        for listener in self.listeners():
+        for listener in self.listener_specs:
             self._servers.append(await loop.create_server(
-                lambda listener=listener: FrameReceiver(self, listener),  # type: ignore[misc]
-                listener.host, listener.port, reuse_address=True))
+                lambda listener=listener: FrameReceiver(self, listener),
+                listener.host or None, listener.port, reuse_address=True,
+                ssl=self.ssl_context if listener.uses_tls else None))
             log.info("ads-broker listening", listener=listener.name, protocol=listener.security_protocol,
-                     listen=f"{listener.host}:{listener.port}", advertised="{}:{}".format(*listener.advertised),
+                     listen=f"{listener.host}:{listener.port}",
+                     advertised=f"{listener.advertised_host}:{listener.advertised_port}",
                      node_id=self.broker.node_id, data_dir=str(self.broker.replicas.data_dir))
         self._reaper = asyncio.create_task(self._reap_idle())
 

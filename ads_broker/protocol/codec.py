@@ -45,6 +45,7 @@ from kafka.protocol.producer import (
     ProduceRequest,
     TxnOffsetCommitRequest,
 )
+from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 from kafka.protocol.schemas.fields.array import ArrayField
 from kafka.protocol.schemas.fields.codecs.types import UnsignedVarInt32
 from kafka.protocol.schemas.fields.struct_array import StructArrayField
@@ -162,6 +163,8 @@ SUPPORTED_APIS: dict[int, tuple[type[ApiMessage], int, int]] = {
         (DeleteRecordsRequest, 0, 2),
         (InitProducerIdRequest, 0, 4),
         (DescribeConfigsRequest, 1, 4),
+        (SaslHandshakeRequest, 1, 1),  # v0 (raw tokens after the handshake) is not served
+        (SaslAuthenticateRequest, 0, 2),
         (CreatePartitionsRequest, 0, 3),
         (AddPartitionsToTxnRequest, 0, 3),
         (AddOffsetsToTxnRequest, 0, 3),
