@@ -27,6 +27,7 @@ from ads_broker.protocol import admin, fetch, groups, metadata, produce, txn
 from ads_broker.protocol.codec import Chunk, DecodedRequest
 from ads_broker.rejections import RejectionLog
 from ads_broker.replica_manager import Partition, ReplicaManager, now_ms
+from ads_broker.security import users_api
 from ads_broker.security.context import current_advertised
 
 log = structlog.get_logger("ads_broker.broker")
@@ -61,6 +62,8 @@ HANDLERS: dict[int, Handler] = {
     26: txn.handle_end_txn,
     28: txn.handle_txn_offset_commit,
     37: admin.handle_create_partitions,
+    50: users_api.handle_describe_user_scram_credentials,
+    51: users_api.handle_alter_user_scram_credentials,
 }
 
 _client_host: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")

@@ -16,12 +16,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafka.protocol.admin import (
+    AlterUserScramCredentialsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
     DeleteRecordsRequest,
     DeleteTopicsRequest,
     DescribeConfigsRequest,
     DescribeGroupsRequest,
+    DescribeUserScramCredentialsRequest,
     ListGroupsRequest,
 )
 from kafka.protocol.api_header import RequestHeader
@@ -165,6 +167,8 @@ SUPPORTED_APIS: dict[int, tuple[type[ApiMessage], int, int]] = {
         (DescribeConfigsRequest, 1, 4),
         (SaslHandshakeRequest, 1, 1),  # v0 (raw tokens after the handshake) is not served
         (SaslAuthenticateRequest, 0, 2),
+        (DescribeUserScramCredentialsRequest, 0, 0),
+        (AlterUserScramCredentialsRequest, 0, 0),
         (CreatePartitionsRequest, 0, 3),
         (AddPartitionsToTxnRequest, 0, 3),
         (AddOffsetsToTxnRequest, 0, 3),

@@ -380,3 +380,31 @@ def test_a_user_added_while_running_can_log_in(secure: SecureBroker, pki: Pki, t
     conf = client_config(secure, pki, "SASL_PLAINTEXT", **{"sasl.username": "dave", "sasl.password": "dave-pw-1"})
     assert len(round_trip(conf, topic_name, 2)) == 2
 
+
+
+def test_scram_credentials_apis_through_the_admin_client(secure: SecureBroker, pki: Pki, topic_name: str) -> None:
+    from confluent_kafka.admin import (
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = AdminClient(client_config(secure, pki, "SASL_SSL"))
+    described = admin.describe_user_scram_credentials(["alice"])["alice"].result(30)
+    assert sorted(i.mechanism for i in described.scram_credential_infos) == \
+        sorted([ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512])
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096)
+    admin.alter_user_scram_credentials([UserScramCredentialUpsertion("erin", info, b"erin-pw-1")])["erin"].result(30)
+    conf = client_config(secure, pki, "SASL_SSL", **{"sasl.username": "erin", "sasl.password": "erin-pw-1"})
+    assert len(round_trip(conf, topic_name, 2)) == 2
+    too_few = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 100)
+    with pytest.raises(KafkaException, match="Too few iterations"):
+        admin.alter_user_scram_credentials([UserScramCredentialUpsertion("frank", too_few, b"x")])["frank"].result(30)
+    with pytest.raises(KafkaException, match="does not exist"):
+        admin.alter_user_scram_credentials(
+            [UserScramCredentialDeletion("nobody", ScramMechanism.SCRAM_SHA_512)])["nobody"].result(30)
+    admin.alter_user_scram_credentials(
+        [UserScramCredentialDeletion("erin", ScramMechanism.SCRAM_SHA_256)])["erin"].result(30)
+    assert "erin" not in users_cli("list", data_dir=secure.data_dir).stdout
