@@ -47,6 +47,7 @@ from ads_broker.security.tls import principal_from_peercert, server_context
 
 log = structlog.get_logger("ads_broker.server")
 SENDFILE_MIN_BYTES = 64 * 1024
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
 UNSUPPORTED_VERSION = 35
 UNSUPPORTED_SASL_MECHANISM = 33
 ILLEGAL_SASL_STATE = 34
@@ -508,7 +509,9 @@ class BrokerServer:
             self._servers.append(await loop.create_server(
                 lambda listener=listener: FrameReceiver(self, listener),
                 listener.host or None, listener.port, reuse_address=True,
-                ssl=self.ssl_context if listener.uses_tls else None))
+                ssl=self.ssl_context if listener.uses_tls else None,
+                # A pending handshake is not yet a counted connection: do not let it linger.
+                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if listener.uses_tls else None))
             log.info("ads-broker listening", listener=listener.name, protocol=listener.security_protocol,
                      listen=f"{listener.host}:{listener.port}",
                      advertised=f"{listener.advertised_host}:{listener.advertised_port}",

@@ -150,6 +150,10 @@ class SaslServer:
         self._gs2 = ""
         self._credential: ScramCredential | None = None
 
+    def server_nonce(self) -> str:
+        """The server's part of the SCRAM nonce (printable, no comma)."""
+        return secrets.token_urlsafe(24)
+
     def step(self, token: bytes) -> bytes:
         if self.mechanism == "PLAIN":
             return self._plain(token)
@@ -198,7 +202,7 @@ class SaslServer:
         else:
             self._credential = credential
             salt, iterations = credential.salt, credential.iterations
-        self._nonce = attrs["r"] + secrets.token_urlsafe(24)
+        self._nonce = attrs["r"] + self.server_nonce()
         self._server_first = f"r={self._nonce},s={_b64(salt)},i={iterations}"
         self._state = "final"
         return self._server_first.encode()
