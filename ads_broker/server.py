@@ -156,6 +156,10 @@ class FrameReceiver(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._frame is not None:
+            if self._frame_got == len(self._frame):
+                # Asked for room while paused for memory (a TLS transport may still hold decrypted
+                # bytes): grow past the budget rather than hand out an empty buffer.
+                self._grow_frame(force=True)
             return memoryview(self._frame)[self._frame_got:]
         return self.server.scratch
 
@@ -207,11 +211,11 @@ class FrameReceiver(asyncio.BufferedProtocol):
     def _charge(self, nbytes: int) -> None:
         self.pool.reserve(nbytes)
 
-    def _grow_frame(self) -> None:
+    def _grow_frame(self, force: bool = False) -> None:
         """The large frame's buffer is full but the frame is not: grow it if the pool allows,
         else stop reading until it does (:meth:`memory_available`)."""
         assert self._frame is not None
-        if self.pool.exhausted:
+        if self.pool.exhausted and not force:
             self._pause("memory")
             self.pool.wait(self)
             return

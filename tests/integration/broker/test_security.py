@@ -408,3 +408,27 @@ def test_scram_credentials_apis_through_the_admin_client(secure: SecureBroker, p
     admin.alter_user_scram_credentials(
         [UserScramCredentialDeletion("erin", ScramMechanism.SCRAM_SHA_256)])["erin"].result(30)
     assert "erin" not in users_cli("list", data_dir=secure.data_dir).stdout
+
+
+def test_large_records_over_tls(secure: SecureBroker, pki: Pki, topic_name: str) -> None:
+    """Frames received in place and grown as TLS delivers them; Fetch slices past the sendfile
+    threshold go out through asyncio's read+write fallback on a TLS transport."""
+    conf = client_config(secure, pki, "SASL_SSL")
+    producer = Producer({**conf, "message.max.bytes": 1000000, "linger.ms": 0})
+    values = [os.urandom(900_000) for _ in range(4)]
+    for v in values:
+        producer.produce(topic_name, v)
+    assert producer.flush(60) == 0
+    consumer = Consumer({**conf, "group.id": f"g-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic_name])
+    got: list[bytes] = []
+    try:
+        for _ in range(300):
+            msg = consumer.poll(0.2)
+            if msg is not None and not msg.error():
+                got.append(msg.value())
+            if len(got) == len(values):
+                break
+    finally:
+        consumer.close()
+    assert got == values
