@@ -300,6 +300,51 @@ class FrameReceiver(asyncio.BufferedProtocol):
             self.transport.close()
 
 
+class TlsAcceptor(asyncio.Protocol):
+    """The first protocol of a connection on an SSL or SASL_SSL listener: runs the TLS handshake
+    (``loop.start_tls``), then hands the TLS transport to a :class:`FrameReceiver`.
+
+    Doing the handshake here rather than in ``create_server(ssl=...)`` means a failed handshake
+    (no or an untrusted client certificate, wrong protocol, timeout) is logged like every other
+    rejection, naming the client; asyncio itself only logs those in debug mode.
+    """
+
+    def __init__(self, server: BrokerServer, listener: ListenerSpec) -> None:
+        self.server = server
+        self.listener = listener
+        self.task: asyncio.Future[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.task = asyncio.ensure_future(self._handshake(transport))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+
+    async def _handshake(self, transport: asyncio.Transport) -> None:
+        assert self.server.ssl_context is not None
+        peer = transport.get_extra_info("peername")
+        client = f"{peer[0]}" if peer else "unknown"
+        receiver = FrameReceiver(self.server, self.listener)
+        try:
+            tls = await asyncio.get_running_loop().start_tls(
+                transport, receiver, self.server.ssl_context, server_side=True,
+                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S)
+        except asyncio.CancelledError:
+            transport.abort()
+            raise
+        except (OSError, TimeoutError, ConnectionError) as e:
+            self.server.rejections.warn(client, "closing connection: TLS handshake failed",
+                                        listener=self.listener.name, reason=f"{type(e).__name__}: {e}"[:300])
+            transport.abort()
+            return
+        if tls is None:  # the client went away during the handshake
+            transport.abort()
+            return
+        receiver.connection_made(tls)
+
+
 class Connection:
     """One client connection: requests handled one at a time and answered in order.
 
@@ -511,11 +556,9 @@ class BrokerServer:
         loop = asyncio.get_running_loop()
         for listener in self.listener_specs:
             self._servers.append(await loop.create_server(
-                lambda listener=listener: FrameReceiver(self, listener),
-                listener.host or None, listener.port, reuse_address=True,
-                ssl=self.ssl_context if listener.uses_tls else None,
-                # A pending handshake is not yet a counted connection: do not let it linger.
-                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if listener.uses_tls else None))
+                lambda listener=listener: TlsAcceptor(self, listener) if listener.uses_tls
+                else FrameReceiver(self, listener),
+                listener.host or None, listener.port, reuse_address=True))
             log.info("ads-broker listening", listener=listener.name, protocol=listener.security_protocol,
                      listen=f"{listener.host}:{listener.port}",
                      advertised=f"{listener.advertised_host}:{listener.advertised_port}",

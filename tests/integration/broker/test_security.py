@@ -252,6 +252,7 @@ def test_mtls_required_refuses_clients_without_a_trusted_certificate(tmp_path: P
     broker = start_secure_broker(tmp_path, pki, {"ssl.client.auth": "required"})
     try:
         expect_auth_failure(client_config(broker, pki, "SSL"))  # no client certificate
+        assert "TLS handshake failed" in broker.log_path.read_text()  # logged, naming the client
         rogue = client_config(broker, pki, "SSL", **{"ssl.certificate.location": str(pki.other_ca_client_cert),
                                                      "ssl.key.location": str(pki.other_ca_client_key)})
         expect_auth_failure(rogue)
