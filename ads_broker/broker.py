@@ -25,7 +25,10 @@ from ads_broker.log.log import AppendInfo, ValidatedBatch
 from ads_broker.producer_ids import ProducerIdManager
 from ads_broker.protocol import admin, fetch, groups, metadata, produce, txn
 from ads_broker.protocol.codec import Chunk, DecodedRequest
+from ads_broker.rejections import RejectionLog
 from ads_broker.replica_manager import Partition, ReplicaManager, now_ms
+from ads_broker.security import users_api
+from ads_broker.security.context import current_advertised
 
 log = structlog.get_logger("ads_broker.broker")
 
@@ -59,9 +62,12 @@ HANDLERS: dict[int, Handler] = {
     26: txn.handle_end_txn,
     28: txn.handle_txn_offset_commit,
     37: admin.handle_create_partitions,
+    50: users_api.handle_describe_user_scram_credentials,
+    51: users_api.handle_alter_user_scram_credentials,
 }
 
 _client_host: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
+_rejections = RejectionLog()
 
 
 class Broker:
@@ -73,7 +79,7 @@ class Broker:
         self.faults = faults
         self.node_id = int(config["broker.id"])
         self.cluster_id = str(config["cluster.id"])
-        self.advertised = config.advertised
+        self._advertised = config.advertised
         self.replicas = ReplicaManager(data_dir, config, record_synced_length=faults is not None)
         self.groups = GroupCoordinator(
             initial_rebalance_delay_ms=int(config["group.initial.rebalance.delay.ms"]),
@@ -99,6 +105,11 @@ class Broker:
         self.messages_in = 0
         self._tasks: list[asyncio.Task[None]] = []
         self._writers = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="log-append")
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        """HOST, PORT of the listener the request being handled came in on (issue 12, listeners)."""
+        return current_advertised(self._advertised)
 
     async def start(self) -> None:
         self.replicas.open()
@@ -194,10 +205,12 @@ class Broker:
 
     def log_client_error(self, req: DecodedRequest, api: str, error: BrokerError | None, **fields: Any) -> None:
         """One log line naming the client and the reason for every request-level error."""
-        log.warning("request rejected", api=api, client_id=req.client_id, client=_client_host.get(),
-                    correlation_id=req.correlation_id,
-                    error_code=fields.pop("error_code", error.error_code if error else None),
-                    reason=str(error) if error else None, **fields)
+        # Aggregated per (client, api, error code): one request naming 100,000 bad topics, or a
+        # client retrying one all day, writes one line per interval with a count (issue 12, hole 5).
+        code = fields.pop("error_code", error.error_code if error else None)
+        _rejections.warn(_client_host.get(), f"request rejected: {api} error {code}", api=api,
+                         client_id=req.client_id, correlation_id=req.correlation_id, error_code=code,
+                         reason=str(error) if error else None, **fields)
 
     def metrics_appended(self, records: int) -> None:
         self.messages_in += records

@@ -19,8 +19,11 @@ app = typer.Typer(help="Kafka-wire-compatible log broker written in Python (the 
 topics_app = typer.Typer(help="Create, list, describe and delete topics (through the Kafka protocol).",
                          no_args_is_help=True)
 groups_app = typer.Typer(help="List and describe consumer groups.", no_args_is_help=True)
+users_app = typer.Typer(help="SASL users: salted SCRAM credentials in the data dir (docs/SECURITY.md).",
+                        no_args_is_help=True)
 app.add_typer(topics_app, name="topics")
 app.add_typer(groups_app, name="groups")
+app.add_typer(users_app, name="users")
 
 Bootstrap = Annotated[str, typer.Option("--bootstrap-server", "-b", help="HOST:PORT of a broker")]
 
@@ -237,6 +240,82 @@ def groups_describe(group: str, bootstrap: Bootstrap = "127.0.0.1:9092") -> None
                       f"committed offsets of {group!r}")
     for tp in sorted(offsets.topic_partitions, key=lambda t: (t.topic, t.partition)):
         typer.echo(f"\t{tp.topic}-{tp.partition}\tcommitted: {tp.offset}")
+
+
+DataDir = Annotated[Path, typer.Option(help="the broker's data directory")]
+
+
+@users_app.command("add")
+def users_add(
+    user: str,
+    data_dir: DataDir,
+    password: Annotated[str | None, typer.Option(help="[default: prompt; or ADS_BROKER_USER_PASSWORD]",
+                                                 envvar="ADS_BROKER_USER_PASSWORD")] = None,
+    mechanism: Annotated[list[str] | None, typer.Option(
+        help="SCRAM-SHA-256 and/or SCRAM-SHA-512; repeatable [default: both]")] = None,
+    iterations: Annotated[int, typer.Option(help="PBKDF2 iterations (4096..16384)")] = 4096,
+) -> None:
+    """Add a user or change its password (takes effect on a running broker at the next login)."""
+    from ads_broker.security.scram import (
+        MAX_ITERATIONS,
+        MIN_ITERATIONS,
+        SCRAM_MECHANISMS,
+        CredentialStore,
+        ScramCredential,
+        validate_user_name,
+    )
+
+    try:
+        validate_user_name(user)
+    except ValueError as e:
+        fail(str(e))
+    mechanisms = mechanism or list(SCRAM_MECHANISMS)
+    for m in mechanisms:
+        if m not in SCRAM_MECHANISMS:
+            fail(f"unknown mechanism {m!r}; expected {' or '.join(SCRAM_MECHANISMS)}")
+    if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
+        fail(f"--iterations must be in {MIN_ITERATIONS}..{MAX_ITERATIONS} (Kafka's bounds)")
+    if password is None:
+        password = typer.prompt("password", hide_input=True, confirmation_prompt=True)
+    if not password:
+        fail("the password is empty")
+    store = CredentialStore(data_dir)
+    try:
+        for m in mechanisms:
+            store.upsert(user, m, ScramCredential.from_password(m, password, iterations))
+    except (BrokerError, OSError) as e:
+        fail(str(e))
+    typer.echo(f"user {user}: {', '.join(mechanisms)}")
+
+
+@users_app.command("delete")
+def users_delete(
+    user: str,
+    data_dir: DataDir,
+    mechanism: Annotated[str | None, typer.Option(help="only this mechanism's credential")] = None,
+) -> None:
+    """Delete a user (or one of its mechanisms); open connections stay authenticated."""
+    from ads_broker.security.scram import CredentialStore
+
+    try:
+        if not CredentialStore(data_dir).delete(user, mechanism):
+            fail(f"no user {user!r}" + (f" with {mechanism}" if mechanism else "") + f" in {data_dir}")
+    except (BrokerError, OSError) as e:
+        fail(str(e))
+    typer.echo(f"deleted {user}" + (f" ({mechanism})" if mechanism else ""))
+
+
+@users_app.command("list")
+def users_list(data_dir: DataDir) -> None:
+    """Users and their mechanisms (iterations); never a secret."""
+    from ads_broker.security.scram import CredentialStore
+
+    try:
+        users = CredentialStore(data_dir).users()
+    except BrokerError as e:
+        fail(str(e))
+    for name, creds in users.items():
+        typer.echo(f"{name}\t" + ", ".join(f"{m} (iterations={c.iterations})" for m, c in sorted(creds.items())))
 
 
 def main() -> None:

@@ -15,6 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from ads_broker.exceptions import ConfigError, InvalidConfigurationError
+from ads_broker.security.listeners import (
+    DEFAULT_PROTOCOL_MAP,
+    parse_endpoints,
+    validate_listeners,
+    validate_protocol_map,
+)
 
 LONG_MAX = 2**63 - 1
 
@@ -27,10 +33,8 @@ def _bool(value: str) -> bool:
 
 
 def _listen(value: str) -> str:
-    _host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError("expected HOST:PORT with a port in 1..65535")
-    return value
+    """``listeners``/``advertised.listeners``: ``NAME://HOST:PORT`` entries or a bare ``HOST:PORT``."""
+    return validate_listeners(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,9 +48,10 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("listeners", _listen, "127.0.0.1:9092", doc="HOST:PORT the broker binds"),
+    Setting("listeners", _listen, "127.0.0.1:9092",
+            doc="NAME://HOST:PORT entries the broker binds (a bare HOST:PORT is PLAINTEXT); docs/SECURITY.md"),
     Setting("advertised.listeners", lambda v: _listen(v) if v else v, "",
-            doc="HOST:PORT given to clients in Metadata (default: listeners)"),
+            doc="NAME://HOST:PORT given to clients of each listener in Metadata (default: listeners)"),
     Setting("broker.id", int, 0, 0, doc="this node's id"),
     Setting("cluster.id", str, "ads-cluster", doc="cluster id returned in Metadata"),
     Setting("num.partitions", int, 1, 1, doc="partitions of auto-created topics"),
@@ -109,6 +114,37 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("fetch.max.bytes", int, 57671680, 0),
     Setting("num.recovery.threads.per.data.dir", int, 1, 1),
     Setting("log.dirs", str, "", doc="set by --data-dir"),
+    # -- network: connections, request memory, listeners, TLS, SASL (issue 12; docs/SECURITY.md) --
+    Setting("queued.max.request.bytes", int, 104857600, -1,
+            doc="bytes of received and queued requests held at once (all connections); reading pauses above "
+                "it. Kafka's default is -1 (unbounded); -1 disables the bound here too"),
+    Setting("max.connections", int, 2**31 - 1, 0,
+            doc="connections the broker holds; a new one above it is closed at accept"),
+    Setting("max.connections.per.ip", int, 2**31 - 1, 0,
+            doc="connections from one IP address; a new one above it is closed at accept"),
+    Setting("connections.max.idle.ms", int, 600000, 1,
+            doc="a connection that neither sends nor receives for this long is closed"),
+    Setting("listener.security.protocol.map", validate_protocol_map, DEFAULT_PROTOCOL_MAP,
+            doc="NAME:PROTOCOL pairs; PROTOCOL is PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"),
+    Setting("ssl.keystore.type", str, "PEM", doc="PEM only (JKS/PKCS12 are JVM formats)"),
+    Setting("ssl.keystore.location", str, "",
+            doc="PEM file with the server certificate chain and its private key (or use the two settings below)"),
+    Setting("ssl.keystore.certificate.chain", str, "", doc="the server certificate chain, PEM text"),
+    Setting("ssl.keystore.key", str, "", doc="the server private key, PEM text"),
+    Setting("ssl.key.password", str, "", doc="password of an encrypted private key"),
+    Setting("ssl.truststore.type", str, "PEM", doc="PEM only"),
+    Setting("ssl.truststore.location", str, "", doc="PEM file of CA certificates that sign client certificates"),
+    Setting("ssl.truststore.certificates", str, "", doc="CA certificates, PEM text"),
+    Setting("ssl.client.auth", str, "none", doc="required, requested or none: client certificates (mTLS)"),
+    Setting("ssl.enabled.protocols", str, "TLSv1.2,TLSv1.3", doc="TLS versions accepted"),
+    Setting("ssl.cipher.suites", str, "", doc="OpenSSL cipher list for TLS 1.2 (default: Python's)"),
+    Setting("ssl.principal.mapping.rules", str, "DEFAULT",
+            doc="DEFAULT only: the principal is User:<the certificate subject's full DN>"),
+    Setting("sasl.enabled.mechanisms", str, "SCRAM-SHA-256,SCRAM-SHA-512",
+            doc="SASL mechanisms offered: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (users: `ads-broker users`)"),
+    Setting("request.max.array.elements", int, 100000, 1,
+            doc="array elements (topics, partitions, ... all arrays together) one request may carry; a longer "
+                "request closes its connection (not a Kafka setting: Kafka bounds arrays by the frame only)"),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 
@@ -170,13 +206,15 @@ class BrokerConfig:
 
     @property
     def listen(self) -> tuple[str, int]:
-        host, _, port = str(self["listeners"]).rpartition(":")
-        return host, int(port)
+        """HOST, PORT of the first listener."""
+        first = parse_endpoints(str(self["listeners"]))[0]
+        return first.host, first.port
 
     @property
     def advertised(self) -> tuple[str, int]:
-        host, _, port = _listen(str(self["advertised.listeners"])).rpartition(":")
-        return host, int(port)
+        """HOST, PORT advertised for the first listener (each connection gets its own listener's)."""
+        first = parse_endpoints(str(self["advertised.listeners"]))[0]
+        return first.host, first.port
 
     def topic_defaults(self) -> dict[str, str]:
         """Topic-level config defaults derived from the broker's ``log.*`` settings."""

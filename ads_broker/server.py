@@ -13,52 +13,125 @@ marker.
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import os
 import signal
 import struct
+import time
 from pathlib import Path
 
 import structlog
 from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
 from ads_broker.broker import Broker
 from ads_broker.config import BrokerConfig
-from ads_broker.exceptions import MalformedFrameError
+from ads_broker.exceptions import ConfigError, MalformedFrameError
 from ads_broker.faults import BrokerFaults
-from ads_broker.protocol.codec import API_VERSIONS_KEY, Chunk, SendfileSlice, decode_request, encode_response
+from ads_broker.protocol.codec import (
+    API_VERSIONS_KEY,
+    ARRAY_BUDGET,
+    Chunk,
+    DecodedRequest,
+    SendfileSlice,
+    decode_request,
+    encode_response,
+)
 from ads_broker.protocol.metadata import api_versions_response
+from ads_broker.rejections import RejectionLog
+from ads_broker.security.context import ANONYMOUS, Session, set_session
+from ads_broker.security.listeners import ListenerSpec, resolve_listeners
+from ads_broker.security.scram import MECHANISMS, CredentialStore, SaslAuthenticationError, SaslServer
+from ads_broker.security.tls import principal_from_peercert, server_context
 
 log = structlog.get_logger("ads_broker.server")
 SENDFILE_MIN_BYTES = 64 * 1024
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
 UNSUPPORTED_VERSION = 35
+UNSUPPORTED_SASL_MECHANISM = 33
+ILLEGAL_SASL_STATE = 34
+SASL_AUTHENTICATION_FAILED = 58
+SASL_HANDSHAKE_KEY = 17
+SASL_AUTHENTICATE_KEY = 36
+
+
+class MemoryPool:
+    """The budget for bytes of received requests, shared by every connection (Kafka's
+    ``queued.max.request.bytes`` and its ``SimpleMemoryPool`` in non-strict mode).
+
+    Invariant: ``used`` counts every byte of frame buffers allocated for requests not yet answered
+    (complete frames waiting or being handled, and large frames being received). A receiver asks
+    before growing a buffer; while the pool is exhausted its connection stops reading and waits in
+    FIFO order, and is resumed as handled requests give their bytes back. Like Kafka's pool, a grant
+    is made while *any* budget is left, so one request larger than the whole budget still goes through.
+    """
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget  # -1: unbounded
+        self.used = 0
+        self._waiting: collections.deque[FrameReceiver] = collections.deque()
+
+    @property
+    def exhausted(self) -> bool:
+        return 0 <= self.budget <= self.used
+
+    def reserve(self, nbytes: int) -> None:
+        self.used += nbytes
+
+    def release(self, nbytes: int) -> None:
+        self.used -= nbytes
+        while self._waiting and not self.exhausted:
+            self._waiting.popleft().memory_available()
+
+    def wait(self, receiver: FrameReceiver) -> None:
+        if receiver not in self._waiting:
+            self._waiting.append(receiver)
+
+    def forget(self, receiver: FrameReceiver) -> None:
+        with contextlib.suppress(ValueError):
+            self._waiting.remove(receiver)
 
 
 class FrameReceiver(asyncio.BufferedProtocol):
-    """Kafka framing with as few copies as possible: the kernel writes a large request's body
-    straight into that frame's own buffer; small frames are cut out of a shared read buffer.
+    """Kafka framing with few copies and memory that follows the bytes actually received.
 
-    Complete frames are queued for the connection's request loop; reading pauses while too many
-    are waiting, so a client pipelining faster than we answer cannot grow memory without bound.
+    The kernel reads into a scratch buffer shared by every connection (the loop reads one socket
+    at a time), so an idle connection owns no read buffer. Small frames are copied out of it; a
+    large frame gets its own buffer, which the kernel then fills in place and which grows (doubling,
+    as its bytes arrive, never from the length prefix alone: a
+    prefix claiming 100 MiB costs nothing until 100 MiB have been sent. Every frame buffer is
+    charged to the server's :class:`MemoryPool`; while it is exhausted reading pauses.
+
+    Complete frames are queued for the connection's request loop; reading also pauses while too
+    many are waiting, so a client pipelining faster than we answer cannot grow memory without bound.
+    The receiver holds no reference to its :class:`Connection` (no cycle: a closed connection's
+    buffers are freed by reference counting, not by the cyclic GC).
     """
 
-    READ_BUFFER = 64 * 1024
+    SCRATCH_BUFFER = 64 * 1024
+    LARGE_FRAME = SCRATCH_BUFFER // 2
     MAX_QUEUED_FRAMES = 16
 
-    def __init__(self, server: BrokerServer) -> None:
+    def __init__(self, server: BrokerServer, listener: ListenerSpec) -> None:
         self.server = server
+        self.listener = listener
+        self.pool = server.pool
         self.max_frame = int(server.broker.config["socket.request.max.bytes"])
         self.frames: asyncio.Queue[bytearray | None] = asyncio.Queue()
         self.transport: asyncio.Transport | None = None
         self.peer = "unknown"
-        self._buf = bytearray(self.READ_BUFFER)
-        self._view = memoryview(self._buf)
-        self._have = 0  # bytes in _buf
+        self.peer_ip = ""
+        self.last_active = time.monotonic()
+        self.tls_principal: str | None = None
+        self._pending = bytearray()  # bytes of an incomplete small frame (or of a length prefix)
         self._frame: bytearray | None = None  # a large frame being received in place
+        self._frame_size = 0
         self._frame_got = 0
         self._can_write = asyncio.Event()
         self._can_write.set()
-        self._paused_reading = False
-        self.connection: Connection | None = None
+        self._paused_for: set[str] = set()
+        self.closed = False
 
     # -- asyncio.BufferedProtocol -----------------------------------------------------------
 
@@ -67,67 +140,143 @@ class FrameReceiver(asyncio.BufferedProtocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "unknown"
-        self.connection = Connection(self.server, self)
-        self.server.connections.add(self.connection)
-        self.connection.task = asyncio.ensure_future(self.connection.serve())
+        self.peer_ip = str(peer[0]) if peer else ""
+        # On SSL listeners connection_made comes after the handshake: the client certificate (if
+        # any, and verified) is known here.
+        self.tls_principal = principal_from_peercert(transport.get_extra_info("peercert"))
+        reason = self.server.admit(self)
+        if reason is not None:
+            self.server.rejections.warn(self.peer_ip, f"closing connection: {reason}", listener=self.listener.name)
+            self.closed = True
+            transport.abort()
+            return
+        connection = Connection(self.server, self)
+        self.server.connections.add(connection)
+        connection.task = asyncio.ensure_future(connection.serve())
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._frame is not None:
+            if self._frame_got == len(self._frame):
+                # Asked for room while paused for memory (a TLS transport may still hold decrypted
+                # bytes): grow past the budget rather than hand out an empty buffer.
+                self._grow_frame(force=True)
             return memoryview(self._frame)[self._frame_got:]
-        return self._view[self._have:]
+        return self.server.scratch
 
     def buffer_updated(self, nbytes: int) -> None:
+        self.last_active = time.monotonic()
         if self._frame is not None:
             self._frame_got += nbytes
-            if self._frame_got == len(self._frame):
-                self._deliver(self._frame)
-                self._frame = None
+            if self._frame_got == self._frame_size:
+                frame, self._frame = self._frame, None
+                self._deliver(frame)
+            elif self._frame_got == len(self._frame):
+                self._grow_frame()
             return
-        self._have += nbytes
-        self._cut_frames()
+        data = self.server.scratch[:nbytes]
+        if self._pending:
+            self._pending += data
+            data = memoryview(self._pending)
+        self._cut_frames(data)
 
-    def _cut_frames(self) -> None:
-        pos = 0
-        while self._have - pos >= 4:
-            (size,) = struct.unpack_from(">i", self._buf, pos)
+    def _cut_frames(self, data: memoryview) -> None:
+        pos, have = 0, len(data)
+        while have - pos >= 4:
+            (size,) = struct.unpack_from(">i", data, pos)
             if size < 0 or size > self.max_frame:
-                log.warning("closing connection: bad frame size", client=self.peer, size=size, max=self.max_frame)
+                self.server.rejections.warn(self.peer, "closing connection: bad frame size", size=size,
+                                            max=self.max_frame)
                 self._close()
                 return
-            available = self._have - pos - 4
+            available = have - pos - 4
             if available >= size:
-                self._deliver(bytearray(self._view[pos + 4:pos + 4 + size]))
+                self._charge(size)
+                self._deliver(bytearray(data[pos + 4:pos + 4 + size]))
                 pos += 4 + size
                 continue
-            if size > self.READ_BUFFER // 2:
-                # Large frame: receive the rest directly into its own buffer.
-                frame = bytearray(size)
-                frame[:available] = self._view[pos + 4:self._have]
-                self._frame, self._frame_got = frame, available
-                pos = self._have
+            if size > self.LARGE_FRAME:
+                # Large frame: its own buffer, sized by what has arrived, filled in place from now on.
+                capacity = min(size, max(available, self.SCRATCH_BUFFER))
+                self._charge(capacity)
+                frame = bytearray(capacity)
+                frame[:available] = data[pos + 4:have]
+                self._frame, self._frame_size, self._frame_got = frame, size, available
+                pos = have
+                if available == capacity:
+                    self._grow_frame()
             break
-        remaining = self._have - pos
-        if pos and remaining:
-            self._buf[:remaining] = self._view[pos:self._have]
-        self._have = remaining
+        self._pending = bytearray(data[pos:have])
+        self._check_pool()
+
+    def _charge(self, nbytes: int) -> None:
+        self.pool.reserve(nbytes)
+
+    def _grow_frame(self, force: bool = False) -> None:
+        """The large frame's buffer is full but the frame is not: grow it if the pool allows,
+        else stop reading until it does (:meth:`memory_available`)."""
+        assert self._frame is not None
+        if self.pool.exhausted and not force:
+            self._pause("memory")
+            self.pool.wait(self)
+            return
+        # The transport still holds a view of the old buffer (no resizing in place): copy into a
+        # buffer twice as large. Copies add up to at most the frame's size.
+        old = self._frame
+        capacity = min(self._frame_size, 2 * len(old))
+        self.pool.reserve(capacity)
+        frame = bytearray(capacity)
+        frame[:self._frame_got] = old
+        self._frame = frame
+        self.pool.release(len(old))
+
+    def _check_pool(self) -> None:
+        if self.pool.exhausted and not self.closed:
+            self._pause("memory")
+            self.pool.wait(self)
+
+    def memory_available(self) -> None:
+        """Called by the pool when bytes were given back: grow the waiting frame and read again."""
+        if self.closed:
+            return
+        if self._frame is not None and self._frame_got == len(self._frame):
+            self._grow_frame()
+            if "memory" in self._paused_for and self._frame_got == len(self._frame):
+                return  # still waiting (the pool ran dry again)
+        self._resume("memory")
 
     def _deliver(self, frame: bytearray) -> None:
         self.frames.put_nowait(frame)
-        if self.frames.qsize() >= self.MAX_QUEUED_FRAMES and not self._paused_reading and self.transport:
-            self._paused_reading = True
-            self.transport.pause_reading()
+        if self.frames.qsize() >= self.MAX_QUEUED_FRAMES:
+            self._pause("queue")
 
     def next_frame_taken(self) -> None:
-        if self._paused_reading and self.frames.qsize() < self.MAX_QUEUED_FRAMES // 2 and self.transport:
-            self._paused_reading = False
+        if self.frames.qsize() < self.MAX_QUEUED_FRAMES // 2:
+            self._resume("queue")
+
+    def _pause(self, reason: str) -> None:
+        if not self._paused_for and self.transport is not None and not self.closed:
+            self.transport.pause_reading()
+        self._paused_for.add(reason)
+
+    def _resume(self, reason: str) -> None:
+        if reason not in self._paused_for:
+            return
+        self._paused_for.discard(reason)
+        if not self._paused_for and self.transport is not None and not self.closed:
             self.transport.resume_reading()
 
     def eof_received(self) -> bool | None:
-        if self._frame is not None or self._have:
-            log.warning("closing connection: truncated frame", client=self.peer)
+        if self._frame is not None or self._pending:
+            self.server.rejections.warn(self.peer, "closing connection: truncated frame")
         return None  # close the transport
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.pool.forget(self)
+        if self._frame is not None:
+            frame, self._frame = self._frame, None
+            self.pool.release(len(frame))
+        self._pending = bytearray()
         self.frames.put_nowait(None)
         self._can_write.set()
 
@@ -143,14 +292,68 @@ class FrameReceiver(asyncio.BufferedProtocol):
         await self._can_write.wait()
         if self.transport is None or self.transport.is_closing():
             raise ConnectionResetError("connection lost")
+        self.last_active = time.monotonic()
 
     def _close(self) -> None:
+        self.closed = True
         if self.transport is not None:
             self.transport.close()
 
 
+class TlsAcceptor(asyncio.Protocol):
+    """The first protocol of a connection on an SSL or SASL_SSL listener: runs the TLS handshake
+    (``loop.start_tls``), then hands the TLS transport to a :class:`FrameReceiver`.
+
+    Doing the handshake here rather than in ``create_server(ssl=...)`` means a failed handshake
+    (no or an untrusted client certificate, wrong protocol, timeout) is logged like every other
+    rejection, naming the client; asyncio itself only logs those in debug mode.
+    """
+
+    def __init__(self, server: BrokerServer, listener: ListenerSpec) -> None:
+        self.server = server
+        self.listener = listener
+        self.task: asyncio.Future[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.task = asyncio.ensure_future(self._handshake(transport))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+
+    async def _handshake(self, transport: asyncio.Transport) -> None:
+        assert self.server.ssl_context is not None
+        peer = transport.get_extra_info("peername")
+        client = f"{peer[0]}" if peer else "unknown"
+        receiver = FrameReceiver(self.server, self.listener)
+        try:
+            tls = await asyncio.get_running_loop().start_tls(
+                transport, receiver, self.server.ssl_context, server_side=True,
+                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S)
+        except asyncio.CancelledError:
+            transport.abort()
+            raise
+        except (OSError, TimeoutError, ConnectionError) as e:
+            self.server.rejections.warn(client, "closing connection: TLS handshake failed",
+                                        listener=self.listener.name, reason=f"{type(e).__name__}: {e}"[:300])
+            transport.abort()
+            return
+        if tls is None:  # the client went away during the handshake
+            transport.abort()
+            return
+        receiver.connection_made(tls)
+
+
 class Connection:
-    """One client connection: requests handled one at a time and answered in order."""
+    """One client connection: requests handled one at a time and answered in order.
+
+    On a SASL listener the connection starts unauthenticated: only ApiVersions, SaslHandshake and
+    SaslAuthenticate are served, anything else closes it (Kafka's rule), and a failed
+    authentication is answered with SASL_AUTHENTICATION_FAILED and closes it too. The principal
+    (SASL user, client certificate DN, or ANONYMOUS) is published to the handlers through
+    :mod:`ads_broker.security.context`.
+    """
 
     def __init__(self, server: BrokerServer, receiver: FrameReceiver) -> None:
         self.server = server
@@ -158,43 +361,68 @@ class Connection:
         self.peer = receiver.peer
         self.busy = False
         self.task: asyncio.Future[None] | None = None
+        self.listener = receiver.listener
+        self.authenticated = not self.listener.uses_sasl
+        self.sasl: SaslServer | None = None
+
+    def _publish(self, principal: str) -> None:
+        set_session(Session(principal=principal, listener=self.listener.name,
+                            security_protocol=self.listener.security_protocol,
+                            advertised=(self.listener.advertised_host, self.listener.advertised_port),
+                            client_host=self.peer))
 
     def close(self) -> None:
         self.receiver._close()
 
     async def serve(self) -> None:
+        frames = self.receiver.frames
+        self._publish(self.receiver.tls_principal or ANONYMOUS)
         try:
             while not self.server.closing:
-                frame = await self.receiver.frames.get()
+                frame = await frames.get()
                 if frame is None:
                     return
                 self.receiver.next_frame_taken()
                 self.busy = True
+                size = len(frame)
                 try:
-                    if not await self._handle_frame(bytes(frame) if len(frame) < 4096 else frame):
+                    if not await self._handle_frame(bytes(frame) if size < 4096 else frame):
                         return
                 except ConnectionError:
                     return  # the client went away while we answered
                 finally:
                     self.busy = False
+                    frame = None  # free it before waiting for the next one
+                    self.server.pool.release(size)
         finally:
             self.close()
+            while not frames.empty():  # frames queued behind the one that closed the connection
+                queued = frames.get_nowait()
+                if queued is not None:
+                    self.server.pool.release(len(queued))
             self.server.connections.discard(self)
+            self.server.disconnected(self.receiver)
 
     async def _handle_frame(self, frame: bytes | bytearray) -> bool:
         """Decode, dispatch and answer one request; False closes the connection."""
         try:
             req = decode_request(frame)
         except MalformedFrameError as e:
-            log.warning("closing connection: malformed request", client=self.peer, reason=str(e))
+            self.server.rejections.warn(self.peer, "closing connection: malformed request", reason=str(e))
             return False
         if req.body is None:
             if req.api_key == API_VERSIONS_KEY:
                 # Kafka answers an unsupported ApiVersions with a v0 response listing what it supports.
                 await self._send([encode_response(api_versions_response(UNSUPPORTED_VERSION), 0, req.correlation_id)])
                 return True
-            log.warning("closing connection: unsupported api version", client=self.peer, client_id=None,
-                        api_key=req.api_key, api_version=req.api_version)
+            self.server.rejections.warn(self.peer, "closing connection: unsupported api version",
+                                        api_key=req.api_key, api_version=req.api_version)
+            return False
+        if req.api_key in (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY):
+            return await self._sasl_request(req)
+        if not self.authenticated and req.api_key != API_VERSIONS_KEY:
+            self.server.rejections.warn(self.peer, "closing connection: request before SASL authentication",
+                                        listener=self.listener.name, api_key=req.api_key, client_id=req.client_id)
             return False
         try:
             response = await self.server.broker.handle(req, self.peer)
@@ -213,6 +441,51 @@ class Connection:
             chunks = response
         await self._send(chunks)
         return True
+
+    async def _sasl_request(self, req: DecodedRequest) -> bool:
+        """SaslHandshake (v1) and SaslAuthenticate, as Kafka's SaslServerAuthenticator serves them."""
+        mechanisms = self.server.sasl_mechanisms
+        if req.api_key == SASL_HANDSHAKE_KEY:
+            if self.authenticated or self.sasl is not None:
+                # Kafka: a handshake on a non-SASL listener, or a second one, is ILLEGAL_SASL_STATE.
+                await self._respond(req, SaslHandshakeResponse(error_code=ILLEGAL_SASL_STATE, mechanisms=mechanisms))
+                return self.authenticated
+            mechanism = str(req.body.mechanism)
+            if mechanism not in mechanisms:
+                self.server.rejections.warn(self.peer, "closing connection: unsupported SASL mechanism",
+                                            mechanism=mechanism[:64], enabled=mechanisms)
+                await self._respond(req, SaslHandshakeResponse(error_code=UNSUPPORTED_SASL_MECHANISM,
+                                                               mechanisms=mechanisms))
+                return False
+            self.sasl = SaslServer(mechanism, self.server.credentials)
+            await self._respond(req, SaslHandshakeResponse(error_code=0, mechanisms=mechanisms))
+            return True
+        if self.authenticated or self.sasl is None:
+            await self._respond(req, SaslAuthenticateResponse(
+                error_code=ILLEGAL_SASL_STATE, error_message="SaslAuthenticate without a SaslHandshake",
+                auth_bytes=b"", session_lifetime_ms=0))
+            return self.authenticated
+        try:
+            token = self.sasl.step(bytes(req.body.auth_bytes))
+        except (SaslAuthenticationError, ConfigError) as e:
+            self.server.rejections.warn(self.peer, "closing connection: SASL authentication failed",
+                                        listener=self.listener.name, mechanism=self.sasl.mechanism,
+                                        user=self.sasl.user[:128], reason=str(e))
+            await self._respond(req, SaslAuthenticateResponse(
+                error_code=SASL_AUTHENTICATION_FAILED, error_message=str(e) if isinstance(e, SaslAuthenticationError)
+                else "Authentication failed", auth_bytes=b"", session_lifetime_ms=0))
+            return False
+        if self.sasl.principal is not None:
+            self.authenticated = True
+            self._publish(self.sasl.principal)
+            log.info("authenticated", client=self.peer, listener=self.listener.name, mechanism=self.sasl.mechanism,
+                     principal=self.sasl.principal)
+        await self._respond(req, SaslAuthenticateResponse(error_code=0, error_message=None, auth_bytes=token,
+                                                          session_lifetime_ms=0))
+        return True
+
+    async def _respond(self, req: DecodedRequest, response: ApiMessage) -> None:
+        await self._send([encode_response(response, req.api_version, req.correlation_id)])
 
     async def _send(self, chunks: list[Chunk]) -> None:
         """Write a response; the slices' descriptors are closed on every path (they pin segment
@@ -244,31 +517,94 @@ class Connection:
 
 
 class BrokerServer:
+    """Accepts connections on the listeners and enforces the connection limits: ``max.connections``
+    and ``max.connections.per.ip`` (a connection over either is closed at accept), and
+    ``connections.max.idle.ms`` (a connection with no traffic that long is closed)."""
+
     def __init__(self, data_dir: Path, config: BrokerConfig) -> None:
         self.broker = Broker(data_dir, config, BrokerFaults.from_env())
         self.config = config
         self.closing = False
         self.connections: set[Connection] = set()
-        self._server: asyncio.Server | None = None
+        self.pool = MemoryPool(int(config["queued.max.request.bytes"]))
+        self.scratch = memoryview(bytearray(FrameReceiver.SCRATCH_BUFFER))
+        self.rejections = RejectionLog()
+        self.max_connections = int(config["max.connections"])
+        self.max_connections_per_ip = int(config["max.connections.per.ip"])
+        self.idle_s = int(config["connections.max.idle.ms"]) / 1000
+        ARRAY_BUDGET.max_elements = int(config["request.max.array.elements"])
+        self.credentials = CredentialStore(data_dir)
+        self.sasl_mechanisms = [m.strip() for m in str(config["sasl.enabled.mechanisms"]).split(",") if m.strip()]
+        for mechanism in self.sasl_mechanisms:
+            if mechanism not in MECHANISMS:
+                raise ConfigError(f"sasl.enabled.mechanisms: {mechanism!r} is not one of {', '.join(MECHANISMS)}")
+        try:
+            self.listener_specs = resolve_listeners(str(config["listeners"]), str(config["advertised.listeners"]),
+                                                    str(config["listener.security.protocol.map"]))
+        except ValueError as e:
+            raise ConfigError(f"listeners: {e}") from None
+        self.ssl_context = server_context(config.values) if any(s.uses_tls for s in self.listener_specs) else None
+        self._per_ip: collections.Counter[str] = collections.Counter()
+        self._receivers: set[FrameReceiver] = set()
+        self._servers: list[asyncio.Server] = []
+        self._reaper: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
         self._shutdown_task: asyncio.Future[None] | None = None
 
     async def start(self) -> None:
         await self.broker.start()
-        host, port = self.config.listen
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: FrameReceiver(self), host, port, reuse_address=True)
-        log.info("ads-broker listening", listen=f"{host}:{port}",
-                 advertised="{}:{}".format(*self.config.advertised), node_id=self.broker.node_id,
-                 data_dir=str(self.broker.replicas.data_dir))
+        for listener in self.listener_specs:
+            self._servers.append(await loop.create_server(
+                lambda listener=listener: TlsAcceptor(self, listener) if listener.uses_tls
+                else FrameReceiver(self, listener),
+                listener.host or None, listener.port, reuse_address=True))
+            log.info("ads-broker listening", listener=listener.name, protocol=listener.security_protocol,
+                     listen=f"{listener.host}:{listener.port}",
+                     advertised=f"{listener.advertised_host}:{listener.advertised_port}",
+                     node_id=self.broker.node_id, data_dir=str(self.broker.replicas.data_dir))
+        self._reaper = asyncio.create_task(self._reap_idle())
+
+    def admit(self, receiver: FrameReceiver) -> str | None:
+        """Count a new connection in, or the reason it is refused (then it is not counted)."""
+        if self.closing:
+            return "broker is shutting down"
+        if len(self._receivers) >= self.max_connections:
+            return f"too many connections (max.connections={self.max_connections})"
+        if self._per_ip[receiver.peer_ip] >= self.max_connections_per_ip:
+            return f"too many connections from one address (max.connections.per.ip={self.max_connections_per_ip})"
+        self._receivers.add(receiver)
+        self._per_ip[receiver.peer_ip] += 1
+        return None
+
+    def disconnected(self, receiver: FrameReceiver) -> None:
+        if receiver in self._receivers:
+            self._receivers.discard(receiver)
+            self._per_ip[receiver.peer_ip] -= 1
+            if self._per_ip[receiver.peer_ip] <= 0:
+                del self._per_ip[receiver.peer_ip]
+
+    async def _reap_idle(self) -> None:
+        """Close connections idle longer than connections.max.idle.ms; flush aggregated warnings."""
+        interval = min(max(self.idle_s / 4, 0.05), 10.0)
+        while True:
+            await asyncio.sleep(interval)
+            deadline = time.monotonic() - self.idle_s
+            for conn in list(self.connections):
+                if not conn.busy and conn.receiver.last_active < deadline:
+                    log.info("closing idle connection", client=conn.peer, idle_ms=int(self.idle_s * 1000))
+                    conn.close()
+            self.rejections.flush()
 
     async def shutdown(self, reason: str) -> None:
         if self.closing:
             return
         self.closing = True
         log.info("shutting down", reason=reason)
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
+        if self._reaper is not None:
+            self._reaper.cancel()
         self.broker.stopping = True
         self.broker.wake_fetchers()
         # Finish in-flight requests (bounded), then drop idle connections.

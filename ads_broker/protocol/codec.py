@@ -16,12 +16,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafka.protocol.admin import (
+    AlterUserScramCredentialsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
     DeleteRecordsRequest,
     DeleteTopicsRequest,
     DescribeConfigsRequest,
     DescribeGroupsRequest,
+    DescribeUserScramCredentialsRequest,
     ListGroupsRequest,
 )
 from kafka.protocol.api_header import RequestHeader
@@ -45,8 +47,99 @@ from kafka.protocol.producer import (
     ProduceRequest,
     TxnOffsetCommitRequest,
 )
+from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
+from kafka.protocol.schemas.fields.array import ArrayField
+from kafka.protocol.schemas.fields.codecs.types import UnsignedVarInt32
+from kafka.protocol.schemas.fields.struct_array import StructArrayField
 
 from ads_broker.exceptions import MalformedFrameError
+
+#: The most array elements (all arrays of a request together: topics, partitions, ...) one request
+#: may carry; ``request.max.array.elements`` sets it. Not a Kafka setting: Kafka bounds an array
+#: only by the bytes left in the frame, which still lets 0.6 MB name 200,000 topics.
+DEFAULT_MAX_ARRAY_ELEMENTS = 100_000
+
+
+class ArrayBudget:
+    """Bounds the arrays of the request being decoded, before their elements are allocated.
+
+    kafka-python's generated decoders call :meth:`check` with each array's length (see
+    :func:`_install_array_bounds`). :func:`decode_request` resets the budget per request; decoding
+    happens on the event loop thread only, so one module-level budget serves every connection.
+    """
+
+    def __init__(self, max_elements: int = DEFAULT_MAX_ARRAY_ELEMENTS) -> None:
+        self.max_elements = max_elements
+        self.left = max_elements
+
+    def reset(self) -> None:
+        self.left = self.max_elements
+
+    def check(self, length: int, remaining: int | None) -> None:
+        if length < 0:
+            return  # -1: a null array
+        if remaining is not None and length > remaining:
+            # Kafka's generated readers: "Tried to allocate a collection of size N, but there are
+            # only M bytes remaining." Every element takes at least one byte.
+            raise ValueError(f"array of {length} elements with only {remaining} bytes remaining")
+        self.left -= length
+        if self.left < 0:
+            raise ValueError(f"more than {self.max_elements} array elements in one request "
+                             "(request.max.array.elements)")
+
+
+ARRAY_BUDGET = ArrayBudget()
+
+
+def _install_array_bounds() -> None:
+    """Make kafka-python's array decoding check :data:`ARRAY_BUDGET` before the element loop.
+
+    Its decoders are generated code (``ArrayField.emit_decode_from`` and its struct-array twin)
+    compiled on first use; this
+    wraps the emitter so every generated array decode calls ``ARRAY_BUDGET.check`` with the length
+    and the bytes left, and wraps the stream-based ``ArrayField.decode`` (tagged fields) likewise.
+    Must run before any request class is first decoded: it runs when this module is imported.
+    """
+    if getattr(ArrayField, "_ads_bounded", False):
+        return
+    stream_decode = ArrayField.decode
+
+    def emit_decode_from(self: ArrayField, ctx: Any, var_name: str, indent: str, version: int | None = None,
+                         compact: bool = False, tagged: bool = False) -> None:
+        n = ctx.next_var("n")
+        if compact:
+            UnsignedVarInt32.emit_decode_from(ctx, n, indent)
+            ctx.emit(indent, f"{n} -= 1")
+        else:
+            ctx.emit(indent, f'{n} = unpack_from(">i", data, pos)[0]')
+            ctx.emit(indent, "pos += 4")
+        ctx.globs["_ads_array_budget"] = ARRAY_BUDGET
+        ctx.emit(indent, f"_ads_array_budget.check({n}, len(data) - pos)")
+        ctx.emit(indent, f"if {n} == -1:")
+        ctx.emit(indent, f"    {var_name} = None")
+        ctx.emit(indent, "else:")
+        inner = indent + "    "
+        ctx.emit(inner, f"{var_name} = []")
+        idx, item = ctx.next_var("idx"), ctx.next_var("item")
+        ctx.emit(inner, f"for {idx} in range({n}):")
+        self.array_of.emit_decode_from(ctx, item, inner + "    ", version=version, compact=compact, tagged=tagged)
+        ctx.emit(inner, f"    {var_name}.append({item})")
+
+    def decode(self: ArrayField, data: Any, version: int | None = None, compact: bool = False,
+               tagged: bool = False) -> Any:
+        start = data.tell()
+        size = UnsignedVarInt32.decode(data) - 1 if compact else struct.unpack(">i", data.read(4))[0]
+        data.seek(start)
+        ARRAY_BUDGET.check(size, None)
+        return stream_decode(self, data, version=version, compact=compact, tagged=tagged)
+
+    ArrayField.emit_decode_from = emit_decode_from
+    StructArrayField.emit_decode_from = emit_decode_from
+    ArrayField.decode = decode
+    ArrayField._ads_bounded = True
+
+
+_install_array_bounds()
 
 # (request class, min version, max version) the broker implements. Only these are advertised in
 # ApiVersions; each range is exercised by librdkafka in the integration tests.
@@ -72,6 +165,10 @@ SUPPORTED_APIS: dict[int, tuple[type[ApiMessage], int, int]] = {
         (DeleteRecordsRequest, 0, 2),
         (InitProducerIdRequest, 0, 4),
         (DescribeConfigsRequest, 1, 4),
+        (SaslHandshakeRequest, 1, 1),  # v0 (raw tokens after the handshake) is not served
+        (SaslAuthenticateRequest, 0, 2),
+        (DescribeUserScramCredentialsRequest, 0, 0),
+        (AlterUserScramCredentialsRequest, 0, 0),
         (CreatePartitionsRequest, 0, 3),
         (AddPartitionsToTxnRequest, 0, 3),
         (AddOffsetsToTxnRequest, 0, 3),
@@ -115,6 +212,7 @@ def decode_request(frame: bytes | bytearray) -> DecodedRequest:
     if not lo <= api_version <= hi:
         return DecodedRequest(api_key, api_version, correlation_id, None, None)
     flexible = cls.flexible_version_q(api_version)
+    ARRAY_BUDGET.reset()
     try:
         # The header parser wants a stream: give it only the header's bytes (client id length
         # plus room for tagged fields), not a copy of a frame that may carry megabytes of records.

@@ -1,0 +1,58 @@
+"""Aggregated, rate-limited warnings for rejected clients and requests.
+
+A hostile or broken client can make the broker reject thousands of things a second (connections
+over a limit, topics with invalid names, malformed frames). One log line each would let it fill
+the disk and stall the event loop on logging. :class:`RejectionLog` writes the first rejection
+for a (client, reason) pair at once, then at most one line per ``interval_s`` for that pair,
+carrying the number of rejections it stands for (``count``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import structlog
+
+log = structlog.get_logger("ads_broker.rejections")
+
+
+class RejectionLog:
+    """Invariant: for every (client, reason) pair at most one line per ``interval_s``; every
+    rejection is counted in exactly one line (the next one written, or the final :meth:`flush`)."""
+
+    def __init__(self, interval_s: float = 10.0, max_keys: int = 10000) -> None:
+        self.interval_s = interval_s
+        self.max_keys = max_keys
+        #: (client, reason) -> [time of the last line written, rejections since, last fields]
+        self._pending: dict[tuple[str, str], list[Any]] = {}
+
+    def warn(self, client: str, event: str, count: int = 1, **fields: Any) -> None:
+        """Count ``count`` rejections of ``client`` for ``event`` (a fixed text: the reason); write
+        a line unless one was written for the same pair less than ``interval_s`` ago."""
+        key = (client, event)
+        now = time.monotonic()
+        entry = self._pending.get(key)
+        if entry is None:
+            if len(self._pending) >= self.max_keys:
+                self.flush(now)
+                if len(self._pending) >= self.max_keys:
+                    self._pending.clear()
+            self._pending[key] = [now, 0, fields]
+            log.warning(event, client=client, count=count, **fields)
+            return
+        entry[1] += count
+        entry[2] = fields
+        if now - entry[0] >= self.interval_s:
+            log.warning(event, client=client, count=entry[1], **fields)
+            entry[0], entry[1] = now, 0
+
+    def flush(self, now: float | None = None) -> None:
+        """Write the counts still pending and forget pairs quiet for a whole interval."""
+        now = time.monotonic() if now is None else now
+        for (client, reason), entry in list(self._pending.items()):
+            if entry[1]:
+                log.warning(reason, client=client, count=entry[1], **entry[2])
+                entry[0], entry[1] = now, 0
+            elif now - entry[0] >= self.interval_s:
+                del self._pending[(client, reason)]

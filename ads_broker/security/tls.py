@@ -1,0 +1,109 @@
+"""TLS for SSL and SASL_SSL listeners, from PEM files or PEM text (Kafka's PEM settings).
+
+``ssl.keystore.location`` (type PEM) holds the certificate chain and private key in one file;
+``ssl.keystore.certificate.chain`` plus ``ssl.keystore.key`` give the same as PEM text.
+``ssl.truststore.location`` / ``ssl.truststore.certificates`` are the CAs client certificates must
+chain to when ``ssl.client.auth`` is ``required`` or ``requested``.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+import tempfile
+from collections.abc import Mapping
+from typing import Any
+
+from ads_broker.exceptions import ConfigError
+
+_TLS_VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
+#: RFC 2253 attribute keywords as Java's X500Principal.getName() writes them (Kafka's DN).
+_DN_KEYS = {
+    "commonName": "CN", "countryName": "C", "localityName": "L", "stateOrProvinceName": "ST",
+    "organizationName": "O", "organizationalUnitName": "OU", "streetAddress": "STREET",
+    "domainComponent": "DC", "userId": "UID",
+}
+_DN_OIDS = {"emailAddress": "1.2.840.113549.1.9.1", "serialNumber": "2.5.4.5", "title": "2.5.4.12"}
+
+
+def server_context(config: Mapping[str, Any]) -> ssl.SSLContext:
+    """The server-side SSLContext the settings describe; a clear ConfigError otherwise."""
+    for key in ("ssl.keystore.type", "ssl.truststore.type"):
+        if str(config[key]).upper() != "PEM":
+            raise ConfigError(f"{key}={config[key]!r}: only PEM is supported (JKS and PKCS12 are JVM formats)")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    versions = sorted(_tls_version(v) for v in str(config["ssl.enabled.protocols"]).split(",") if v.strip())
+    ctx.minimum_version, ctx.maximum_version = versions[0], versions[-1]
+    if config["ssl.cipher.suites"]:
+        ctx.set_ciphers(str(config["ssl.cipher.suites"]))
+    _load_keystore(ctx, config)
+    auth = str(config["ssl.client.auth"]).lower()
+    if auth not in ("required", "requested", "none"):
+        raise ConfigError(f"ssl.client.auth={auth!r}: expected required, requested or none")
+    if auth != "none":
+        ctx.verify_mode = ssl.CERT_REQUIRED if auth == "required" else ssl.CERT_OPTIONAL
+        if config["ssl.truststore.location"]:
+            ctx.load_verify_locations(cafile=str(config["ssl.truststore.location"]))
+        elif config["ssl.truststore.certificates"]:
+            ctx.load_verify_locations(cadata=str(config["ssl.truststore.certificates"]))
+        else:
+            raise ConfigError(f"ssl.client.auth={auth} needs ssl.truststore.location or ssl.truststore.certificates")
+    if str(config["ssl.principal.mapping.rules"]) != "DEFAULT":
+        raise ConfigError("ssl.principal.mapping.rules: only DEFAULT is supported")
+    return ctx
+
+
+def _tls_version(name: str) -> ssl.TLSVersion:
+    try:
+        return _TLS_VERSIONS[name.strip()]
+    except KeyError:
+        raise ConfigError(f"ssl.enabled.protocols: {name.strip()!r} is not one of {', '.join(_TLS_VERSIONS)}") from None
+
+
+def _load_keystore(ctx: ssl.SSLContext, config: Mapping[str, Any]) -> None:
+    password = str(config["ssl.key.password"]) or None
+    location = str(config["ssl.keystore.location"])
+    chain, key = str(config["ssl.keystore.certificate.chain"]), str(config["ssl.keystore.key"])
+    try:
+        if location:
+            ctx.load_cert_chain(location, password=password)
+        elif chain and key:
+            # ssl only loads certificates from files: write the PEM text to a private temporary file.
+            fd, path = tempfile.mkstemp(suffix=".pem")
+            try:
+                with os.fdopen(fd, "w") as f:
+                    f.write(chain.replace("\\n", "\n").strip() + "\n" + key.replace("\\n", "\n").strip() + "\n")
+                ctx.load_cert_chain(path, password=password)
+            finally:
+                os.unlink(path)
+        else:
+            raise ConfigError("an SSL or SASL_SSL listener needs ssl.keystore.location, or "
+                              "ssl.keystore.certificate.chain and ssl.keystore.key")
+    except (OSError, ssl.SSLError) as e:
+        raise ConfigError(f"cannot load the TLS keystore ({location or 'ssl.keystore.certificate.chain'}): {e}") from e
+
+
+def principal_from_peercert(cert: Mapping[str, Any] | None) -> str | None:
+    """``User:<DN>`` as Kafka's default principal builder gives it (X500Principal.getName(), RFC
+    2253: the subject's RDNs last to first), or None without a verified client certificate."""
+    if not cert or not cert.get("subject"):
+        return None
+    rdns = []
+    for rdn in reversed(cert["subject"]):
+        parts = []
+        for key, value in rdn:
+            if key in _DN_KEYS:
+                parts.append(f"{_DN_KEYS[key]}={_escape(value)}")
+            else:
+                parts.append(f"{_DN_OIDS.get(key, key)}={_escape(value)}")
+        rdns.append("+".join(parts))
+    return "User:" + ",".join(rdns)
+
+
+def _escape(value: str) -> str:
+    out = "".join("\\" + c if c in ',+"\\<>;' else c for c in value)
+    if out.startswith((" ", "#")):
+        out = "\\" + out
+    if out.endswith(" ") and not out.endswith("\\ "):
+        out = out[:-1] + "\\ "
+    return out

@@ -1,0 +1,120 @@
+"""DescribeUserScramCredentials (50) and AlterUserScramCredentials (51), as Kafka serves them,
+on the credential store in the data dir (:mod:`ads_broker.security.scram`).
+
+No authorizer exists yet, so, as in Kafka without ``authorizer.class.name``, any client may call
+them; the ACL change adds Kafka's checks (DESCRIBE / ALTER on the Cluster resource).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from typing import TYPE_CHECKING
+
+from kafka.protocol.admin import (
+    AlterUserScramCredentialsResponse,
+    DescribeUserScramCredentialsResponse,
+)
+
+from ads_broker.protocol.codec import DecodedRequest
+from ads_broker.security.scram import (
+    MAX_ITERATIONS,
+    MIN_ITERATIONS,
+    SCRAM_MECHANISMS,
+    CredentialStore,
+    ScramCredential,
+)
+
+if TYPE_CHECKING:
+    from ads_broker.broker import Broker
+
+#: Kafka's ScramMechanism type ids on the wire.
+MECHANISM_IDS = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
+_BY_ID = {v: k for k, v in MECHANISM_IDS.items()}
+UNSUPPORTED_SASL_MECHANISM = 33
+RESOURCE_NOT_FOUND = 91
+DUPLICATE_RESOURCE = 92
+UNACCEPTABLE_CREDENTIAL = 93
+
+
+def _store(broker: Broker) -> CredentialStore:
+    return CredentialStore(broker.replicas.data_dir)
+
+
+async def handle_describe_user_scram_credentials(broker: Broker,
+                                                 req: DecodedRequest) -> DescribeUserScramCredentialsResponse:
+    R = DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult
+    users = _store(broker).users()
+    wanted = [u.name for u in req.body.users or []]
+    names = wanted or sorted(users)
+    results = []
+    for name in dict.fromkeys(names):
+        if wanted.count(name) > 1:
+            results.append(R(user=name, error_code=DUPLICATE_RESOURCE,
+                             error_message=f"Cannot describe SCRAM credentials for the same user twice in a single "
+                                           f"request: {name}", credential_infos=[]))
+        elif name not in users:
+            results.append(R(user=name, error_code=RESOURCE_NOT_FOUND,
+                             error_message=f"Attempt to describe a user credential that does not exist: {name}",
+                             credential_infos=[]))
+        else:
+            infos = [R.CredentialInfo(mechanism=MECHANISM_IDS[m], iterations=c.iterations)
+                     for m, c in sorted(users[name].items())]
+            results.append(R(user=name, error_code=0, error_message=None, credential_infos=infos))
+    return DescribeUserScramCredentialsResponse(throttle_time_ms=0, error_code=0, error_message=None,
+                                                results=results)
+
+
+async def handle_alter_user_scram_credentials(broker: Broker,
+                                              req: DecodedRequest) -> AlterUserScramCredentialsResponse:
+    R = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
+    store = _store(broker)
+    body = req.body
+    touched = [d.name for d in body.deletions] + [u.name for u in body.upsertions]
+    errors: dict[str, tuple[int, str]] = {}
+    for name in touched:
+        if touched.count(name) > 1:
+            errors[name] = (DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same request")
+        elif not name:
+            errors[name] = (UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
+    existing = store.users()
+    for d in body.deletions:
+        mechanism = _BY_ID.get(d.mechanism)
+        if d.name in errors:
+            continue
+        if mechanism is None:
+            errors[d.name] = (UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
+        elif mechanism not in existing.get(d.name, {}):
+            errors[d.name] = (RESOURCE_NOT_FOUND, "Attempt to delete a user credential that does not exist")
+    for u in body.upsertions:
+        mechanism = _BY_ID.get(u.mechanism)
+        if u.name in errors:
+            continue
+        if mechanism is None:
+            errors[u.name] = (UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
+        elif u.iterations < MIN_ITERATIONS:
+            errors[u.name] = (UNACCEPTABLE_CREDENTIAL, "Too few iterations")
+        elif u.iterations > MAX_ITERATIONS:
+            errors[u.name] = (UNACCEPTABLE_CREDENTIAL, "Too many iterations")
+        elif not u.salt or not u.salted_password:
+            errors[u.name] = (UNACCEPTABLE_CREDENTIAL, "The salt and the salted password must not be empty")
+    for d in body.deletions:
+        if d.name not in errors:
+            store.delete(d.name, _BY_ID[d.mechanism])
+    for u in body.upsertions:
+        if u.name not in errors:
+            mechanism = _BY_ID[u.mechanism]
+            algorithm = SCRAM_MECHANISMS[mechanism]
+            salted = bytes(u.salted_password)
+            client_key = hmac.digest(salted, b"Client Key", algorithm)
+            store.upsert(u.name, mechanism, ScramCredential(
+                bytes(u.salt), int(u.iterations), hashlib.new(algorithm, client_key).digest(),
+                hmac.digest(salted, b"Server Key", algorithm)))
+    results = []
+    for name in dict.fromkeys(touched):
+        code, message = errors.get(name, (0, None))
+        if code:
+            broker.log_client_error(req, "alter_user_scram_credentials", None, error_code=code, user=name[:128],
+                                    detail=message)
+        results.append(R(user=name, error_code=code, error_message=message))
+    return AlterUserScramCredentialsResponse(throttle_time_ms=0, results=results)

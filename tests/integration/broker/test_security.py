@@ -1,0 +1,435 @@
+"""Listeners, TLS and SASL end to end: a real broker process, confluent-kafka as the client (and
+raw frames where an exact error code must be seen). Certificates are generated here, per test
+session, with the ``cryptography`` package; no key is ever committed.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import hashlib
+import hmac
+import ipaddress
+import os
+import secrets
+import shutil
+import ssl
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer
+from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
+from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
+
+from ads_broker.embedded import BrokerProcess, ads_broker_process, free_port
+from tests.integration.broker.rawclient import RawClient
+
+x509 = pytest.importorskip("cryptography.x509")
+from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
+from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
+from cryptography.x509.oid import NameOID  # noqa: E402
+
+SASL_AUTHENTICATION_FAILED = 58
+UNSUPPORTED_SASL_MECHANISM = 33
+PASSWORD = "s3cret-" + uuid.uuid4().hex[:8]
+
+
+# -- certificates -------------------------------------------------------------------------------
+
+@dataclass
+class Pki:
+    ca: Path
+    server: Path  # certificate chain + key, one PEM file (ssl.keystore.location)
+    client_cert: Path
+    client_key: Path
+    other_ca_client_cert: Path
+    other_ca_client_key: Path
+
+
+def _key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _name(cn: str, org: str = "ads") -> Any:
+    return x509.Name([x509.NameAttribute(NameOID.COUNTRY_NAME, "US"),
+                      x509.NameAttribute(NameOID.ORGANIZATION_NAME, org),
+                      x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+
+def _cert(subject: Any, key: Any, issuer: Any, issuer_key: Any, *, ca: bool = False, san: bool = False) -> Any:
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer).public_key(key.public_key())
+               .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+               .not_valid_after(now + datetime.timedelta(days=1))
+               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    if san:
+        builder = builder.add_extension(x509.SubjectAlternativeName(
+            [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+    return builder.sign(issuer_key, hashes.SHA256())
+
+
+def _pem_key(key: Any) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def _pem(cert: Any) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    d = tmp_path_factory.mktemp("pki")
+    ca_key, other_key = _key(), _key()
+    ca = _cert(_name("test-ca"), ca_key, _name("test-ca"), ca_key, ca=True)
+    other_ca = _cert(_name("other-ca"), other_key, _name("other-ca"), other_key, ca=True)
+    server_key, client_key, rogue_key = _key(), _key(), _key()
+    server = _cert(_name("localhost"), server_key, ca.subject, ca_key, san=True)
+    client = _cert(_name("worker-1", org="dedupe"), client_key, ca.subject, ca_key)
+    rogue = _cert(_name("rogue"), rogue_key, other_ca.subject, other_key)
+    files = {"ca.pem": _pem(ca), "server.pem": _pem(server) + _pem_key(server_key), "client.pem": _pem(client),
+             "client.key": _pem_key(client_key), "rogue.pem": _pem(rogue), "rogue.key": _pem_key(rogue_key)}
+    for name, data in files.items():
+        (d / name).write_bytes(data)
+        os.chmod(d / name, 0o600)
+    return Pki(d / "ca.pem", d / "server.pem", d / "client.pem", d / "client.key", d / "rogue.pem", d / "rogue.key")
+
+
+# -- a broker with every kind of listener -------------------------------------------------------
+
+@dataclass
+class SecureBroker:
+    proc: BrokerProcess
+    ports: dict[str, int]
+    log_path: Path
+    data_dir: Path
+
+    def addr(self, listener: str) -> str:
+        return f"127.0.0.1:{self.ports[listener]}"
+
+
+def users_cli(*args: str, data_dir: Path, password: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **({"ADS_BROKER_USER_PASSWORD": password} if password is not None else {})}
+    return subprocess.run([sys.executable, "-m", "ads_broker", "users", *args, "--data-dir", str(data_dir)],
+                          capture_output=True, text=True, env=env, timeout=60, check=False)
+
+
+def start_secure_broker(tmp_path: Path, pki: Pki, extra: dict[str, str] | None = None) -> SecureBroker:
+    ports = {name: free_port() for name in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL", "INTERNAL")}
+    data_dir = tmp_path / "data"
+    for user in ("alice", "bob"):
+        out = users_cli("add", user, data_dir=data_dir, password=PASSWORD)
+        assert out.returncode == 0, out.stderr
+    config = {
+        "listeners": ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items()),
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,"
+                                          "SASL_SSL:SASL_SSL,INTERNAL:PLAINTEXT",
+        "ssl.keystore.location": str(pki.server),
+        "ssl.truststore.location": str(pki.ca),
+        "ssl.client.auth": "requested",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        "offsets.topic.num.partitions": "1", "transaction.state.log.num.partitions": "1",
+        **(extra or {}),
+    }
+    log_path = tmp_path / "broker.log"
+    proc = ads_broker_process(data_dir, port=ports["PLAINTEXT"], config=config, log_path=log_path).start()
+    return SecureBroker(proc, ports, log_path, data_dir)
+
+
+@pytest.fixture
+def secure(tmp_path: Path, pki: Pki) -> Iterator[SecureBroker]:
+    broker = start_secure_broker(tmp_path, pki)
+    try:
+        yield broker
+    finally:
+        broker.proc.stop()
+
+
+def client_config(secure: SecureBroker, pki: Pki, listener: str, **extra: str) -> dict[str, Any]:
+    conf: dict[str, Any] = {"bootstrap.servers": secure.addr(listener), "security.protocol": listener,
+                            "broker.address.family": "v4", "socket.timeout.ms": 10000, "log_level": 3}
+    if listener in ("SSL", "SASL_SSL"):
+        conf["ssl.ca.location"] = str(pki.ca)
+    if listener.startswith("SASL"):
+        conf.update({"sasl.mechanisms": "SCRAM-SHA-256", "sasl.username": "alice", "sasl.password": PASSWORD})
+    conf.update(extra)
+    return conf
+
+
+def round_trip(conf: dict[str, Any], topic: str, n: int = 20) -> list[bytes]:
+    """Produce n records and consume them back through the same security settings."""
+    producer = Producer({**conf, "enable.idempotence": True, "partitioner": "murmur2_random"})
+    errors: list[Any] = []
+    for i in range(n):
+        producer.produce(topic, f"v{i}".encode(), on_delivery=lambda err, _m: errors.append(err) if err else None)
+    assert producer.flush(30) == 0
+    assert not errors, errors
+    consumer = Consumer({**conf, "group.id": f"g-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    got: list[bytes] = []
+    try:
+        for _ in range(300):
+            msg = consumer.poll(0.2)
+            if msg is None:
+                if len(got) >= n:
+                    break
+                continue
+            if msg.error():
+                raise KafkaException(msg.error())
+            got.append(msg.value())
+            if len(got) >= n:
+                break
+    finally:
+        consumer.close()
+    return got
+
+
+def expect_auth_failure(conf: dict[str, Any]) -> str:
+    """The errors librdkafka reports when the broker refuses the connection's authentication;
+    asserts that the record was not delivered."""
+    seen: list[Any] = []
+    delivered: list[Any] = []
+    producer = Producer({**conf, "error_cb": seen.append, "message.timeout.ms": 3000})
+    producer.produce("never", b"x", on_delivery=lambda err, _m: delivered.append(err))
+    producer.flush(10)
+    assert seen, "no error reported"
+    assert delivered and delivered[0] is not None, "the record was delivered"
+    return " | ".join(str(e) for e in seen)
+
+
+# -- listeners ----------------------------------------------------------------------------------
+
+def test_metadata_advertises_the_listener_the_client_connected_on(secure: SecureBroker) -> None:
+    for listener in ("PLAINTEXT", "INTERNAL"):
+        with RawClient(secure.addr(listener)) as c:
+            resp = c.request(MetadataRequest(topics=[], allow_auto_topic_creation=False), 9)
+            assert [(b.host, b.port) for b in resp.brokers] == [("127.0.0.1", secure.ports[listener])]
+
+
+def test_advertised_listeners_are_per_listener(tmp_path: Path) -> None:
+    a, b = free_port(), free_port()
+    config = {"listeners": f"PLAINTEXT://127.0.0.1:{a},INTERNAL://127.0.0.1:{b}",
+              "advertised.listeners": f"PLAINTEXT://broker.example:9092,INTERNAL://127.0.0.1:{b}",
+              "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT"}
+    with ads_broker_process(tmp_path / "d", port=a, config=config, log_path=tmp_path / "broker.log") as broker:
+        for port, want in ((a, ("broker.example", 9092)), (b, ("127.0.0.1", b))):
+            with RawClient(f"127.0.0.1:{port}") as c:
+                resp = c.request(MetadataRequest(topics=[], allow_auto_topic_creation=False), 9)
+                assert (resp.brokers[0].host, resp.brokers[0].port) == want
+        assert broker.proc is not None
+
+
+def test_a_listener_missing_from_the_protocol_map_is_a_clear_error(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "ads_broker", "serve", "--data-dir", str(tmp_path / "d"),
+                          "--override", f"listeners=EXTERNAL://127.0.0.1:{free_port()}"],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 1
+    assert "listener EXTERNAL is not in listener.security.protocol.map" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+# -- TLS ----------------------------------------------------------------------------------------
+
+def test_tls_produce_and_consume(secure: SecureBroker, pki: Pki, topic_name: str) -> None:
+    assert len(round_trip(client_config(secure, pki, "SSL"), topic_name)) == 20
+
+
+def test_tls_with_a_client_certificate(secure: SecureBroker, pki: Pki, topic_name: str) -> None:
+    conf = client_config(secure, pki, "SSL", **{"ssl.certificate.location": str(pki.client_cert),
+                                                "ssl.key.location": str(pki.client_key)})
+    assert len(round_trip(conf, topic_name, 5)) == 5
+
+
+def test_mtls_required_refuses_clients_without_a_trusted_certificate(tmp_path: Path, pki: Pki,
+                                                                     topic_name: str) -> None:
+    broker = start_secure_broker(tmp_path, pki, {"ssl.client.auth": "required"})
+    try:
+        expect_auth_failure(client_config(broker, pki, "SSL"))  # no client certificate
+        assert "TLS handshake failed" in broker.log_path.read_text()  # logged, naming the client
+        rogue = client_config(broker, pki, "SSL", **{"ssl.certificate.location": str(pki.other_ca_client_cert),
+                                                     "ssl.key.location": str(pki.other_ca_client_key)})
+        expect_auth_failure(rogue)
+        good = client_config(broker, pki, "SSL", **{"ssl.certificate.location": str(pki.client_cert),
+                                                    "ssl.key.location": str(pki.client_key)})
+        assert len(round_trip(good, topic_name, 3)) == 3
+    finally:
+        broker.proc.stop()
+
+
+def test_principal_is_the_certificate_subject_dn(pki: Pki) -> None:
+    """Kafka's default principal builder: User:<X500Principal.getName()>, RDNs last to first."""
+    from ads_broker.security.tls import principal_from_peercert
+
+    decoded = ssl._ssl._test_decode_cert(str(pki.client_cert))  # type: ignore[attr-defined]
+    assert principal_from_peercert(decoded) == "User:CN=worker-1,O=dedupe,C=US"
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat (Debian's package) is not installed here")
+def test_kcat_over_tls(secure: SecureBroker, pki: Pki, topic_name: str) -> None:
+    common = ["kcat", "-b", secure.addr("SSL"), "-X", "security.protocol=SSL", "-X", f"ssl.ca.location={pki.ca}"]
+    subprocess.run([*common, "-P", "-t", topic_name], input=b"hello\n", check=True, timeout=60)
+    out = subprocess.run([*common, "-C", "-t", topic_name, "-o", "beginning", "-c", "1", "-e"],
+                         capture_output=True, check=True, timeout=60)
+    assert out.stdout.strip() == b"hello"
+
+
+# -- SASL ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"])
+def test_sasl_plaintext_mechanisms(secure: SecureBroker, pki: Pki, topic_name: str, mechanism: str) -> None:
+    conf = client_config(secure, pki, "SASL_PLAINTEXT", **{"sasl.mechanisms": mechanism})
+    assert len(round_trip(conf, topic_name, 5)) == 5
+    assert '"principal": "User:alice"' in secure.log_path.read_text()
+
+
+def test_sasl_ssl_scram(secure: SecureBroker, pki: Pki, topic_name: str) -> None:
+    conf = client_config(secure, pki, "SASL_SSL", **{"sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": "bob"})
+    assert len(round_trip(conf, topic_name, 20)) == 20
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "PLAIN"])
+def test_wrong_password_is_refused(secure: SecureBroker, pki: Pki, mechanism: str) -> None:
+    bad = f"bad-{uuid.uuid4().hex}"
+    conf = client_config(secure, pki, "SASL_SSL", **{"sasl.mechanisms": mechanism, "sasl.password": bad})
+    assert "Authentication failed" in expect_auth_failure(conf)
+    log_text = secure.log_path.read_text()
+    assert "SASL authentication failed" in log_text
+    assert bad not in log_text and PASSWORD not in log_text  # no secret in the log
+
+
+def _scram_client_final(first_bare: str, server_first: str, password: str, algorithm: str) -> str:
+    attrs = dict(p.split("=", 1) for p in server_first.split(","))
+    salted = hashlib.pbkdf2_hmac(algorithm, password.encode(), base64.b64decode(attrs["s"]), int(attrs["i"]))
+    client_key = hmac.digest(salted, b"Client Key", algorithm)
+    stored = hashlib.new(algorithm, client_key).digest()
+    without_proof = f"c=biws,r={attrs['r']}"
+    sig = hmac.digest(stored, f"{first_bare},{server_first},{without_proof}".encode(), algorithm)
+    proof = bytes(a ^ b for a, b in zip(client_key, sig, strict=True))
+    return f"{without_proof},p={base64.b64encode(proof).decode()}"
+
+
+@pytest.mark.parametrize(("password", "user"), [("wrong", "alice"), (PASSWORD, "nobody")])
+def test_scram_failure_is_sasl_authentication_failed_58(secure: SecureBroker, password: str, user: str) -> None:
+    with RawClient(secure.addr("SASL_PLAINTEXT")) as c:
+        assert c.request(SaslHandshakeRequest(mechanism="SCRAM-SHA-256"), 1).error_code == 0
+        first_bare = f"n={user},r={secrets.token_urlsafe(18)}"
+        resp = c.request(SaslAuthenticateRequest(auth_bytes=f"n,,{first_bare}".encode()), 2)
+        assert resp.error_code == 0
+        final = _scram_client_final(first_bare, resp.auth_bytes.decode(), password, "sha256")
+        resp = c.request(SaslAuthenticateRequest(auth_bytes=final.encode()), 2)
+        assert resp.error_code == SASL_AUTHENTICATION_FAILED
+        assert "invalid credentials" in resp.error_message
+        assert c.is_closed_by_peer()
+
+
+def test_scram_success_with_raw_frames(secure: SecureBroker) -> None:
+    with RawClient(secure.addr("SASL_PLAINTEXT")) as c:
+        assert c.request(SaslHandshakeRequest(mechanism="SCRAM-SHA-512"), 1).error_code == 0
+        first_bare = f"n=bob,r={secrets.token_urlsafe(18)}"
+        resp = c.request(SaslAuthenticateRequest(auth_bytes=f"n,,{first_bare}".encode()), 2)
+        final = _scram_client_final(first_bare, resp.auth_bytes.decode(), PASSWORD, "sha512")
+        resp = c.request(SaslAuthenticateRequest(auth_bytes=final.encode()), 2)
+        assert resp.error_code == 0 and resp.auth_bytes.startswith(b"v=")
+        assert c.request(MetadataRequest(topics=[], allow_auto_topic_creation=False), 9).brokers[0].port == \
+            secure.ports["SASL_PLAINTEXT"]
+
+
+def test_unsupported_mechanism_is_refused(secure: SecureBroker) -> None:
+    with RawClient(secure.addr("SASL_PLAINTEXT")) as c:
+        resp = c.request(SaslHandshakeRequest(mechanism="GSSAPI"), 1)
+        assert resp.error_code == UNSUPPORTED_SASL_MECHANISM
+        assert set(resp.mechanisms) == {"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
+        assert c.is_closed_by_peer()
+
+
+def test_requests_before_authentication_close_the_connection(secure: SecureBroker) -> None:
+    with RawClient(secure.addr("SASL_PLAINTEXT")) as c:
+        assert c.request(ApiVersionsRequest(), 3).error_code == 0  # allowed before authenticating
+        c.send(MetadataRequest(topics=[], allow_auto_topic_creation=False), 9)
+        assert c.is_closed_by_peer()
+    assert "request before SASL authentication" in secure.log_path.read_text()
+
+
+def test_plaintext_listener_still_needs_no_authentication(secure: SecureBroker, pki: Pki, topic_name: str) -> None:
+    assert len(round_trip(client_config(secure, pki, "PLAINTEXT"), topic_name, 3)) == 3
+
+
+def test_users_cli_add_list_delete(tmp_path: Path, pki: Pki) -> None:
+    data_dir = tmp_path / "d"
+    assert users_cli("add", "carol", "--mechanism", "SCRAM-SHA-512", data_dir=data_dir,
+                     password=PASSWORD).returncode == 0
+    listed = users_cli("list", data_dir=data_dir)
+    assert listed.stdout.strip() == "carol\tSCRAM-SHA-512 (iterations=4096)"
+    stored = (data_dir / "__scram_credentials.json").read_text()
+    assert PASSWORD not in stored and "stored_key" in stored
+    assert oct((data_dir / "__scram_credentials.json").stat().st_mode & 0o777) == "0o600"
+    assert users_cli("delete", "carol", data_dir=data_dir).returncode == 0
+    assert users_cli("list", data_dir=data_dir).stdout == ""
+    missing = users_cli("delete", "carol", data_dir=data_dir)
+    assert missing.returncode == 1 and "no user 'carol'" in missing.stderr
+
+
+def test_a_user_added_while_running_can_log_in(secure: SecureBroker, pki: Pki, topic_name: str) -> None:
+    assert users_cli("add", "dave", data_dir=secure.data_dir, password="dave-pw-1").returncode == 0
+    conf = client_config(secure, pki, "SASL_PLAINTEXT", **{"sasl.username": "dave", "sasl.password": "dave-pw-1"})
+    assert len(round_trip(conf, topic_name, 2)) == 2
+
+
+
+def test_scram_credentials_apis_through_the_admin_client(secure: SecureBroker, pki: Pki, topic_name: str) -> None:
+    from confluent_kafka.admin import (
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = AdminClient(client_config(secure, pki, "SASL_SSL"))
+    described = admin.describe_user_scram_credentials(["alice"])["alice"].result(30)
+    assert sorted(i.mechanism for i in described.scram_credential_infos) == \
+        sorted([ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512])
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096)
+    admin.alter_user_scram_credentials([UserScramCredentialUpsertion("erin", info, b"erin-pw-1")])["erin"].result(30)
+    conf = client_config(secure, pki, "SASL_SSL", **{"sasl.username": "erin", "sasl.password": "erin-pw-1"})
+    assert len(round_trip(conf, topic_name, 2)) == 2
+    too_few = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 100)
+    with pytest.raises(KafkaException, match="Too few iterations"):
+        admin.alter_user_scram_credentials([UserScramCredentialUpsertion("frank", too_few, b"x")])["frank"].result(30)
+    with pytest.raises(KafkaException, match="does not exist"):
+        admin.alter_user_scram_credentials(
+            [UserScramCredentialDeletion("nobody", ScramMechanism.SCRAM_SHA_512)])["nobody"].result(30)
+    admin.alter_user_scram_credentials(
+        [UserScramCredentialDeletion("erin", ScramMechanism.SCRAM_SHA_256)])["erin"].result(30)
+    assert "erin" not in users_cli("list", data_dir=secure.data_dir).stdout
+
+
+def test_large_records_over_tls(secure: SecureBroker, pki: Pki, topic_name: str) -> None:
+    """Frames received in place and grown as TLS delivers them; Fetch slices past the sendfile
+    threshold go out through asyncio's read+write fallback on a TLS transport."""
+    conf = client_config(secure, pki, "SASL_SSL")
+    producer = Producer({**conf, "message.max.bytes": 1000000, "linger.ms": 0})
+    values = [os.urandom(900_000) for _ in range(4)]
+    for v in values:
+        producer.produce(topic_name, v)
+    assert producer.flush(60) == 0
+    consumer = Consumer({**conf, "group.id": f"g-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic_name])
+    got: list[bytes] = []
+    try:
+        for _ in range(300):
+            msg = consumer.poll(0.2)
+            if msg is not None and not msg.error():
+                got.append(msg.value())
+            if len(got) == len(values):
+                break
+    finally:
+        consumer.close()
+    assert got == values

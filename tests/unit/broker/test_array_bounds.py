@@ -1,0 +1,39 @@
+"""The per-request array bound in the codec (issue 12, hole 5), on encoded request frames."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from kafka.protocol.metadata import MetadataRequest
+
+from ads_broker.exceptions import MalformedFrameError
+from ads_broker.protocol.codec import ARRAY_BUDGET, decode_request
+
+
+def metadata_frame(n: int, version: int) -> bytes:
+    req = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=f"t{i}") for i in range(n)],
+                          allow_auto_topic_creation=False)
+    req.API_VERSION = version
+    req.with_header(correlation_id=7, client_id="unit")
+    return bytes(req.encode(version=version, header=True, framed=False))
+
+
+@pytest.mark.parametrize("version", [1, 9, 12])  # classic and compact (flexible) arrays
+def test_arrays_over_the_budget_do_not_decode(version: int) -> None:
+    saved = ARRAY_BUDGET.max_elements
+    ARRAY_BUDGET.max_elements = 100
+    try:
+        assert len(decode_request(metadata_frame(100, version)).body.topics) == 100
+        with pytest.raises(MalformedFrameError, match=r"request\.max\.array\.elements"):
+            decode_request(metadata_frame(101, version))
+        # The budget is per request, not cumulative.
+        assert len(decode_request(metadata_frame(100, version)).body.topics) == 100
+    finally:
+        ARRAY_BUDGET.max_elements = saved
+
+
+def test_an_array_length_beyond_the_frame_fails_before_allocating() -> None:
+    frame = struct.pack(">hhih", 3, 1, 1, 1) + b"x" + struct.pack(">i", 2**31 - 1)
+    with pytest.raises(MalformedFrameError, match="bytes remaining"):
+        decode_request(frame)
