@@ -286,10 +286,18 @@ class ReplicaManager:
         shutil.rmtree(self.data_dir / f"{name}-{index}", ignore_errors=True)
         return Partition(name, index, self._open_log(name, index, config, 0, True))
 
+    def ensure_not_internal(self, name: str, action: str) -> None:
+        """Refuse a client's ``action`` on an internal topic (INVALID_TOPIC_EXCEPTION, as Kafka
+        answers Produce and DeleteRecords on them): ``__consumer_offsets`` and
+        ``__transaction_state`` are written by the coordinators alone, and their partition count
+        is fixed, because every group's and transactional id's partition is ``hash % count``."""
+        topic = self.topics.get(name)
+        if topic is not None and topic.internal:
+            raise InvalidTopicError(f"cannot {action} internal topic {name!r}: it belongs to the broker")
+
     def delete_topic(self, name: str) -> None:
         topic = self.get_topic(name)
-        if topic.internal:
-            raise InvalidTopicError(f"topic {name!r} is internal and cannot be deleted")
+        self.ensure_not_internal(name, "delete")
         del self.topics[name]
         self._write_topic_metadata()
         for partition in topic.partitions:
@@ -300,6 +308,7 @@ class ReplicaManager:
 
     def create_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
         topic = self.get_topic(name)
+        self.ensure_not_internal(name, "change the partition count of")
         current = len(topic.partitions)
         if count <= current:
             raise InvalidPartitionsError(
