@@ -8,6 +8,9 @@ metadata, int64 commit timestamp); a null value (tombstone) deletes the offset.
 
 Invariant: the in-memory cache only ever reflects records that were appended to the log, and is
 rebuilt from the log on start, so after any restart OffsetFetch returns what was committed.
+A record or batch that does not decode (written by an older or newer broker, or planted on disk)
+is skipped and counted, with one warning per load (:class:`UndecodableRecords`): it must not keep
+the broker from starting, as Kafka's coordinator loader skips record types it does not know.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from dataclasses import dataclass
 import structlog
 
 from ads_broker.exceptions import BrokerError
-from ads_broker.log.records import Record, build_batch, decode_batch
+from ads_broker.log.records import BatchHeader, Record, build_batch, decode_batch, read_header
 from ads_broker.replica_manager import ReplicaManager
 
 log = structlog.get_logger("ads_broker.offsets")
@@ -101,6 +104,46 @@ def _control_kind(records: list[Record]) -> int | None:
     return int(struct.unpack_from(">h", records[0].key, 2)[0])
 
 
+@dataclass(slots=True)
+class UndecodableRecords:
+    """What a loader of an internal topic skipped: records whose key or value does not decode,
+    and batches whose records section does not. The first failure is kept for the warning."""
+
+    records: int = 0
+    batches: int = 0
+    first: str | None = None
+
+    def skip_record(self, where: str, error: Exception) -> None:
+        self.records += 1
+        self._remember(where, error)
+
+    def skip_batch(self, where: str, error: Exception) -> None:
+        self.batches += 1
+        self._remember(where, error)
+
+    def _remember(self, where: str, error: Exception) -> None:
+        if self.first is None:
+            self.first = f"{where}: {type(error).__name__}: {error}"
+
+    def warn(self, what: str) -> None:
+        """One aggregated warning for the whole load, if anything was skipped."""
+        if self.records or self.batches:
+            log.warning(f"undecodable records skipped while loading {what}", skipped_records=self.records,
+                        skipped_batches=self.batches, first=self.first)
+
+
+def decode_batch_or_skip(data: bytes, pos: int, size: int, where: str,
+                         skipped: UndecodableRecords) -> tuple[BatchHeader, list[Record] | None]:
+    """The batch at ``pos`` of a chunk read from an internal topic's log: its header (validated
+    when it was appended) and its records, or None (counted in ``skipped``) if they do not decode."""
+    header = read_header(data, pos)
+    try:
+        return header, decode_batch(data[pos:pos + size])[1]
+    except Exception as e:  # any codec's error means the same: these bytes are unusable
+        skipped.skip_batch(f"{where} offset {header.base_offset}", e)
+        return header, None
+
+
 @dataclass(frozen=True, slots=True)
 class CommittedOffset:
     offset: int
@@ -135,6 +178,7 @@ class OffsetManager:
             log.warning("offsets.topic.num.partitions differs from the existing topic; using the topic's",
                         partitions=self.num_partitions)
         reads = 0
+        skipped = UndecodableRecords()
         for partition in topic.partitions:
             plog = partition.log
             offset = plog.log_start_offset
@@ -143,41 +187,49 @@ class OffsetManager:
                 if not slices:
                     break
                 data = b"".join(s.read_bytes() for s in slices)
-                offset = self._apply_batches(data, offset)
+                offset = self._apply_batches(data, offset, f"{OFFSETS_TOPIC}-{partition.index}", skipped)
                 reads += 1
-        log.info("offsets loaded", groups=len(self._cache), reads=reads)
+        skipped.warn("offsets")
+        log.info("offsets loaded", groups=len(self._cache), reads=reads, skipped_records=skipped.records,
+                 skipped_batches=skipped.batches)
 
-    def _apply_batches(self, data: bytes, next_offset: int) -> int:
+    def _apply_batches(self, data: bytes, next_offset: int, where: str, skipped: UndecodableRecords) -> int:
         pos = 0
         while pos + 12 <= len(data):
             size = 12 + int.from_bytes(data[pos + 8:pos + 12], "big")
-            header, batch_records = decode_batch(data[pos:pos + size])
+            header, batch_records = decode_batch_or_skip(data, pos, size, where, skipped)
+            next_offset = max(next_offset, header.last_offset + 1)
+            pos += size
+            if batch_records is None:
+                continue
             if header.is_control:
                 kind = _control_kind(batch_records)
                 if kind is not None:
                     self._resolve(header.producer_id, None, kind == 1)
-            elif header.is_transactional:
-                for record in batch_records:
-                    self._apply(record, self._pending.setdefault(header.producer_id, {}))
-            else:
-                for record in batch_records:
-                    self._apply(record, self._cache)
-            next_offset = max(next_offset, header.last_offset + 1)
-            pos += size
+                continue
+            target = self._pending.setdefault(header.producer_id, {}) if header.is_transactional else self._cache
+            for record in batch_records:
+                try:
+                    self._apply(record, target)
+                except (struct.error, ValueError, BrokerError) as e:
+                    skipped.skip_record(f"{where} offset {record.offset}", e)
         return next_offset
 
     def _apply(self, record: Record, target: dict[str, dict[tuple[str, int], CommittedOffset]]) -> None:
+        """Apply one record; raises (struct.error, ValueError, BrokerError) if it does not decode,
+        before touching ``target``."""
         if record.key is None:
             return
         key = decode_key(record.key)
         if key is None:
             return
         group, topic, partition = key
+        value = None if record.value is None else CommittedOffset(*decode_value(record.value))
         offsets = target.setdefault(group, {})
-        if record.value is None:
+        if value is None:
             offsets.pop((topic, partition), None)
         else:
-            offsets[(topic, partition)] = CommittedOffset(*decode_value(record.value))
+            offsets[(topic, partition)] = value
 
     @staticmethod
     def _prepare(group: str, entries: Iterable[tuple[str, int, int, int, str | None]]

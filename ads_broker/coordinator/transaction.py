@@ -37,9 +37,15 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from ads_broker.coordinator.offsets import OFFSETS_TOPIC, OffsetManager, java_string_hash
+from ads_broker.coordinator.offsets import (
+    OFFSETS_TOPIC,
+    OffsetManager,
+    UndecodableRecords,
+    decode_batch_or_skip,
+    java_string_hash,
+)
 from ads_broker.exceptions import BrokerError
-from ads_broker.log.records import Record, build_batch, decode_batch
+from ads_broker.log.records import Record, build_batch
 from ads_broker.producer_ids import ProducerIdManager
 from ads_broker.replica_manager import ReplicaManager
 
@@ -240,6 +246,7 @@ class TransactionCoordinator:
         topic = self.replicas.get_topic(TRANSACTION_STATE_TOPIC)
         self.num_partitions = len(topic.partitions)
         self.txns = {}
+        skipped = UndecodableRecords()
         for partition in topic.partitions:
             with partition.lock:
                 plog = partition.log
@@ -254,7 +261,8 @@ class TransactionCoordinator:
                     chunks.append(data)
                     offset = self._next_offset(data, offset)
             for chunk in chunks:
-                self._apply_chunk(chunk)
+                self._apply_chunk(chunk, f"{TRANSACTION_STATE_TOPIC}-{partition.index}", skipped)
+        skipped.warn("transactions")
         self._by_producer = {}
         for md in self.txns.values():
             self._publish(md)
@@ -276,20 +284,26 @@ class TransactionCoordinator:
             pos += size
         return offset
 
-    def _apply_chunk(self, data: bytes) -> None:
+    def _apply_chunk(self, data: bytes, where: str, skipped: UndecodableRecords) -> None:
+        """Apply every record of ``data``; one that does not decode is skipped and counted."""
         pos = 0
         while pos + 12 <= len(data):
             size = 12 + int.from_bytes(data[pos + 8 : pos + 12], "big")
-            _header, records = decode_batch(data[pos : pos + size])
-            for record in records:
+            _header, records = decode_batch_or_skip(data, pos, size, where, skipped)
+            pos += size
+            for record in records or []:
                 if record.key is None:
                     continue
-                txn_id = decode_key(record.key)
-                if record.value is None:
+                try:
+                    txn_id = decode_key(record.key)
+                    md = None if record.value is None else decode_value(txn_id, record.value)
+                except (struct.error, ValueError) as e:
+                    skipped.skip_record(f"{where} offset {record.offset}", e)
+                    continue
+                if md is None:
                     self.txns.pop(txn_id, None)
                 else:
-                    self.txns[txn_id] = decode_value(txn_id, record.value)
-            pos += size
+                    self.txns[txn_id] = md
 
     def _persist(self, md: TxnMetadata) -> None:
         partition = self.replicas.get_partition(TRANSACTION_STATE_TOPIC,

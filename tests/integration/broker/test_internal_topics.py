@@ -14,8 +14,10 @@ import struct
 import time
 from pathlib import Path
 
+from ads_broker.config import BrokerConfig
 from ads_broker.coordinator.offsets import partition_for_group
-from ads_broker.embedded import BrokerProcess
+from ads_broker.coordinator.transaction import encode_key as txn_key
+from ads_broker.embedded import BrokerProcess, ads_broker_process
 from ads_broker.log.records import CRC_OFFSET, Record, build_batch, compute_crc
 from tests.integration.broker.adminclient import (
     OFFSETS_TOPIC,
@@ -27,6 +29,7 @@ from tests.integration.broker.adminclient import (
     delete_topics,
     fetch_offset,
     partition_count,
+    stopped_broker_replicas,
 )
 from tests.integration.broker.rawclient import RawClient
 
@@ -75,3 +78,39 @@ def test_internal_topics_cannot_be_grown_deleted_or_truncated(ads_broker: Broker
         assert create_partitions(client, {topic_name: 3, OFFSETS_TOPIC: 60}) == {
             topic_name: 0, OFFSETS_TOPIC: INVALID_TOPIC_EXCEPTION}
         assert fetch_offset(client, group, topic_name, 0) == 42
+
+
+def test_undecodable_records_in_internal_topics_are_skipped_on_load(tmp_path: Path, topic_name: str) -> None:
+    data_dir, log_path = tmp_path / "data", tmp_path / "broker.log"
+    group = f"g-{topic_name}"
+    with ads_broker_process(data_dir, log_path=log_path) as broker, RawClient(broker.bootstrap) as client:
+        assert create_topics(client, {topic_name: 1})[topic_name] == 0
+        assert commit_offset(client, group, topic_name, 0, 42) == 0
+    # The broker is stopped: plant what no client request can write, through the broker's own log API.
+    with stopped_broker_replicas(data_dir, BrokerConfig.load()) as replicas:
+        offsets_log = replicas.get_partition(OFFSETS_TOPIC, partition_for_group(group, 50)).log
+        offsets_log.append_internal(build_batch([
+            _record(b"\x00", b"one-byte key"),                         # made the broker exit 1 on every start
+            _record(struct.pack(">h", 1) + b"\x00\x05ab", b"x"),      # truncated key
+            _record(struct.pack(">hh", 1, 1) + b"g" + struct.pack(">h", 1) + b"t" + struct.pack(">i", 0),
+                    b"\x00\x03"),  # short value
+        ]), leader_epoch=0)
+        offsets_log.append_internal(_garbled_batch(), leader_epoch=0)
+        txn_log = replicas.get_partition(TXN_TOPIC, 0).log
+        txn_log.append_internal(build_batch([
+            _record(b"\x00", b"junk"),
+            _record(txn_key("forged"), struct.pack(">hqhib", 0, 7, 0, 60000, 99)),  # no such state 99
+            _record(struct.pack(">h", 9) + b"\x00\x01x", b"unknown key version"),
+        ]), leader_epoch=0)
+        txn_log.append_internal(_garbled_batch(), leader_epoch=0)
+    with ads_broker_process(data_dir, log_path=log_path) as broker, RawClient(broker.bootstrap) as client:
+        assert fetch_offset(client, group, topic_name, 0) == 42
+        # The coordinators still work after skipping: a new commit lands and is read back.
+        assert commit_offset(client, group, topic_name, 0, 43) == 0
+        assert fetch_offset(client, group, topic_name, 0) == 43
+    offsets_warnings = _warnings(log_path, "undecodable records skipped while loading offsets")
+    txn_warnings = _warnings(log_path, "undecodable records skipped while loading transactions")
+    assert [w["skipped_records"] for w in offsets_warnings] == [3]
+    assert [w["skipped_batches"] for w in offsets_warnings] == [1]
+    assert [w["skipped_records"] for w in txn_warnings] == [3]
+    assert [w["skipped_batches"] for w in txn_warnings] == [1]
