@@ -28,7 +28,8 @@ SOURCE_DEFAULT = 5
 CreatableTopicResult: Any = CreateTopicsResponse.CreatableTopicResult
 
 
-def _create_one(broker: Broker, req: DecodedRequest, topic: Any, validate_only: bool) -> Any:
+def _create_one(broker: Broker, req: DecodedRequest, topic: Any, validate_only: bool, in_request: int) -> Any:
+    """One topic of a CreateTopics request; ``in_request``: partitions the request created before it."""
     name = topic.name
     result = CreatableTopicResult(name=name, error_code=0, error_message=None, num_partitions=-1,
                                   replication_factor=-1, configs=[])
@@ -48,7 +49,7 @@ def _create_one(broker: Broker, req: DecodedRequest, topic: Any, validate_only: 
             num_partitions, replication_factor = len(assignments), 1
         configs = {c.name: c.value for c in (topic.configs or [])}
         t = broker.replicas.create_topic(name, num_partitions, replication_factor, configs,
-                                         validate_only=validate_only)
+                                         validate_only=validate_only, in_request=in_request)
         result.num_partitions = len(t.partitions) if t else (num_partitions if num_partitions > 0 else
                                                               int(broker.config["num.partitions"]))
         result.replication_factor = 1
@@ -70,6 +71,7 @@ async def handle_create_topics(broker: Broker, req: DecodedRequest) -> CreateTop
     body = req.body
     seen: set[str] = set()
     results = []
+    in_request = 0  # partitions created (or validated) so far: max.partitions.per.request
     for topic in body.topics:
         if topic.name in seen:
             results.append(CreatableTopicResult(name=topic.name, error_code=InvalidRequestError.error_code,
@@ -77,7 +79,10 @@ async def handle_create_topics(broker: Broker, req: DecodedRequest) -> CreateTop
                                                 num_partitions=-1, replication_factor=-1, configs=[]))
             continue
         seen.add(topic.name)
-        results.append(_create_one(broker, req, topic, bool(body.validate_only)))
+        result = _create_one(broker, req, topic, bool(body.validate_only), in_request)
+        if result.error_code == 0:
+            in_request += result.num_partitions
+        results.append(result)
     return CreateTopicsResponse(throttle_time_ms=0, topics=results)
 
 
@@ -115,6 +120,7 @@ async def handle_delete_topics(broker: Broker, req: DecodedRequest) -> DeleteTop
 async def handle_create_partitions(broker: Broker, req: DecodedRequest) -> CreatePartitionsResponse:
     body = req.body
     results = []
+    in_request = 0  # partitions created (or validated) so far: max.partitions.per.request
     for topic in body.topics:
         res = CreatePartitionsResponse.CreatePartitionsTopicResult(name=topic.name, error_code=0, error_message=None)
         try:
@@ -124,7 +130,10 @@ async def handle_create_partitions(broker: Broker, req: DecodedRequest) -> Creat
                     res.error_message = f"assignment {list(a.broker_ids)} names brokers that do not exist"
                     break
             else:
-                broker.replicas.create_partitions(topic.name, topic.count, validate_only=bool(body.validate_only))
+                current = len(broker.replicas.get_topic(topic.name).partitions)
+                broker.replicas.create_partitions(topic.name, topic.count, validate_only=bool(body.validate_only),
+                                                  in_request=in_request)
+                in_request += topic.count - current
         except BrokerError as e:
             broker.log_client_error(req, "create_partitions", e, topic=topic.name)
             res.error_code = e.error_code
