@@ -103,6 +103,8 @@ def test_undecodable_records_in_internal_topics_are_skipped_on_load(tmp_path: Pa
             _record(struct.pack(">h", 9) + b"\x00\x01x", b"unknown key version"),
         ]), leader_epoch=0)
         txn_log.append_internal(_garbled_batch(), leader_epoch=0)
+        # A transaction marker is not coordinator state: skipped without counting it as undecodable.
+        txn_log.append_end_txn_marker(5, 0, True, coordinator_epoch=0, leader_epoch=0)
     with ads_broker_process(data_dir, log_path=log_path) as broker, RawClient(broker.bootstrap) as client:
         assert fetch_offset(client, group, topic_name, 0) == 42
         # The coordinators still work after skipping: a new commit lands and is read back.
