@@ -32,8 +32,9 @@ OFFSETS_TOPIC = "__consumer_offsets"
 OFFSET_KEY_VERSION = 1
 OFFSET_VALUE_VERSION = 3
 GROUP_METADATA_KEY_VERSION = 2
-OFFSET_METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes
+OFFSET_METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes default
 OFFSET_METADATA_TOO_LARGE = 12
+INVALID_COMMIT_OFFSET_SIZE = 28
 
 
 def java_string_hash(s: str) -> int:
@@ -158,6 +159,7 @@ class OffsetManager:
     def __init__(self, replicas: ReplicaManager, num_partitions: int) -> None:
         self.replicas = replicas
         self.num_partitions = num_partitions
+        self.metadata_max_bytes = int(replicas.config["offset.metadata.max.bytes"])
         self._cache: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
         # Transactional commits not yet decided: producer id -> group -> (topic, partition) -> offset.
         # They become visible when the coordinator writes COMMIT to the group's partition.
@@ -231,17 +233,17 @@ class OffsetManager:
         else:
             offsets[(topic, partition)] = value
 
-    @staticmethod
-    def _prepare(group: str, entries: Iterable[tuple[str, int, int, int, str | None]]
+    def _prepare(self, group: str, entries: Iterable[tuple[str, int, int, int, str | None]]
                  ) -> tuple[dict[tuple[str, int], int], list[Record], list[tuple[tuple[str, int], CommittedOffset]]]:
-        """(error per partition, records to append, cache entries once appended) for a commit."""
+        """(error per partition, records to append, cache entries once appended) for a commit;
+        metadata longer than ``offset.metadata.max.bytes`` is OFFSET_METADATA_TOO_LARGE, as in Kafka."""
         now = int(time.time() * 1000)
         errors: dict[tuple[str, int], int] = {}
         records: list[Record] = []
         accepted: list[tuple[tuple[str, int], CommittedOffset]] = []
         for topic, partition, offset, epoch, metadata in entries:
             meta = metadata or ""
-            if len(meta.encode("utf-8")) > OFFSET_METADATA_MAX_BYTES:
+            if len(meta.encode("utf-8")) > self.metadata_max_bytes:
                 errors[(topic, partition)] = OFFSET_METADATA_TOO_LARGE
                 continue
             errors[(topic, partition)] = 0
@@ -257,8 +259,7 @@ class OffsetManager:
         Returns an error code per (topic, partition); the cache is updated only after the append.
         """
         errors, records, accepted = self._prepare(group, entries)
-        if records:
-            self._append(group, records)
+        if records and self._append_commit(group, build_batch(records), errors, accepted):
             cache = self._cache.setdefault(group, {})
             for key, value in accepted:
                 cache[key] = value
@@ -268,16 +269,28 @@ class OffsetManager:
                              entries: Iterable[tuple[str, int, int, int, str | None]]) -> dict[tuple[str, int], int]:
         """TxnOffsetCommit: append a transactional batch; the offsets stay pending until the marker."""
         errors, records, accepted = self._prepare(group, entries)
-        if records:
-            target = self.replicas.get_partition(OFFSETS_TOPIC, self.partition_for(group))
-            batch = build_batch(records, producer_id=producer_id, producer_epoch=producer_epoch,
-                                is_transactional=True)
-            with target.lock:
-                target.log.append_internal(batch, leader_epoch=0)
+        if records and self._append_commit(group, build_batch(
+                records, producer_id=producer_id, producer_epoch=producer_epoch, is_transactional=True),
+                errors, accepted):
             pending = self._pending.setdefault(producer_id, {}).setdefault(group, {})
             for key, value in accepted:
                 pending[key] = value
         return errors
+
+    def _append_commit(self, group: str, batch: bytes, errors: dict[tuple[str, int], int],
+                       accepted: list[tuple[tuple[str, int], CommittedOffset]]) -> bool:
+        """Append a commit's batch to the group's partition; a batch larger than that log's
+        ``max.message.bytes`` is not written and every partition of it gets
+        INVALID_COMMIT_OFFSET_SIZE (Kafka's GroupMetadataManager maps the log's
+        MESSAGE_TOO_LARGE to it), so one request cannot make one arbitrarily large append."""
+        partition = self.replicas.get_partition(OFFSETS_TOPIC, self.partition_for(group))
+        if len(batch) > partition.log.config.max_message_bytes:
+            for key, _ in accepted:
+                errors[key] = INVALID_COMMIT_OFFSET_SIZE
+            return False
+        with partition.lock:
+            partition.log.append_internal(batch, leader_epoch=0)
+        return True
 
     def complete_transaction(self, producer_id: int, partition: int, commit: bool) -> None:
         """The coordinator wrote a marker for ``producer_id`` to ``__consumer_offsets``-``partition``."""

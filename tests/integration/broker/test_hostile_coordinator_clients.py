@@ -6,14 +6,20 @@ Each case is answered with the code Kafka's coordinators answer, and nothing is 
   is INVALID_REQUEST (Kafka's TransactionCoordinator), not a state or mapping error;
 - AddPartitionsToTxn naming a partition of an internal topic is INVALID_TOPIC_EXCEPTION: its
   commit would have written a COMMIT marker into ``__transaction_state`` (Kafka relies on ACLs
-  there, which this broker does not have yet).
+  there, which this broker does not have yet);
+- an OffsetCommit whose records exceed ``__consumer_offsets``' ``max.message.bytes`` is
+  INVALID_COMMIT_OFFSET_SIZE for every partition (Kafka's GroupMetadataManager maps the log's
+  MESSAGE_TOO_LARGE to it), instead of one arbitrarily large append to the offsets log;
+- metadata longer than ``offset.metadata.max.bytes`` is OFFSET_METADATA_TOO_LARGE.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+from kafka.protocol.consumer import OffsetCommitRequest
 from kafka.protocol.producer import (
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
@@ -25,7 +31,9 @@ from ads_broker.embedded import ads_broker_process
 from tests.integration.broker.adminclient import (
     OFFSETS_TOPIC,
     TXN_TOPIC,
+    commit_offset,
     create_topics,
+    fetch_offset,
 )
 from tests.integration.broker.rawclient import RawClient
 
@@ -82,3 +90,26 @@ def test_internal_partitions_cannot_join_a_transaction(tmp_path: Path, topic_nam
     with ads_broker_process(data_dir, log_path=log_path):
         pass
     assert "undecodable records skipped" not in log_path.read_text(encoding="utf-8", errors="replace")
+
+
+def test_offset_commits_larger_than_the_offsets_topic_allows_are_refused(tmp_path: Path, topic_name: str) -> None:
+    config = {"message.max.bytes": "100000", "offset.metadata.max.bytes": "4000"}
+    with ads_broker_process(tmp_path / "data", config=config, log_path=tmp_path / "broker.log") as broker, \
+            RawClient(broker.bootstrap) as client:
+        assert create_topics(client, {topic_name: 30})[topic_name] == 0
+        group = f"g-{topic_name}"
+        partitions = [OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
+            partition_index=i, committed_offset=7, committed_leader_epoch=-1, committed_metadata="m" * 4000)
+            for i in range(30)]  # 30 records of ~4 KB: ~120 KB > max.message.bytes
+        resp = client.request(OffsetCommitRequest(
+            group_id=group, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+            retention_time_ms=-1, topics=[OffsetCommitRequest.OffsetCommitRequestTopic(
+                name=topic_name, partitions=partitions)]), 8)
+        assert {p.error_code for p in resp.topics[0].partitions} == {INVALID_COMMIT_OFFSET_SIZE}
+        assert fetch_offset(client, group, topic_name, 0) == -1
+        assert commit_offset(client, group, topic_name, 0, 5, metadata="m" * 4001) == OFFSET_METADATA_TOO_LARGE
+        assert commit_offset(client, group, topic_name, 0, 5, metadata="m" * 4000) == 0
+        assert fetch_offset(client, group, topic_name, 0) == 5
+    rejected = [json.loads(line) for line in (tmp_path / "broker.log").read_text(encoding="utf-8").splitlines()
+                if line.startswith("{") and '"offset_commit"' in line]
+    assert [r["error_code"] for r in rejected] == [INVALID_COMMIT_OFFSET_SIZE, OFFSET_METADATA_TOO_LARGE]
