@@ -32,6 +32,13 @@ SOURCE_DYNAMIC_TOPIC = 1
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
 CreatableTopicResult: Any = CreateTopicsResponse.CreatableTopicResult
+class TopicDeletionDisabledError(BrokerError):
+    """DeleteTopics v3+ while ``delete.topic.enable=false`` (TOPIC_DELETION_DISABLED; INVALID_REQUEST
+    before v3, as Kafka's controller answers)."""
+
+    error_code = 73
+
+
 class InvalidReplicaAssignmentError(BrokerError):
     """A replica assignment naming brokers other than this one (INVALID_REPLICA_ASSIGNMENT)."""
 
@@ -149,7 +156,8 @@ async def handle_delete_topics(broker: Broker, req: DecodedRequest) -> DeleteTop
             if name is None:
                 raise BrokerError("unknown topic id")
             if not broker.config["delete.topic.enable"]:
-                raise InvalidRequestError("topic deletion is disabled (delete.topic.enable=false)")
+                raise (TopicDeletionDisabledError if req.api_version >= 3 else InvalidRequestError)(
+                    "topic deletion is disabled (delete.topic.enable=false)")
             topic = broker.replicas.get_topic(name)
             res.topic_id = topic.topic_id
             broker.replicas.delete_topic(name)
