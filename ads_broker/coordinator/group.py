@@ -379,7 +379,9 @@ class GroupCoordinator:
         if req.group_instance_id is not None and req.group_instance_id in group.static_members:
             return True  # a restarting static member replaces itself; it does not grow the group
         if group.state is GroupState.PREPARING_REBALANCE:
-            return (member is not None and member.awaiting_join) or (
+            # Members awaiting join are a subset of the members: count them (O(members), per join)
+            # only when the group itself has reached group.max.size.
+            return (member is not None and member.awaiting_join) or len(group.members) < self._max_group_size or (
                 group.num_awaiting_join() < self._max_group_size
             )
         return member is not None or len(group.members) < self._max_group_size
