@@ -110,6 +110,17 @@ SETTINGS: tuple[Setting, ...] = (
             doc="how often the coordinator aborts transactions older than their timeout"),
     Setting("transactional.id.expiration.ms", int, 604800000, 1,
             doc="a transactional id idle this long (no open transaction) is forgotten"),
+    # -- admin and coordinator limits: partitions (CreateTopics, CreatePartitions, auto-creation), offset commits --
+    Setting("max.broker.partitions", int, 4000, 1,
+            doc="partitions this broker may hold in all, internal topics included (KIP-578's name); beyond it "
+                "CreateTopics/CreatePartitions get POLICY_VIOLATION"),
+    Setting("max.partitions.per.topic", int, 1000, 1,
+            doc="partitions one topic may have (not a Kafka setting); beyond it POLICY_VIOLATION"),
+    Setting("max.partitions.per.request", int, 1000, 1,
+            doc="new partitions one CreateTopics/CreatePartitions request may create in all (not a Kafka setting): "
+                "bounds the work one request does on the event loop; beyond it POLICY_VIOLATION"),
+    Setting("offset.metadata.max.bytes", int, 4096, 0,
+            doc="longest metadata string of an offset commit; longer is OFFSET_METADATA_TOO_LARGE"),
     Setting("socket.request.max.bytes", int, 104857600, 1),
     Setting("fetch.max.bytes", int, 57671680, 0),
     Setting("num.recovery.threads.per.data.dir", int, 1, 1),

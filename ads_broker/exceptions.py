@@ -102,6 +102,20 @@ class InvalidReplicationFactorError(BrokerError):
     error_code = 38
 
 
+class PolicyViolationError(BrokerError):
+    """A request the broker's limits refuse, e.g. more partitions than ``max.broker.partitions``
+    (POLICY_VIOLATION, as Kafka's create.topic.policy answers)."""
+
+    error_code = 44
+
+
+class KafkaStorageError(BrokerError):
+    """A log could not be created or written (an ``OSError`` such as EMFILE or ENOSPC); nothing of
+    the failed operation is left behind (KAFKA_STORAGE_ERROR)."""
+
+    error_code = 56
+
+
 class InvalidConfigurationError(BrokerError):
     """An unknown or out-of-range configuration value (INVALID_CONFIG)."""
 

@@ -7,6 +7,13 @@ Invariants this class keeps:
   *before* a change is visible to clients, so a crash never leaves a topic that clients saw
   but the broker forgets.
 - One process owns a data dir at a time (``flock`` on ``<data-dir>/.lock``).
+- Creating a topic or partitions is all or nothing: if opening any new log fails (EMFILE, ENOSPC,
+  ...) every log opened for it is closed and its directory removed before the error is answered
+  (KAFKA_STORAGE_ERROR), so a failed request leaks no file descriptor and leaves no directory.
+  Requests that would exceed ``max.partitions.per.topic``, ``max.partitions.per.request``,
+  ``max.broker.partitions`` or the process's open-file limit are refused before any file is
+  opened (POLICY_VIOLATION). Internal topics, created by the broker from its own settings, are
+  exempt.
 - On a clean shutdown every log is flushed and closed, the recovery points are checkpointed
   (``recovery-point-offset-checkpoint``, Kafka's text format) and the clean-shutdown marker
   ``.kafka_cleanshutdown`` is written last. On start the marker is consumed: without it every log
@@ -22,6 +29,7 @@ import fcntl
 import json
 import os
 import re
+import resource
 import shutil
 import threading
 import time
@@ -39,6 +47,8 @@ from ads_broker.exceptions import (
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     InvalidTopicError,
+    KafkaStorageError,
+    PolicyViolationError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -63,6 +73,25 @@ MAX_TOPIC_NAME = 249
 #: left that transaction open forever, its last stable offset stuck (found by dedupe-chaos,
 #: docs/RELIABILITY.md). Kafka gets the same from replicating these topics (min.insync.replicas).
 INTERNAL_TOPIC_CONFIGS = {"flush.messages": "1"}
+
+#: File descriptors a new, empty partition holds: its active segment's ``.log`` (an append and a
+#: read descriptor), ``.index`` and ``.timeindex``.
+FDS_PER_NEW_PARTITION = 4
+#: Descriptors kept free after creating partitions, whatever RLIMIT_NOFILE is: client connections,
+#: segment rolls, snapshots and the cleaner need them (at least this many, or a tenth of the limit).
+MIN_FD_RESERVE = 64
+
+
+def fd_headroom() -> tuple[int, int] | None:
+    """(descriptors in use, RLIMIT_NOFILE soft limit) of this process; None where unknown."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    try:
+        in_use = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return None
+    return in_use, soft
 
 
 def now_ms() -> int:
@@ -252,7 +281,9 @@ class ReplicaManager:
 
     def create_topic(self, name: str, num_partitions: int, replication_factor: int,
                      configs: dict[str, str | None], *, validate_only: bool = False,
-                     internal: bool = False) -> Topic | None:
+                     internal: bool = False, in_request: int = 0) -> Topic | None:
+        """Create a topic (all or nothing, see the class docstring); ``in_request`` is the number of
+        partitions the same request created before this topic (``max.partitions.per.request``)."""
         validate_topic_name(name)
         if name in self.topics:
             raise TopicAlreadyExistsError(f"topic {name!r} already exists")
@@ -267,22 +298,83 @@ class ReplicaManager:
                 f"replication factor {replication_factor} is larger than the 1 available broker")
         overrides = validate_topic_configs(configs, TOPIC_CONFIG_KEYS)
         config = self.log_config(overrides, internal=internal)  # raises InvalidConfigurationError on bad values
+        if not internal:
+            self.check_partition_limits(name, 0, num_partitions, in_request=in_request)
         if validate_only:
             return None
         topic = Topic(name, uuid.uuid4(), overrides, [], internal)
-        for index in range(num_partitions):
-            topic.partitions.append(self._new_partition(name, index, config))
+        self._open_new_partitions(topic, num_partitions, config)
         self.topics[name] = topic
         try:
             self._write_topic_metadata()
         except BaseException:
             # Not in the metadata file means gone after a restart: never serve (or ack) it.
             del self.topics[name]
-            for partition in topic.partitions:
-                partition.log.delete()
+            self._discard_partitions(topic.partitions)
             raise
         log.info("topic created", topic=name, partitions=num_partitions, configs=overrides)
         return topic
+
+    def check_partition_limits(self, name: str, current: int, total: int, *, in_request: int = 0) -> None:
+        """Refuse growing ``name`` from ``current`` to ``total`` partitions beyond the broker's
+        partition limits or its open-file limit (POLICY_VIOLATION), before any file is opened."""
+        new = total - current
+        per_topic = int(self.config["max.partitions.per.topic"])
+        if total > per_topic:
+            raise PolicyViolationError(
+                f"topic {name!r} would have {total} partitions; max.partitions.per.topic is {per_topic}")
+        per_request = int(self.config["max.partitions.per.request"])
+        if in_request + new > per_request:
+            raise PolicyViolationError(
+                f"this request would create {in_request + new} partitions (topic {name!r}: {new}); "
+                f"max.partitions.per.request is {per_request}: send fewer per request")
+        held = sum(len(t.partitions) for t in self.topics.values())
+        per_broker = int(self.config["max.broker.partitions"])
+        if held + new > per_broker:
+            raise PolicyViolationError(
+                f"the broker holds {held} partitions and {new} more for topic {name!r} would exceed "
+                f"max.broker.partitions={per_broker}")
+        fds = fd_headroom()
+        if fds is None:
+            return
+        in_use, limit = fds
+        needed = new * FDS_PER_NEW_PARTITION
+        reserve = max(MIN_FD_RESERVE, limit // 10)
+        if in_use + needed + reserve > limit:
+            raise PolicyViolationError(
+                f"{new} new partitions for topic {name!r} need about {needed} file descriptors; {in_use} of the "
+                f"broker's RLIMIT_NOFILE={limit} are in use and {reserve} are kept free: raise the open-file "
+                "limit (ulimit -n) or create fewer partitions")
+
+    def _open_new_partitions(self, topic: Topic, total: int, config: LogConfig) -> None:
+        """Append partitions ``len(topic.partitions) .. total-1`` to ``topic``; if any fails to
+        open, close and remove the ones opened here (and the failed one's directory) first."""
+        first = len(topic.partitions)
+        try:
+            for index in range(first, total):
+                topic.partitions.append(self._new_partition(topic.name, index, config))
+        except Exception as e:
+            failed = len(topic.partitions)
+            self._discard_partitions(topic.partitions[first:])
+            del topic.partitions[first:]
+            shutil.rmtree(self.data_dir / f"{topic.name}-{failed}", ignore_errors=True)
+            log.warning("partition creation failed; removed the partitions opened for it", topic=topic.name,
+                        failed_partition=failed, removed=failed - first, error=str(e))
+            if isinstance(e, OSError):
+                raise KafkaStorageError(f"could not create partition {failed} of topic {topic.name!r}: {e}; "
+                                        "nothing was created") from e
+            raise
+
+    @staticmethod
+    def _discard_partitions(partitions: Iterable[Partition]) -> None:
+        """Close and delete the logs of partitions no client has seen, whatever each one raises."""
+        for partition in partitions:
+            try:
+                with partition.lock:  # a writer thread's maintenance pass may hold it
+                    partition.log.delete()
+            except Exception:
+                log.exception("removing a partially created partition failed", topic=partition.topic,
+                              partition=partition.index, dir=str(partition.log.dir))
 
     def _new_partition(self, name: str, index: int, config: LogConfig) -> Partition:
         """An empty partition; a leftover directory (a deleted topic of the same name whose removal
@@ -290,10 +382,18 @@ class ReplicaManager:
         shutil.rmtree(self.data_dir / f"{name}-{index}", ignore_errors=True)
         return Partition(name, index, self._open_log(name, index, config, 0, True))
 
+    def ensure_not_internal(self, name: str, action: str) -> None:
+        """Refuse a client's ``action`` on an internal topic (INVALID_TOPIC_EXCEPTION, as Kafka
+        answers Produce and DeleteRecords on them): ``__consumer_offsets`` and
+        ``__transaction_state`` are written by the coordinators alone, and their partition count
+        is fixed, because every group's and transactional id's partition is ``hash % count``."""
+        topic = self.topics.get(name)
+        if topic is not None and topic.internal:
+            raise InvalidTopicError(f"cannot {action} internal topic {name!r}: it belongs to the broker")
+
     def delete_topic(self, name: str) -> None:
         topic = self.get_topic(name)
-        if topic.internal:
-            raise InvalidTopicError(f"topic {name!r} is internal and cannot be deleted")
+        self.ensure_not_internal(name, "delete")
         del self.topics[name]
         self._write_topic_metadata()
         for partition in topic.partitions:
@@ -302,22 +402,22 @@ class ReplicaManager:
                 partition.log.delete()
         log.info("topic deleted", topic=name)
 
-    def create_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
+    def create_partitions(self, name: str, count: int, *, validate_only: bool = False, in_request: int = 0) -> None:
+        """Grow ``name`` to ``count`` partitions (all or nothing); ``in_request`` as in ``create_topic``."""
         topic = self.get_topic(name)
+        self.ensure_not_internal(name, "change the partition count of")
         current = len(topic.partitions)
         if count <= current:
             raise InvalidPartitionsError(
                 f"topic {name!r} has {current} partitions; the new count {count} must be larger")
+        self.check_partition_limits(name, current, count, in_request=in_request)
         if validate_only:
             return
-        config = self.log_config(topic.configs)
-        for index in range(current, count):
-            topic.partitions.append(self._new_partition(name, index, config))
+        self._open_new_partitions(topic, count, self.log_config(topic.configs))
         try:
             self._write_topic_metadata()
         except BaseException:
-            for partition in topic.partitions[current:]:
-                partition.log.delete()
+            self._discard_partitions(topic.partitions[current:])
             del topic.partitions[current:]
             raise
         log.info("partitions created", topic=name, old=current, new=count)

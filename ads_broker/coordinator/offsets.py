@@ -8,6 +8,9 @@ metadata, int64 commit timestamp); a null value (tombstone) deletes the offset.
 
 Invariant: the in-memory cache only ever reflects records that were appended to the log, and is
 rebuilt from the log on start, so after any restart OffsetFetch returns what was committed.
+A record or batch that does not decode (written by an older or newer broker, or planted on disk)
+is skipped and counted, with one warning per load (:class:`UndecodableRecords`): it must not keep
+the broker from starting, as Kafka's coordinator loader skips record types it does not know.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from dataclasses import dataclass
 import structlog
 
 from ads_broker.exceptions import BrokerError
-from ads_broker.log.records import Record, build_batch, decode_batch
+from ads_broker.log.records import BatchHeader, Record, build_batch, decode_batch, read_header
 from ads_broker.replica_manager import ReplicaManager
 
 log = structlog.get_logger("ads_broker.offsets")
@@ -29,8 +32,9 @@ OFFSETS_TOPIC = "__consumer_offsets"
 OFFSET_KEY_VERSION = 1
 OFFSET_VALUE_VERSION = 3
 GROUP_METADATA_KEY_VERSION = 2
-OFFSET_METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes
+OFFSET_METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes default
 OFFSET_METADATA_TOO_LARGE = 12
+INVALID_COMMIT_OFFSET_SIZE = 28
 
 
 def java_string_hash(s: str) -> int:
@@ -101,6 +105,46 @@ def _control_kind(records: list[Record]) -> int | None:
     return int(struct.unpack_from(">h", records[0].key, 2)[0])
 
 
+@dataclass(slots=True)
+class UndecodableRecords:
+    """What a loader of an internal topic skipped: records whose key or value does not decode,
+    and batches whose records section does not. The first failure is kept for the warning."""
+
+    records: int = 0
+    batches: int = 0
+    first: str | None = None
+
+    def skip_record(self, where: str, error: Exception) -> None:
+        self.records += 1
+        self._remember(where, error)
+
+    def skip_batch(self, where: str, error: Exception) -> None:
+        self.batches += 1
+        self._remember(where, error)
+
+    def _remember(self, where: str, error: Exception) -> None:
+        if self.first is None:
+            self.first = f"{where}: {type(error).__name__}: {error}"
+
+    def warn(self, what: str) -> None:
+        """One aggregated warning for the whole load, if anything was skipped."""
+        if self.records or self.batches:
+            log.warning(f"undecodable records skipped while loading {what}", skipped_records=self.records,
+                        skipped_batches=self.batches, first=self.first)
+
+
+def decode_batch_or_skip(data: bytes, pos: int, size: int, where: str,
+                         skipped: UndecodableRecords) -> tuple[BatchHeader, list[Record] | None]:
+    """The batch at ``pos`` of a chunk read from an internal topic's log: its header (validated
+    when it was appended) and its records, or None (counted in ``skipped``) if they do not decode."""
+    header = read_header(data, pos)
+    try:
+        return header, decode_batch(data[pos:pos + size])[1]
+    except Exception as e:  # any codec's error means the same: these bytes are unusable
+        skipped.skip_batch(f"{where} offset {header.base_offset}", e)
+        return header, None
+
+
 @dataclass(frozen=True, slots=True)
 class CommittedOffset:
     offset: int
@@ -115,6 +159,7 @@ class OffsetManager:
     def __init__(self, replicas: ReplicaManager, num_partitions: int) -> None:
         self.replicas = replicas
         self.num_partitions = num_partitions
+        self.metadata_max_bytes = int(replicas.config["offset.metadata.max.bytes"])
         self._cache: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
         # Transactional commits not yet decided: producer id -> group -> (topic, partition) -> offset.
         # They become visible when the coordinator writes COMMIT to the group's partition.
@@ -135,6 +180,7 @@ class OffsetManager:
             log.warning("offsets.topic.num.partitions differs from the existing topic; using the topic's",
                         partitions=self.num_partitions)
         reads = 0
+        skipped = UndecodableRecords()
         for partition in topic.partitions:
             plog = partition.log
             offset = plog.log_start_offset
@@ -143,53 +189,61 @@ class OffsetManager:
                 if not slices:
                     break
                 data = b"".join(s.read_bytes() for s in slices)
-                offset = self._apply_batches(data, offset)
+                offset = self._apply_batches(data, offset, f"{OFFSETS_TOPIC}-{partition.index}", skipped)
                 reads += 1
-        log.info("offsets loaded", groups=len(self._cache), reads=reads)
+        skipped.warn("offsets")
+        log.info("offsets loaded", groups=len(self._cache), reads=reads, skipped_records=skipped.records,
+                 skipped_batches=skipped.batches)
 
-    def _apply_batches(self, data: bytes, next_offset: int) -> int:
+    def _apply_batches(self, data: bytes, next_offset: int, where: str, skipped: UndecodableRecords) -> int:
         pos = 0
         while pos + 12 <= len(data):
             size = 12 + int.from_bytes(data[pos + 8:pos + 12], "big")
-            header, batch_records = decode_batch(data[pos:pos + size])
+            header, batch_records = decode_batch_or_skip(data, pos, size, where, skipped)
+            next_offset = max(next_offset, header.last_offset + 1)
+            pos += size
+            if batch_records is None:
+                continue
             if header.is_control:
                 kind = _control_kind(batch_records)
                 if kind is not None:
                     self._resolve(header.producer_id, None, kind == 1)
-            elif header.is_transactional:
-                for record in batch_records:
-                    self._apply(record, self._pending.setdefault(header.producer_id, {}))
-            else:
-                for record in batch_records:
-                    self._apply(record, self._cache)
-            next_offset = max(next_offset, header.last_offset + 1)
-            pos += size
+                continue
+            target = self._pending.setdefault(header.producer_id, {}) if header.is_transactional else self._cache
+            for record in batch_records:
+                try:
+                    self._apply(record, target)
+                except (struct.error, ValueError, BrokerError) as e:
+                    skipped.skip_record(f"{where} offset {record.offset}", e)
         return next_offset
 
     def _apply(self, record: Record, target: dict[str, dict[tuple[str, int], CommittedOffset]]) -> None:
+        """Apply one record; raises (struct.error, ValueError, BrokerError) if it does not decode,
+        before touching ``target``."""
         if record.key is None:
             return
         key = decode_key(record.key)
         if key is None:
             return
         group, topic, partition = key
+        value = None if record.value is None else CommittedOffset(*decode_value(record.value))
         offsets = target.setdefault(group, {})
-        if record.value is None:
+        if value is None:
             offsets.pop((topic, partition), None)
         else:
-            offsets[(topic, partition)] = CommittedOffset(*decode_value(record.value))
+            offsets[(topic, partition)] = value
 
-    @staticmethod
-    def _prepare(group: str, entries: Iterable[tuple[str, int, int, int, str | None]]
+    def _prepare(self, group: str, entries: Iterable[tuple[str, int, int, int, str | None]]
                  ) -> tuple[dict[tuple[str, int], int], list[Record], list[tuple[tuple[str, int], CommittedOffset]]]:
-        """(error per partition, records to append, cache entries once appended) for a commit."""
+        """(error per partition, records to append, cache entries once appended) for a commit;
+        metadata longer than ``offset.metadata.max.bytes`` is OFFSET_METADATA_TOO_LARGE, as in Kafka."""
         now = int(time.time() * 1000)
         errors: dict[tuple[str, int], int] = {}
         records: list[Record] = []
         accepted: list[tuple[tuple[str, int], CommittedOffset]] = []
         for topic, partition, offset, epoch, metadata in entries:
             meta = metadata or ""
-            if len(meta.encode("utf-8")) > OFFSET_METADATA_MAX_BYTES:
+            if len(meta.encode("utf-8")) > self.metadata_max_bytes:
                 errors[(topic, partition)] = OFFSET_METADATA_TOO_LARGE
                 continue
             errors[(topic, partition)] = 0
@@ -205,8 +259,7 @@ class OffsetManager:
         Returns an error code per (topic, partition); the cache is updated only after the append.
         """
         errors, records, accepted = self._prepare(group, entries)
-        if records:
-            self._append(group, records)
+        if records and self._append_commit(group, build_batch(records), errors, accepted):
             cache = self._cache.setdefault(group, {})
             for key, value in accepted:
                 cache[key] = value
@@ -216,16 +269,28 @@ class OffsetManager:
                              entries: Iterable[tuple[str, int, int, int, str | None]]) -> dict[tuple[str, int], int]:
         """TxnOffsetCommit: append a transactional batch; the offsets stay pending until the marker."""
         errors, records, accepted = self._prepare(group, entries)
-        if records:
-            target = self.replicas.get_partition(OFFSETS_TOPIC, self.partition_for(group))
-            batch = build_batch(records, producer_id=producer_id, producer_epoch=producer_epoch,
-                                is_transactional=True)
-            with target.lock:
-                target.log.append_internal(batch, leader_epoch=0)
+        if records and self._append_commit(group, build_batch(
+                records, producer_id=producer_id, producer_epoch=producer_epoch, is_transactional=True),
+                errors, accepted):
             pending = self._pending.setdefault(producer_id, {}).setdefault(group, {})
             for key, value in accepted:
                 pending[key] = value
         return errors
+
+    def _append_commit(self, group: str, batch: bytes, errors: dict[tuple[str, int], int],
+                       accepted: list[tuple[tuple[str, int], CommittedOffset]]) -> bool:
+        """Append a commit's batch to the group's partition; a batch larger than that log's
+        ``max.message.bytes`` is not written and every partition of it gets
+        INVALID_COMMIT_OFFSET_SIZE (Kafka's GroupMetadataManager maps the log's
+        MESSAGE_TOO_LARGE to it), so one request cannot make one arbitrarily large append."""
+        partition = self.replicas.get_partition(OFFSETS_TOPIC, self.partition_for(group))
+        if len(batch) > partition.log.config.max_message_bytes:
+            for key, _ in accepted:
+                errors[key] = INVALID_COMMIT_OFFSET_SIZE
+            return False
+        with partition.lock:
+            partition.log.append_internal(batch, leader_epoch=0)
+        return True
 
     def complete_transaction(self, producer_id: int, partition: int, commit: bool) -> None:
         """The coordinator wrote a marker for ``producer_id`` to ``__consumer_offsets``-``partition``."""

@@ -37,9 +37,15 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from ads_broker.coordinator.offsets import OFFSETS_TOPIC, OffsetManager, java_string_hash
+from ads_broker.coordinator.offsets import (
+    OFFSETS_TOPIC,
+    OffsetManager,
+    UndecodableRecords,
+    decode_batch_or_skip,
+    java_string_hash,
+)
 from ads_broker.exceptions import BrokerError
-from ads_broker.log.records import Record, build_batch, decode_batch
+from ads_broker.log.records import Record, build_batch
 from ads_broker.producer_ids import ProducerIdManager
 from ads_broker.replica_manager import ReplicaManager
 
@@ -53,6 +59,8 @@ MARKER_RETRY_S = 0.1  # a marker write that failed (e.g. disk error) is retried 
 NONE = 0
 UNKNOWN_TOPIC_OR_PARTITION = 3
 COORDINATOR_NOT_AVAILABLE = 15
+INVALID_TOPIC_EXCEPTION = 17
+INVALID_REQUEST = 42
 INVALID_PRODUCER_EPOCH = 47
 INVALID_TXN_STATE = 48
 INVALID_PRODUCER_ID_MAPPING = 49
@@ -91,6 +99,9 @@ VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
 
 REASONS: dict[int, str] = {
     UNKNOWN_TOPIC_OR_PARTITION: "a partition of the request does not exist; create the topic first",
+    INVALID_TOPIC_EXCEPTION: "internal topics cannot be part of a transaction (offsets join one through "
+                             "AddOffsetsToTxn)",
+    INVALID_REQUEST: "the transactional.id is empty",
     INVALID_PRODUCER_EPOCH: "the producer epoch is not the current one: this producer was fenced by a newer "
                             "instance with the same transactional.id (or its transaction timed out)",
     INVALID_TXN_STATE: "the transaction is not in a state that allows this request (e.g. EndTxn without "
@@ -240,6 +251,7 @@ class TransactionCoordinator:
         topic = self.replicas.get_topic(TRANSACTION_STATE_TOPIC)
         self.num_partitions = len(topic.partitions)
         self.txns = {}
+        skipped = UndecodableRecords()
         for partition in topic.partitions:
             with partition.lock:
                 plog = partition.log
@@ -254,7 +266,8 @@ class TransactionCoordinator:
                     chunks.append(data)
                     offset = self._next_offset(data, offset)
             for chunk in chunks:
-                self._apply_chunk(chunk)
+                self._apply_chunk(chunk, f"{TRANSACTION_STATE_TOPIC}-{partition.index}", skipped)
+        skipped.warn("transactions")
         self._by_producer = {}
         for md in self.txns.values():
             self._publish(md)
@@ -276,20 +289,28 @@ class TransactionCoordinator:
             pos += size
         return offset
 
-    def _apply_chunk(self, data: bytes) -> None:
+    def _apply_chunk(self, data: bytes, where: str, skipped: UndecodableRecords) -> None:
+        """Apply every record of ``data``; one that does not decode is skipped and counted."""
         pos = 0
         while pos + 12 <= len(data):
             size = 12 + int.from_bytes(data[pos + 8 : pos + 12], "big")
-            _header, records = decode_batch(data[pos : pos + size])
-            for record in records:
+            header, records = decode_batch_or_skip(data, pos, size, where, skipped)
+            pos += size
+            if header.is_control:
+                continue  # a transaction marker, not coordinator state
+            for record in records or []:
                 if record.key is None:
                     continue
-                txn_id = decode_key(record.key)
-                if record.value is None:
+                try:
+                    txn_id = decode_key(record.key)
+                    md = None if record.value is None else decode_value(txn_id, record.value)
+                except (struct.error, ValueError) as e:
+                    skipped.skip_record(f"{where} offset {record.offset}", e)
+                    continue
+                if md is None:
                     self.txns.pop(txn_id, None)
                 else:
-                    self.txns[txn_id] = decode_value(txn_id, record.value)
-            pos += size
+                    self.txns[txn_id] = md
 
     def _persist(self, md: TxnMetadata) -> None:
         partition = self.replicas.get_partition(TRANSACTION_STATE_TOPIC,
@@ -436,7 +457,7 @@ class TransactionCoordinator:
                          expected_epoch: int = -1, fenced_code: int = PRODUCER_FENCED) -> tuple[int, int, int]:
         """(error, producer id, epoch) — Kafka's ``handleInitProducerId`` with a transactional id."""
         if not transactional_id:
-            return INVALID_TXN_STATE, -1, -1
+            return INVALID_REQUEST, -1, -1  # Kafka: "consistent with the producer client"
         if timeout_ms <= 0 or timeout_ms > self.max_timeout_ms:
             return INVALID_TRANSACTION_TIMEOUT, -1, -1
         md = self.txns.get(transactional_id)
@@ -466,17 +487,25 @@ class TransactionCoordinator:
 
     def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                        partitions: Iterable[tuple[str, int]],
-                       fenced_code: int = PRODUCER_FENCED) -> dict[tuple[str, int], int]:
+                       fenced_code: int = PRODUCER_FENCED, *, offsets_partition: bool = False
+                       ) -> dict[tuple[str, int], int]:
+        """AddPartitionsToTxn; ``offsets_partition``: AddOffsetsToTxn adding the group's partition
+        of ``__consumer_offsets``, the one way an internal topic joins a transaction."""
         wanted = list(dict.fromkeys(partitions))
+        if not transactional_id:
+            return {tp: INVALID_REQUEST for tp in wanted}
         md, code = self._check_producer(transactional_id, producer_id, producer_epoch, fenced_code)
         if md is not None and md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT,
                                            TxnState.PREPARE_EPOCH_FENCE):
             code = CONCURRENT_TRANSACTIONS
         if md is None or code:
             return {tp: code for tp in wanted}
-        unknown = {tp for tp in wanted if not self._exists(tp)}
-        if unknown:
-            return {tp: UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else OPERATION_NOT_ATTEMPTED for tp in wanted}
+        refused = {tp: UNKNOWN_TOPIC_OR_PARTITION for tp in wanted if not self._exists(tp)}
+        if not offsets_partition:
+            # Its COMMIT marker would land in __transaction_state (or a group's offsets partition).
+            refused.update({tp: INVALID_TOPIC_EXCEPTION for tp in wanted if self._is_internal(tp)})
+        if refused:
+            return {tp: refused.get(tp, OPERATION_NOT_ATTEMPTED) for tp in wanted}
         new = md.partitions | set(wanted)
         if md.state is not TxnState.ONGOING or new != md.partitions:
             start = md.start_ms if md.state is TxnState.ONGOING else self.now_ms()
@@ -486,10 +515,13 @@ class TransactionCoordinator:
     def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str,
                     fenced_code: int = PRODUCER_FENCED) -> int:
         tp = (OFFSETS_TOPIC, self.offsets.partition_for(group_id))
-        return self.add_partitions(transactional_id, producer_id, producer_epoch, [tp], fenced_code)[tp]
+        return self.add_partitions(transactional_id, producer_id, producer_epoch, [tp], fenced_code,
+                                   offsets_partition=True)[tp]
 
     def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
                 fenced_code: int = PRODUCER_FENCED) -> int:
+        if not transactional_id:
+            return INVALID_REQUEST
         md, code = self._check_producer(transactional_id, producer_id, producer_epoch, fenced_code)
         if md is None:
             return code
@@ -545,6 +577,10 @@ class TransactionCoordinator:
     def _exists(self, tp: tuple[str, int]) -> bool:
         topic = self.replicas.topics.get(tp[0])
         return topic is not None and 0 <= tp[1] < len(topic.partitions)
+
+    def _is_internal(self, tp: tuple[str, int]) -> bool:
+        topic = self.replicas.topics.get(tp[0])
+        return topic is not None and topic.internal
 
     # -- background --------------------------------------------------------------------------
 

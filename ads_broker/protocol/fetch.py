@@ -200,6 +200,7 @@ async def handle_delete_records(broker: Broker, req: DecodedRequest) -> DeleteRe
                 partition_index=dpart.partition_index, low_watermark=-1, error_code=0)
             try:
                 partition = broker.replicas.get_partition(dtopic.name, dpart.partition_index)
+                broker.replicas.ensure_not_internal(dtopic.name, "delete records of")
                 with partition.lock:
                     high_watermark = partition.high_watermark
                     # -1 means "up to the high watermark" (Kafka's DeleteRecordsRequest.HIGH_WATERMARK).

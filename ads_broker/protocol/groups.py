@@ -7,6 +7,7 @@ offset manager over ``__consumer_offsets`` after the coordinator validated the m
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin import DescribeGroupsResponse, ListGroupsResponse
@@ -19,6 +20,7 @@ from kafka.protocol.consumer import (
     SyncGroupResponse,
 )
 
+from ads_broker.exceptions import BrokerError
 from ads_broker.protocol.codec import DecodedRequest
 
 if TYPE_CHECKING:
@@ -129,6 +131,19 @@ def commit_entries(broker: Broker, topics: Any, group_code: int, *, with_leader_
     return codes, entries
 
 
+def log_commit_rejections(broker: Broker, req: DecodedRequest, api: str, group_id: str, group_code: int,
+                          codes: dict[tuple[str, int], int], reason: BrokerError | None = None,
+                          **fields: Any) -> None:
+    """One line for an (Txn)OffsetCommit's rejected partitions: the group's error, or the most
+    common per-partition one (unknown partition, metadata or batch too large) with a count."""
+    failed = Counter(code for code in codes.values() if code)
+    if not group_code and not failed:
+        return
+    code = group_code or failed.most_common(1)[0][0]
+    broker.log_client_error(req, api, reason, group=group_id, error_code=code, rejected=sum(failed.values()),
+                            error_codes=dict(failed), **fields)
+
+
 async def handle_offset_commit(broker: Broker, req: DecodedRequest) -> OffsetCommitResponse:
     body = req.body
     v = req.api_version
@@ -139,8 +154,7 @@ async def handle_offset_commit(broker: Broker, req: DecodedRequest) -> OffsetCom
     codes, entries = commit_entries(broker, body.topics, group_code, with_leader_epoch=v >= 6)
     if entries:
         codes.update(broker.offsets.commit(body.group_id, entries))
-    if group_code:
-        broker.log_client_error(req, "offset_commit", None, group=body.group_id, error_code=group_code)
+    log_commit_rejections(broker, req, "offset_commit", body.group_id, group_code, codes)
     return OffsetCommitResponse(throttle_time_ms=0, topics=[
         OffsetCommitResponse.OffsetCommitResponseTopic(name=topic.name, partitions=[
             OffsetCommitResponse.OffsetCommitResponseTopic.OffsetCommitResponsePartition(

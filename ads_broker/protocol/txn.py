@@ -19,7 +19,7 @@ from kafka.protocol.producer import (
 from ads_broker.coordinator.transaction import INVALID_PRODUCER_EPOCH, PRODUCER_FENCED, reason
 from ads_broker.exceptions import BrokerError
 from ads_broker.protocol.codec import DecodedRequest
-from ads_broker.protocol.groups import commit_entries
+from ads_broker.protocol.groups import commit_entries, log_commit_rejections
 
 if TYPE_CHECKING:
     from ads_broker.broker import Broker
@@ -90,9 +90,8 @@ async def handle_txn_offset_commit(broker: Broker, req: DecodedRequest) -> TxnOf
     if entries:
         codes.update(broker.offsets.commit_transactional(body.group_id, body.producer_id, body.producer_epoch,
                                                          entries))
-    if code:
-        broker.log_client_error(req, "txn_offset_commit", BrokerError(reason(code)),
-                                transactional_id=body.transactional_id, group=body.group_id, error_code=code)
+    log_commit_rejections(broker, req, "txn_offset_commit", body.group_id, code, codes,
+                          BrokerError(reason(code)) if code else None, transactional_id=body.transactional_id)
     topic_cls = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
     return TxnOffsetCommitResponse(throttle_time_ms=0, topics=[
         topic_cls(name=topic.name, partitions=[

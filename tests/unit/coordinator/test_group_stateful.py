@@ -20,6 +20,7 @@ At teardown the clock runs on and every parked JoinGroup/SyncGroup must have bee
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,13 +138,17 @@ class GroupMachine(RuleBasedStateMachine):
 
     clients_idx = st.integers(0, N_CLIENTS - 1)
 
-    @rule(i=clients_idx, require_known=st.booleans())
-    def join_group(self, i: int, require_known: bool, skip_assignment_ok: bool = False) -> None:
+    @rule(i=clients_idx, require_known=st.booleans(), also_sticky=st.booleans())
+    def join_group(self, i: int, require_known: bool, skip_assignment_ok: bool = False,
+                   also_sticky: bool = False) -> None:
+        """``also_sticky``: the client offers a second protocol after range (its metadata changes
+        between joins, as when a consumer's subscription changes)."""
         client = self.clients[i]
+        sticky = [("sticky", b"")] if also_sticky else []
         client.join_task = self._spawn(
             join(
                 self.coord, GROUP, client.member_id, client.instance_id,
-                protocols=[("range", client.name.encode())], session_ms=SESSION_MS,
+                protocols=[("range", client.name.encode()), *sticky], session_ms=SESSION_MS,
                 rebalance_ms=REBALANCE_MS, require_known=require_known, skip_assignment_ok=skip_assignment_ok,
             )
         )
@@ -277,6 +282,15 @@ class GroupMachine(RuleBasedStateMachine):
             return
         for member in group.members.values():
             assert member.assignment == member.metadata("range") != b"", member
+
+    @invariant()
+    def protocol_counts_match_the_members(self) -> None:
+        """The group's per-protocol member counts, kept incrementally, equal a recount."""
+        group = self.coord._groups.get(GROUP)
+        if group is None:
+            return
+        recount = Counter(name for m in group.members.values() for name in {n for n, _ in m.protocols})
+        assert group.protocol_counts == dict(recount)
 
     @invariant()
     def leader_is_a_member(self) -> None:

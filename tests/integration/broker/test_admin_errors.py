@@ -1,0 +1,44 @@
+"""Admin requests refused with the codes Kafka's controller answers."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from kafka.protocol.admin import CreateTopicsRequest, DeleteTopicsRequest
+
+from ads_broker.embedded import BrokerProcess, ads_broker_process
+from tests.integration.broker.adminclient import create_topics, delete_topics, partition_count
+from tests.integration.broker.rawclient import RawClient
+
+INVALID_REQUEST = 42
+TOPIC_DELETION_DISABLED = 73
+UNKNOWN_TOPIC_ID = 100
+
+
+def test_delete_topics_with_deletion_disabled(tmp_path: Path, topic_name: str) -> None:
+    """Kafka's ControllerApis: INVALID_REQUEST before DeleteTopics v3, TOPIC_DELETION_DISABLED since."""
+    config = {"delete.topic.enable": "false"}
+    with ads_broker_process(tmp_path / "data", config=config, log_path=tmp_path / "broker.log") as broker, \
+            RawClient(broker.bootstrap) as client:
+        assert create_topics(client, {topic_name: 1})[topic_name] == 0
+        for version in (1, 2):
+            assert delete_topics(client, [topic_name], version=version) == {topic_name: INVALID_REQUEST}
+        for version in (3, 4, 5):
+            assert delete_topics(client, [topic_name], version=version) == {topic_name: TOPIC_DELETION_DISABLED}
+        assert partition_count(client, topic_name) == 1
+
+
+def test_delete_topics_by_id(ads_broker: BrokerProcess, topic_name: str) -> None:
+    """DeleteTopics v6 names topics by id: a known id deletes its topic, an unknown one is UNKNOWN_TOPIC_ID."""
+    with RawClient(ads_broker.bootstrap) as client:
+        created = client.request(CreateTopicsRequest(topics=[CreateTopicsRequest.CreatableTopic(
+            name=topic_name, num_partitions=1, replication_factor=1, assignments=[], configs=[])],
+            timeout_ms=10000, validate_only=False), 7).topics[0]
+        assert created.error_code == 0
+        unknown = uuid.uuid4()
+        resp = client.request(DeleteTopicsRequest(topics=[
+            DeleteTopicsRequest.DeleteTopicState(name=None, topic_id=unknown),
+            DeleteTopicsRequest.DeleteTopicState(name=None, topic_id=created.topic_id)], timeout_ms=10000), 6)
+        assert [(r.name, r.error_code) for r in resp.responses] == [(None, UNKNOWN_TOPIC_ID), (topic_name, 0)]
+        assert create_topics(client, {topic_name: 1})[topic_name] == 0  # the name is free again
