@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 
 from dedupe_worker import __version__
-from dedupe_worker.exceptions import DedupeError
+from dedupe_worker.exceptions import ConfigError, DedupeError
 
 app = typer.Typer(help="""Segment-style exactly-once dedupe workers on RocksDB.""", no_args_is_help=True)
 
@@ -94,13 +94,21 @@ def loadgen(
     malformed_rate: Annotated[float, typer.Option(help="fraction of malformed events")] = 0.0005,
     seed: Annotated[int, typer.Option(help="random seed")] = 1,
     manifest: Annotated[Path | None, typer.Option(help="write a JSON manifest here")] = None,
+    kafka: Annotated[list[str] | None, typer.Option(
+        "--kafka", "-X", help="librdkafka setting KEY=VALUE, repeatable (e.g. security.protocol=SASL_SSL)")] = None,
 ) -> None:
     """Produce Segment-like events with retry duplicates and a few malformed events."""
     from dedupe_worker.loadgen import LoadSpec, run_loadgen
 
+    settings: dict[str, str] = {}
+    for item in kafka or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            _fail(ConfigError(f"--kafka {item!r}: expected KEY=VALUE, e.g. security.protocol=SASL_SSL"))
+        settings[key.strip()] = value
     try:
         m = run_loadgen(bootstrap, topic, LoadSpec(unique=unique, duplicate_rate=duplicate_rate,
-                                                   malformed_rate=malformed_rate, seed=seed), manifest)
+                                                   malformed_rate=malformed_rate, seed=seed), manifest, settings)
     except DedupeError as e:
         _fail(e)
     typer.echo(json.dumps(m.to_json()))

@@ -44,11 +44,24 @@ def producer_config(bootstrap: str, extra: Mapping[str, str] | None = None, **mo
     return conf
 
 
-def check_durable(bootstrap: str, topics: list[str], timeout_s: float = 10.0) -> None:
+#: The ``[kafka]`` settings every client of the worker needs, admin clients included: how to reach
+#: and authenticate to the brokers (docs/SECURITY.md).
+CONNECTION_PREFIXES = ("security.", "sasl.", "ssl.", "client.id", "socket.", "broker.address.family")
+
+
+def admin_config(bootstrap: str, extra: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """An AdminClient's settings: the bootstrap servers plus the connection and authentication
+    settings of ``extra`` (producer- or consumer-only settings would only draw warnings)."""
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap}
+    conf.update({k: v for k, v in (extra or {}).items() if k.startswith(CONNECTION_PREFIXES)})
+    return conf
+
+
+def check_durable(bootstrap: str, topics: list[str], timeout_s: float = 10.0,
+                  extra: Mapping[str, str] | None = None) -> None:
     """Refuse topics that can lose an acknowledged write (ARCHITECTURE invariant 10): each needs
-    ``flush.messages=1`` (one replica fsyncing every append, docs/STORAGE.md) or at least two
     replicas with ``min.insync.replicas`` >= 2 and no unclean leader election (Kafka, MSK)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(admin_config(bootstrap, extra))
     try:
         md = admin.list_topics(timeout=timeout_s)
         resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in topics]
@@ -83,9 +96,10 @@ def consumer_config(bootstrap: str, group: str, extra: Mapping[str, str] | None 
     return conf
 
 
-def partition_counts(bootstrap: str, topics: list[str], timeout_s: float = 10.0) -> dict[str, int]:
+def partition_counts(bootstrap: str, topics: list[str], timeout_s: float = 10.0,
+                     extra: Mapping[str, str] | None = None) -> dict[str, int]:
     """Partition count of each topic; raises :class:`TopicLayoutError` for a missing one."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(admin_config(bootstrap, extra))
     try:
         md = admin.list_topics(timeout=timeout_s)
     except KafkaException as e:
@@ -100,9 +114,10 @@ def partition_counts(bootstrap: str, topics: list[str], timeout_s: float = 10.0)
     return out
 
 
-def check_layout(bootstrap: str, input_topic: str, output_topic: str) -> int:
+def check_layout(bootstrap: str, input_topic: str, output_topic: str,
+                 extra: Mapping[str, str] | None = None) -> int:
     """Input and output must have the same partition count (partition p → partition p)."""
-    counts = partition_counts(bootstrap, [input_topic, output_topic])
+    counts = partition_counts(bootstrap, [input_topic, output_topic], extra=extra)
     if counts[input_topic] != counts[output_topic]:
         raise TopicLayoutError(
             f"input topic {input_topic!r} has {counts[input_topic]} partitions but output topic "
@@ -117,11 +132,11 @@ DURABLE = {"flush.messages": "1"}
 
 
 def create_topics(bootstrap: str, topics: Mapping[str, int], timeout_s: float = 30.0, *,
-                  durable: bool = False) -> None:
+                  durable: bool = False, extra: Mapping[str, str] | None = None) -> None:
     """Create topics (name → partitions) with explicit retention configs; existing ones are kept.
     ``durable``: one replica that fsyncs every append (:data:`DURABLE`), as the worker requires
     of its output and dead-letter topics (:func:`check_durable`)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(admin_config(bootstrap, extra))
     config = {"retention.ms": "-1", "retention.bytes": "-1", **(DURABLE if durable else {})}
     new = [NewTopic(name, n, 1, config=dict(config)) for name, n in topics.items()]
     for name, fut in admin.create_topics(new, operation_timeout=timeout_s).items():

@@ -22,7 +22,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from dedupe_worker.exceptions import DeliveryError
-from dedupe_worker.kafka import producer_config
+from dedupe_worker.kafka import check_overrides, producer_config
 
 _EVENTS = ("Order Completed", "Product Viewed", "Signed Up", "Cart Viewed", "Checkout Started")
 _LIBS = (("analytics.js", "4.1.0"), ("analytics-ios", "4.1.8"), ("analytics-android", "4.11.3"))
@@ -143,10 +143,13 @@ def send(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes | N
 
 
 def run_loadgen(bootstrap: str, topic: str, spec: LoadSpec,
-                manifest_path: Path | None = None) -> LoadManifest:
+                manifest_path: Path | None = None, kafka: dict[str, Any] | None = None) -> LoadManifest:
+    """``kafka``: extra librdkafka settings (e.g. ``security.protocol``, ``sasl.*``, ``ssl.*``);
+    the settings that make the load idempotent (:data:`dedupe_worker.kafka.PINNED`) are refused."""
+    check_overrides(kafka or {})
     records, manifest = plan(spec)
     started = time.monotonic()
-    send(bootstrap, topic, records, manifest)
+    send(bootstrap, topic, records, manifest, extra=kafka)
     if manifest_path is not None:
         ids_path = manifest_path.with_suffix(".ids")
         ids_path.write_text("\n".join(manifest.unique_ids) + "\n")

@@ -56,9 +56,9 @@ class WorkerRunner:
     metrics_port: int | None = None
 
     def start(self) -> WorkerRunner:
-        count = check_layout(self.cfg.bootstrap, self.cfg.input_topic, self.cfg.output_topic)
+        count = check_layout(self.cfg.bootstrap, self.cfg.input_topic, self.cfg.output_topic, self.cfg.kafka)
         if self.cfg.require_durable_output:
-            check_durable(self.cfg.bootstrap, [self.cfg.output_topic, self.cfg.dlq_topic])
+            check_durable(self.cfg.bootstrap, [self.cfg.output_topic, self.cfg.dlq_topic], extra=self.cfg.kafka)
         else:
             log.warning("require_durable_output is off: a broker crash may lose acknowledged output; "
                         "reconcile detects and repairs a shorter output, at the cost of re-reading the input")

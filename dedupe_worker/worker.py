@@ -365,7 +365,7 @@ class PartitionWorker:
 
     def _discover_side_topics(self) -> None:
         names = [self.cfg.dlq_topic] + ([self.cfg.duplicates_topic] if self.cfg.duplicates_topic else [])
-        counts = partition_counts(self.cfg.bootstrap, names)
+        counts = partition_counts(self.cfg.bootstrap, names, extra=self.cfg.kafka)
         self._dlq_partitions = counts[self.cfg.dlq_topic]
         if self.cfg.duplicates_topic:
             self._dup_partitions = counts[self.cfg.duplicates_topic]
