@@ -208,7 +208,7 @@ class Broker:
         # Aggregated per (client, api, error code): one request naming 100,000 bad topics, or a
         # client retrying one all day, writes one line per interval with a count (issue 12, hole 5).
         code = fields.pop("error_code", error.error_code if error else None)
-        _rejections.warn(_client_host.get(), f"request rejected: {api} error {code}", api=api,
+        _rejections.warn(_client_host.get(), "request rejected", aggregate_as=f"{api} error {code}", api=api,
                          client_id=req.client_id, correlation_id=req.correlation_id, error_code=code,
                          reason=str(error) if error else None, **fields)
 

@@ -24,13 +24,14 @@ class RejectionLog:
     def __init__(self, interval_s: float = 10.0, max_keys: int = 10000) -> None:
         self.interval_s = interval_s
         self.max_keys = max_keys
-        #: (client, reason) -> [time of the last line written, rejections since, last fields]
+        #: (client, reason) -> [time of the last line written, rejections since, last fields, event]
         self._pending: dict[tuple[str, str], list[Any]] = {}
 
-    def warn(self, client: str, event: str, count: int = 1, **fields: Any) -> None:
-        """Count ``count`` rejections of ``client`` for ``event`` (a fixed text: the reason); write
-        a line unless one was written for the same pair less than ``interval_s`` ago."""
-        key = (client, event)
+    def warn(self, client: str, event: str, count: int = 1, aggregate_as: str | None = None, **fields: Any) -> None:
+        """Count ``count`` rejections of ``client`` for ``aggregate_as`` (a fixed text; default ``event``,
+        the log line's event name); write a line unless one was written for the same pair less
+        than ``interval_s`` ago."""
+        key = (client, aggregate_as or event)
         now = time.monotonic()
         entry = self._pending.get(key)
         if entry is None:
@@ -38,11 +39,11 @@ class RejectionLog:
                 self.flush(now)
                 if len(self._pending) >= self.max_keys:
                     self._pending.clear()
-            self._pending[key] = [now, 0, fields]
+            self._pending[key] = [now, 0, fields, event]
             log.warning(event, client=client, count=count, **fields)
             return
         entry[1] += count
-        entry[2] = fields
+        entry[2], entry[3] = fields, event
         if now - entry[0] >= self.interval_s:
             log.warning(event, client=client, count=entry[1], **fields)
             entry[0], entry[1] = now, 0
@@ -52,7 +53,7 @@ class RejectionLog:
         now = time.monotonic() if now is None else now
         for (client, reason), entry in list(self._pending.items()):
             if entry[1]:
-                log.warning(reason, client=client, count=entry[1], **entry[2])
+                log.warning(entry[3], client=client, count=entry[1], **entry[2])
                 entry[0], entry[1] = now, 0
             elif now - entry[0] >= self.interval_s:
                 del self._pending[(client, reason)]
