@@ -90,6 +90,15 @@ def bomb(codec: int, inflated_mib: int) -> bytes:
     return raw_batch(body, count=1, last_delta=0, codec=codec)
 
 
+def count_lie(batch: bytes, count: int) -> bytes:
+    """``batch`` claiming ``count`` records (recordsCount and lastOffsetDelta agree with each
+    other, not with the body), CRC recomputed: issue 12's hole 6."""
+    b = bytearray(batch)
+    struct.pack_into(">i", b, 57, count)
+    struct.pack_into(">i", b, 23, count - 1)
+    return fix_crc(b)
+
+
 class BatchFactory:
     """Seeded source of valid and hostile record batches (see the module docstring)."""
 
@@ -213,10 +222,17 @@ def batch_problem(batch: bytes) -> str | None:
     if inflated > INFLATE_LIMIT:
         return f"compressed records inflate past {INFLATE_LIMIT >> 20} MiB (a decompression bomb)"
     base_offset = _HEADER.unpack_from(batch, 0)[0]
+    deltas: list[int] = []
+    error = None
     try:
-        deltas = [rec.offset - base_offset for rec in DefaultRecordBatch(batch)]
-    except (Exception, zlib.error) as e:  # any codec error: the batch is undecodable
-        return f"undecodable records: {type(e).__name__}: {e}"
+        for rec in DefaultRecordBatch(batch):
+            deltas.append(rec.offset - base_offset)
+    except (Exception, zlib.error) as e:  # any codec or record error: the body is undecodable from here
+        error = f"{type(e).__name__}: {e}"
+    if error is not None and attrs & 0x07:
+        return f"undecodable compressed records: {error}"
     if len(deltas) != count or last_delta != count - 1 or deltas != list(range(count)):
-        return f"header says {count} records (last delta {last_delta}), body has offsets {deltas[:5]}..."
+        return f"header says {count} records (last delta {last_delta}), body has {len(deltas)}: {deltas[:5]}"
+    if error is not None:
+        return f"undecodable records: {error}"
     return None
