@@ -12,10 +12,19 @@ import random
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.fuzz.frames import FuzzOptions
-from tests.fuzz.harness import FuzzRun
+from tests.fuzz.harness import FuzzRun, FuzzStats
+
+
+def _progress(began: float) -> Callable[[int, FuzzStats], None]:
+    def show(index: int, stats: FuzzStats) -> None:
+        elapsed = time.monotonic() - began
+        print(f"[{elapsed:6.0f}s] frame #{index}: {stats.summary()} ({stats.frames / max(elapsed, 1e-9):.0f}/s)",
+              flush=True)
+    return show
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     began = time.monotonic()
     run = FuzzRun(seed=seed, frames=args.frames, work_dir=work_dir, options=options, start=args.start,
                   check_every=args.check_every, rss_limit_mib=args.rss_limit_mib, response_timeout_s=args.timeout,
-                  stop_on_first=not args.keep_going)
+                  stop_on_first=not args.keep_going, progress=_progress(began))
     stats = run.run()
     print(f"{stats.summary()} in {time.monotonic() - began:.0f}s")
     print(f"mutations: {dict(stats.mutations)}")

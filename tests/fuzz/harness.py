@@ -28,7 +28,7 @@ import os
 import socket
 import struct
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -150,6 +150,8 @@ class FuzzRun:
     #: Frames to send instead of the seed's stream (the hole-specific tests); ``frames`` still
     #: bounds how many are taken.
     source: Iterable[Frame] | None = None
+    #: Called after every health check with (frame index, stats): the CLI prints progress.
+    progress: Callable[[int, FuzzStats], None] | None = None
     data_dir: Path = field(init=False, default=Path())
     log_path: Path = field(init=False, default=Path())
     _log_offset: int = field(init=False, default=0)
@@ -209,6 +211,8 @@ class FuzzRun:
             if (index + 1 - self.start) % self.check_every == 0 or found:
                 found += self._health(broker, index, frame)
                 snapshot = segment_snapshot(self.data_dir)
+                if self.progress is not None:
+                    self.progress(index, self.stats)
             if found and self._record(found):
                 return
             if broker.proc is not None and broker.proc.poll() is not None:
@@ -259,32 +263,38 @@ class FuzzRun:
         return found, after
 
     def _check_produce(self, index: int, frame: Frame, outcome: str, responses: list[bytes]) -> list[Finding]:
-        """An accepted partition must hold a valid batch and must not be an internal topic."""
+        """An accepted partition must hold a valid batch and must not be an internal topic.
+
+        Responses list topics and partitions in request order, so they are matched by position
+        (a request may name one partition twice, one batch valid and one not)."""
         request = decode_request_body(frame)
         if request is None:
             return []
-        accepted: set[tuple[str, int]] = set()
+        sent = [(t.name, p.index, p.records) for t in request.topic_data or [] for p in t.partition_data or []]
         if responses:
             try:
                 resp = decode_response(frame, responses[0])
             except Exception:
                 return []
-            accepted = {(t.name, p.index) for t in resp.responses or [] for p in t.partition_responses or []
-                        if p.error_code == 0}
+            codes = [p.error_code for t in resp.responses or [] for p in t.partition_responses or []]
+            if len(codes) != len(sent):
+                return [Finding("bad_response", f"{len(sent)} partitions produced, {len(codes)} answered",
+                                self.seed, index, frame)]
         elif request.acks == 0 and outcome == "answered":
-            accepted = {(t.name, p.index) for t in request.topic_data or [] for p in t.partition_data or []}
+            codes = [0] * len(sent)
+        else:
+            return []
         found = []
-        for t in request.topic_data or []:
-            for p in t.partition_data or []:
-                if (t.name, p.index) not in accepted:
-                    continue
-                if t.name in INTERNAL_TOPICS:
-                    found.append(Finding("internal_write", f"Produce to internal topic {t.name}-{p.index} "
-                                         "accepted", self.seed, index, frame, hole=4))
-                problem = batch_problem(bytes(p.records or b""))
-                if problem is not None:
-                    found.append(Finding("accepted_invalid", f"batch accepted into {t.name}-{p.index}: {problem}",
-                                         self.seed, index, frame, hole=known_batch_hole(problem)))
+        for (topic, partition, records), code in zip(sent, codes, strict=True):
+            if code != 0:
+                continue
+            if topic in INTERNAL_TOPICS:
+                found.append(Finding("internal_write", f"Produce to internal topic {topic}-{partition} accepted",
+                                     self.seed, index, frame, hole=4))
+            problem = batch_problem(bytes(records or b""))
+            if problem is not None:
+                found.append(Finding("accepted_invalid", f"batch accepted into {topic}-{partition}: {problem}",
+                                     self.seed, index, frame, hole=known_batch_hole(problem)))
         return found
 
     def _health(self, broker: BrokerProcess, index: int, frame: Frame | None) -> list[Finding]:
