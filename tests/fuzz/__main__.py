@@ -59,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     stats = run.run()
     print(f"{stats.summary()} in {time.monotonic() - began:.0f}s")
     print(f"mutations: {dict(stats.mutations)}")
+    for timeout in stats.timeouts:
+        print(f"no answer within {args.timeout}s: {timeout}")
     for finding in stats.findings:
         print(finding.report())
     return 1 if stats.findings else 0

@@ -35,9 +35,9 @@ SEED = int(os.environ.get("ADS_FUZZ_SEED", "20261125"))
 FRAMES = int(os.environ.get("ADS_FUZZ_FRAMES", "6000"))
 RSS_LIMIT_MIB = 512
 #: Findings the stream may still make on main, each reproduced by an xfail test below: the
-#: fuzzer's own F1-F3, and hole 5 (huge strings, a family the stream must keep, are echoed into
-#: the log whole).
-TOLERATED = {"F1", "F2", "F3", "hole 5"}
+#: fuzzer's own F1-F3; hole 5 (huge strings, a family the stream must keep, are echoed into the
+#: log whole); hole 3 (a bit flip in CreatePartitions' count can ask for thousands).
+TOLERATED = {"F1", "F2", "F3", "hole 3", "hole 5"}
 
 
 def run_fuzz(tmp_path: Path, frames: int, source: Iterator[Frame] | list[Frame] | None = None,
@@ -133,6 +133,14 @@ def test_rejections_do_not_amplify_into_logs(tmp_path: Path) -> None:
         DeleteRecordsRequest.DeleteRecordsTopic.DeleteRecordsPartition(partition_index=i, offset=0)
         for i in range(200)])], timeout_ms=1000)
     assert not run_fuzz(tmp_path, 1, [encoded(req, 2)])
+
+
+@pytest.mark.xfail(strict=False, reason="issue 12 hole 3: no limit on partitions per request; fixed by the "
+                   "i12-admin branch")
+def test_partition_counts_are_bounded(tmp_path: Path) -> None:
+    req = CreatePartitionsRequest(topics=[CreatePartitionsRequest.CreatePartitionsTopic(
+        name=PLAIN_TOPIC, count=2000, assignments=None)], timeout_ms=10000, validate_only=False)
+    assert not run_fuzz(tmp_path, 1, [encoded(req, 3)])
 
 
 def test_hole_families_with_the_seeded_stream(tmp_path: Path) -> None:
