@@ -103,8 +103,10 @@ def test_size_prefixes_do_not_pin_memory(tmp_path: Path) -> None:
 @pytest.mark.xfail(strict=False, reason="issue 12 hole 2: compressed batches stored unchecked and decoded "
                    "whole; fixed by the i12-log branch")
 def test_decompression_bombs(tmp_path: Path) -> None:
-    frames = [produce(COMPACT_TOPIC, bomb(4, 512)), produce(PLAIN_TOPIC, bomb(4, 512)),
-              list_offsets_by_time(PLAIN_TOPIC), produce(PLAIN_TOPIC, bomb(1, 256)), list_offsets_by_time(PLAIN_TOPIC)]
+    # 256 MiB inflated: decoding it whole takes about three times that (bytes, then the record
+    # objects), well past the 512 MiB bound; a bounded, streaming validation never holds it.
+    frames = [produce(COMPACT_TOPIC, bomb(4, 256)), produce(PLAIN_TOPIC, bomb(4, 256)),
+              list_offsets_by_time(PLAIN_TOPIC), produce(PLAIN_TOPIC, bomb(1, 128)), list_offsets_by_time(PLAIN_TOPIC)]
     assert not run_fuzz(tmp_path, len(frames), frames, FuzzOptions(bombs=True), check_every=1)
 
 
@@ -139,7 +141,7 @@ def test_rejections_do_not_amplify_into_logs(tmp_path: Path) -> None:
                    "i12-admin branch")
 def test_partition_counts_are_bounded(tmp_path: Path) -> None:
     req = CreatePartitionsRequest(topics=[CreatePartitionsRequest.CreatePartitionsTopic(
-        name=PLAIN_TOPIC, count=2000, assignments=None)], timeout_ms=10000, validate_only=False)
+        name=PLAIN_TOPIC, count=400, assignments=None)], timeout_ms=10000, validate_only=False)
     assert not run_fuzz(tmp_path, 1, [encoded(req, 3)])
 
 
