@@ -12,6 +12,7 @@ import random
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -55,14 +56,15 @@ def main(argv: list[str] | None = None) -> int:
     began = time.monotonic()
     run = FuzzRun(seed=seed, frames=args.frames, work_dir=work_dir, options=options, start=args.start,
                   check_every=args.check_every, rss_limit_mib=args.rss_limit_mib, response_timeout_s=args.timeout,
-                  stop_on_first=not args.keep_going, progress=_progress(began))
+                  stop_on_first=not args.keep_going, progress=_progress(began),
+                  on_finding=lambda f: print(f.report(), flush=True))
     stats = run.run()
     print(f"{stats.summary()} in {time.monotonic() - began:.0f}s")
     print(f"mutations: {dict(stats.mutations)}")
     for timeout in stats.timeouts:
         print(f"no answer within {args.timeout}s: {timeout}")
-    for finding in stats.findings:
-        print(finding.report())
+    for label, count in sorted(Counter(f.label for f in stats.findings).items()):
+        print(f"{count} distinct findings labelled {label}")
     return 1 if stats.findings else 0
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from kafka.protocol.api_message import ApiMessage
 
-from ads_broker.protocol.codec import SUPPORTED_APIS
+from ads_broker.protocol.codec import SUPPORTED_APIS, decode_request
 from tests.fuzz.batches import BatchFactory
 
 INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state")
@@ -507,9 +507,34 @@ class FrameSource:
             correlation_id = (correlation_id + 1) % SENTINEL_CORRELATION_ID
             cls, version = gen.pick_api()
             data, spans = gen.frame(cls, version, correlation_id)
+            name, complete = "valid", True
             if rng.random() < self.mutate_ratio:
-                name, data, complete = mutator.mutate(data, spans)
-            else:
-                name, complete = "valid", True
+                mutated, mutated_data, mutated_complete = mutator.mutate(data, spans)
+                if self.options.many_partitions or not asks_for_many_partitions(mutated_data):
+                    name, data, complete = mutated, mutated_data, mutated_complete
             api_key, api_version = (struct.unpack_from(">hh", data, 4) if len(data) >= 8 else (cls.API_KEY, version))
             yield Frame(data, int(api_key), int(api_version), name, complete)
+
+
+#: A CreateTopics/CreatePartitions asking for more partitions than this is issue 12's hole 3
+#: family: each partition costs file descriptors and fsyncs on the broker's event loop.
+MANY_PARTITIONS = 16
+
+
+def asks_for_many_partitions(data: bytes) -> bool:
+    """Whether a (mutated) frame is a CreateTopics/CreatePartitions that decodes to more than
+    MANY_PARTITIONS partitions: a bit flip in a count gives thousands, so the default stream drops
+    such mutations and only ``many_partitions`` sends them."""
+    if len(data) < 8 or struct.unpack_from(">h", data, 4)[0] not in (19, 37):
+        return False
+    try:
+        body = decode_request(data[4:]).body
+    except Exception:  # undecodable: the broker closes the connection before creating anything
+        return False
+    for topic in (getattr(body, "topics", None) or []) if body is not None else []:
+        count = getattr(topic, "num_partitions", None)
+        if count is None:
+            count = getattr(topic, "count", 0)
+        if (count or 0) > MANY_PARTITIONS or len(getattr(topic, "assignments", None) or []) > MANY_PARTITIONS:
+            return True
+    return False

@@ -159,6 +159,8 @@ class FuzzRun:
     source: Iterable[Frame] | None = None
     #: Called after every health check with (frame index, stats): the CLI prints progress.
     progress: Callable[[int, FuzzStats], None] | None = None
+    #: Called with each new finding as it is recorded (the CLI prints it at once).
+    on_finding: Callable[[Finding], None] | None = None
     data_dir: Path = field(init=False, default=Path())
     log_path: Path = field(init=False, default=Path())
     _log_offset: int = field(init=False, default=0)
@@ -239,6 +241,8 @@ class FuzzRun:
             if f.signature() not in known:
                 self.stats.findings.append(f)
                 known.add(f.signature())
+                if self.on_finding is not None:
+                    self.on_finding(f)
         return self.stop_on_first and bool(found)
 
     def _restart(self, broker: BrokerProcess) -> BrokerProcess:
