@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import signal
 import sys
 import tempfile
 import time
@@ -44,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument(f"--{flag}", action="store_true", help=f"also the family behind issue 12 hole {hole}")
     p.add_argument("--all-holes", action="store_true", help="every family above")
     args = p.parse_args(argv)
+    # SIGTERM (and SIGINT, which a background job ignores) unwind through FuzzRun.run, whose
+    # ``finally`` stops the broker it started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     seed = args.seed if args.seed is not None else random.randrange(2**32)
     everything = args.all_holes
     options = FuzzOptions(internal_topics=everything or args.internal_topics,
