@@ -108,6 +108,10 @@ class Finding:
         ``new`` for anything not yet described."""
         if self.hole is not None:
             return f"hole {self.hole}"
+        if self.kind == "write_on_reject" and self.frame is not None and "size_lie" in self.frame.mutation:
+            # The bytes after a short size prefix are a bad next frame; the broker closes before
+            # answering the first, which it still applies (F4).
+            return "F4"
         for label, kind, markers in KNOWN_FINDINGS:
             if self.kind == kind and all(m in self.detail for m in markers):
                 return label

@@ -25,6 +25,7 @@ import pytest
 from kafka.protocol.admin import CreatePartitionsRequest, DeleteRecordsRequest, ListGroupsRequest
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer import ListOffsetsRequest, OffsetCommitRequest
+from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 
 from tests.fuzz.batches import BatchFactory, bomb, count_lie
@@ -35,9 +36,9 @@ SEED = int(os.environ.get("ADS_FUZZ_SEED", "20261125"))
 FRAMES = int(os.environ.get("ADS_FUZZ_FRAMES", "6000"))
 RSS_LIMIT_MIB = 512
 #: Findings the stream may still make on main, each reproduced by an xfail test below: the
-#: fuzzer's own F1-F3; hole 5 (huge strings, a family the stream must keep, are echoed into the
+#: fuzzer's own F1-F4; hole 5 (huge strings, a family the stream must keep, are echoed into the
 #: log whole); hole 3 (a bit flip in CreatePartitions' count can ask for thousands).
-TOLERATED = {"F1", "F2", "F3", "hole 3", "hole 5"}
+TOLERATED = {"F1", "F2", "F3", "F4", "hole 3", "hole 5"}
 
 
 def run_fuzz(tmp_path: Path, frames: int, source: Iterator[Frame] | list[Frame] | None = None,
@@ -204,3 +205,15 @@ def test_f3_null_group_id_commit_does_not_break_list_groups(tmp_path: Path) -> N
     frames = [_offset_commit("fz-group"), _offset_commit(None),
               encoded(ListGroupsRequest(states_filter=[], types_filter=[]), 4)]
     assert not run_fuzz(tmp_path, len(frames), frames)
+
+
+@pytest.mark.xfail(strict=False, reason="fuzz finding F4: a bad frame size closes the connection at once, "
+                   "dropping the response of an earlier request that still takes effect; not fixed yet")
+def test_f4_garbage_after_a_request_does_not_drop_its_response(tmp_path: Path) -> None:
+    # A Metadata request that auto-creates a topic, then a size prefix of 2^31-1 in the same
+    # segment: Kafka reads the next request only after answering this one (it mutes the channel),
+    # so the client gets its answer before the close.
+    request = encoded(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="fz-f4", topic_id=None)],
+                                      allow_auto_topic_creation=True, include_topic_authorized_operations=False), 12)
+    frame = Frame(request.data + b"\x7f\xff\xff\xff", 3, 12, "trailing_size_lie")
+    assert not run_fuzz(tmp_path, 1, [frame])
