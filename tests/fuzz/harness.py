@@ -95,7 +95,7 @@ class Finding:
     """One broken invariant, with what reproduces it."""
 
     kind: str  # crash, hang, memory, traceback, write_on_reject, accepted_invalid, internal_write, bad_response,
-    #            log_amplification, resource
+    #            log_amplification, resource, no_response
     detail: str
     seed: int
     index: int
@@ -271,6 +271,9 @@ class FuzzRun:
             except Exception as e:
                 found.append(Finding("bad_response", f"response undecodable: {type(e).__name__}: {e}; "
                                      f"response hex {raw[:200].hex()}", self.seed, index, frame))
+        if outcome == "answered" and not responses and expects_response(frame):
+            found.append(Finding("no_response", "the connection answered later requests but not this one",
+                                 self.seed, index, frame))
         rejected = (outcome == "closed" and not responses) or (bool(codes) and all(codes))
         after = segment_snapshot(self.data_dir)
         created = sum(p.endswith("/") for p in after) - sum(p.endswith("/") for p in before)
@@ -460,6 +463,22 @@ def decode_request_body(frame: Frame) -> Any:
     except Exception:
         return None
     return decoded.body if isinstance(decoded.body, ProduceRequest) else None
+
+
+def expects_response(frame: Frame) -> bool:
+    """Whether the broker owes ``frame`` an answer: it decodes as a supported request (its whole
+    bytes, so not after a size lie) other than an acks=0 Produce."""
+    from ads_broker.protocol.codec import decode_request
+
+    if "size_lie" in frame.mutation:
+        return False
+    try:
+        decoded = decode_request(frame.data[4:])
+    except Exception:
+        return False
+    if decoded.body is None:
+        return decoded.api_key == 18  # ApiVersions at any version is answered (v0, UNSUPPORTED_VERSION)
+    return not (decoded.api_key == 0 and decoded.body.acks == 0)
 
 
 def error_codes(obj: Any) -> list[int]:
