@@ -1,20 +1,23 @@
-"""Drive a real ads-broker process with fuzzed frames and check the three invariants.
+"""Drive a real ads-broker process with fuzzed frames and check its invariants.
 
 After every frame the harness knows how the broker reacted (answered, closed the connection, or
 said nothing in time): each frame is followed on the same connection by a sentinel ApiVersions
 request, whose answer proves the frame was handled (responses come in request order, and an
 acks=0 Produce has none of its own). Then:
 
-(c) nothing written for a rejected request: a frame that got a closed connection, or a response
-    whose every error code is non-zero, must leave every segment file (``*.log``, ``*.txnindex``)
-    and every partition directory under the data dir exactly as before. Frames with any success
-    re-baseline; the broker's own background writers are switched off by configuration
-    (transaction timeouts, retention, the cleaner), so nothing else writes while the fuzzer runs.
-    An accepted Produce is also held to Kafka's batch rules (``batches.batch_problem``) and must
-    not name an internal topic.
-(a) after every ``check_every`` frames, and after any closed connection's log tail shows a
-    traceback: the process is alive and answers ApiVersions and Metadata on a fresh connection.
-(b) its RSS (VmRSS) stays under ``rss_limit_mib``.
+- nothing written for a rejected request: a frame that got a closed connection, or a response
+  whose every error code is non-zero, must leave every segment file (``*.log``, ``*.txnindex``)
+  and every partition directory under the data dir exactly as before. Frames with any success
+  re-baseline; the broker's own background writers are switched off by configuration
+  (transaction timeouts, retention, the cleaner), so nothing else writes while the fuzzer runs.
+  An accepted Produce is also held to Kafka's batch rules (``batches.batch_problem``) and must
+  not name an internal topic;
+- every ``check_every`` frames and after any finding: the process is alive and answers
+  ApiVersions and Metadata on a fresh connection, and its peak RSS (VmHWM) is under
+  ``rss_limit_mib``;
+- after every closed connection, the new part of the broker's log holds no traceback; no request
+  makes it log more than ``LOG_BYTES_PER_FRAME``; a request answered by nothing while the sentinel
+  after it is answered is a finding too.
 
 Every finding carries the seed, the frame's index, API key/version, mutation and hex, which
 reproduce it exactly (``python -m tests.fuzz --seed S --start I --frames 1``).
@@ -33,12 +36,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kafka.protocol.admin import DeleteTopicsRequest
+from kafka.protocol.admin import CreateTopicsRequest, DeleteTopicsRequest
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 
 from ads_broker.embedded import BrokerProcess, ads_broker_process
-from ads_broker.protocol.codec import SUPPORTED_APIS
+from ads_broker.protocol.codec import SUPPORTED_APIS, decode_request
 from tests.fuzz.batches import batch_problem
 from tests.fuzz.frames import (
     BASE_TOPICS,
@@ -456,8 +459,6 @@ def decode_response(frame: Frame, raw: bytes) -> Any:
 
 def decode_request_body(frame: Frame) -> Any:
     """The fuzzed Produce request as the broker decodes it, or None if it cannot be decoded."""
-    from ads_broker.protocol.codec import decode_request
-
     try:
         decoded = decode_request(frame.data[4:])
     except Exception:
@@ -468,8 +469,6 @@ def decode_request_body(frame: Frame) -> Any:
 def expects_response(frame: Frame) -> bool:
     """Whether the broker owes ``frame`` an answer: it decodes as a supported request (its whole
     bytes, so not after a size lie) other than an acks=0 Produce."""
-    from ads_broker.protocol.codec import decode_request
-
     if "size_lie" in frame.mutation:
         return False
     try:
@@ -510,8 +509,6 @@ def known_batch_hole(problem: str) -> int | None:
 
 
 def create_base_topics(client: RawClient) -> None:
-    from kafka.protocol.admin import CreateTopicsRequest
-
     topic = CreateTopicsRequest.CreatableTopic
     config = topic.CreatableTopicConfig
     req = CreateTopicsRequest(topics=[
