@@ -86,6 +86,7 @@ KNOWN_FINDINGS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("F1", "traceback", ("TypeError: cannot convert 'NoneType'",)),
     ("F1", "traceback", ("AttributeError: 'NoneType' object has no attribute",)),
     ("F2", "traceback", ("struct.error: 'h' format requires",)),
+    ("F5", "traceback", ("in decode_batch",)),
     # Too many open files: the partitions of hole 3's family exhaust file descriptors.
     ("hole 3", "traceback", ("[Errno 24] Too many open files",)),
 )

@@ -28,7 +28,7 @@ from kafka.protocol.consumer import ListOffsetsRequest, OffsetCommitRequest
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 
-from tests.fuzz.batches import BatchFactory, bomb, count_lie
+from tests.fuzz.batches import BatchFactory, bomb, count_lie, raw_batch
 from tests.fuzz.frames import COMPACT_TOPIC, PLAIN_TOPIC, Frame, FuzzOptions
 from tests.fuzz.harness import Finding, FuzzRun
 
@@ -36,9 +36,9 @@ SEED = int(os.environ.get("ADS_FUZZ_SEED", "20261125"))
 FRAMES = int(os.environ.get("ADS_FUZZ_FRAMES", "6000"))
 RSS_LIMIT_MIB = 512
 #: Findings the stream may still make on main, each reproduced by an xfail test below: the
-#: fuzzer's own F1-F4; hole 5 (huge strings, a family the stream must keep, are echoed into the
+#: fuzzer's own F1-F5; hole 5 (huge strings, a family the stream must keep, are echoed into the
 #: log whole); hole 3 (a bit flip in CreatePartitions' count can ask for thousands).
-TOLERATED = {"F1", "F2", "F3", "F4", "hole 3", "hole 5"}
+TOLERATED = {"F1", "F2", "F3", "F4", "F5", "hole 3", "hole 5"}
 
 
 def run_fuzz(tmp_path: Path, frames: int, source: Iterator[Frame] | list[Frame] | None = None,
@@ -217,3 +217,16 @@ def test_f4_garbage_after_a_request_does_not_drop_its_response(tmp_path: Path) -
                                       allow_auto_topic_creation=True, include_topic_authorized_operations=False), 12)
     frame = Frame(request.data + b"\x7f\xff\xff\xff", 3, 12, "trailing_size_lie")
     assert not run_fuzz(tmp_path, 1, [frame])
+
+
+@pytest.mark.xfail(strict=False, reason="fuzz finding F5: decode_batch lets codec errors through (a traceback "
+                   "instead of CORRUPT_MESSAGE); related to hole 2, not fixed yet")
+def test_f5_undecodable_compressed_batches_get_corrupt_message(tmp_path: Path) -> None:
+    # CRC-valid batches whose compressed body is not valid for their codec (gzip, snappy, lz4,
+    # zstd): a compacted topic decodes them on append; a plain one stores them (hole 2) and
+    # decodes them on every ListOffsets by timestamp.
+    garbage = [raw_batch(b"\x00" * 40, count=1, last_delta=0, codec=codec) for codec in (1, 2, 3, 4)]
+    frames = [produce(COMPACT_TOPIC, batch) for batch in garbage]
+    frames += [produce(PLAIN_TOPIC, garbage[0]), list_offsets_by_time(PLAIN_TOPIC)]
+    findings = run_fuzz(tmp_path, len(frames), frames)
+    assert "F5" not in labels(findings)
