@@ -6,8 +6,9 @@ request, whose answer proves the frame was handled (responses come in request or
 acks=0 Produce has none of its own). Then:
 
 - nothing written for a rejected request: a frame that got a closed connection, or a response
-  whose every error code is non-zero, must leave every segment file (``*.log``, ``*.txnindex``)
-  and every partition directory under the data dir exactly as before. Frames with any success
+  whose every error code is non-zero, must leave every file under the data dir (segments,
+  indexes, topic metadata, the producer-id block; not the periodic recovery checkpoint) and every
+  partition directory exactly as before. Frames with any success
   re-baseline; the broker's own background writers are switched off by configuration
   (transaction timeouts, retention, the cleaner), so nothing else writes while the fuzzer runs.
   An accepted Produce is also held to Kafka's batch rules (``batches.batch_problem``) and must
@@ -66,7 +67,9 @@ FUZZ_BROKER_CONFIG = {
     "log.cleaner.enable": "false",
     "group.initial.rebalance.delay.ms": "0",
 }
-SEGMENT_SUFFIXES = (".log", ".txnindex")
+#: Files the broker rewrites on its own schedule (the recovery checkpoint, every 60 s) or through
+#: a temporary name; every other file's size is compared.
+BACKGROUND_FILES = ("recovery-point-offset-checkpoint",)
 #: Topics beyond these many (or partitions beyond these) are deleted between batches: fuzzed names
 #: auto-create topics, and a bit flip in CreatePartitions' count adds thousands of partitions.
 MAX_TOPICS = 24
@@ -533,14 +536,15 @@ def delete_extra_topics(client: RawClient, names: list[str]) -> None:
 
 
 def segment_snapshot(data_dir: Path) -> dict[str, int]:
-    """{relative path: size} of every segment file, plus every partition directory (size -1)."""
+    """{relative path: size} of every file the broker writes on request (segments, indexes,
+    ``topic-metadata.json``, ``producer-id-block``), plus every directory (size -1)."""
     out: dict[str, int] = {}
     cut = len(str(data_dir)) + 1
     for entry in _walk(str(data_dir)):
         rel = entry.path[cut:]
         if entry.is_dir(follow_symlinks=False):
             out[rel + "/"] = -1
-        elif entry.name.endswith(SEGMENT_SUFFIXES):
+        elif entry.name not in BACKGROUND_FILES and not entry.name.endswith(".tmp"):
             with contextlib.suppress(FileNotFoundError):
                 out[rel] = entry.stat(follow_symlinks=False).st_size
     return out
