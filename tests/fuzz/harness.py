@@ -281,7 +281,10 @@ class FuzzRun:
         if outcome == "answered" and not responses and expects_response(frame):
             found.append(Finding("no_response", "the connection answered later requests but not this one",
                                  self.seed, index, frame))
-        rejected = (outcome == "closed" and not responses) or (bool(codes) and all(codes))
+        # An acks=0 Produce with any failed partition is answered by a close (Kafka's rule), while
+        # its other partitions were appended: a close says nothing about what it wrote.
+        closed_unanswered = outcome == "closed" and not responses and not is_acks0_produce(frame)
+        rejected = closed_unanswered or (bool(codes) and all(codes))
         after = segment_snapshot(self.data_dir)
         created = sum(p.endswith("/") for p in after) - sum(p.endswith("/") for p in before)
         if created > PARTITIONS_PER_REQUEST and not unsettled:
@@ -468,6 +471,11 @@ def decode_request_body(frame: Frame) -> Any:
     except Exception:
         return None
     return decoded.body if isinstance(decoded.body, ProduceRequest) else None
+
+
+def is_acks0_produce(frame: Frame) -> bool:
+    request = decode_request_body(frame)
+    return request is not None and request.acks == 0
 
 
 def expects_response(frame: Frame) -> bool:
