@@ -128,6 +128,8 @@ class Finding:
         api = (self.frame.api_key, self.frame.api_version) if self.frame else (None, None)
         if self.kind in ("memory", "crash", "hang"):
             return self.kind, None, self.hole, ""
+        if self.kind in ("log_amplification", "resource"):
+            return self.kind, api[0], self.hole, ""
         detail = self.detail.split(" at ", 1)[-1] if self.kind == "traceback" else self.detail.split(":")[0][:60]
         return self.kind, api[0] if self.kind != "traceback" else None, self.hole, detail
 
