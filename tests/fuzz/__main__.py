@@ -62,8 +62,13 @@ def main(argv: list[str] | None = None) -> int:
                   check_every=args.check_every, rss_limit_mib=args.rss_limit_mib, response_timeout_s=args.timeout,
                   stop_on_first=not args.keep_going, progress=_progress(began),
                   on_finding=lambda f: print(f.report(), flush=True))
-    stats = run.run()
-    print(f"{stats.summary()} in {time.monotonic() - began:.0f}s")
+    stopped = ""
+    try:
+        run.run()
+    except (KeyboardInterrupt, SystemExit):
+        stopped = " (stopped by a signal)"  # the broker is stopped; report what was found so far
+    stats = run.stats
+    print(f"{stats.summary()} in {time.monotonic() - began:.0f}s{stopped}")
     print(f"mutations: {dict(stats.mutations)}")
     for timeout in stats.timeouts:
         print(f"no answer within {args.timeout}s: {timeout}")
