@@ -1,0 +1,232 @@
+"""The protocol fuzzer against a real ads-broker process (issue 12, "Tests").
+
+``test_protocol_fuzz`` sends a seeded stream of fuzzed frames (every API and version the broker
+advertises; docs/FUZZING.md lists the mutations) and holds the broker to three invariants: it stays
+up and answers a fresh connection, its RSS stays under 512 MiB, and a rejected request writes
+nothing. It prints the seed; ``ADS_FUZZ_SEED`` / ``ADS_FUZZ_FRAMES`` replay or lengthen it, and
+``python -m tests.fuzz`` is the long profile.
+
+The families of frames that trigger issue 12's known holes are off in that stream; each has a
+targeted test below, marked xfail until its fix (another branch) lands. Findings of the fuzzer
+that the issue did not list (F1-F3, docs/FUZZING.md) are tolerated by label in the stream, so it
+stays green on main while it still fails on anything new, and each has its own xfail reproducer.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka.protocol.admin import CreatePartitionsRequest, DeleteRecordsRequest, ListGroupsRequest
+from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.consumer import ListOffsetsRequest, OffsetCommitRequest
+from kafka.protocol.metadata import MetadataRequest
+from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
+
+from tests.fuzz.batches import BatchFactory, bomb, count_lie, raw_batch
+from tests.fuzz.frames import COMPACT_TOPIC, PLAIN_TOPIC, Frame, FuzzOptions
+from tests.fuzz.harness import Finding, FuzzRun
+
+SEED = int(os.environ.get("ADS_FUZZ_SEED", "20261125"))
+FRAMES = int(os.environ.get("ADS_FUZZ_FRAMES", "6000"))
+RSS_LIMIT_MIB = 512
+#: Findings the stream may still make on main, each reproduced by an xfail test below: the
+#: fuzzer's own F1-F5; hole 5 (huge strings, a family the stream must keep, are echoed into the
+#: log whole); hole 3 (a bit flip in CreatePartitions' count can ask for thousands).
+TOLERATED = {"F1", "F2", "F3", "F4", "F5", "hole 3", "hole 5"}
+
+
+def run_fuzz(tmp_path: Path, frames: int, source: Iterator[Frame] | list[Frame] | None = None,
+             options: FuzzOptions | None = None, check_every: int = 250) -> list[Finding]:
+    run = FuzzRun(seed=SEED, frames=frames, work_dir=tmp_path / "fuzz", options=options or FuzzOptions(),
+                  source=source, check_every=check_every, rss_limit_mib=RSS_LIMIT_MIB, stop_on_first=False)
+    stats = run.run()
+    print(f"fuzz seed={SEED}: {stats.summary()}; broker log {run.log_path}")
+    for finding in stats.findings:
+        print(finding.report())
+    return stats.findings
+
+
+def encoded(request: ApiMessage, version: int, mutation: str = "targeted", correlation_id: int = 1) -> Frame:
+    request.API_VERSION = version
+    request.with_header(correlation_id=correlation_id, client_id="fuzz-targeted")
+    data = bytes(request.encode(version=version, header=True, framed=True))
+    return Frame(data, request.API_KEY, version, mutation)
+
+
+def produce(topic: str, records: bytes, partition: int = 0) -> Frame:
+    req = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=10000, topic_data=[
+        ProduceRequest.TopicProduceData(name=topic, partition_data=[
+            ProduceRequest.TopicProduceData.PartitionProduceData(index=partition, records=records)])])
+    return encoded(req, 9, "records")
+
+
+def list_offsets_by_time(topic: str) -> Frame:
+    req = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[
+        ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[
+            ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+                partition_index=0, current_leader_epoch=-1, timestamp=0)])])
+    return encoded(req, 7, "lookup_by_timestamp")
+
+
+def labels(findings: list[Finding]) -> set[str]:
+    return {f.label for f in findings}
+
+
+# -- the seeded stream ----------------------------------------------------------------------
+
+
+def test_protocol_fuzz(tmp_path: Path) -> None:
+    findings = run_fuzz(tmp_path, FRAMES)
+    untolerated = [f for f in findings if f.label not in TOLERATED]
+    report = "\n".join(f.report() for f in untolerated)
+    assert not untolerated, f"fuzz findings (replay: ADS_FUZZ_SEED={SEED}):\n{report}"
+
+
+# -- issue 12's holes, one targeted family each (xfail until the fixing branch lands) ----------
+
+
+@pytest.mark.xfail(strict=False, reason="issue 12 hole 1: frame buffers sized from the 4-byte prefix; "
+                   "fixed by the i12-net branch")
+def test_size_prefixes_do_not_pin_memory(tmp_path: Path) -> None:
+    # A prefix just under socket.request.max.bytes and a little more than half the read buffer of
+    # body, then the connection is dropped: 24 rounds of what one client can send in a second.
+    lie = struct.pack(">i", 100 * 1024 * 1024 - 1) + bytes(40000)
+    frames = [Frame(lie, 18, 3, "size_lie", complete=False) for _ in range(24)]
+    assert not run_fuzz(tmp_path, len(frames), frames, FuzzOptions(big_frame_lies=True), check_every=8)
+
+
+@pytest.mark.xfail(strict=False, reason="issue 12 hole 2: compressed batches stored unchecked and decoded "
+                   "whole; fixed by the i12-log branch")
+def test_decompression_bombs(tmp_path: Path) -> None:
+    # 256 MiB inflated: decoding it whole takes about three times that (bytes, then the record
+    # objects), well past the 512 MiB bound; a bounded, streaming validation never holds it.
+    frames = [produce(COMPACT_TOPIC, bomb(4, 256)), produce(PLAIN_TOPIC, bomb(4, 256)),
+              list_offsets_by_time(PLAIN_TOPIC), produce(PLAIN_TOPIC, bomb(1, 128)), list_offsets_by_time(PLAIN_TOPIC)]
+    assert not run_fuzz(tmp_path, len(frames), frames, FuzzOptions(bombs=True), check_every=1)
+
+
+@pytest.mark.xfail(strict=False, reason="issue 12 hole 4: internal topics accept Produce; fixed by the "
+                   "i12-admin branch")
+def test_internal_topics_refuse_produce(tmp_path: Path) -> None:
+    batches = BatchFactory(random.Random(SEED), FuzzOptions())
+    frames = [produce(topic, batches.random_batch(0)) for topic in ("__consumer_offsets", "__transaction_state")]
+    findings = run_fuzz(tmp_path, len(frames), frames)
+    assert "hole 4" not in labels(findings) and not findings
+
+
+@pytest.mark.xfail(strict=False, reason="issue 12 hole 6: record counts not checked against the body; "
+                   "fixed by the i12-log branch")
+def test_record_count_lies(tmp_path: Path) -> None:
+    batches = BatchFactory(random.Random(SEED), FuzzOptions())
+    frames = [produce(PLAIN_TOPIC, count_lie(batches.random_batch(0), count)) for count in (2**31 - 1, 1000)]
+    assert not run_fuzz(tmp_path, len(frames), frames)
+
+
+@pytest.mark.xfail(strict=False, reason="issue 12 hole 5: request amplification (one log line per rejected "
+                   "partition, echoing client strings whole); fixed by the i12-net branch")
+def test_rejections_do_not_amplify_into_logs(tmp_path: Path) -> None:
+    # 200 partitions of one missing topic with a 32 KiB name: a 40 KB request.
+    req = DeleteRecordsRequest(topics=[DeleteRecordsRequest.DeleteRecordsTopic(name="m" * 32767, partitions=[
+        DeleteRecordsRequest.DeleteRecordsTopic.DeleteRecordsPartition(partition_index=i, offset=0)
+        for i in range(200)])], timeout_ms=1000)
+    assert not run_fuzz(tmp_path, 1, [encoded(req, 2)])
+
+
+@pytest.mark.xfail(strict=False, reason="issue 12 hole 3: no limit on partitions per request; fixed by the "
+                   "i12-admin branch")
+def test_partition_counts_are_bounded(tmp_path: Path) -> None:
+    req = CreatePartitionsRequest(topics=[CreatePartitionsRequest.CreatePartitionsTopic(
+        name=PLAIN_TOPIC, count=1000, assignments=None)], timeout_ms=10000, validate_only=False)
+    assert not run_fuzz(tmp_path, 1, [encoded(req, 3)])
+
+
+def test_hole_families_with_the_seeded_stream(tmp_path: Path) -> None:
+    """The stream with every hole's family on except the ones that take the host down (bombs,
+    100 MiB prefixes, 2^31 partitions): it must find nothing but known holes and F1-F3."""
+    options = FuzzOptions(internal_topics=True, count_lies=True)
+    findings = run_fuzz(tmp_path, FRAMES // 3, options=options)
+    unexpected = [f for f in findings if f.label not in TOLERATED | {"hole 2", "hole 4", "hole 6"}]
+    print(f"labels found: {sorted(labels(findings))}")
+    assert not unexpected, "\n".join(f.report() for f in unexpected)
+
+
+# -- the fuzzer's own findings (docs/FUZZING.md), xfail until fixed ------------------------
+
+
+def _null_array_produce() -> Frame:
+    """Produce v9 whose topic_data array is null (compact length 0): not nullable in Kafka's schema."""
+    frame = bytearray(produce(PLAIN_TOPIC, b"").data)
+    # Header v2: size, key, version, correlation id, client id (int16 + 13 bytes), empty tags;
+    # body: transactional_id (compact null = 0), acks int16, timeout int32, then topic_data.
+    body = 4 + 8 + 2 + len("fuzz-targeted") + 1
+    topic_data_at = body + 1 + 2 + 4
+    out = frame[:topic_data_at] + b"\x00" + b"\x00"  # null array, then the body's empty tag section
+    struct.pack_into(">i", out, 0, len(out) - 4)
+    return Frame(bytes(out), 0, 9, "null_array")
+
+
+@pytest.mark.xfail(strict=False, reason="fuzz finding F1: null in a non-nullable array/bytes field reaches the "
+                   "handlers (TypeError traceback per request); not fixed yet")
+def test_f1_null_in_non_nullable_field_is_rejected_without_traceback(tmp_path: Path) -> None:
+    assert not run_fuzz(tmp_path, 1, [_null_array_produce()])
+
+
+@pytest.mark.xfail(strict=False, reason="fuzz finding F2: strings over 32767 bytes break int16 encodings "
+                   "(responses, __transaction_state keys); not fixed yet")
+def test_f2_long_strings_get_an_error_code_not_a_closed_connection(tmp_path: Path) -> None:
+    long_topic = CreatePartitionsRequest(topics=[CreatePartitionsRequest.CreatePartitionsTopic(
+        name="t" * 32767, count=2, assignments=None)], timeout_ms=1000, validate_only=False)
+    long_txn = InitProducerIdRequest(transactional_id="x" * 40000, transaction_timeout_ms=60000,
+                                     producer_id=-1, producer_epoch=-1)
+    frames = [encoded(long_topic, 1), encoded(long_txn, 4)]
+    assert not run_fuzz(tmp_path, len(frames), frames)
+
+
+def _offset_commit(group_id: str | None) -> Frame:
+    """OffsetCommit v2 from a simple (generation -1) consumer; ``None`` is a null group id, which
+    Kafka's schema does not allow."""
+    req: Any = OffsetCommitRequest(group_id=group_id, generation_id_or_member_epoch=-1, member_id="",
+                                   group_instance_id=None, retention_time_ms=-1, topics=[
+        OffsetCommitRequest.OffsetCommitRequestTopic(name=PLAIN_TOPIC, partitions=[
+            OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
+                partition_index=0, committed_offset=0, committed_leader_epoch=-1, committed_metadata="")])])
+    return encoded(req, 2)
+
+
+@pytest.mark.xfail(strict=False, reason="fuzz finding F3: an OffsetCommit with a null group id is stored and "
+                   "breaks ListGroups for every client; not fixed yet")
+def test_f3_null_group_id_commit_does_not_break_list_groups(tmp_path: Path) -> None:
+    frames = [_offset_commit("fz-group"), _offset_commit(None),
+              encoded(ListGroupsRequest(states_filter=[], types_filter=[]), 4)]
+    assert not run_fuzz(tmp_path, len(frames), frames)
+
+
+@pytest.mark.xfail(strict=False, reason="fuzz finding F4: a bad frame size closes the connection at once, "
+                   "dropping the response of an earlier request that still takes effect; not fixed yet")
+def test_f4_garbage_after_a_request_does_not_drop_its_response(tmp_path: Path) -> None:
+    # A Metadata request that auto-creates a topic, then a size prefix of 2^31-1 in the same
+    # segment: Kafka reads the next request only after answering this one (it mutes the channel),
+    # so the client gets its answer before the close.
+    request = encoded(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="fz-f4", topic_id=None)],
+                                      allow_auto_topic_creation=True, include_topic_authorized_operations=False), 12)
+    frame = Frame(request.data + b"\x7f\xff\xff\xff", 3, 12, "trailing_size_lie")
+    assert not run_fuzz(tmp_path, 1, [frame])
+
+
+@pytest.mark.xfail(strict=False, reason="fuzz finding F5: decode_batch lets codec errors through (a traceback "
+                   "instead of CORRUPT_MESSAGE); related to hole 2, not fixed yet")
+def test_f5_undecodable_compressed_batches_get_corrupt_message(tmp_path: Path) -> None:
+    # CRC-valid batches whose compressed body is not valid for their codec (gzip, snappy, lz4,
+    # zstd): a compacted topic decodes them on append; a plain one stores them (hole 2) and
+    # decodes them on every ListOffsets by timestamp.
+    garbage = [raw_batch(b"\x00" * 40, count=1, last_delta=0, codec=codec) for codec in (1, 2, 3, 4)]
+    frames = [produce(COMPACT_TOPIC, batch) for batch in garbage]
+    frames += [produce(PLAIN_TOPIC, garbage[0]), list_offsets_by_time(PLAIN_TOPIC)]
+    findings = run_fuzz(tmp_path, len(frames), frames)
+    assert "F5" not in labels(findings)
