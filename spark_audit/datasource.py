@@ -35,7 +35,6 @@ import json
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, cast
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -231,7 +230,7 @@ class _Columns:
         self.topic: list[str] = []
         self.partition: list[int] = []
         self.offset: list[int] = []
-        self.timestamp: list[datetime | None] = []
+        self.timestamp: list[int] = []
         self.key: list[bytes | None] = []
         self.value: list[bytes | None] = []
         self.headers: list[list[tuple[str, bytes | None]] | None] = []
@@ -240,14 +239,10 @@ class _Columns:
         return len(self.offset)
 
     def append(self, msg: Any) -> None:
-        from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
-
         self.topic.append(msg.topic())
         self.partition.append(msg.partition())
         self.offset.append(msg.offset())
-        ts_type, ts = msg.timestamp()
-        self.timestamp.append(None if ts_type == TIMESTAMP_NOT_AVAILABLE or ts < 0
-                              else datetime.fromtimestamp(ts / 1000, tz=UTC))
+        self.timestamp.append(msg.timestamp()[1])  # -1 when not available
         self.key.append(msg.key())
         self.value.append(msg.value())
         headers = msg.headers()
@@ -260,13 +255,29 @@ class _Columns:
                 pa.array(self.topic, pa.string()),
                 pa.array(self.partition, pa.int32()),
                 pa.array(self.offset, pa.int64()),
-                pa.array(self.timestamp, pa.timestamp("us", tz="UTC")),
+                timestamps_ms(self.timestamp, pa),
                 pa.array(self.key, pa.binary()),
                 pa.array(self.value, pa.binary()),
                 pa.array(self.headers, pa.map_(pa.string(), pa.binary())),
             ],
             names=["topic", "partition", "offset", "timestamp", "key", "value", "headers"],
         )
+
+
+#: The largest record timestamp read as one (9999-12-31T23:59:59.999Z, epoch ms; what a Python
+#: ``datetime`` and a Spark TIMESTAMP hold). Kafka's are any int64: larger ones (a timestamp in
+#: microseconds, say) and negative ones (-1: none) are read as null, and the audit reports them.
+MAX_TIMESTAMP_MS = 253_402_300_799_999
+
+
+def timestamps_ms(values: Sequence[int], pa: Any) -> Any:
+    """An Arrow ``timestamp[us, UTC]`` column of epoch-ms ``values``; null where out of range or < 0
+    (no ``datetime`` per record, and no int64 ever fails)."""
+    import numpy as np
+
+    ms = np.asarray(values, dtype=np.int64)
+    bad = (ms < 0) | (ms > MAX_TIMESTAMP_MS)
+    return pa.array(np.where(bad, 0, ms) * 1000, pa.timestamp("us", tz="UTC"), mask=bad)
 
 
 class KafkaDataSource(DataSource):
