@@ -24,6 +24,7 @@ the executors as Parquet detail tables and counted from there.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Iterator
@@ -581,6 +582,9 @@ def audit(spark: Any, cfg: AuditConfig) -> AuditResult:
         with ``key`` replaced by its messageId by the worker's contract (null: none)."""
         if source is None:
             return None
+        if isinstance(source, KafkaSource) and role != "dead-letter":
+            # Only dead letters' headers are used: the others are not read (a Python list per record).
+            source = dataclasses.replace(source, options={"headers": "false", **source.options})
         df, problem = load(spark, source, cfg.lookback_start - cfg.timestamp_skew, None)
         if problem is not None or df is None:
             problems.append(f"{role}: {problem}")

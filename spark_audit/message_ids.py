@@ -103,5 +103,6 @@ def with_message_ids(df: Any) -> Any:
     keyless = key.isNull() | (key == F.expr("X''"))
     ok = (F.length(key) <= MAX_MESSAGE_ID_BYTES) & F.expr("is_valid_utf8(cast(key AS STRING))")
     keyed = df.where(~keyless).withColumn("key", F.when(ok, key))
-    from_json_id = F.udf(json_message_id, BinaryType())
+    # useArrow=False: a pickled-row UDF whatever the session says (the Arrow kind needs pandas).
+    from_json_id = F.udf(json_message_id, BinaryType(), useArrow=False)
     return keyed.unionByName(df.where(keyless).withColumn("key", from_json_id(F.col("value"))))
