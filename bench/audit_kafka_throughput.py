@@ -22,6 +22,7 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from ads_broker.embedded import ads_broker_process
 from spark_audit.api import run_config
@@ -74,6 +75,15 @@ def produce(bootstrap: str, inp: str, out: str, n: int) -> int:
     return retries
 
 
+def touch(df: Any) -> int:
+    """Read every record's key, value and timestamp (a bare count can skip decoding Parquet columns)."""
+    from pyspark.sql import functions as F
+
+    row = df.select(F.count(F.lit(1)).alias("n"), F.sum(F.length("key")), F.sum(F.length("value")),
+                    F.max("timestamp")).first()
+    return int(row["n"])
+
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -97,10 +107,19 @@ def main() -> None:
             produce_s = time.monotonic() - t0
             spark = build_session(args.master, shuffle_partitions=8, conf={"spark.driver.memory": args.driver_memory})
             start, end = DAY, DAY + timedelta(days=1)
+            source = (spark.read.format("kafka_confluent").option("bootstrap", bootstrap).option("topic", inp)
+                      .option("starting_offsets", "earliest").option("ending_offsets", "latest")
+                      .option("headers", "false"))
             t1 = time.monotonic()
-            read_n = (spark.read.format("kafka_confluent").option("bootstrap", bootstrap).option("topic", inp)
-                      .option("starting_offsets", "earliest").option("ending_offsets", "latest").load().count())
+            read_n = touch(source.load())
             read_s = time.monotonic() - t1
+            # The same records from Parquet, read the same way, in the same run: the ratio is the price
+            # of reading the log instead of an archive.
+            parquet = str(root / "parquet")
+            source.load().write.parquet(parquet)
+            t3 = time.monotonic()
+            parquet_n = touch(spark.read.parquet(parquet))
+            parquet_s = time.monotonic() - t3
             cfg = AuditConfig(input=KafkaSource(bootstrap, inp), output=KafkaSource(bootstrap, out), dlq=None,
                               start=start, end=end, out_dir=root / "report", dedupe_window=timedelta(days=7))
             t2 = time.monotonic()
@@ -110,6 +129,8 @@ def main() -> None:
             print(json.dumps({
                 "events": args.events, "master": args.master, "produce_s": round(produce_s, 1),
                 "read_input_s": round(read_s, 1), "read_input_events_per_s": round(read_n / read_s),
+                "read_parquet_s": round(parquet_s, 1), "read_parquet_events_per_s": round(parquet_n / parquet_s),
+                "parquet_over_kafka_read_time": round(read_s / parquet_s, 2),
                 "audit_s": round(audit_s, 1), "audit_events_per_s": round(args.events / audit_s),
                 "steps_s": result.timings,
                 "check": {"input_messages": report["input_messages"], "input_duplicates": report["input_duplicates"],

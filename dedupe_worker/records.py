@@ -1,20 +1,32 @@
-"""The message contract (docs/CONTRACTS.md): where a messageId comes from, and dead-letter reasons.
+"""The worker's side of the message contract (docs/CONTRACTS.md): store keys and headers.
 
-A keyed record's key is its messageId (UTF-8, at most 200 bytes). A keyless record's messageId
-is the ``messageId`` field of its JSON value. Anything else is a dead letter with a reason.
+Where a messageId comes from (:func:`classify`) is defined once, in :mod:`dedupe_worker.message_id`,
+which ``spark_audit`` imports too; :func:`store_key` is its hot-path form.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 from dedupe_worker.keys import encode_message_id, encode_raw, uuid_key, uuid_keys
 
-MAX_MESSAGE_ID_BYTES = 200
+# The contract itself lives in dedupe_worker.message_id (shared with spark_audit); re-exported here.
+from dedupe_worker.message_id import (
+    MAX_MESSAGE_ID_BYTES,
+    Classified,
+    DeadLetterReason,
+    classify,
+    from_key,
+    from_value,
+)
+
+__all__ = [
+    "H_DLQ_REASON", "H_DUPLICATE_REASON", "H_SOURCE_OFFSET", "H_SOURCE_PARTITION", "H_SOURCE_TIMESTAMP",
+    "MAX_MESSAGE_ID_BYTES", "BadHeaderError", "Classified", "DeadLetterReason", "Headers", "classify", "from_key",
+    "from_value", "source_offset", "store_key", "store_keys", "with_source",
+]
+
 H_SOURCE_PARTITION = "dedupe.source.partition"
 H_SOURCE_OFFSET = "dedupe.source.offset"
 H_DLQ_REASON = "dedupe.dlq.reason"
@@ -24,47 +36,6 @@ H_DUPLICATE_REASON = "dedupe.duplicate.reason"
 H_SOURCE_TIMESTAMP = "dedupe.source.timestamp"
 
 Headers = list[tuple[str, bytes | None]]
-
-
-class DeadLetterReason(StrEnum):
-    MISSING_MESSAGE_ID = "missing_message_id"
-    MESSAGE_ID_TOO_LONG = "message_id_too_long"
-    INVALID_UTF8_KEY = "invalid_utf8_key"
-    INVALID_JSON = "invalid_json"
-
-
-@dataclass(frozen=True)
-class Classified:
-    """Either a messageId or a dead-letter reason (exactly one is set)."""
-
-    message_id: str | None
-    reason: DeadLetterReason | None
-
-
-def _from_key(key: bytes) -> Classified:
-    if len(key) > MAX_MESSAGE_ID_BYTES:
-        return Classified(None, DeadLetterReason.MESSAGE_ID_TOO_LONG)
-    try:
-        return Classified(key.decode("utf-8"), None)
-    except UnicodeDecodeError:
-        return Classified(None, DeadLetterReason.INVALID_UTF8_KEY)
-
-
-def _from_value(value: bytes | None) -> Classified:
-    if not value:
-        return Classified(None, DeadLetterReason.MISSING_MESSAGE_ID)
-    try:
-        event = json.loads(value)
-    except ValueError:  # includes UnicodeDecodeError
-        return Classified(None, DeadLetterReason.INVALID_JSON)
-    if not isinstance(event, dict):
-        return Classified(None, DeadLetterReason.INVALID_JSON)
-    mid = event.get("messageId")
-    if not isinstance(mid, str) or not mid:
-        return Classified(None, DeadLetterReason.MISSING_MESSAGE_ID)
-    if len(mid.encode("utf-8")) > MAX_MESSAGE_ID_BYTES:
-        return Classified(None, DeadLetterReason.MESSAGE_ID_TOO_LONG)
-    return Classified(mid, None)
 
 
 def store_key(key: bytes | None, value: bytes | None) -> tuple[bytes | None, DeadLetterReason | None]:
@@ -81,7 +52,7 @@ def store_key(key: bytes | None, value: bytes | None) -> tuple[bytes | None, Dea
         except UnicodeDecodeError:
             return None, DeadLetterReason.INVALID_UTF8_KEY
         return encode_raw(key), None
-    c = _from_value(value)
+    c = from_value(value)
     return (None, c.reason) if c.message_id is None else (encode_message_id(c.message_id), None)
 
 
@@ -100,13 +71,6 @@ def store_keys(records: Sequence[Any]) -> tuple[list[bytes | None], dict[int, De
                 if reason is not None:
                     bad[i] = reason
     return keys, bad
-
-
-def classify(key: bytes | None, value: bytes | None) -> Classified:
-    """The messageId of a record, or why it is a dead letter. Never raises on input bytes."""
-    if key:
-        return _from_key(key)
-    return _from_value(value)
 
 
 def with_source(headers: Headers | None, partition: int, offset: int,

@@ -28,6 +28,7 @@ def run_audit(bootstrap: str, input_topic: str, output_topic: str, out_dir: Path
               date: str | None = None, window: tuple[datetime, datetime] | None = None,
               dlq_topic: str | None = "events.dlq", dedupe_window: timedelta = timedelta(days=7),
               lookback: timedelta | None = None, max_output_duplicates: int = 0, max_missing: int = 0,
+              max_dead_letters_missing: int = 0, timestamp_skew: timedelta = timedelta(hours=1),
               master: str = "local[*]", spark: Any | None = None) -> Path:
     """Audit ``input_topic`` against ``output_topic`` for one day (``date``) or ``window``.
 
@@ -42,6 +43,7 @@ def run_audit(bootstrap: str, input_topic: str, output_topic: str, out_dir: Path
         dlq=KafkaSource(bootstrap, dlq_topic) if dlq_topic else None,
         start=start, end=end, out_dir=Path(out_dir), dedupe_window=dedupe_window, lookback=lookback,
         max_output_duplicates=max_output_duplicates, max_missing=max_missing,
+        max_dead_letters_missing=max_dead_letters_missing, timestamp_skew=timestamp_skew,
     )
     run_config(cfg, spark=spark, master=master)
     return Path(out_dir) / "report.json"

@@ -25,6 +25,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+from spark_audit.message_ids import classify_arrow, valid_utf8
+
 #: The fields the audit reports on; everything else in an event is skipped by the parser.
 _JSON_SCHEMA = pa.schema([
     ("type", pa.string()), ("userId", pa.string()), ("anonymousId", pa.string()),
@@ -47,8 +49,6 @@ COUNTS_ARROW_SCHEMA = pa.schema([
     ("unparseable", pa.bool_()), ("keyed", pa.bool_()), ("client", pa.string()), ("n", pa.int64()),
     ("g_client", pa.int32()), ("value", pa.binary()),
 ])
-#: The worker's messageId contract (docs/CONTRACTS.md): at most 200 bytes of valid UTF-8.
-MAX_MESSAGE_ID_BYTES = 200
 _FIELDS = ("type", "userId", "anonymousId", "library")
 
 
@@ -79,16 +79,6 @@ def fast_candidates(values: pa.Array) -> np.ndarray:
     first = np.where(ok, offsets[:-1], 0)
     last = np.where(ok, offsets[1:] - 1, 0)
     return ok & (data[first] == ord("{")) & (data[last] == ord("}")) & valid_utf8(binary)
-
-
-def valid_utf8(values: pa.Array) -> np.ndarray:
-    """Which values are valid UTF-8 (null counts as valid). pyarrow's JSON reader copies invalid
-    bytes inside strings through unchecked, so such values are left to Spark's parser."""
-    try:
-        values.cast(pa.string())  # validates every value at once; rarely fails
-    except pa.ArrowInvalid:
-        return np.array([v is None or _is_utf8(v) for v in values.to_pylist()], dtype=bool)
-    return np.ones(len(values), dtype=bool)
 
 
 def _parse_lines(values: pa.Array) -> pa.Table | None:
@@ -151,20 +141,6 @@ def _numpy_bool(array: Any) -> np.ndarray:
     return np.asarray(pc.fill_null(array, False).to_numpy(zero_copy_only=False), dtype=bool)
 
 
-def valid_keys(keys: pa.Array) -> np.ndarray:
-    """Which keys are messageIds by the worker's contract (not null, <= 200 bytes, valid UTF-8)."""
-    binary = keys.cast(pa.binary())
-    return _numpy_bool(pc.less_equal(pc.binary_length(binary), MAX_MESSAGE_ID_BYTES)) & valid_utf8(binary)
-
-
-def _is_utf8(raw: bytes) -> bool:
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
 def input_counts(tables: Iterable[pa.Table]) -> pa.Table:
     """One task's share of the input pass over records (key, timestamp, value), as partial counts.
 
@@ -199,7 +175,8 @@ def event_rows(table: pa.Table) -> tuple[pa.Table, pa.Table | None]:
     ts = table.column("timestamp").combine_chunks().cast(pa.timestamp("us", tz="UTC"), safe=False)
     values = table.column("value").combine_chunks().cast(pa.binary())
     hour = pc.floor_temporal(ts, unit="hour")
-    keyed = pa.array(valid_keys(table.column("key").combine_chunks()) & _numpy_bool(pc.is_valid(ts)))
+    ids, _ = classify_arrow(table.column("key").combine_chunks(), values)  # the worker's messageId contract
+    keyed = pa.array(_numpy_bool(pc.is_valid(ids)) & _numpy_bool(pc.is_valid(ts)))
     positions = np.flatnonzero(fast_candidates(values)) if n else np.zeros(0, dtype=np.int64)
     offered = values if len(positions) == n else pc.take(values, pa.array(positions))
     fields, accepted = parse_values(offered)

@@ -1,7 +1,8 @@
 """`spark-audit` command line.
 
-Exit codes: 0 report written, all within thresholds; 3 report written, thresholds exceeded
-(leaked duplicates or missing messages: the nightly scheduler should alert); 1 the audit could not
+Exit codes: 0 report written, all within thresholds; 3 report written with alerts (leaked
+duplicates, missing messages or dead letters over their thresholds, or no output for a day with
+input: the nightly scheduler should alert); 1 the audit could not
 run (broker unreachable, ...); 2 bad command line (typer's usage error).
 """
 
@@ -89,6 +90,12 @@ def run(
                                                           "(default: the dedupe window).")] = None,
     max_output_duplicates: Annotated[int, typer.Option(help="Alert above this many leaked duplicates.")] = 0,
     max_missing: Annotated[int, typer.Option(help="Alert above this many missing messages.")] = 0,
+    max_dead_letters_missing: Annotated[int, typer.Option(
+        help="Alert above this many input records without messageId and without a dead letter.")] = 0,
+    timestamp_skew_hours: Annotated[float, typer.Option(
+        help="Topics are read from the offset of (lookback start - this) to the end of the log.")] = 1.0,
+    outlier_hours: Annotated[float, typer.Option(
+        help="Report input records stamped further than this from their neighbours.")] = 24.0,
     min_client_messages: Annotated[int, typer.Option(help="Smallest client ranked by duplicate rate.")] = 10,
     master: Annotated[str, typer.Option(help="Spark master.")] = "local[*]",
 ) -> None:
@@ -109,7 +116,8 @@ def run(
         dedupe_window=timedelta(hours=dedupe_window_hours),
         lookback=timedelta(hours=lookback_hours) if lookback_hours is not None else None,
         max_output_duplicates=max_output_duplicates, max_missing=max_missing,
-        min_client_messages=min_client_messages,
+        min_client_messages=min_client_messages, max_dead_letters_missing=max_dead_letters_missing,
+        timestamp_skew=timedelta(hours=timestamp_skew_hours), outlier_threshold=timedelta(hours=outlier_hours),
     )
     try:
         result = run_config(cfg, master=master)
@@ -120,11 +128,40 @@ def run(
     typer.echo(f"report: {out / 'report.json'} and {out / 'index.html'}")
     typer.echo(f"input {report['input_messages']} (duplicates {report['input_duplicates']}), "
                f"output {report['output_messages']} (duplicates {report['output_duplicates']}), "
-               f"missing {report['missing']}, dead-lettered {report['dead_lettered']}: {report['status']}")
+               f"missing {report['missing']}, dead-lettered {report['dead_lettered']} "
+               f"(without dead letter {report['dead_letters_missing']}): {report['status']}")
     for line in report["alerts"]:
         typer.echo(f"ALERT: {line}", err=True)
     if report["alerts"]:
         raise typer.Exit(EXIT_THRESHOLD)
+
+
+@app.command()
+def export(
+    out: Annotated[Path, typer.Option(help="Export root (date=YYYY-MM-DD/partition=N/*.parquet below it).")],
+    bootstrap: Annotated[str, typer.Option(help="Kafka-protocol broker HOST:PORT.")],
+    topic: Annotated[str, typer.Option(help="Topic to export.")],
+    date: Annotated[str | None, typer.Option(help="UTC day, YYYY-MM-DD (default: yesterday).")] = None,
+    timestamp_skew_hours: Annotated[float, typer.Option(
+        help="Read from the offset of (day start - this) to the end of the log.")] = 1.0,
+    master: Annotated[str, typer.Option(help="Spark master.")] = "local[*]",
+) -> None:
+    """Write one day of a topic to Parquet in the layout `run --input-path` reads (idempotent per day
+    and partition: a rerun replaces them)."""
+    from spark_audit.export import export_day
+    from spark_audit.session import build_session
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    day = date or (datetime.now(UTC) - timedelta(days=1)).strftime("%Y-%m-%d")
+    _window(day, None, None)  # validates the date
+    try:
+        counts = export_day(build_session(master), KafkaSource(bootstrap, topic), day, out,
+                            timedelta(hours=timestamp_skew_hours))
+    except AuditError as exc:
+        typer.echo(f"spark-audit: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    typer.echo(f"exported {sum(counts.values())} records of {topic} on {day} to {out}: "
+               + (", ".join(f"partition {p}: {n}" for p, n in counts.items()) or "none"))
 
 
 def main() -> None:

@@ -26,16 +26,18 @@ Options (all strings, as Spark passes them):
 - ``max_records_per_split``: default 1,000,000.
 - ``isolation_level``: ``read_committed`` (default) or ``read_uncommitted``.
 - ``poll_timeout_s``: how long a task waits without progress before failing (default 60).
+- ``headers``: ``false`` leaves the ``headers`` column null and skips reading them (default ``true``).
 - ``kafka.<name>``: any other librdkafka consumer setting, passed through.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
+import operator
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, cast
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -52,6 +54,7 @@ RECORD_SCHEMA_DDL = (
 DEFAULT_MAX_RECORDS_PER_SPLIT = 1_000_000
 _ARROW_BATCH_ROWS = 10_000
 _META_TIMEOUT_S = 30.0
+_SECOND = operator.itemgetter(1)
 
 
 @dataclass(frozen=True)
@@ -181,15 +184,21 @@ class KafkaReader(DataSourceReader):
 
 
 def read_range(options: Mapping[str, str], part: OffsetRangePartition) -> Iterator[Any]:
-    """Yield Arrow record batches holding exactly the records of ``part``."""
+    """Yield Arrow record batches holding exactly the records of ``part``.
+
+    Columns are taken from whole ``consume()`` batches with C-level ``map`` calls (no Python call
+    per record, no ``datetime``: timestamps stay int64 until :func:`timestamps_ms`); headers are read
+    only when the ``headers`` option is not ``false`` (the audit needs them on dead letters only).
+    """
     import pyarrow as pa
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    from confluent_kafka import Consumer, TopicPartition
 
     extra = {k[len("kafka."):]: v for k, v in options.items() if k.startswith("kafka.")}
     timeout_s = float(options.get("poll_timeout_s", "60"))
     consumer = Consumer(consumer_config(options["bootstrap"], extra,
                                         options.get("isolation_level", "read_committed")))
-    rows = _Columns()
+    with_headers = options.get("headers", "true").lower() != "false"
+    rows = _Columns(part.topic, part.partition, with_headers)
     try:
         consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
         position = part.start
@@ -201,72 +210,99 @@ def read_range(options: Mapping[str, str], part: OffsetRangePartition) -> Iterat
                     f"(range {part.start}-{part.end}); is the broker at {options['bootstrap']} up? "
                     "Raise poll_timeout_s for slow brokers."
                 )
-            for msg in msgs:
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        # Records below `end` that never arrive are transaction markers or compacted.
-                        position = part.end
-                        break
-                    raise AuditError(f"reading {part.topic}[{part.partition}] at offset {position}: {err}")
-                offset = cast(int, msg.offset())  # set on every record that is not an error
-                if offset >= part.end:
-                    position = part.end
-                    break
-                rows.append(msg)
-                position = offset + 1
+            msgs, offsets, position = _in_range(msgs, part, position)
+            rows.extend(msgs, offsets)
             if len(rows) >= _ARROW_BATCH_ROWS:
                 yield rows.to_batch(pa)
-                rows = _Columns()
+                rows = _Columns(part.topic, part.partition, with_headers)
         if len(rows):
             yield rows.to_batch(pa)
     finally:
         consumer.close()
 
 
-class _Columns:
-    """Column buffers for one Arrow batch of Kafka records."""
+def _in_range(msgs: list[Any], part: OffsetRangePartition, position: int) -> tuple[list[Any], list[int], int]:
+    """The records of one ``consume()`` batch below ``part.end``, their offsets, and the next position.
 
-    def __init__(self) -> None:
-        self.topic: list[str] = []
-        self.partition: list[int] = []
+    An error event ends the batch: end of partition means records below ``end`` that never arrive
+    are transaction markers or compacted (the range is done); any other error fails the task."""
+    from confluent_kafka import KafkaError, Message
+
+    errors = list(map(Message.error, msgs))
+    if errors.count(None) != len(msgs):
+        first = next(i for i, e in enumerate(errors) if e is not None)
+        err = cast(Any, errors[first])
+        if err.code() != KafkaError._PARTITION_EOF:
+            raise AuditError(f"reading {part.topic}[{part.partition}] at offset {position}: {err}")
+        msgs, offsets, _ = _in_range(msgs[:first], part, position) if first else ([], [], position)
+        return msgs, offsets, part.end
+    offsets = cast(list[int], list(map(Message.offset, msgs)))
+    if offsets[-1] < part.end:
+        return msgs, offsets, offsets[-1] + 1
+    cut = bisect.bisect_left(offsets, part.end)
+    return msgs[:cut], offsets[:cut], part.end
+
+
+class _Columns:
+    """Column buffers for one Arrow batch of records of one topic-partition."""
+
+    def __init__(self, topic: str, partition: int, with_headers: bool = True) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.with_headers = with_headers
         self.offset: list[int] = []
-        self.timestamp: list[datetime | None] = []
+        self.timestamp: list[int] = []
         self.key: list[bytes | None] = []
         self.value: list[bytes | None] = []
-        self.headers: list[list[tuple[str, bytes | None]] | None] = []
+        self.headers: list[list[tuple[str, Any]] | None] = []
 
     def __len__(self) -> int:
         return len(self.offset)
 
-    def append(self, msg: Any) -> None:
-        from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
+    def extend(self, msgs: list[Any], offsets: list[int]) -> None:
+        from confluent_kafka import Message
 
-        self.topic.append(msg.topic())
-        self.partition.append(msg.partition())
-        self.offset.append(msg.offset())
-        ts_type, ts = msg.timestamp()
-        self.timestamp.append(None if ts_type == TIMESTAMP_NOT_AVAILABLE or ts < 0
-                              else datetime.fromtimestamp(ts / 1000, tz=UTC))
-        self.key.append(msg.key())
-        self.value.append(msg.value())
-        headers = msg.headers()
-        # A map keeps one value per name; Kafka allows repeats, the last one wins (as in most clients).
-        self.headers.append(list(dict(headers).items()) if headers else None)
+        self.offset.extend(offsets)
+        self.timestamp.extend(map(_SECOND, map(Message.timestamp, msgs)))  # -1 when not available
+        self.key.extend(map(Message.key, msgs))
+        self.value.extend(map(Message.value, msgs))
+        if self.with_headers:
+            # A map keeps one value per name; Kafka allows repeats, the last one wins (as in most clients).
+            self.headers.extend(list(dict(h).items()) if h else None for h in map(Message.headers, msgs))
 
     def to_batch(self, pa: Any) -> Any:
+        import numpy as np
+
+        n = len(self.offset)
+        headers_type = pa.map_(pa.string(), pa.binary())
         return pa.RecordBatch.from_arrays(
             [
-                pa.array(self.topic, pa.string()),
-                pa.array(self.partition, pa.int32()),
+                pa.array([self.topic] * n, pa.string()),
+                pa.array(np.full(n, self.partition, dtype=np.int32)),
                 pa.array(self.offset, pa.int64()),
-                pa.array(self.timestamp, pa.timestamp("us", tz="UTC")),
+                timestamps_ms(self.timestamp, pa),
                 pa.array(self.key, pa.binary()),
                 pa.array(self.value, pa.binary()),
-                pa.array(self.headers, pa.map_(pa.string(), pa.binary())),
+                pa.array(self.headers, headers_type) if self.with_headers else pa.nulls(n, headers_type),
             ],
             names=["topic", "partition", "offset", "timestamp", "key", "value", "headers"],
         )
+
+
+#: The largest record timestamp read as one (9999-12-31T23:59:59.999Z, epoch ms; what a Python
+#: ``datetime`` and a Spark TIMESTAMP hold). Kafka's are any int64: larger ones (a timestamp in
+#: microseconds, say) and negative ones (-1: none) are read as null, and the audit reports them.
+MAX_TIMESTAMP_MS = 253_402_300_799_999
+
+
+def timestamps_ms(values: Sequence[int], pa: Any) -> Any:
+    """An Arrow ``timestamp[us, UTC]`` column of epoch-ms ``values``; null where out of range or < 0
+    (no ``datetime`` per record, and no int64 ever fails)."""
+    import numpy as np
+
+    ms = np.asarray(values, dtype=np.int64)
+    bad = (ms < 0) | (ms > MAX_TIMESTAMP_MS)
+    return pa.array(np.where(bad, 0, ms) * 1000, pa.timestamp("us", tz="UTC"), mask=bad)
 
 
 class KafkaDataSource(DataSource):

@@ -2,8 +2,12 @@
 
 Definitions (docs/AUDIT.md has the full table). The audit window is ``[start, end)`` by record
 timestamp; the lookback ``[start - lookback, start)`` is read too, only to know which ids were seen
-before the window. A record's id is its key (the contract keys records by messageId) when the key
-is a valid messageId by the worker's contract (≤ 200 bytes, UTF-8); other records are bad input.
+before the window. A record's id is its messageId by the worker's contract
+(:func:`dedupe_worker.message_id.classify`: the key, else the JSON value's ``messageId``), applied
+by :func:`spark_audit.message_ids.with_message_ids`; records without one are bad input, and each
+must have a dead letter (``dead_letters_missing``). Broker topics are read by offsets from the
+lookback on to the end of the log and cut by timestamp here (:func:`timestamp_checks` reports the
+timestamps that can't be trusted).
 
 - A *copy* of an id is any record with that key; the *first copy* is the earliest by
   (timestamp, partition, offset) over lookback + window. A *duplicate* is any other copy.
@@ -20,6 +24,7 @@ the executors as Parquet detail tables and counted from there.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Iterator
@@ -28,11 +33,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from spark_audit.message_ids import with_message_ids
 from spark_audit.sources import ExportSource, KafkaSource, Source, load, load_input_counts
 
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
+
+#: Headers the worker puts on every output record and dead letter: where its input record was.
+H_SOURCE_PARTITION = "dedupe.source.partition"
+H_SOURCE_OFFSET = "dedupe.source.offset"
 
 #: Retry-gap buckets, in order: a duplicate falls in the first bucket whose bound >= its gap,
 #: unless its gap exceeds the dedupe window (then ``beyond_window``).
@@ -63,6 +73,15 @@ class AuditConfig:
     max_missing: int = 0
     min_client_messages: int = 10
     top_clients: int = 10
+    #: Kafka sources: the read starts at the offset ListOffsets gives for ``lookback_start - timestamp_skew``
+    #: and runs to the end of the log; the window is cut by timestamp in Spark (a skewed record costs
+    #: a little reading, never a silent skip).
+    timestamp_skew: timedelta = timedelta(hours=1)
+    #: A record stamped further than this from both neighbours (by offset), which are close to each
+    #: other, is reported in ``timestamp_outliers`` (:func:`timestamp_checks`).
+    outlier_threshold: timedelta = timedelta(days=1)
+    outlier_block: int = 1_000_000
+    max_dead_letters_missing: int = 0
 
     @property
     def lookback_start(self) -> datetime:
@@ -419,6 +438,81 @@ def dead_letters(dlq: Any, cfg: AuditConfig) -> tuple[int, dict[str, int]]:
     reasons = {r["reason"]: int(r["count"]) for r in rows}
     return sum(reasons.values()), dict(sorted(reasons.items()))
 
+UNLINKED_DETAIL_DDL = "partition INT, offset BIGINT, timestamp TIMESTAMP"
+
+
+def _write_counted(df: Any, path: Path) -> int:
+    df.write.mode("overwrite").parquet(str(path))
+    return int(df.sparkSession.read.parquet(str(path)).count())
+
+
+def dead_letters_missing(input_df: Any, raw_dlq: Any | None, cfg: AuditConfig, details_dir: Path) -> tuple[int, Path]:
+    """Input records in the window without a messageId (the worker dead-letters them) for which no
+    dead letter names their partition and offset (``dedupe.source.*`` headers); written as detail."""
+    from pyspark.sql import functions as F
+
+    path = details_dir / "dead_letters_missing"
+    ts = F.col("timestamp")
+    malformed = input_df.where(F.col("key").isNull() & (ts >= F.lit(cfg.start)) & (ts < F.lit(cfg.end))) \
+        .select("partition", "offset", "timestamp")
+    if raw_dlq is not None:
+        headers = F.col("headers")
+        linked = raw_dlq.select(
+            headers[H_SOURCE_PARTITION].cast("string").cast("int").alias("partition"),
+            headers[H_SOURCE_OFFSET].cast("string").cast("bigint").alias("offset"),
+        ).where(F.col("partition").isNotNull() & F.col("offset").isNotNull())
+        malformed = malformed.join(linked, on=["partition", "offset"], how="left_anti")
+    return _write_counted(malformed, path), path
+
+
+#: How many records on each side are looked at for a record's nearest timed neighbours.
+_NEIGHBOUR_ROWS = 8
+
+
+def timestamp_checks(raw: Any, cfg: AuditConfig, details_dir: Path) -> tuple[int, int, Path]:
+    """Records whose timestamp can't be trusted, by their neighbours (the nearest records with a
+    timestamp before and after them in their partition, by offset, within blocks of
+    ``outlier_block`` offsets: a sort per block, not per topic). Returns (bad, outliers, details):
+
+    - *bad*: records without a usable timestamp (a broker record's int64 out of range, or none)
+      with a neighbour stamped in the window: they belong to the day by position, not by stamp;
+    - *outliers*: records stamped further than ``outlier_threshold`` from both neighbours while the
+      neighbours are close to each other (a spike such as one record ten years ahead, not a quiet
+      topic's gap), counted when the record or a neighbour is stamped in the window.
+
+    One pass; both kinds are written to ``details/timestamps`` (kind, partition, offset, timestamp,
+    previous, next) and counted from there.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    path = details_dir / "timestamps"
+    ts = F.col("timestamp")
+    limit_s = cfg.outlier_threshold.total_seconds()
+    block = F.floor(F.col("offset") / cfg.outlier_block)
+    by_offset = Window.partitionBy("partition", "block").orderBy("offset")
+    rows = raw.select("partition", "offset", "timestamp", block.alias("block")).select(
+        "partition", "offset", "timestamp",
+        F.last(ts, ignorenulls=True).over(by_offset.rowsBetween(-_NEIGHBOUR_ROWS, -1)).alias("previous"),
+        F.first(ts, ignorenulls=True).over(by_offset.rowsBetween(1, _NEIGHBOUR_ROWS)).alias("next"))
+    p, n = F.col("previous"), F.col("next")
+
+    def apart(a: Any, b: Any) -> Any:
+        return F.abs(_seconds_between(a, b)) > limit_s
+
+    def in_window(col: Any) -> Any:
+        return F.coalesce((col >= F.lit(cfg.start)) & (col < F.lit(cfg.end)), F.lit(False))
+
+    near_window = in_window(p) | in_window(n)
+    spike = ts.isNotNull() & apart(ts, p) & apart(ts, n) & ~apart(p, n) & (in_window(ts) | near_window)
+    bad = ts.isNull() & near_window
+    found = rows.where(spike | bad).select(F.when(bad, F.lit("bad")).otherwise(F.lit("outlier")).alias("kind"),
+                                           "partition", "offset", "timestamp", "previous", "next")
+    found.write.mode("overwrite").parquet(str(path))
+    kinds = {r["kind"]: int(r["count"]) for r in
+             raw.sparkSession.read.parquet(str(path)).groupBy("kind").count().collect()}
+    return kinds.get("bad", 0), kinds.get("outlier", 0), path
+
 
 def write_breakdowns(tables: dict[str, list[dict[str, Any]]], details_dir: Path) -> dict[str, Path]:
     """The small aggregate tables (already on the driver) as Parquet files, for analysts' notebooks."""
@@ -483,14 +577,20 @@ def audit(spark: Any, cfg: AuditConfig) -> AuditResult:
     problems: list[str] = []
     timings: dict[str, float] = {}
 
-    def read(source: Source | None, end: datetime | None, role: str) -> Any:
+    def read(source: Source | None, role: str) -> Any:
+        """Every record of ``source`` from the lookback on (Kafka: planned by offsets, to the log end),
+        with ``key`` replaced by its messageId by the worker's contract (null: none)."""
         if source is None:
             return None
-        df, problem = load(spark, source, cfg.lookback_start, end)
+        if isinstance(source, KafkaSource) and role != "dead-letter":
+            # Only dead letters' headers are used: the others are not read (a Python list per record).
+            source = dataclasses.replace(source, options={"headers": "false", **source.options})
+        df, problem = load(spark, source, cfg.lookback_start - cfg.timestamp_skew, None)
         if problem is not None or df is None:
             problems.append(f"{role}: {problem}")
+            missing_sources.append(role)
             return None
-        df = within(df, cfg.lookback_start, end) if end is not None else df
+        df = with_message_ids(df)
         if isinstance(source, KafkaSource):
             # The broker is read by Python workers (the slow part): read it once, keep it on local disk.
             df = df.persist(StorageLevel.DISK_ONLY)
@@ -498,16 +598,17 @@ def audit(spark: Any, cfg: AuditConfig) -> AuditResult:
         return df
 
     cached: list[Any] = []
-    raw_input = read(cfg.input, cfg.end, "input")
-    raw_output = read(cfg.output, cfg.end, "output")
-    raw_dlq = read(cfg.dlq, None, "dead-letter")
+    missing_sources: list[str] = []
+    raw_input = read(cfg.input, "input")
+    raw_output = read(cfg.output, "output")
+    raw_dlq = read(cfg.dlq, "dead-letter")
+    window_input = within(raw_input, cfg.lookback_start, cfg.end) if raw_input is not None else None
     # Rows without a timestamp can't be placed in a window; an export may hold them, count them.
-    if raw_input is not None and isinstance(cfg.input, ExportSource):
-        raw_input = _with_untimed(spark, cfg.input, raw_input)
+    if window_input is not None and isinstance(cfg.input, ExportSource):
+        window_input = window_input.unionByName(raw_input.where(F.col("timestamp").isNull()))
 
-    input_df = valid_ids(raw_input) if raw_input is not None else _empty_records(spark)
-    output_df = raw_output if raw_output is not None else _empty_records(spark)
-    raw_dlq = valid_ids(raw_dlq) if raw_dlq is not None else None
+    input_df = window_input if window_input is not None else _empty_records(spark)
+    output_df = within(raw_output, cfg.lookback_start, cfg.end) if raw_output is not None else _empty_records(spark)
     try:
         with _step("id summary", timings), _sql_conf(spark, BYPASS_PARTIAL_AGGREGATION, "true"):
             ids = id_summary(input_df, output_df, raw_dlq, cfg).persist(StorageLevel.MEMORY_AND_DISK)
@@ -539,60 +640,54 @@ def audit(spark: Any, cfg: AuditConfig) -> AuditResult:
             missing_path = missing_ids(input_df, ids, counts["missing"], cfg, details_dir)
         with _step("dead letters", timings):
             dead, reasons = dead_letters(raw_dlq, cfg) if raw_dlq is not None else (0, {})
+            unlinked, unlinked_path = dead_letters_missing(input_df, raw_dlq, cfg, details_dir)
+        with _step("timestamps", timings):
+            bad_ts, outliers, timestamps_path = timestamp_checks(
+                raw_input if raw_input is not None else _empty_records(spark), cfg, details_dir)
+            if not isinstance(cfg.input, KafkaSource):
+                bad_ts = 0  # an export's untimed records are counted as missing_timestamps
     finally:
         for df in cached:
             df.unpersist()
     log.info("audit step timings (s): %s", timings)
-    report = assemble(cfg, totals, out_total, leaked, counts["missing"], dead, reasons, tables, problems)
-    details = {"output_duplicates": leaked_path, "missing": missing_path,
-               **write_breakdowns(tables, details_dir)}
+    totals["bad_timestamps"] = bad_ts
+    checks = {"dead_letters_missing": unlinked, "timestamp_outliers": outliers,
+              "output_missing": "output" in missing_sources}
+    report = assemble(cfg, totals, out_total, leaked, counts["missing"], dead, reasons, tables, problems, checks)
+    details = {"output_duplicates": leaked_path, "missing": missing_path, "dead_letters_missing": unlinked_path,
+               "timestamps": timestamps_path, **write_breakdowns(tables, details_dir)}
     return AuditResult(report=report, details=details, timings=timings)
-
-
-def _with_untimed(spark: Any, source: ExportSource, windowed: Any) -> Any:
-    from pyspark.sql import functions as F
-
-    df, _ = load(spark, source, cfg_never(), None)
-    assert df is not None  # the windowed read of the same export succeeded
-    return windowed.unionByName(df.where(F.col("timestamp").isNull()))
-
-
-MAX_MESSAGE_ID_BYTES = 200  # the worker's message contract (docs/CONTRACTS.md)
-
-
-def valid_ids(df: Any) -> Any:
-    """Apply the worker's contract to keys: a key over 200 bytes or not valid UTF-8 is no messageId.
-
-    Such records are dead-lettered by the worker (``message_id_too_long``, ``invalid_utf8_key``);
-    here their key becomes null, so they count as bad input (missing message ids), never as ids.
-    """
-    from pyspark.sql import functions as F
-
-    key = F.col("key")
-    ok = (F.length(key) <= MAX_MESSAGE_ID_BYTES) & F.expr("is_valid_utf8(cast(key AS STRING))")
-    return df.withColumn("key", F.when(ok, key))
-
-
-def cfg_never() -> datetime:
-    """A start time before every record (exports ignore it; kept for the load() signature)."""
-    return datetime.min.replace(tzinfo=UTC)
 
 
 def assemble(cfg: AuditConfig, totals: dict[str, int], out_total: int, leaked: int, missing: int, dead: int,
              reasons: dict[str, int], tables: dict[str, list[dict[str, Any]]],
-             problems: list[str]) -> dict[str, Any]:
+             problems: list[str], checks: dict[str, Any] | None = None) -> dict[str, Any]:
     """The report dictionary, in the documented schema (docs/AUDIT.md)."""
+    checks = checks or {}
     n, dups = totals["input_messages"], totals["input_duplicates"]
     buckets = {name: totals[f"gap_{name}"] for name in GAP_BUCKETS}
-    bad = {k: totals[k] for k in ("unparseable_values", "missing_timestamps", "missing_message_ids")}
+    bad = {k: totals.get(k, 0) for k in ("unparseable_values", "missing_timestamps", "missing_message_ids",
+                                         "bad_timestamps")}
+    unlinked, outliers = checks.get("dead_letters_missing", 0), checks.get("timestamp_outliers", 0)
     if n == 0:
         problems.append(f"no input messages between {cfg.start.isoformat()} and {cfg.end.isoformat()}")
     problems.extend(f"bad input: {v} {k.replace('_', ' ')}" for k, v in bad.items() if v)
+    if outliers:
+        problems.append(f"{outliers} input records stamped more than {cfg.outlier_threshold} away from their "
+                        "neighbours (details/timestamps)")
     alerts = []
+    with_ids = n - bad["missing_message_ids"]
+    if with_ids > 0 and checks.get("output_missing"):
+        alerts.append(f"output {cfg.output.describe()} does not exist, and the input has {with_ids} messages")
+    elif with_ids > 0 and out_total == 0:
+        alerts.append(f"output {cfg.output.describe()} has no records in the window, and the input has "
+                      f"{with_ids} messages")
     if leaked > cfg.max_output_duplicates:
         alerts.append(f"output_duplicates {leaked} > threshold {cfg.max_output_duplicates}")
     if missing > cfg.max_missing:
         alerts.append(f"missing {missing} > threshold {cfg.max_missing}")
+    if unlinked > cfg.max_dead_letters_missing:
+        alerts.append(f"dead_letters_missing {unlinked} > threshold {cfg.max_dead_letters_missing}")
     for p in problems:
         log.warning("audit problem: %s", p)
     return {
@@ -615,11 +710,16 @@ def assemble(cfg: AuditConfig, totals: dict[str, int], out_total: int, leaked: i
         "missing": missing,
         "dead_lettered": dead,
         "dead_letter_reasons": reasons,
+        "dead_letters_missing": unlinked,
+        "timestamp_outliers": outliers,
         "retry_gap_buckets": buckets,
         "window_catch_rate": (dups - buckets["beyond_window"]) / dups if dups else None,
         "bad_input": bad,
         **tables,
-        "thresholds": {"max_output_duplicates": cfg.max_output_duplicates, "max_missing": cfg.max_missing},
+        "thresholds": {"max_output_duplicates": cfg.max_output_duplicates, "max_missing": cfg.max_missing,
+                       "max_dead_letters_missing": cfg.max_dead_letters_missing},
+        "timestamp_skew_seconds": cfg.timestamp_skew.total_seconds(),
+        "outlier_threshold_seconds": cfg.outlier_threshold.total_seconds(),
         "alerts": alerts,
         "status": "alert" if alerts else "ok",
         "problems": problems,

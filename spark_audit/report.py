@@ -15,7 +15,7 @@ from typing import Any
 HEADLINE = (
     "input_messages", "input_unique", "input_duplicates", "input_duplicate_rate",
     "input_first_seen_before_window", "output_messages", "output_duplicates", "missing",
-    "dead_lettered", "window_catch_rate",
+    "dead_lettered", "dead_letters_missing", "timestamp_outliers", "window_catch_rate",
 )
 CHARTS = {
     "duplicate_rate_by_hour.png": "Input duplicate rate by hour",

@@ -68,7 +68,10 @@ def topic_exists(bootstrap: str, topic: str, timeout_s: float = 30.0) -> bool:
 
 
 def load(spark: Any, source: Source, start: datetime, end: datetime | None) -> tuple[Any | None, str | None]:
-    """Rows of ``source`` with timestamps in ``[start, end)`` (``end=None``: to the log end).
+    """Rows of ``source``: a topic from the first offset ListOffsets gives for ``start`` to the offset
+    it gives for ``end`` (``end=None``: to the log end, which is how the audit reads: it cuts the
+    window by timestamp itself, so a record stamped far ahead can't end the range early); an
+    export whole (the caller filters by timestamp).
 
     Rows without a timestamp are kept (the audit reports them). Returns ``(None, problem)`` when
     the source does not exist.

@@ -23,15 +23,23 @@ def create_topics(bootstrap: str, *topics: str) -> None:
         future.result(30)
 
 
-def produce(bootstrap: str, topic: str, records: list[sc.Record]) -> None:
-    """Produce in timestamp order, as an API appends them, so ListOffsets by time is exact."""
+def produce(bootstrap: str, topic: str, records: list[sc.Record]) -> sc.Placements:
+    """Produce in timestamp order, as an API appends them, so ListOffsets by time is exact; where
+    each record went."""
+    placed: sc.Placements = {}
     producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random",
                          "enable.idempotence": True, "acks": "all", "linger.ms": 5})
     for rec in sorted(records, key=lambda r: r.ts or sc.START):
         assert rec.ts is not None
+
+        def on_delivery(err: Any, msg: Any, rec: sc.Record = rec) -> None:
+            assert err is None, err
+            placed[id(rec)] = (msg.partition(), msg.offset())
+
         producer.produce(topic, key=rec.key, value=rec.value, headers=list(rec.headers.items()),
-                         timestamp=int(rec.ts.timestamp() * 1000))
+                         timestamp=int(rec.ts.timestamp() * 1000), on_delivery=on_delivery)
     assert producer.flush(30) == 0
+    return placed
 
 
 def test_source_reads_exactly_each_split_and_time_range(spark: Any, ads_broker: BrokerProcess,
@@ -66,8 +74,10 @@ def test_audit_of_a_day_on_ads_broker(spark: Any, ads_broker: BrokerProcess, top
                                       tmp_path: Path) -> None:
     topics = {"input": topic_name, "output": f"{topic_name}.deduped", "dlq": f"{topic_name}.dlq"}
     create_topics(ads_broker.bootstrap, *topics.values())
-    for role, records in sc.build().items():
-        produce(ads_broker.bootstrap, topics[role], records)
+    data = sc.build()
+    placed = produce(ads_broker.bootstrap, topics["input"], data["input"])
+    produce(ads_broker.bootstrap, topics["output"], data["output"])
+    produce(ads_broker.bootstrap, topics["dlq"], sc.linked(data["dlq"], placed))
     path = run_audit(ads_broker.bootstrap, topics["input"], topics["output"], tmp_path / "report",
                      date=sc.DAY, dlq_topic=topics["dlq"], dedupe_window=sc.DEDUPE_WINDOW,
                      lookback=sc.LOOKBACK, spark=spark)

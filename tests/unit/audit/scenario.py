@@ -34,6 +34,25 @@ class Record:
     value: bytes | None
     ts: datetime | None
     headers: dict[str, bytes] = field(default_factory=dict)
+    #: A dead letter's input record: the writers add its ``dedupe.source.*`` headers, as the worker does.
+    source: Record | None = None
+
+
+#: id(input record) -> (partition, offset) where a writer put it.
+Placements = dict[int, tuple[int, int]]
+
+
+def linked(records: list[Record], placements: Placements) -> list[Record]:
+    """``records`` with the source headers of their input record (where one was placed)."""
+    out = []
+    for rec in records:
+        headers = dict(rec.headers)
+        if rec.source is not None and id(rec.source) in placements:
+            partition, offset = placements[id(rec.source)]
+            headers["dedupe.source.partition"] = str(partition).encode()
+            headers["dedupe.source.offset"] = str(offset).encode()
+        out.append(Record(rec.key, rec.value, rec.ts, headers))
+    return out
 
 
 def event(message_id: str, i: int) -> bytes:
@@ -42,6 +61,12 @@ def event(message_id: str, i: int) -> bytes:
         "userId": f"user-{i % 5}", "anonymousId": None, "timestamp": "2026-11-20T10:00:00.000Z",
         "context": {"library": {"name": "analytics.js" if i % 2 == 0 else "analytics-ios", "version": "4.1.0"}},
     }).encode()
+
+
+def event_without_id(i: int) -> bytes:
+    body = json.loads(event("", i))
+    del body["messageId"]
+    return json.dumps(body).encode()
 
 
 def first_time(i: int) -> datetime:
@@ -72,14 +97,15 @@ def build() -> dict[str, list[Record]]:
         if mid == "old-beyond":  # the worker's window (8 d) had expired: a legitimate second output copy
             out.append(retry)
     bad_json = Record(b"bad-json", b"not json {", START + timedelta(hours=9))
-    no_key = Record(None, event("no-key", 7), START + timedelta(hours=9, minutes=1))
+    # Keyless and no messageId in the JSON: the worker dead-letters it (missing_message_id).
+    no_key = Record(None, event_without_id(7), START + timedelta(hours=9, minutes=1))
     inp += [bad_json, no_key]
     # A key over the contract's 200 bytes is no messageId (the worker dead-letters it), even sent twice.
     too_long = [Record(b"x" * 201, event("too-long", 8), START + timedelta(hours=9, minutes=m)) for m in (2, 3)]
     inp += too_long
-    dlq += [Record(r.key, r.value, r.ts, {"dedupe.dlq.reason": b"message_id_too_long"}) for r in too_long]
+    dlq += [Record(r.key, r.value, r.ts, {"dedupe.dlq.reason": b"message_id_too_long"}, source=r) for r in too_long]
     dlq.append(Record(bad_json.key, bad_json.value, bad_json.ts, {"dedupe.dlq.reason": b"invalid_json"}))
-    dlq.append(Record(None, no_key.value, no_key.ts, {"dedupe.dlq.reason": b"missing_message_id"}))
+    dlq.append(Record(None, no_key.value, no_key.ts, {"dedupe.dlq.reason": b"missing_message_id"}, source=no_key))
     after = Record(b"n-after", event("n-after", 3), END + timedelta(hours=1))  # next day: not audited
     inp.append(after)
     out.append(after)
@@ -119,7 +145,8 @@ def odd_records() -> list[Record]:
                     for i in range(16)]
         records.append(Record(f"odd-{j}".encode(), value, at + timedelta(seconds=j)))
     records += [
-        Record(None, odd_event(900), at),  # keyless
+        Record(None, odd_event(900), at),  # keyless: the JSON messageId is its id
+        Record(b"", odd_event(905), at),  # an empty key is no key: the JSON messageId too
         Record(b"x" * 201, odd_event(901), at),  # over 200 bytes: no messageId
         Record(b"\xff\xfe-bad-utf8", odd_event(902), at),  # not UTF-8: no messageId
         Record(b"untimed", odd_event(903), None),
@@ -147,20 +174,27 @@ def expected() -> dict[str, Any]:
         "missing": len(LOST),
         "dead_lettered": 4,
         "dead_letter_reasons": {"invalid_json": 1, "missing_message_id": 1, "message_id_too_long": 2},
+        "dead_letters_missing": 0,
+        "timestamp_outliers": 0,
         "retry_gap_buckets": {"le_1m": 6, "le_1h": 2, "le_1d": 1, "le_1w": 1, "le_window": 1, "beyond_window": 1},
-        "bad_input": {"unparseable_values": 1, "missing_timestamps": 0, "missing_message_ids": 3},
+        "bad_input": {"unparseable_values": 1, "missing_timestamps": 0, "missing_message_ids": 3,
+                      "bad_timestamps": 0},
     }
 
 
-def write_parquet(records: list[Record], path: Path, topic: str, partitions: int = 3) -> None:
+def write_parquet(records: list[Record], path: Path, topic: str, partitions: int = 3) -> Placements:
+    """An export of ``records`` appended in timestamp order (untimed last, ties in list order), as an
+    API appends them; where each record went."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     offsets = [0] * partitions
+    placements: Placements = {}
     rows: dict[str, list[Any]] = {k: [] for k in ("topic", "partition", "offset", "timestamp", "key", "value",
                                                   "headers")}
-    for rec in records:
+    for rec in sorted(records, key=lambda r: (r.ts is None, r.ts or START)):
         p = (sum(rec.key) % partitions) if rec.key else 0
+        placements[id(rec)] = (p, offsets[p])
         rows["topic"].append(topic)
         rows["partition"].append(p)
         rows["offset"].append(offsets[p])
@@ -178,10 +212,14 @@ def write_parquet(records: list[Record], path: Path, topic: str, partitions: int
     })
     path.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, path / "part-0.parquet")
+    return placements
 
 
-def write_json(records: list[Record], path: Path, topic: str) -> None:
+def write_json(records: list[Record], path: Path, topic: str) -> Placements:
+    """A JSON-lines export of ``records`` in one partition, appended in timestamp order (as
+    :func:`write_parquet`); where each record went."""
     path.mkdir(parents=True, exist_ok=True)
+    records = sorted(records, key=lambda r: (r.ts is None, r.ts or START))
     with open(path / "part-0.json", "w") as f:
         for n, rec in enumerate(records):
             f.write(json.dumps({
@@ -191,3 +229,4 @@ def write_json(records: list[Record], path: Path, topic: str) -> None:
                 "value": rec.value.decode() if rec.value is not None else None,
                 "headers": {k: v.decode() for k, v in rec.headers.items()},
             }) + "\n")
+    return {id(rec): (0, n) for n, rec in enumerate(records)}

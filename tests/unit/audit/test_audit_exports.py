@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from spark_audit.api import run_config
-from spark_audit.job import AuditConfig, input_pass, input_pass_from_counts, valid_ids, within
+from spark_audit.job import AuditConfig, input_pass, input_pass_from_counts, within
+from spark_audit.message_ids import with_message_ids
 from spark_audit.report import CHARTS, format_number
 from spark_audit.sources import ExportSource, load_input_counts
 from tests.unit.audit import scenario as sc
@@ -33,9 +34,9 @@ def config(tmp_path: Path, fmt: str = "parquet", **overrides: Any) -> AuditConfi
 def parquet_day(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("parquet-day")
     data = sc.build()
-    sc.write_parquet([*data["input"], sc.untimed()], root / "in", "events")
+    placed = sc.write_parquet([*data["input"], sc.untimed()], root / "in", "events")
     sc.write_parquet(data["output"], root / "out", "events.deduped")
-    sc.write_parquet(data["dlq"], root / "dlq", "events.dlq")
+    sc.write_parquet(sc.linked(data["dlq"], placed), root / "dlq", "events.dlq")
     return root
 
 
@@ -108,9 +109,9 @@ def test_html_and_pngs_show_the_json_numbers(parquet_day: Path, parquet_report: 
 
 def test_json_export_gives_the_same_counts(spark: Any, tmp_path: Path) -> None:
     data = sc.build()
-    sc.write_json([*data["input"], sc.untimed()], tmp_path / "in", "events")
+    placed = sc.write_json([*data["input"], sc.untimed()], tmp_path / "in", "events")
     sc.write_json(data["output"], tmp_path / "out", "events.deduped")
-    sc.write_json(data["dlq"], tmp_path / "dlq", "events.dlq")
+    sc.write_json(sc.linked(data["dlq"], placed), tmp_path / "dlq", "events.dlq")
     report = run_config(config(tmp_path, "json"), spark=spark).report
     for key, value in expected_with_untimed().items():
         assert report[key] == value, key
@@ -179,7 +180,7 @@ def test_fast_pass_counts_exactly_what_from_json_counts(spark: Any, tmp_path: Pa
                       dlq=None, start=sc.START, end=sc.END, out_dir=tmp_path / "r")
     raw = spark.read.schema("topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, key BINARY, "
                             "value BINARY, headers MAP<STRING, BINARY>").parquet(str(tmp_path / "in"))
-    spark_pass = input_pass(valid_ids(within(raw, cfg.lookback_start, cfg.end).unionByName(
+    spark_pass = input_pass(with_message_ids(within(raw, cfg.lookback_start, cfg.end).unionByName(
         raw.where("timestamp IS NULL"))), cfg)
     fast_pass = input_pass_from_counts(load_input_counts(spark, ExportSource(str(tmp_path / "in")), sc.START, sc.END))
     want = _as_rows(spark_pass)
