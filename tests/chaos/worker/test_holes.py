@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from ads_broker.embedded import BrokerProcess, ads_broker_process
 from dedupe_worker.kafka import create_topics, producer_config
@@ -254,8 +255,15 @@ def test_a_future_client_timestamp_does_not_stop_aging(ads_broker: BrokerProcess
                                                        tmp_path: Path) -> None:
     """Hole 6: one record stamped ten years ahead, then 3000 ordinary ids, under a 400-key bound.
     On 2bf15d3 that record pinned its generation (first seen in the future is never old enough)
-    and aging stopped for good: 3000 keys held. Now aging keeps the store near its bound."""
-    topics = _topics(ads_broker.bootstrap, topic_name)
+    and aging stopped for good: 3000 keys held. Now aging keeps the store near its bound. The
+    input topic takes records any distance ahead (``message.timestamp.after.max.ms`` at its
+    maximum, as on Kafka before 4.0), or the broker itself would refuse the record (KIP-937)."""
+    topics = Topics(f"{topic_name}-in", f"{topic_name}-out", f"{topic_name}-dlq")
+    admin = AdminClient({"bootstrap.servers": ads_broker.bootstrap})
+    anything_ahead = {"message.timestamp.after.max.ms": str(2**63 - 1)}
+    for fut in admin.create_topics([NewTopic(topics.input, 1, 1, config=anything_ahead)]).values():
+        fut.result(30)
+    create_topics(ads_broker.bootstrap, {topics.output: 1, topics.dlq: 1}, durable=True)
     _send_at(ads_broker.bootstrap, topics.input, [_event(str(uuid.uuid4()))],
              int(time.time() * 1000) + 10 * 365 * 86_400_000)
     ids = [str(uuid.uuid4()) for _ in range(3000)]
