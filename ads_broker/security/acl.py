@@ -12,19 +12,24 @@ of Kafka's ``AclAuthorizer`` / ``StandardAuthorizer``:
 - a resource no ACL matches at all is allowed only with ``allow.everyone.if.no.acl.found``.
 
 ACLs are kept in ``<data_dir>/__acls.json`` (replaced atomically, read at start; the ACL APIs and
-``ads-broker acls`` change it).
+``ads-broker acls`` change it; a running broker notices a change of the file within a second).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from ads_broker.log.fileutil import atomic_write
+
+log = structlog.get_logger("ads_broker.acl")
 
 ACL_FILE = "__acls.json"
 CLUSTER_NAME = "kafka-cluster"
@@ -167,6 +172,14 @@ class AclStore:
     def __init__(self, data_dir: Path) -> None:
         self.path = Path(data_dir) / ACL_FILE
 
+    def stamp(self) -> tuple[int, int] | None:
+        """(mtime_ns, inode) of the file, None if there is none: changes whenever it is replaced."""
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return None
+        return st.st_mtime_ns, st.st_ino
+
     def load(self) -> list[Acl]:
         try:
             raw = json.loads(self.path.read_bytes())
@@ -195,10 +208,34 @@ class Authorizer:
         self.allow_if_no_acl = allow_if_no_acl
         self._acls: list[Acl] = []
         self._by_type: dict[int, list[Acl]] = {}
+        self._stamp: tuple[int, int] | None = None
+        self._checked = 0.0
         self.reload()
 
     def reload(self) -> None:
+        """Read the file (a startup error if it is unreadable)."""
+        self._stamp = self.store.stamp()
         self._set(self.store.load())
+        self._checked = time.monotonic()
+
+    def _refresh(self) -> None:
+        """At most once a second, re-read the file if ``ads-broker acls`` replaced it; a broken
+        file is logged and the ACLs in memory stay in force."""
+        now = time.monotonic()
+        if now - self._checked < 1.0:
+            return
+        self._checked = now
+        stamp = self.store.stamp()
+        if stamp == self._stamp:
+            return
+        try:
+            acls = self.store.load()
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            log.error("cannot read the ACL file; keeping the ACLs in force", path=str(self.store.path), error=str(e))
+            return
+        self._stamp = stamp
+        self._set(acls)
+        log.info("ACLs reloaded", path=str(self.store.path), acls=len(acls))
 
     def _set(self, acls: list[Acl]) -> None:
         self._acls = list(dict.fromkeys(acls))
@@ -208,12 +245,14 @@ class Authorizer:
 
     @property
     def acls(self) -> list[Acl]:
+        self._refresh()
         return list(self._acls)
 
     def create(self, new: Iterable[Acl]) -> None:
         """Add ACLs (already validated; duplicates are kept once) and persist them."""
         acls = self._acls + [a for a in new if a not in self._acls]
         self.store.save(acls)
+        self._stamp = self.store.stamp()
         self._set(acls)
 
     def delete(self, filters: list[AclFilter]) -> list[list[Acl]]:
@@ -223,6 +262,7 @@ class Authorizer:
         if gone:
             acls = [a for a in self._acls if a not in gone]
             self.store.save(acls)
+            self._stamp = self.store.stamp()
             self._set(acls)
         return removed
 
@@ -230,6 +270,7 @@ class Authorizer:
         """Kafka's ``authorize`` for one action."""
         if principal in self.super_users:
             return True
+        self._refresh()
         matching = [a for a in self._by_type.get(resource_type, ()) if a.applies_to(name)]
         if not matching:
             return self.allow_if_no_acl
@@ -246,6 +287,7 @@ class Authorizer:
         unless a DENY for the wildcard ``*`` or for the same pattern takes it back."""
         if principal in self.super_users:
             return True
+        self._refresh()
         acls = self._by_type.get(resource_type, [])
         if not acls:
             return self.allow_if_no_acl
