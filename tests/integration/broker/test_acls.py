@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
     AclOperation,
     AclPermissionType,
     AdminClient,
+    ConfigResource,
     NewTopic,
     ResourcePatternType,
     ResourceType,
@@ -163,7 +164,6 @@ def consume(conf: dict[str, Any], topic: str, group: str, want: int) -> tuple[li
 def topic_offsets(broker: AclBroker, topic: str) -> int:
     consumer = Consumer(broker.conf("admin", **{"group.id": "offsets-probe"}))
     try:
-        from confluent_kafka import TopicPartition
         _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
         return int(high)
     finally:
@@ -345,3 +345,76 @@ def test_cli_change_reaches_a_running_broker(broker: AclBroker) -> None:
             break
     else:
         pytest.fail("the ACL added with the CLI never took effect")
+
+
+# -- the least-privilege role sets of docs/SECURITY.md -------------------------------------------------
+
+def doc_acl_commands() -> list[list[str]]:
+    """The `ads-broker acls add` commands of docs/SECURITY.md's role section, as argument lists."""
+    text = (Path(__file__).resolve().parents[3] / "docs" / "SECURITY.md").read_text()
+    section = text[text.index("### Least-privilege ACLs per role"):]
+    commands = []
+    for line in section.replace("\\\n", " ").splitlines():
+        if line.startswith("ads-broker acls add --data-dir $D "):
+            commands.append(line.split()[5:])
+    return commands
+
+
+def test_role_sets_of_the_docs(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    for user in ("admin", "worker", "audit", "loadgen"):
+        assert cli("users", "add", user, data_dir=data_dir, password=PASSWORD).returncode == 0
+    commands = doc_acl_commands()
+    assert len(commands) >= 8
+    for args in commands:
+        acl_add(data_dir, *args)
+    b = start_acl_broker(tmp_path, data_dir)
+    try:
+        admin = b.admin()
+        for name in ("events", "events.deduped", "events.dlq"):
+            admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
+        # Load generator: writes the input (idempotent), may not read it.
+        assert produce(b.conf("loadgen"), "events", 3, **{"enable.idempotence": True}) == []
+        _, errors = consume(b.conf("loadgen"), "events", "dedupe", 1)
+        assert errors and errors[0].code() in (KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                                               KafkaError.GROUP_AUTHORIZATION_FAILED)
+        # Worker: the transactional consume-transform-produce step, with its config check.
+        worker_admin = b.admin("worker")
+        resources = [ConfigResource(ConfigResource.Type.TOPIC, t) for t in ("events", "events.deduped", "events.dlq")]
+        for future in worker_admin.describe_configs(resources).values():
+            assert "cleanup.policy" in future.result(30)
+        consumer = Consumer(b.conf("worker", **{"group.id": "dedupe", "enable.auto.commit": False,
+                                                "auto.offset.reset": "earliest", "isolation.level": "read_committed"}))
+        consumer.assign([TopicPartition("events", 0, 0)])
+        got = []
+        for _ in range(100):
+            msg = consumer.poll(0.2)
+            if msg is not None and not msg.error():
+                got.append(msg)
+            if len(got) == 3:
+                break
+        assert len(got) == 3
+        producer = Producer(b.conf("worker", **{"transactional.id": "dedupe-events-0"}))
+        producer.init_transactions(20)
+        producer.begin_transaction()
+        for msg in got:
+            producer.produce("events.deduped", msg.value())
+        producer.produce("events.dlq", b"bad")
+        producer.send_offsets_to_transaction([TopicPartition("events", 0, 3)], consumer.consumer_group_metadata(), 20)
+        producer.commit_transaction(20)
+        consumer.close()
+        assert topic_offsets(b, "events.deduped") == 4  # three records and the commit marker
+        # ...and nothing else: not the input, not another transactional id.
+        failed = produce(b.conf("worker"), "events", 1, **{"enable.idempotence": False})
+        assert [e.code() for e in failed] == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
+        with pytest.raises(KafkaException) as other_txn:
+            Producer(b.conf("worker", **{"transactional.id": "other-events-0"})).init_transactions(20)
+        assert other_txn.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        # Audit: reads the output, writes nothing.
+        values, errors = consume(b.conf("audit"), "events.deduped", "spark-audit-1234", 3)
+        assert not errors and len(values) == 3
+        failed = produce(b.conf("audit"), "events.deduped", 1, **{"enable.idempotence": False})
+        assert [e.code() for e in failed] == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
+        assert topic_offsets(b, "events") == 3
+    finally:
+        b.proc.stop()
