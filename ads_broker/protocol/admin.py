@@ -205,10 +205,16 @@ def _config_value(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
+#: Kafka's PASSWORD-type settings: described as sensitive, with a null value, never their content.
+SENSITIVE_SETTINGS = frozenset({"ssl.key.password", "ssl.keystore.key", "ssl.keystore.password",
+                                "ssl.truststore.password"})
+
+
 def _config_entry(name: str, value: str | None, source: int, *, read_only: bool = False) -> object:
+    sensitive = name in SENSITIVE_SETTINGS
     return DescribeConfigsResponse.DescribeConfigsResult.DescribeConfigsResourceResult(
-        name=name, value=value, read_only=read_only, config_source=source, is_default=source == SOURCE_DEFAULT,
-        is_sensitive=False, synonyms=[], config_type=0, documentation=None)
+        name=name, value=None if sensitive else value, read_only=read_only, config_source=source,
+        is_default=source == SOURCE_DEFAULT, is_sensitive=sensitive, synonyms=[], config_type=0, documentation=None)
 
 
 async def handle_describe_configs(broker: Broker, req: DecodedRequest) -> DescribeConfigsResponse:
