@@ -418,3 +418,75 @@ def test_role_sets_of_the_docs(tmp_path: Path) -> None:
         assert topic_offsets(b, "events") == 3
     finally:
         b.proc.stop()
+
+
+# -- the rest of the API table, with raw frames (User:ANONYMOUS on the PLAINTEXT listener) -------------
+
+def test_every_api_answers_kafkas_code(broker: AclBroker) -> None:
+    from kafka.protocol.admin import (
+        DescribeConfigsRequest,
+        DescribeGroupsRequest,
+        DescribeUserScramCredentialsRequest,
+        ListGroupsRequest,
+    )
+    from kafka.protocol.consumer import HeartbeatRequest, ListOffsetsRequest, OffsetFetchRequest
+    from kafka.protocol.metadata import FindCoordinatorRequest
+    from kafka.protocol.producer import AddPartitionsToTxnRequest, EndTxnRequest
+
+    from tests.integration.broker.adminclient import commit_offset, create_partitions, delete_records, fetch_offset
+
+    admin = broker.admin()
+    group_acl = AclBinding(ResourceType.GROUP, "anon-g", ResourcePatternType.LITERAL, "User:ANONYMOUS", "*",
+                           AclOperation.READ, AclPermissionType.ALLOW)
+    admin.create_acls([group_acl])[group_acl].result(30)
+    # The group "readers" has committed offsets (here, or in the first test of the module).
+    consume(broker.conf("reader"), "readable", "readers", 5)
+    with RawClient(f"127.0.0.1:{broker.plain}") as raw:
+        lo = raw.request(ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[
+            ListOffsetsRequest.ListOffsetsTopic(name="secret", partitions=[
+                ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+                    partition_index=0, current_leader_epoch=-1, timestamp=-1)])]), 7)
+        assert lo.topics[0].partitions[0].error_code == TOPIC_AUTHORIZATION_FAILED
+        assert delete_records(raw, "readable", 0, 1) == TOPIC_AUTHORIZATION_FAILED
+        assert create_partitions(raw, {"secret": 2}) == {"secret": TOPIC_AUTHORIZATION_FAILED}
+        assert commit_offset(raw, "readers", "readable", 0, 1) == GROUP_AUTHORIZATION_FAILED
+        assert commit_offset(raw, "anon-g", "secret", 0, 1) == TOPIC_AUTHORIZATION_FAILED  # group ok, topic not
+        of = raw.request(OffsetFetchRequest(group_id="readers", topics=None, require_stable=False), 7)
+        assert (of.error_code, of.topics) == (GROUP_AUTHORIZATION_FAILED, [])
+        assert fetch_offset(raw, "anon-g", "secret", 0) == -1
+        hb = raw.request(HeartbeatRequest(group_id="readers", generation_id=1, member_id="m",
+                                          group_instance_id=None), 4)
+        assert hb.error_code == GROUP_AUTHORIZATION_FAILED
+        dg = raw.request(DescribeGroupsRequest(groups=["readers"], include_authorized_operations=False), 5)
+        assert dg.groups[0].error_code == GROUP_AUTHORIZATION_FAILED
+        lg = raw.request(ListGroupsRequest(states_filter=[]), 4)
+        listed = [g.group_id for g in lg.groups]
+        assert "readers" not in listed  # it exists, and is hidden
+        assert "anon-g" in listed  # READ on the group implies DESCRIBE
+        fc = raw.request(FindCoordinatorRequest(key_type=0, coordinator_keys=["readers", "anon-g"]), 4)
+        assert [c.error_code for c in fc.coordinators] == [GROUP_AUTHORIZATION_FAILED, 0]
+        fct = raw.request(FindCoordinatorRequest(key_type=1, coordinator_keys=["some-txn"]), 4)
+        assert fct.coordinators[0].error_code == TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        et = raw.request(EndTxnRequest(transactional_id="some-txn", producer_id=1, producer_epoch=0,
+                                       committed=True), 3)
+        assert et.error_code == TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        ap = raw.request(AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id="some-txn", v3_and_below_producer_id=1, v3_and_below_producer_epoch=0,
+            v3_and_below_topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name="secret", partitions=[0])]),
+            3)
+        assert ap.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == \
+            TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        dc = raw.request(DescribeConfigsRequest(resources=[
+            DescribeConfigsRequest.DescribeConfigsResource(resource_type=2, resource_name="secret",
+                                                           configuration_keys=None),
+            DescribeConfigsRequest.DescribeConfigsResource(resource_type=4, resource_name="0",
+                                                           configuration_keys=None)],
+            include_synonyms=False, include_documentation=False), 4)
+        assert [r.error_code for r in dc.results] == [TOPIC_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED]
+        scram = raw.request(DescribeUserScramCredentialsRequest(users=None), 0)
+        assert scram.error_code == CLUSTER_AUTHORIZATION_FAILED and scram.results == []
+    # Nothing was changed by any of these.
+    check = broker.admin()
+    assert len(check.list_topics("secret", timeout=10).topics["secret"].partitions) == 1
+    admin.delete_acls([AclBindingFilter(ResourceType.GROUP, "anon-g", ResourcePatternType.LITERAL, None, None,
+                                        AclOperation.ANY, AclPermissionType.ANY)])
