@@ -64,10 +64,9 @@ async def handle_metadata(broker: Broker, req: DecodedRequest) -> MetadataRespon
                 if denied := broker.denial(DESCRIBE, TOPIC, name):
                     raise denied
                 topic = replicas.topics.get(name)
-                if topic is None and allow_create and broker.config["auto.create.topics.enable"] and not (
-                        broker.allowed(CREATE, CLUSTER, CLUSTER_NAME) or broker.allowed(CREATE, TOPIC, name)):
-                    # Kafka: auto-creation needs CREATE on the cluster or the topic.
-                    raise broker.denial(CREATE, TOPIC, name) or AssertionError("denied")
+                if topic is None and allow_create and broker.config["auto.create.topics.enable"] and (
+                        denied := broker.denial(CREATE, CLUSTER, CLUSTER_NAME) and broker.denial(CREATE, TOPIC, name)):
+                    raise denied  # Kafka: auto-creation needs CREATE on the cluster or on the topic
                 if topic is None and allow_create:
                     topic = replicas.get_or_create_topic(name)
                 if topic is None:
