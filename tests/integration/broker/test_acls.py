@@ -490,3 +490,28 @@ def test_every_api_answers_kafkas_code(broker: AclBroker) -> None:
     assert len(check.list_topics("secret", timeout=10).topics["secret"].partitions) == 1
     admin.delete_acls([AclBindingFilter(ResourceType.GROUP, "anon-g", ResourcePatternType.LITERAL, None, None,
                                         AclOperation.ANY, AclPermissionType.ANY)])
+
+
+def test_acls_cli_add_list_remove_and_errors(tmp_path: Path) -> None:
+    d = tmp_path / "data"
+    acl_add(d, "--allow-principal", "User:a", "--operation", "READ", "--topic", "t", "--group", "g")
+    acl_add(d, "--allow-principal", "User:b", "--operation", "WRITE", "--topic", "p.", "--resource-pattern-type",
+            "PREFIXED")
+    listed = cli("acls", "list", data_dir=d).stdout.splitlines()
+    assert listed == ["TOPIC:LITERAL:t User:a ALLOW READ from host *", "GROUP:LITERAL:g User:a ALLOW READ from host *",
+                      "TOPIC:PREFIXED:p. User:b ALLOW WRITE from host *"]
+    assert cli("acls", "list", "--topic", "p.x", data_dir=d).stdout.splitlines() == [listed[2]]
+    removed = cli("acls", "remove", "--allow-principal", "User:b", "--operation", "WRITE", "--topic", "p.",
+                  "--resource-pattern-type", "PREFIXED", data_dir=d)
+    assert removed.returncode == 0 and "removed TOPIC:PREFIXED:p." in removed.stdout
+    assert cli("acls", "remove", "--group", "g", data_dir=d).returncode == 0
+    assert cli("acls", "list", data_dir=d).stdout.splitlines() == [listed[0]]
+    for bad in (["--allow-principal", "alice", "--operation", "READ", "--topic", "t"],
+                ["--allow-principal", "User:a", "--operation", "READ_ALL", "--topic", "t"],
+                ["--allow-principal", "User:a", "--operation", "READ"],
+                ["--allow-principal", "User:a", "--operation", "READ", "--topic", "t", "--resource-pattern-type",
+                 "MATCH"]):
+        out = cli("acls", "add", *bad, data_dir=d)
+        assert out.returncode == 1 and out.stderr.startswith("error: "), (bad, out.stderr)
+    assert cli("acls", "remove", "--topic", "nothing-here", data_dir=d).returncode == 1
+    assert cli("acls", "list", data_dir=d).stdout.splitlines() == [listed[0]]
