@@ -18,7 +18,7 @@ from ads_broker.config import BrokerConfig
 from ads_broker.coordinator.group import GroupCoordinator
 from ads_broker.coordinator.offsets import OffsetManager
 from ads_broker.coordinator.transaction import TransactionCoordinator
-from ads_broker.exceptions import BrokerError
+from ads_broker.exceptions import AuthorizationError, BrokerError
 from ads_broker.faults import BrokerFaults
 from ads_broker.log.cleaner import CleanablePartition, LogCleaner
 from ads_broker.log.log import AppendInfo, ValidatedBatch
@@ -27,8 +27,9 @@ from ads_broker.protocol import admin, fetch, groups, metadata, produce, txn
 from ads_broker.protocol.codec import Chunk, DecodedRequest
 from ads_broker.rejections import RejectionLog
 from ads_broker.replica_manager import Partition, ReplicaManager, now_ms
-from ads_broker.security import users_api
-from ads_broker.security.context import current_advertised
+from ads_broker.security import acl_api, users_api
+from ads_broker.security.acl import DENIED_CODE, NAMES, AclStore, Authorizer, parse_super_users
+from ads_broker.security.context import ANONYMOUS, current_advertised, current_session
 
 log = structlog.get_logger("ads_broker.broker")
 
@@ -62,6 +63,9 @@ HANDLERS: dict[int, Handler] = {
     26: txn.handle_end_txn,
     28: txn.handle_txn_offset_commit,
     37: admin.handle_create_partitions,
+    29: acl_api.handle_describe_acls,
+    30: acl_api.handle_create_acls,
+    31: acl_api.handle_delete_acls,
     50: users_api.handle_describe_user_scram_credentials,
     51: users_api.handle_alter_user_scram_credentials,
 }
@@ -100,6 +104,11 @@ class Broker:
             io_buffer_bytes=int(config["log.cleaner.io.buffer.size"]),
             io_max_bytes_per_second=float(config["log.cleaner.io.max.bytes.per.second"]),
             backoff_ms=int(config["log.cleaner.backoff.ms"]))
+        #: None when ``authorizer.class.name`` is empty: every request is allowed (Kafka without an authorizer).
+        self.authorizer: Authorizer | None = None
+        if config["authorizer.class.name"]:
+            self.authorizer = Authorizer(AclStore(data_dir), parse_super_users(str(config["super.users"])),
+                                         bool(config["allow.everyone.if.no.acl.found"]))
         self.fetch_waiters: set[asyncio.Future[None]] = set()
         self.stopping = False
         self.messages_in = 0
@@ -202,6 +211,50 @@ class Broker:
 
     def current_client_host(self) -> str:
         return _client_host.get()
+
+    # -- authorization (docs/SECURITY.md, "ACLs") -----------------------------------------------
+
+    def _who(self) -> tuple[str, str]:
+        """(principal, client IP) of the current request; the IP without the port, as ACL hosts name it."""
+        session = current_session()
+        principal = session.principal if session is not None else ANONYMOUS
+        peer = (session.client_host if session is not None else "") or _client_host.get()
+        return principal, peer.rpartition(":")[0] or peer
+
+    def allowed(self, operation: int, resource_type: int, name: str) -> bool:
+        """Whether the current request's principal may do ``operation`` on the resource; silent
+        (for filtering what a client sees, as Kafka's ``logIfDenied = false``)."""
+        if self.authorizer is None:
+            return True
+        principal, host = self._who()
+        return self.authorizer.authorize(principal, host, operation, resource_type, name)
+
+    def allowed_any(self, operation: int, resource_type: int) -> bool:
+        """Whether the principal may do ``operation`` on some resource of the type (Kafka's
+        ``authorizeByResourceType``)."""
+        if self.authorizer is None:
+            return True
+        principal, host = self._who()
+        return self.authorizer.authorize_any(principal, host, operation, resource_type)
+
+    def denial(self, operation: int, resource_type: int, name: str) -> AuthorizationError | None:
+        """None if allowed, else the error to answer (Kafka's code for the resource type); the
+        caller logs it through :meth:`log_client_error` (or uses :meth:`authorize`)."""
+        if self.allowed(operation, resource_type, name):
+            return None
+        principal, host = self._who()
+        return AuthorizationError(
+            f"Principal = {principal} is not authorized to {NAMES['operation'][operation]} "
+            f"{NAMES['resource'][resource_type]}:{name} from host = {host}", DENIED_CODE[resource_type])
+
+    def authorize(self, req: DecodedRequest, api: str, operation: int, resource_type: int, name: str,
+                  **fields: Any) -> int:
+        """0 if allowed, else Kafka's error code for the resource type, with one aggregated log line."""
+        error = self.denial(operation, resource_type, name)
+        if error is None:
+            return 0
+        self.log_client_error(req, api, error, principal=self._who()[0], **fields)
+        return error.error_code
 
     def log_client_error(self, req: DecodedRequest, api: str, error: BrokerError | None, **fields: Any) -> None:
         """One log line naming the client and the reason for every request-level error."""

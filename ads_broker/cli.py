@@ -23,7 +23,10 @@ users_app = typer.Typer(help="SASL users: salted SCRAM credentials in the data d
                         no_args_is_help=True)
 app.add_typer(topics_app, name="topics")
 app.add_typer(groups_app, name="groups")
+acls_app = typer.Typer(help="ACLs in the data dir, as kafka-acls.sh manages them (docs/SECURITY.md).",
+                       no_args_is_help=True)
 app.add_typer(users_app, name="users")
+app.add_typer(acls_app, name="acls")
 
 Bootstrap = Annotated[str, typer.Option("--bootstrap-server", "-b", help="HOST:PORT of a broker")]
 
@@ -316,6 +319,162 @@ def users_list(data_dir: DataDir) -> None:
         fail(str(e))
     for name, creds in users.items():
         typer.echo(f"{name}\t" + ", ".join(f"{m} (iterations={c.iterations})" for m, c in sorted(creds.items())))
+
+
+Principals = Annotated[list[str] | None, typer.Option(help="User:name or User:*; repeatable")]
+Names = Annotated[list[str] | None, typer.Option(help="repeatable")]
+
+
+def _acl_bindings(allow_principal: list[str] | None, deny_principal: list[str] | None, allow_host: list[str] | None,
+                  deny_host: list[str] | None, operation: list[str] | None, topic: list[str] | None,
+                  group: list[str] | None, cluster: bool, transactional_id: list[str] | None,
+                  resource_pattern_type: str) -> list[Any]:
+    """kafka-acls.sh's product: every principal x host x operation x resource given."""
+    from ads_broker.security.acl import (
+        ALLOW,
+        CLUSTER,
+        CLUSTER_NAME,
+        DENY,
+        GROUP,
+        OPERATIONS,
+        PATTERN_TYPES,
+        TOPIC,
+        TRANSACTIONAL_ID,
+        Acl,
+        AclError,
+    )
+
+    pattern = PATTERN_TYPES.get(resource_pattern_type.upper(), 0)
+    if pattern not in (PATTERN_TYPES["LITERAL"], PATTERN_TYPES["PREFIXED"]):
+        fail(f"--resource-pattern-type must be LITERAL or PREFIXED, not {resource_pattern_type!r}")
+    resources = ([(TOPIC, t) for t in topic or []] + [(GROUP, g) for g in group or []]
+                 + [(TRANSACTIONAL_ID, t) for t in transactional_id or []]
+                 + ([(CLUSTER, CLUSTER_NAME)] if cluster else []))
+    if not resources:
+        fail("name at least one resource: --topic, --group, --transactional-id or --cluster")
+    ops = []
+    for name in operation or []:
+        code = OPERATIONS.get(name.upper().replace("-", "_"), 0)
+        if code in (0, OPERATIONS["ANY"]):
+            fail(f"unknown operation {name!r}; expected one of {', '.join(k for k in OPERATIONS if k != 'ANY')}")
+        ops.append(code)
+    acls = []
+    for permission, principals, hosts in ((ALLOW, allow_principal, allow_host), (DENY, deny_principal, deny_host)):
+        for principal in principals or []:
+            for host in hosts or ["*"]:
+                for op in ops:
+                    for rtype, name in resources:
+                        acl = Acl(rtype, name, pattern if rtype != CLUSTER else PATTERN_TYPES["LITERAL"],
+                                  principal, host, op, permission)
+                        try:
+                            acl.validate()
+                        except AclError as e:
+                            fail(str(e))
+                        acls.append(acl)
+    return acls
+
+
+@acls_app.command("add")
+def acls_add(
+    data_dir: DataDir,
+    allow_principal: Principals = None,
+    deny_principal: Principals = None,
+    allow_host: Annotated[list[str] | None, typer.Option(help="IP address or * [default: *]")] = None,
+    deny_host: Annotated[list[str] | None, typer.Option(help="IP address or * [default: *]")] = None,
+    operation: Annotated[list[str] | None, typer.Option(
+        help="READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, "
+             "IDEMPOTENT_WRITE or ALL; repeatable")] = None,
+    topic: Names = None,
+    group: Names = None,
+    cluster: Annotated[bool, typer.Option("--cluster", help="the Cluster resource")] = False,
+    transactional_id: Names = None,
+    resource_pattern_type: Annotated[str, typer.Option(help="LITERAL or PREFIXED")] = "LITERAL",
+) -> None:
+    """Add ACLs (kafka-acls.sh --add); a running broker picks them up within a second."""
+    from ads_broker.security.acl import AclStore
+
+    acls = _acl_bindings(allow_principal, deny_principal, allow_host, deny_host, operation, topic, group, cluster,
+                         transactional_id, resource_pattern_type)
+    if not acls:
+        fail("give --allow-principal or --deny-principal and at least one --operation")
+    store = AclStore(data_dir)
+    try:
+        current = store.load()
+        store.save(current + [a for a in dict.fromkeys(acls) if a not in current])
+    except (KeyError, ValueError, OSError) as e:
+        fail(str(e))
+    for acl in acls:
+        typer.echo(f"added {acl.describe()}")
+
+
+@acls_app.command("remove")
+def acls_remove(
+    data_dir: DataDir,
+    allow_principal: Principals = None,
+    deny_principal: Principals = None,
+    allow_host: Annotated[list[str] | None, typer.Option(help="IP address or * [default: *]")] = None,
+    deny_host: Annotated[list[str] | None, typer.Option(help="IP address or * [default: *]")] = None,
+    operation: Names = None,
+    topic: Names = None,
+    group: Names = None,
+    cluster: Annotated[bool, typer.Option("--cluster", help="the Cluster resource")] = False,
+    transactional_id: Names = None,
+    resource_pattern_type: Annotated[str, typer.Option(help="LITERAL or PREFIXED")] = "LITERAL",
+) -> None:
+    """Remove the ACLs given (kafka-acls.sh --remove); without principals and operations, every
+    ACL on the resources given."""
+    from ads_broker.security.acl import CLUSTER, AclStore
+
+    store = AclStore(data_dir)
+    try:
+        current = store.load()
+    except (KeyError, ValueError, OSError) as e:
+        fail(str(e))
+    if allow_principal or deny_principal:
+        gone = set(_acl_bindings(allow_principal, deny_principal, allow_host, deny_host, operation, topic, group,
+                                 cluster, transactional_id, resource_pattern_type))
+    else:
+        resources = {(2, t) for t in topic or []} | {(3, g) for g in group or []} | {
+            (5, t) for t in transactional_id or []} | ({(CLUSTER, "kafka-cluster")} if cluster else set())
+        if not resources:
+            fail("name at least one resource: --topic, --group, --transactional-id or --cluster")
+        pattern = resource_pattern_type.upper()
+        gone = {a for a in current if (a.resource_type, a.resource_name) in resources
+                and (a.resource_type == CLUSTER or a.to_json()["pattern_type"] == pattern)}
+    kept = [a for a in current if a not in gone]
+    for acl in current:
+        if acl in gone:
+            typer.echo(f"removed {acl.describe()}")
+    if len(kept) == len(current):
+        fail("no matching ACL")
+    try:
+        store.save(kept)
+    except OSError as e:
+        fail(str(e))
+
+
+@acls_app.command("list")
+def acls_list(
+    data_dir: DataDir,
+    principal: Annotated[str | None, typer.Option(help="only this principal's ACLs")] = None,
+    topic: Annotated[str | None, typer.Option(help="only ACLs that apply to this topic")] = None,
+    group: Annotated[str | None, typer.Option(help="only ACLs that apply to this group")] = None,
+) -> None:
+    """The ACLs, one per line: RESOURCE:PATTERN:NAME PRINCIPAL PERMISSION OPERATION from host HOST."""
+    from ads_broker.security.acl import GROUP, MATCH, TOPIC, AclFilter, AclStore
+
+    try:
+        acls = AclStore(data_dir).load()
+    except (KeyError, ValueError, OSError) as e:
+        fail(str(e))
+    filters = [AclFilter(principal=principal)]
+    if topic is not None:
+        filters.append(AclFilter(TOPIC, topic, MATCH))
+    if group is not None:
+        filters.append(AclFilter(GROUP, group, MATCH))
+    for acl in acls:
+        if all(f.matches(acl) for f in filters):
+            typer.echo(acl.describe())
 
 
 def main() -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ads_broker.exceptions import ConfigError, InvalidConfigurationError
+from ads_broker.security.acl import AUTHORIZER_CLASSES
 from ads_broker.security.listeners import (
     DEFAULT_PROTOCOL_MAP,
     parse_endpoints,
@@ -35,6 +36,12 @@ def _bool(value: str) -> bool:
 def _listen(value: str) -> str:
     """``listeners``/``advertised.listeners``: ``NAME://HOST:PORT`` entries or a bare ``HOST:PORT``."""
     return validate_listeners(value)
+
+
+def _authorizer_class(value: str) -> str:
+    if value and value not in AUTHORIZER_CLASSES:
+        raise ValueError(f"unknown authorizer {value!r}: use one of {', '.join(sorted(AUTHORIZER_CLASSES))}")
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +160,14 @@ SETTINGS: tuple[Setting, ...] = (
             doc="DEFAULT only: the principal is User:<the certificate subject's full DN>"),
     Setting("sasl.enabled.mechanisms", str, "SCRAM-SHA-256,SCRAM-SHA-512",
             doc="SASL mechanisms offered: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (users: `ads-broker users`)"),
+    # -- authorization (ACLs: ads_broker/security/acl.py, docs/SECURITY.md) --
+    Setting("authorizer.class.name", _authorizer_class, "",
+            doc="empty: no authorization; kafka.security.authorizer.AclAuthorizer, "
+                "org.apache.kafka.metadata.authorizer.StandardAuthorizer or ads_broker.security.acl.AclAuthorizer: "
+                "every request is checked against the ACLs (`ads-broker acls`)"),
+    Setting("super.users", str, "", doc="principals allowed everything, separated by ';' (User:admin;User:ops)"),
+    Setting("allow.everyone.if.no.acl.found", _bool, False,
+            doc="allow an action on a resource that no ACL matches (Kafka's default: false)"),
     Setting("request.max.array.elements", int, 100000, 1,
             doc="array elements (topics, partitions, ... all arrays together) one request may carry; a longer "
                 "request closes its connection (not a Kafka setting: Kafka bounds arrays by the frame only)"),

@@ -146,3 +146,12 @@ class ConfigError(BrokerError):
 
 class MalformedFrameError(BrokerError):
     """A request frame that cannot be decoded; the connection is closed, no state is touched."""
+
+
+class AuthorizationError(BrokerError):
+    """The ACLs deny the principal an operation on a resource (TOPIC_AUTHORIZATION_FAILED and the
+    others: ``error_code`` is set per resource type, see ``ads_broker.security.acl.DENIED_CODE``)."""
+
+    def __init__(self, message: str, error_code: int) -> None:
+        super().__init__(message)
+        self.error_code = error_code

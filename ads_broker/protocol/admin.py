@@ -21,6 +21,7 @@ from kafka.protocol.admin import (
 from ads_broker.config import SETTINGS
 from ads_broker.exceptions import BrokerError, InvalidRequestError
 from ads_broker.protocol.codec import DecodedRequest
+from ads_broker.security.acl import ALTER, CLUSTER, CLUSTER_NAME, CREATE, DELETE, DESCRIBE_CONFIGS, TOPIC
 
 if TYPE_CHECKING:
     from ads_broker.broker import Broker
@@ -82,6 +83,9 @@ def _create_one(broker: Broker, topic: Any, validate_only: bool, in_request: int
     replication_factor = topic.replication_factor
     assignments = list(topic.assignments or [])
     try:
+        # Kafka: CREATE on the cluster or on the topic, else TOPIC_AUTHORIZATION_FAILED.
+        if not broker.allowed(CREATE, CLUSTER, CLUSTER_NAME) and (denied := broker.denial(CREATE, TOPIC, name)):
+            raise denied
         if assignments:
             if num_partitions != -1 or replication_factor != -1:
                 raise InvalidRequestError("both replica assignments and partition count/replication factor were given")
@@ -151,6 +155,8 @@ async def handle_delete_topics(broker: Broker, req: DecodedRequest) -> DeleteTop
         try:
             if name is None:
                 raise BrokerError("unknown topic id")
+            if denied := broker.denial(DELETE, TOPIC, name):
+                raise denied
             if not broker.config["delete.topic.enable"]:
                 raise (TopicDeletionDisabledError if req.api_version >= 3 else InvalidRequestError)(
                     "topic deletion is disabled (delete.topic.enable=false)")
@@ -175,6 +181,8 @@ async def handle_create_partitions(broker: Broker, req: DecodedRequest) -> Creat
         await asyncio.sleep(0)
         res = CreatePartitionsResponse.CreatePartitionsTopicResult(name=topic.name, error_code=0, error_message=None)
         try:
+            if denied := broker.denial(ALTER, TOPIC, topic.name):
+                raise denied
             for a in topic.assignments or []:
                 if list(a.broker_ids) != [broker.node_id]:
                     raise InvalidReplicaAssignmentError(
@@ -197,10 +205,16 @@ def _config_value(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
+#: Kafka's PASSWORD-type settings: described as sensitive, with a null value, never their content.
+SENSITIVE_SETTINGS = frozenset({"ssl.key.password", "ssl.keystore.key", "ssl.keystore.password",
+                                "ssl.truststore.password"})
+
+
 def _config_entry(name: str, value: str | None, source: int, *, read_only: bool = False) -> object:
+    sensitive = name in SENSITIVE_SETTINGS
     return DescribeConfigsResponse.DescribeConfigsResult.DescribeConfigsResourceResult(
-        name=name, value=value, read_only=read_only, config_source=source, is_default=source == SOURCE_DEFAULT,
-        is_sensitive=False, synonyms=[], config_type=0, documentation=None)
+        name=name, value=None if sensitive else value, read_only=read_only, config_source=source,
+        is_default=source == SOURCE_DEFAULT, is_sensitive=sensitive, synonyms=[], config_type=0, documentation=None)
 
 
 async def handle_describe_configs(broker: Broker, req: DecodedRequest) -> DescribeConfigsResponse:
@@ -213,6 +227,11 @@ async def handle_describe_configs(broker: Broker, req: DecodedRequest) -> Descri
             resource_name=resource.resource_name, configs=[])
         wanted = set(resource.configuration_keys) if resource.configuration_keys is not None else None
         try:
+            if denied := broker.denial(DESCRIBE_CONFIGS, TOPIC, resource.resource_name) \
+                    if resource.resource_type == RESOURCE_TOPIC else \
+                    broker.denial(DESCRIBE_CONFIGS, CLUSTER, CLUSTER_NAME) \
+                    if resource.resource_type == RESOURCE_BROKER else None:
+                raise denied
             if resource.resource_type == RESOURCE_TOPIC:
                 values, explicit = broker.replicas.effective_configs(resource.resource_name)
                 entries = [(k, v, SOURCE_DYNAMIC_TOPIC if k in explicit else SOURCE_DEFAULT)

@@ -17,10 +17,13 @@ from typing import Any
 
 from kafka.protocol.admin import (
     AlterUserScramCredentialsRequest,
+    CreateAclsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
+    DeleteAclsRequest,
     DeleteRecordsRequest,
     DeleteTopicsRequest,
+    DescribeAclsRequest,
     DescribeConfigsRequest,
     DescribeGroupsRequest,
     DescribeUserScramCredentialsRequest,
@@ -170,6 +173,9 @@ SUPPORTED_APIS: dict[int, tuple[type[ApiMessage], int, int]] = {
         (DescribeUserScramCredentialsRequest, 0, 0),
         (AlterUserScramCredentialsRequest, 0, 0),
         (CreatePartitionsRequest, 0, 3),
+        (DescribeAclsRequest, 1, 3),
+        (CreateAclsRequest, 1, 3),
+        (DeleteAclsRequest, 1, 3),
         (AddPartitionsToTxnRequest, 0, 3),
         (AddOffsetsToTxnRequest, 0, 3),
         (EndTxnRequest, 0, 3),

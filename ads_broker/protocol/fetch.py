@@ -17,6 +17,7 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsResp
 from ads_broker.exceptions import BrokerError, OffsetOutOfRangeError
 from ads_broker.log.log import FileSlice
 from ads_broker.protocol.codec import Chunk, DecodedRequest, SendfileSlice, encode_response, splice_records
+from ads_broker.security.acl import DELETE, DESCRIBE, READ, TOPIC
 
 if TYPE_CHECKING:
     from ads_broker.broker import Broker
@@ -52,6 +53,8 @@ def _read_partitions(broker: Broker, req: DecodedRequest) -> tuple[ReadResult, i
                                  preferred_read_replica=-1, records=b"")
             slices: list[FileSlice] = []
             try:
+                if denied := broker.denial(READ, TOPIC, ftopic.topic):
+                    raise denied
                 partition = broker.replicas.get_partition(ftopic.topic, fpart.partition)
                 limit = min(fpart.partition_max_bytes, remaining)
                 with partition.lock:
@@ -170,6 +173,8 @@ async def handle_list_offsets(broker: Broker, req: DecodedRequest) -> ListOffset
             resp = ListOffsetsResponse.ListOffsetsTopicResponse.ListOffsetsPartitionResponse(
                 partition_index=lpart.partition_index, error_code=0, timestamp=-1, offset=-1, leader_epoch=-1)
             try:
+                if denied := broker.denial(DESCRIBE, TOPIC, ltopic.name):
+                    raise denied
                 partition = broker.replicas.get_partition(ltopic.name, lpart.partition_index)
                 ts = lpart.timestamp
                 if ts in (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP):
@@ -199,6 +204,8 @@ async def handle_delete_records(broker: Broker, req: DecodedRequest) -> DeleteRe
             resp = DeleteRecordsResponse.DeleteRecordsTopicResult.DeleteRecordsPartitionResult(
                 partition_index=dpart.partition_index, low_watermark=-1, error_code=0)
             try:
+                if denied := broker.denial(DELETE, TOPIC, dtopic.name):
+                    raise denied
                 partition = broker.replicas.get_partition(dtopic.name, dpart.partition_index)
                 broker.replicas.ensure_not_internal(dtopic.name, "delete records of")
                 with partition.lock:

@@ -22,17 +22,23 @@ from kafka.protocol.consumer import (
 
 from ads_broker.exceptions import BrokerError
 from ads_broker.protocol.codec import DecodedRequest
+from ads_broker.security.acl import CLUSTER, CLUSTER_NAME, DESCRIBE, GROUP, READ, TOPIC
 
 if TYPE_CHECKING:
     from ads_broker.broker import Broker
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
 UNSTABLE_OFFSET_COMMIT = 88
+TOPIC_AUTHORIZATION_FAILED = 29
 
 
 async def handle_join_group(broker: Broker, req: DecodedRequest) -> JoinGroupResponse:
     body = req.body
     v = req.api_version
+    if denied := broker.authorize(req, "join_group", READ, GROUP, body.group_id):
+        return JoinGroupResponse(throttle_time_ms=0, error_code=denied, generation_id=-1, protocol_type=None,
+                                 protocol_name="", leader="", skip_assignment=False, member_id=body.member_id or "",
+                                 members=[])
     result = await broker.groups.join_group(
         body.group_id, body.member_id or "", body.group_instance_id if v >= 5 else None,
         session_timeout_ms=body.session_timeout_ms,
@@ -52,6 +58,9 @@ async def handle_join_group(broker: Broker, req: DecodedRequest) -> JoinGroupRes
 async def handle_sync_group(broker: Broker, req: DecodedRequest) -> SyncGroupResponse:
     body = req.body
     v = req.api_version
+    if denied := broker.authorize(req, "sync_group", READ, GROUP, body.group_id):
+        return SyncGroupResponse(throttle_time_ms=0, error_code=denied, protocol_type=None, protocol_name=None,
+                                 assignment=b"")
     result = await broker.groups.sync_group(
         body.group_id, body.generation_id, body.member_id, body.group_instance_id if v >= 3 else None,
         protocol_type=body.protocol_type if v >= 5 else None, protocol_name=body.protocol_name if v >= 5 else None,
@@ -62,6 +71,8 @@ async def handle_sync_group(broker: Broker, req: DecodedRequest) -> SyncGroupRes
 
 async def handle_heartbeat(broker: Broker, req: DecodedRequest) -> HeartbeatResponse:
     body = req.body
+    if denied := broker.authorize(req, "heartbeat", READ, GROUP, body.group_id):
+        return HeartbeatResponse(throttle_time_ms=0, error_code=denied)
     code = await broker.groups.heartbeat(body.group_id, body.generation_id, body.member_id,
                                          body.group_instance_id if req.api_version >= 3 else None)
     return HeartbeatResponse(throttle_time_ms=0, error_code=code)
@@ -69,6 +80,8 @@ async def handle_heartbeat(broker: Broker, req: DecodedRequest) -> HeartbeatResp
 
 async def handle_leave_group(broker: Broker, req: DecodedRequest) -> LeaveGroupResponse:
     body = req.body
+    if denied := broker.authorize(req, "leave_group", READ, GROUP, body.group_id):
+        return LeaveGroupResponse(throttle_time_ms=0, error_code=denied, members=[])
     if req.api_version >= 3:
         members = [(m.member_id, m.group_instance_id) for m in body.members]
     else:
@@ -88,14 +101,21 @@ async def handle_list_groups(broker: Broker, req: DecodedRequest) -> ListGroupsR
         # Groups that only commit offsets (assign() consumers) exist for Kafka too, as Empty groups.
         for group in broker.offsets.groups():
             listed.setdefault(group, ("", "Empty"))
+    # Kafka: DESCRIBE on the cluster lists every group, else only those the principal may DESCRIBE.
+    everything = broker.allowed(DESCRIBE, CLUSTER, CLUSTER_NAME)
     return ListGroupsResponse(throttle_time_ms=0, error_code=0, groups=[
         ListGroupsResponse.ListedGroup(group_id=g, protocol_type=ptype, group_state=state)
-        for g, (ptype, state) in sorted(listed.items())])
+        for g, (ptype, state) in sorted(listed.items()) if everything or broker.allowed(DESCRIBE, GROUP, g)])
 
 
 async def handle_describe_groups(broker: Broker, req: DecodedRequest) -> DescribeGroupsResponse:
     out = []
     for group_id in req.body.groups:
+        if denied := broker.authorize(req, "describe_groups", DESCRIBE, GROUP, group_id):
+            out.append(DescribeGroupsResponse.DescribedGroup(
+                error_code=denied, error_message=None, group_id=group_id, group_state="", protocol_type="",
+                protocol_data="", members=[], authorized_operations=None))
+            continue
         d = broker.groups.describe_group(group_id)
         state = d.state
         if state == "Dead" and group_id in broker.offsets.groups():
@@ -113,16 +133,20 @@ async def handle_describe_groups(broker: Broker, req: DecodedRequest) -> Describ
 
 def commit_entries(broker: Broker, topics: Any, group_code: int, *, with_leader_epoch: bool
                    ) -> tuple[dict[tuple[str, int], int], list[tuple[str, int, int, int, str | None]]]:
-    """Sort an (Txn)OffsetCommit's partitions: the group's error for all, UNKNOWN_TOPIC_OR_PARTITION
-    for partitions that do not exist, else an entry ``(topic, partition, offset, epoch, metadata)``."""
+    """Sort an (Txn)OffsetCommit's partitions: the group's error for all, TOPIC_AUTHORIZATION_FAILED
+    for topics the principal may not READ, UNKNOWN_TOPIC_OR_PARTITION for partitions that do not
+    exist, else an entry ``(topic, partition, offset, epoch, metadata)``."""
     codes: dict[tuple[str, int], int] = {}
     entries: list[tuple[str, int, int, int, str | None]] = []
     for topic in topics:
         known = broker.replicas.topics.get(topic.name)
+        denied = None if group_code else broker.denial(READ, TOPIC, topic.name)
         for p in topic.partitions:
             tp = (topic.name, p.partition_index)
             if group_code:
                 codes[tp] = group_code
+            elif denied is not None:
+                codes[tp] = denied.error_code
             elif known is None or not 0 <= p.partition_index < len(known.partitions):
                 codes[tp] = UNKNOWN_TOPIC_OR_PARTITION
             else:
@@ -148,13 +172,15 @@ async def handle_offset_commit(broker: Broker, req: DecodedRequest) -> OffsetCom
     body = req.body
     v = req.api_version
     # Kafka accepts an empty group id for OffsetCommit/OffsetFetch (isValidGroupId allows it for offset APIs).
-    group_code = broker.groups.validate_offset_commit(
+    # Kafka: READ on the group (GROUP_AUTHORIZATION_FAILED for every partition), then READ per topic.
+    denied = broker.denial(READ, GROUP, body.group_id)
+    group_code = denied.error_code if denied else broker.groups.validate_offset_commit(
         body.group_id, body.generation_id_or_member_epoch, body.member_id or "",
         body.group_instance_id if v >= 7 else None)
     codes, entries = commit_entries(broker, body.topics, group_code, with_leader_epoch=v >= 6)
     if entries:
         codes.update(broker.offsets.commit(body.group_id, entries))
-    log_commit_rejections(broker, req, "offset_commit", body.group_id, group_code, codes)
+    log_commit_rejections(broker, req, "offset_commit", body.group_id, group_code, codes, denied)
     return OffsetCommitResponse(throttle_time_ms=0, topics=[
         OffsetCommitResponse.OffsetCommitResponseTopic(name=topic.name, partitions=[
             OffsetCommitResponse.OffsetCommitResponseTopic.OffsetCommitResponsePartition(
@@ -168,13 +194,22 @@ def _fetch_group(broker: Broker, group_id: str, topics: list[tuple[str, list[int
     """Rows (topic, [(partition, offset, leader_epoch, metadata, error)]) for one group.
 
     With ``require_stable`` (KIP-447) a partition with an undecided transactional commit answers
-    UNSTABLE_OFFSET_COMMIT so the client retries instead of reading a soon-stale offset.
+    UNSTABLE_OFFSET_COMMIT so the client retries instead of reading a soon-stale offset. As in
+    Kafka, a named topic the principal may not DESCRIBE answers TOPIC_AUTHORIZATION_FAILED and,
+    when all the group's offsets are asked for, such topics are left out.
     """
     wanted = None if topics is None else [(t, p) for t, parts in topics for p in parts]
     found = broker.offsets.fetch(group_id, wanted)
     by_topic: dict[str, list[tuple[int, int, int, str, int]]] = {}
+    visible: dict[str, bool] = {}
     for (topic, partition), committed in found.items():
-        if require_stable and broker.offsets.has_pending(group_id, [(topic, partition)]):
+        if topic not in visible:
+            visible[topic] = broker.allowed(DESCRIBE, TOPIC, topic)
+        if not visible[topic]:
+            if topics is None:
+                continue
+            row = (partition, -1, -1, "", TOPIC_AUTHORIZATION_FAILED)
+        elif require_stable and broker.offsets.has_pending(group_id, [(topic, partition)]):
             row = (partition, -1, -1, "", UNSTABLE_OFFSET_COMMIT)
         elif committed is None:
             row = (partition, -1, -1, "", 0)
@@ -190,6 +225,10 @@ async def handle_offset_fetch(broker: Broker, req: DecodedRequest) -> OffsetFetc
     if v >= 8:
         groups = []
         for g in body.groups:
+            if denied := broker.authorize(req, "offset_fetch", DESCRIBE, GROUP, g.group_id):
+                groups.append(OffsetFetchResponse.OffsetFetchResponseGroup(group_id=g.group_id, error_code=denied,
+                                                                           topics=[]))
+                continue
             topics = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
             rows = _fetch_group(broker, g.group_id, topics, bool(body.require_stable))
             groups.append(OffsetFetchResponse.OffsetFetchResponseGroup(group_id=g.group_id, error_code=0, topics=[
@@ -198,6 +237,8 @@ async def handle_offset_fetch(broker: Broker, req: DecodedRequest) -> OffsetFetc
                         partition_index=p, committed_offset=o, committed_leader_epoch=e, metadata=m, error_code=c)
                     for p, o, e, m, c in parts]) for t, parts in rows]))
         return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
+    if denied := broker.authorize(req, "offset_fetch", DESCRIBE, GROUP, body.group_id):
+        return OffsetFetchResponse(throttle_time_ms=0, error_code=denied, topics=[])
     topics = None if body.topics is None else [(t.name, list(t.partition_indexes)) for t in body.topics]
     rows = _fetch_group(broker, body.group_id, topics, v >= 7 and bool(body.require_stable))
     return OffsetFetchResponse(throttle_time_ms=0, error_code=0, topics=[

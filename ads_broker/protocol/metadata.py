@@ -9,6 +9,7 @@ from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse
 from ads_broker.exceptions import BrokerError, InvalidRequestError
 from ads_broker.protocol.codec import SUPPORTED_APIS, DecodedRequest
 from ads_broker.replica_manager import Topic, validate_topic_name
+from ads_broker.security.acl import CLUSTER, CLUSTER_NAME, CREATE, DESCRIBE, GROUP, TOPIC, TRANSACTIONAL_ID
 
 if TYPE_CHECKING:
     from ads_broker.broker import Broker
@@ -52,13 +53,20 @@ async def handle_metadata(broker: Broker, req: DecodedRequest) -> MetadataRespon
     allow_create = bool(body.allow_auto_topic_creation) if req.api_version >= 4 else True
     topics = []
     if body.topics is None:
-        topics = [_topic_metadata(broker, t) for t in replicas.topics.values()]
+        # Kafka lists only the topics the principal may DESCRIBE.
+        topics = [_topic_metadata(broker, t) for t in list(replicas.topics.values())
+                  if broker.allowed(DESCRIBE, TOPIC, t.name)]
     else:
         for requested in body.topics:
             name = requested.name
             try:
                 validate_topic_name(name or "")
+                if denied := broker.denial(DESCRIBE, TOPIC, name):
+                    raise denied
                 topic = replicas.topics.get(name)
+                if topic is None and allow_create and broker.config["auto.create.topics.enable"] and (
+                        denied := broker.denial(CREATE, CLUSTER, CLUSTER_NAME) and broker.denial(CREATE, TOPIC, name)):
+                    raise denied  # Kafka: auto-creation needs CREATE on the cluster or on the topic
                 if topic is None and allow_create:
                     topic = replicas.get_or_create_topic(name)
                 if topic is None:
@@ -81,16 +89,27 @@ async def handle_find_coordinator(broker: Broker, req: DecodedRequest) -> FindCo
     host, port = broker.advertised
     keys = list(body.coordinator_keys or []) if req.api_version >= 4 else [body.key]
 
-    code, message = 0, None
-    if body.key_type not in (COORDINATOR_GROUP, COORDINATOR_TRANSACTION):
-        error = InvalidRequestError(f"unknown coordinator key type {body.key_type}")
-        code, message = error.error_code, str(error)
-        broker.log_client_error(req, "find_coordinator", error, key_type=body.key_type)
-    node = -1 if code else broker.node_id
+    def lookup(key: str) -> tuple[int, str | None]:
+        if body.key_type not in (COORDINATOR_GROUP, COORDINATOR_TRANSACTION):
+            error: BrokerError = InvalidRequestError(f"unknown coordinator key type {body.key_type}")
+            broker.log_client_error(req, "find_coordinator", error, key_type=body.key_type)
+            return error.error_code, str(error)
+        # Kafka: DESCRIBE on the group / transactional id, else GROUP_ / TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+        denied = broker.denial(DESCRIBE, GROUP if body.key_type == COORDINATOR_GROUP else TRANSACTIONAL_ID, key)
+        if denied is not None:
+            broker.log_client_error(req, "find_coordinator", denied, key_type=body.key_type)
+            return denied.error_code, str(denied)
+        return 0, None
+
     if req.api_version >= 4:
-        coordinators = [FindCoordinatorResponse.Coordinator(
-            key=k, node_id=node, host=host if not code else "", port=port if not code else -1,
-            error_code=code, error_message=message) for k in keys]
+        coordinators = []
+        for k in keys:
+            code, message = lookup(k)
+            coordinators.append(FindCoordinatorResponse.Coordinator(
+                key=k, node_id=-1 if code else broker.node_id, host=host if not code else "",
+                port=port if not code else -1, error_code=code, error_message=message))
         return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coordinators)
-    return FindCoordinatorResponse(throttle_time_ms=0, error_code=code, error_message=message, node_id=node,
+    code, message = lookup(body.key)
+    return FindCoordinatorResponse(throttle_time_ms=0, error_code=code, error_message=message,
+                                   node_id=-1 if code else broker.node_id,
                                    host=host if not code else "", port=port if not code else -1)

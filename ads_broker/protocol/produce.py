@@ -20,6 +20,7 @@ from ads_broker.exceptions import BrokerError, BrokerNotAvailableError, InvalidR
 from ads_broker.log.log import ValidatedBatch
 from ads_broker.log.records import ATTRIBUTES_OFFSET, COMPRESSION_CODEC_MASK, RECORD_BATCH_OVERHEAD, read_header
 from ads_broker.protocol.codec import DecodedRequest
+from ads_broker.security.acl import CLUSTER, CLUSTER_NAME, IDEMPOTENT_WRITE, TOPIC, TRANSACTIONAL_ID, WRITE
 
 if TYPE_CHECKING:
     from ads_broker.broker import Broker
@@ -89,13 +90,20 @@ async def handle_produce(broker: Broker, req: DecodedRequest) -> ProduceResponse
     acks = body.acks
     topic_responses = []
     appends = []
+    # Kafka's handleProduceRequest: WRITE on the transactional id fails the whole request; then
+    # WRITE per topic. A denied partition is not appended.
+    txn_denied = (broker.authorize(req, "produce", WRITE, TRANSACTIONAL_ID, body.transactional_id)
+                  if body.transactional_id is not None else 0)
     for topic_data in body.topic_data:
         partition_responses = []
+        topic_denied = txn_denied or broker.authorize(req, "produce", WRITE, TOPIC, topic_data.name)
         for pdata in topic_data.partition_data:
             resp = ProduceResponse.TopicProduceResponse.PartitionProduceResponse(
                 index=pdata.index, error_code=0, base_offset=-1, log_append_time_ms=-1, log_start_offset=-1,
                 record_errors=[], error_message=None)
-            if acks not in (-1, 0, 1):
+            if topic_denied:
+                resp.error_code = topic_denied
+            elif acks not in (-1, 0, 1):
                 resp.error_code = INVALID_REQUIRED_ACKS
             elif code := _verify_transactional(broker, body.transactional_id, topic_data.name, pdata):
                 resp.error_code = code
@@ -145,6 +153,8 @@ async def handle_init_producer_id(broker: Broker, req: DecodedRequest) -> InitPr
     body = req.body
     v = req.api_version
     if body.transactional_id is not None:
+        if denied := broker.authorize(req, "init_producer_id", WRITE, TRANSACTIONAL_ID, body.transactional_id):
+            return InitProducerIdResponse(throttle_time_ms=0, error_code=denied, producer_id=-1, producer_epoch=-1)
         code, pid, epoch = broker.txn.init_producer_id(
             body.transactional_id, body.transaction_timeout_ms,
             body.producer_id if v >= 3 else -1, body.producer_epoch if v >= 3 else -1,
@@ -154,6 +164,10 @@ async def handle_init_producer_id(broker: Broker, req: DecodedRequest) -> InitPr
                                     transactional_id=body.transactional_id, timeout_ms=body.transaction_timeout_ms,
                                     error_code=code)
         return InitProducerIdResponse(throttle_time_ms=0, error_code=code, producer_id=pid, producer_epoch=epoch)
+    # Kafka: IDEMPOTENT_WRITE on the cluster, or WRITE on any topic, else CLUSTER_AUTHORIZATION_FAILED.
+    if not broker.allowed(IDEMPOTENT_WRITE, CLUSTER, CLUSTER_NAME) and not broker.allowed_any(WRITE, TOPIC):
+        denied = broker.authorize(req, "init_producer_id", IDEMPOTENT_WRITE, CLUSTER, CLUSTER_NAME)
+        return InitProducerIdResponse(throttle_time_ms=0, error_code=denied, producer_id=-1, producer_epoch=-1)
     # Idempotent producers without a transactional id always get a fresh id at epoch 0 (Kafka's
     # TransactionCoordinator.handleInitProducerId), also when they send their old id (KIP-360).
     return InitProducerIdResponse(throttle_time_ms=0, error_code=0, producer_id=broker.producer_ids.generate(),

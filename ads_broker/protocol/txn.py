@@ -20,11 +20,13 @@ from ads_broker.coordinator.transaction import INVALID_PRODUCER_EPOCH, PRODUCER_
 from ads_broker.exceptions import BrokerError
 from ads_broker.protocol.codec import DecodedRequest
 from ads_broker.protocol.groups import commit_entries, log_commit_rejections
+from ads_broker.security.acl import GROUP, READ, TOPIC, TRANSACTIONAL_ID, WRITE
 
 if TYPE_CHECKING:
     from ads_broker.broker import Broker
 
 INVALID_GROUP_ID = 24
+OPERATION_NOT_ATTEMPTED = 55
 
 
 def _fenced_code(api_version: int, first_with_fenced: int) -> int:
@@ -34,9 +36,19 @@ def _fenced_code(api_version: int, first_with_fenced: int) -> int:
 async def handle_add_partitions_to_txn(broker: Broker, req: DecodedRequest) -> AddPartitionsToTxnResponse:
     body = req.body
     wanted = [(t.name, p) for t in body.v3_and_below_topics for p in t.partitions]
-    codes = broker.txn.add_partitions(body.v3_and_below_transactional_id, body.v3_and_below_producer_id,
-                                      body.v3_and_below_producer_epoch, wanted, _fenced_code(req.api_version, 2))
-    if any(codes.values()):
+    txn_id = body.v3_and_below_transactional_id
+    # Kafka: WRITE on the transactional id, then WRITE per topic; if any topic is denied, nothing
+    # is added and the other partitions answer OPERATION_NOT_ATTEMPTED.
+    if denied := broker.authorize(req, "add_partitions_to_txn", WRITE, TRANSACTIONAL_ID, txn_id):
+        codes = dict.fromkeys(wanted, denied)
+    elif refused := {t: code for t in dict.fromkeys(t for t, _ in wanted)
+                     if (code := broker.authorize(req, "add_partitions_to_txn", WRITE, TOPIC, t,
+                                                  transactional_id=txn_id))}:
+        codes = {tp: refused.get(tp[0], OPERATION_NOT_ATTEMPTED) for tp in wanted}
+    else:
+        codes = broker.txn.add_partitions(txn_id, body.v3_and_below_producer_id,
+                                          body.v3_and_below_producer_epoch, wanted, _fenced_code(req.api_version, 2))
+    if any(codes.values()) and not denied and not refused:
         first = next(c for c in codes.values() if c)
         broker.log_client_error(req, "add_partitions_to_txn", BrokerError(reason(first)),
                                 transactional_id=body.v3_and_below_transactional_id, error_code=first)
@@ -54,6 +66,9 @@ async def handle_add_partitions_to_txn(broker: Broker, req: DecodedRequest) -> A
 
 async def handle_add_offsets_to_txn(broker: Broker, req: DecodedRequest) -> AddOffsetsToTxnResponse:
     body = req.body
+    if denied := (broker.authorize(req, "add_offsets_to_txn", WRITE, TRANSACTIONAL_ID, body.transactional_id)
+                  or broker.authorize(req, "add_offsets_to_txn", READ, GROUP, body.group_id)):
+        return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=denied)
     if not body.group_id:
         code = INVALID_GROUP_ID
     else:
@@ -67,6 +82,8 @@ async def handle_add_offsets_to_txn(broker: Broker, req: DecodedRequest) -> AddO
 
 async def handle_end_txn(broker: Broker, req: DecodedRequest) -> EndTxnResponse:
     body = req.body
+    if denied := broker.authorize(req, "end_txn", WRITE, TRANSACTIONAL_ID, body.transactional_id):
+        return EndTxnResponse(throttle_time_ms=0, error_code=denied, producer_id=-1, producer_epoch=-1)
     code = broker.txn.end_txn(body.transactional_id, body.producer_id, body.producer_epoch, bool(body.committed),
                               _fenced_code(req.api_version, 2))
     if code:
@@ -78,8 +95,10 @@ async def handle_end_txn(broker: Broker, req: DecodedRequest) -> EndTxnResponse:
 async def handle_txn_offset_commit(broker: Broker, req: DecodedRequest) -> TxnOffsetCommitResponse:
     body = req.body
     v = req.api_version
-    code = broker.txn.check_offset_commit(body.transactional_id, body.producer_id, body.producer_epoch,
-                                          body.group_id, _fenced_code(v, 3))
+    # Kafka: WRITE on the transactional id, READ on the group, then READ per topic (commit_entries).
+    denied = broker.denial(WRITE, TRANSACTIONAL_ID, body.transactional_id) or broker.denial(READ, GROUP, body.group_id)
+    code = denied.error_code if denied else broker.txn.check_offset_commit(
+        body.transactional_id, body.producer_id, body.producer_epoch, body.group_id, _fenced_code(v, 3))
     if not code and not body.group_id:
         code = INVALID_GROUP_ID
     if not code and v >= 3 and (body.generation_id >= 0 or body.member_id or body.group_instance_id):
@@ -91,7 +110,8 @@ async def handle_txn_offset_commit(broker: Broker, req: DecodedRequest) -> TxnOf
         codes.update(broker.offsets.commit_transactional(body.group_id, body.producer_id, body.producer_epoch,
                                                          entries))
     log_commit_rejections(broker, req, "txn_offset_commit", body.group_id, code, codes,
-                          BrokerError(reason(code)) if code else None, transactional_id=body.transactional_id)
+                          denied or (BrokerError(reason(code)) if code else None),
+                          transactional_id=body.transactional_id)
     topic_cls = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
     return TxnOffsetCommitResponse(throttle_time_ms=0, topics=[
         topic_cls(name=topic.name, partitions=[

@@ -1,8 +1,8 @@
 """DescribeUserScramCredentials (50) and AlterUserScramCredentials (51), as Kafka serves them,
 on the credential store in the data dir (:mod:`ads_broker.security.scram`).
 
-No authorizer exists yet, so, as in Kafka without ``authorizer.class.name``, any client may call
-them; the ACL change adds Kafka's checks (DESCRIBE / ALTER on the Cluster resource).
+As in Kafka, with an authorizer they need DESCRIBE / ALTER on the Cluster resource
+(CLUSTER_AUTHORIZATION_FAILED); without one (``authorizer.class.name`` empty) any client may call them.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from kafka.protocol.admin import (
 )
 
 from ads_broker.protocol.codec import DecodedRequest
+from ads_broker.security.acl import ALTER, CLUSTER, CLUSTER_NAME, DESCRIBE
 from ads_broker.security.scram import (
     MAX_ITERATIONS,
     MIN_ITERATIONS,
@@ -44,6 +45,9 @@ def _store(broker: Broker) -> CredentialStore:
 async def handle_describe_user_scram_credentials(broker: Broker,
                                                  req: DecodedRequest) -> DescribeUserScramCredentialsResponse:
     R = DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult
+    if denied := broker.authorize(req, "describe_user_scram_credentials", DESCRIBE, CLUSTER, CLUSTER_NAME):
+        return DescribeUserScramCredentialsResponse(throttle_time_ms=0, error_code=denied,
+                                                    error_message="Cluster authorization failed", results=[])
     users = _store(broker).users()
     wanted = [u.name for u in req.body.users or []]
     names = wanted or sorted(users)
@@ -71,6 +75,10 @@ async def handle_alter_user_scram_credentials(broker: Broker,
     store = _store(broker)
     body = req.body
     touched = [d.name for d in body.deletions] + [u.name for u in body.upsertions]
+    if denied := broker.authorize(req, "alter_user_scram_credentials", ALTER, CLUSTER, CLUSTER_NAME):
+        return AlterUserScramCredentialsResponse(throttle_time_ms=0, results=[
+            R(user=name, error_code=denied, error_message="Cluster authorization failed")
+            for name in dict.fromkeys(touched)])
     errors: dict[str, tuple[int, str]] = {}
     for name in touched:
         if touched.count(name) > 1:
