@@ -5,8 +5,11 @@ compat/fetch_build.sh into a git-ignored cache. The test list is read from the f
 so a newer librdkafka brings its new tests without a change here; compat/exclusions names every test
 number not run, with the reason.
 
-Each test number runs in its own ``test-runner`` process (``TESTS=0nnn ./test-runner -p1 -Q -E``)
-under a wall-clock timeout, so a hang costs one test, not the run. Tests of the ``noautocreate``
+Each test number runs in its own ``test-runner`` process (``TESTS=0nnn ./test-runner -p1 -E -L``)
+under a wall-clock timeout, so a hang costs one test, not the run. ``-L`` leaves out the local
+variants (librdkafka's mock cluster) of numbers that also have broker variants. Quick mode (``-Q``, --quick) is
+not the default: besides using less data it skips every subtest not marked SUB_TEST_QUICK, which
+leaves tests such as 0018 passing without having run anything. Tests of the ``noautocreate``
 scenario run in a second pass against a second broker with ``auto.create.topics.enable=false``, as
 librdkafka's own CI does with its trivup scenarios. A broker that dies is restarted and the test
 that was running is failed with that reason.
@@ -115,6 +118,10 @@ def load_exclusions(path: Path) -> dict[str, str]:
     return out
 
 
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -204,14 +211,17 @@ def _failure_reason(output: str) -> str:
 
 
 def run_one(runner_dir: Path, key: str, number: str, scenario: str, env: dict[str, str],
-            timeout: float, logdir: Path) -> Result:
+            timeout: float, logdir: Path, quick: bool, local_only: bool) -> Result:
     report = logdir / f"{key.replace('/', '_')}.json"
     logfile = logdir / f"{key.replace('/', '_')}.log"
     report.unlink(missing_ok=True)
     env = dict(env, TESTS=number, TEST_SCENARIO=scenario, TEST_REPORT=str(report))
     start = time.monotonic()
     with open(logfile, "wb") as out:
-        proc = subprocess.Popen(["./test-runner", "-p1", "-Q", "-E"], cwd=runner_dir, env=env,
+        # -L leaves out the number's local variants (mock cluster, no broker) unless it has nothing
+        # else; -E the sockem ones.
+        argv = ["./test-runner", "-p1", "-E"] + ([] if local_only else ["-L"]) + (["-Q"] if quick else [])
+        proc = subprocess.Popen(argv, cwd=runner_dir, env=env,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             rc = proc.wait(timeout)
@@ -220,10 +230,14 @@ def run_one(runner_dir: Path, key: str, number: str, scenario: str, env: dict[st
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             rc, timed_out = -9, True
+        except BaseException:  # interrupted: take the runner (its own session) down with us
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
     seconds = time.monotonic() - start
     output = logfile.read_text(errors="replace")
-    variants = _variants_from_report(report)
-    states = {name: st for name, (st, _) in variants.items()}
+    # The report lists every test of the suite; keep this number's variants.
+    states = {name: st for name, (st, _) in _variants_from_report(report).items()
+              if name.startswith(number + "_")}
     res = Result(key, "PASS", seconds, variants=states, log=str(logfile))
     if timed_out:
         res.status, res.reason = "TIMEOUT", f"killed after {timeout:.0f} s"
@@ -265,10 +279,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--multiplier", default=os.environ.get("COMPAT_MULTIPLIER", "2"),
                     help="the suite's test.timeout.multiplier (slow or loaded machines)")
     ap.add_argument("--kafka-version", default=os.environ.get("COMPAT_KAFKA_VERSION", DEFAULT_KAFKA_VERSION))
+    ap.add_argument("--quick", action="store_true",
+                    default=os.environ.get("COMPAT_QUICK", "") not in ("", "0"),
+                    help="the runner's -Q: less data, but it also skips every subtest not marked"
+                         " SUB_TEST_QUICK (0018, 0019, 0026, 0045, 0089, 0113, ... then test little)")
+    ap.add_argument("--subtests", default=os.environ.get("COMPAT_SUBTESTS", ""),
+                    help="the runner's SUBTESTS: run only subtests whose name contains this")
     ap.add_argument("--no-exclusions", action="store_true", help="run excluded tests too")
     ap.add_argument("--results", type=Path, default=None,
                     help="directory for logs and results.json (default: <cache>/runs/<time>)")
     args = ap.parse_args(argv)
+    # SIGTERM (and SIGINT, which a shell's background job ignores) end the run through the
+    # finally blocks below, so neither a broker nor a test-runner outlives it.
+    signal.signal(signal.SIGTERM, _interrupted)
 
     cache = Path(os.environ.get("COMPAT_CACHE", REPO / ".compat-cache"))
     build = subprocess.run([str(HERE / "fetch_build.sh")], check=False, stdout=subprocess.PIPE, text=True)
@@ -296,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="compat-broker-"))
     version = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
                              text=True, check=False).stdout.strip()
-    print(f"compat: librdkafka {src.name} suite from {src}, ads-broker at {version or '?'}, "
+    print(f"compat: librdkafka's suite from {src}, ads-broker at {version or '?'}, "
           f"TEST_KAFKA_VERSION={args.kafka_version}, logs in {logdir}", flush=True)
 
     brokers = {
@@ -320,9 +343,16 @@ def main(argv: list[str] | None = None) -> int:
             conf.write_text(f"bootstrap.servers={broker.bootstrap}\n"
                             f"test.timeout.multiplier={args.multiplier}\n")
             env = {k: v for k, v in os.environ.items() if k not in ("CI", "TESTS", "SUBTESTS")}
+            if args.subtests:
+                env["SUBTESTS"] = args.subtests
+            # KAFKA_PATH/BROKERS: the suite's kafka-topics.sh calls go to compat/kafka/bin's
+            # stand-in (the Admin API without a JVM); its other Kafka tools are not there.
             env.update(RDKAFKA_TEST_CONF=str(conf), TEST_KAFKA_VERSION=args.kafka_version,
-                       TEST_LEVEL=os.environ.get("TEST_LEVEL", "2"))
-            r = run_one(runner_dir, key, number, scenario, env, args.timeout, logdir)
+                       TEST_LEVEL=os.environ.get("TEST_LEVEL", "2"), KAFKA_PATH=str(HERE / "kafka"),
+                       BROKERS=broker.bootstrap, COMPAT_PYTHON=sys.executable,
+                       LD_LIBRARY_PATH=f"{src / 'src'}:{src / 'src-cpp'}")
+            local_only = all(t.local for t in tests if t.number == number and t.in_scenario(scenario))
+            r = run_one(runner_dir, key, number, scenario, env, args.timeout, logdir, args.quick, local_only)
             if not broker.alive():
                 r.status = "FAIL"
                 r.reason = f"ads-broker died (exit {broker.proc.returncode if broker.proc else '?'}); " + r.reason
@@ -341,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = counts["FAIL"] + counts["TIMEOUT"]
     (logdir / "results.json").write_text(json.dumps({
         "commit": version, "librdkafka": src.parent.parent.parent.name, "kafka_version": args.kafka_version,
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "quick": args.quick,
         "seconds": round(time.monotonic() - run_start, 1),
         "results": [asdict(r) for r in results]}, indent=1))
     print(f"{counts['PASS']} passed, {failed} failed"
