@@ -24,18 +24,16 @@ def render(doc: dict) -> str:
         f"{doc['seconds'] / 60:.0f} min wall time: "
         + ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())) + ".",
         "",
-        "| test | result | time | variants / reason |",
-        "|---|---|---:|---|",
+        "| test | variants run | result | time | first failure / skip reason (see Failures) |",
+        "|---|---|---|---:|---|",
     ]
     for r in rows:
         if r["status"] == "EXCLUDED":
             continue
-        detail = r["reason"] if r["status"] != "PASS" else ""
-        if not detail:
-            detail = ", ".join(f"{n.split('_', 1)[1]} {st.lower()}" for n, st in r["variants"].items()
-                               if st != "SKIPPED" or r["status"] == "SKIP") or ""
-        detail = detail.replace("|", "\\|")
-        out.append(f"| {r['key']} | {r['status']} | {r['seconds']:.1f}s | {detail} |")
+        ran = ", ".join(n for n, st in r["variants"].items() if st != "SKIPPED") or "-"
+        note = "" if r["status"] == "PASS" else r["reason"]
+        note = note.replace("|", "\\|")
+        out.append(f"| {r['key']} | {ran} | {r['status']} | {r['seconds']:.1f}s | {note} |")
     return "\n".join(out) + "\n"
 
 

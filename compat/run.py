@@ -247,8 +247,9 @@ def run_one(runner_dir: Path, key: str, number: str, scenario: str, env: dict[st
         res.reason = (", ".join(failed) + ": " if failed else f"exit {rc}: ") + _failure_reason(output)
     elif states and all(st == "SKIPPED" for st in states.values()):
         res.status = "SKIP"
-        m = re.search(r"SKIPPING TEST: ([^\n]*)|Skipping test[^\n]*\(([^)]*)\)", output)
-        res.reason = re.sub(r"\x1b\[[0-9;]*m", "", (m.group(1) or m.group(2)) if m else "").strip()
+        # The reasons of this number's own skips, not the -L/-E filter of its other variants.
+        why = {re.sub(r"\x1b\[[0-9;]*m", "", w).strip() for w in re.findall(r"SKIPPING TEST: ([^\n]*)", output)}
+        res.reason = "; ".join(sorted(why - {"Filtered due to negative test flags"}) or why)
     return res
 
 
@@ -314,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         todo = [p for p in todo if p[0] in wanted or p[1] in wanted]
 
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    logdir = args.results or cache / "runs" / stamp
+    logdir = (args.results or cache / "runs" / stamp).resolve()  # the runner runs in tests/
     logdir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="compat-broker-"))
     version = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
