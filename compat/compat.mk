@@ -4,7 +4,7 @@
 # .compat-cache/ (git-ignored; `make compat-clean` drops it). Knobs, all optional:
 #   COMPAT_TESTS=0001,0045/noautocreate  run only these (excluded ones too when named)
 #   COMPAT_SUBTESTS=DeleteGroups         only subtests whose name contains this (SUBTESTS)
-#   COMPAT_TIMEOUT=600                   wall-clock seconds per test number
+#   COMPAT_TIMEOUT=1200                  wall-clock seconds per test number
 #   COMPAT_MULTIPLIER=2                  the suite's test.timeout.multiplier
 #   COMPAT_KAFKA_VERSION=3.2.0           TEST_KAFKA_VERSION (what ads-broker's ApiVersions match)
 #   COMPAT_QUICK=1                       the runner's -Q (less data, skips non-quick subtests)
