@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--subset", default=os.environ.get("COMPAT_SUBSET", ""),
                     help="a file of test keys, one per line (e.g. compat/ci-subset)")
     ap.add_argument("--timeout", type=float, default=float(os.environ.get("COMPAT_TIMEOUT", 1200)),
-                    help="wall-clock seconds per test number (default 1200: 0113 alone runs over 10 min on 2 loaded cores)")
+                    help="wall-clock seconds per test number (default 1200: 0113 runs over 10 min on 2 loaded cores)")
     ap.add_argument("--multiplier", default=os.environ.get("COMPAT_MULTIPLIER", "2"),
                     help="the suite's test.timeout.multiplier (slow or loaded machines)")
     ap.add_argument("--kafka-version", default=os.environ.get("COMPAT_KAFKA_VERSION", DEFAULT_KAFKA_VERSION))
