@@ -70,5 +70,8 @@ integration: $(VENV)/.test
 bench: $(VENV)/.test
 	$(PY) bench/broker_throughput.py
 
+# `make compat` / `make compat-ci`: librdkafka's own suite against ads-broker (docs/COMPATIBILITY.md)
+include compat/compat.mk
+
 clean:
 	rm -rf $(VENV) $(CHECKOV_VENV) build *.egg-info .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,24 @@
+# `make compat`: librdkafka's own integration suite against a fresh ads-broker (compat/run.py,
+# docs/COMPATIBILITY.md). Included from the Makefile after the venv targets.
+# librdkafka's source is fetched from npm (@confluentinc/kafka-javascript) and built once into
+# .compat-cache/ (git-ignored; `make compat-clean` drops it). Knobs, all optional:
+#   COMPAT_TESTS=0001,0045/noautocreate  run only these (excluded ones too when named)
+#   COMPAT_SUBTESTS=DeleteGroups         only subtests whose name contains this (SUBTESTS)
+#   COMPAT_TIMEOUT=1200                  wall-clock seconds per test number
+#   COMPAT_MULTIPLIER=2                  the suite's test.timeout.multiplier
+#   COMPAT_KAFKA_VERSION=3.2.0           TEST_KAFKA_VERSION (what ads-broker's ApiVersions match)
+#   COMPAT_QUICK=1                       the runner's -Q (less data, skips non-quick subtests)
+#   COMPAT_NPM_VERSION=1.10.1            the kafka-javascript release (bundles librdkafka 2.15.1)
+export COMPAT_TESTS COMPAT_SUBTESTS COMPAT_QUICK COMPAT_TIMEOUT COMPAT_MULTIPLIER COMPAT_KAFKA_VERSION COMPAT_NPM_VERSION
+
+.PHONY: compat compat-ci compat-clean
+
+compat: $(VENV)/.test
+	$(PY) compat/run.py
+
+# The fixed subset CI runs after `make test` (compat/ci-subset says why these).
+compat-ci: $(VENV)/.test
+	$(PY) compat/run.py --subset compat/ci-subset
+
+compat-clean:
+	rm -rf .compat-cache
