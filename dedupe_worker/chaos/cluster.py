@@ -169,8 +169,10 @@ class Cluster:
         self.fault_file.write_text("{}")
         self.broker_dir = root / "broker-data"
         base = ads_broker_process(self.broker_dir, config=broker_config, log_path=root / "broker.log")
+        # a restart after a power cut recovers every unsynced log first: 20 s and more on a loaded
+        # 2-core machine (a soak, 2026-11-25), so 30 s would kill a broker that is only slow
         self.broker = BrokerProcess(base.argv, base.port, log_path=root / "broker.log",
-                                    env={BROKER_FAULT_ENV: str(self.fault_file)})
+                                    env={BROKER_FAULT_ENV: str(self.fault_file)}, start_timeout_s=180.0)
         self.worker_env = dict(worker_env)
         self.workers: dict[str, WorkerProcess] = {}
         per = [list(range(partitions))[i::workers] for i in range(workers)]
