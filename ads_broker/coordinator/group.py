@@ -976,9 +976,12 @@ class GroupCoordinator:
         Generation < 0 on a missing or Empty group is a simple (assign) consumer or an admin: the
         commit is accepted, and a missing group is created Empty, as Kafka does, so it is listed.
         A valid member's commit also restarts its session (it proves liveness).
+        A null or empty group id is INVALID_GROUP_ID (Kafka 4.x's ``commitOffsets``), never a group.
         """
         if self._stopped:
             return errors.NOT_COORDINATOR
+        if not group_id or not isinstance(group_id, str):
+            return errors.INVALID_GROUP_ID
         group = self._groups.get(group_id)
         if group is None:
             if generation_id < 0:
