@@ -25,7 +25,7 @@ def test_ids_longer_than_an_int16_string_are_invalid_requests(tmp_path: Path) ->
             assert node.coord.end_txn(too_long, 0, 0, commit=True) == INVALID_REQUEST
             assert too_long not in node.coord.txns
         longest = "y" * MAX_ID_BYTES
-        error, pid, epoch = node.coord.init_producer_id(longest, 10_000)
+        error, _pid, epoch = node.coord.init_producer_id(longest, 10_000)
         assert (error, epoch) == (0, 0) and node.coord.txns[longest].state is TxnState.EMPTY
     finally:
         node.replicas.close()
