@@ -121,6 +121,11 @@ class Finding:
             # The bytes after a short size prefix are a bad next frame; the broker closes before
             # answering the first, which it still applies (F4).
             return "F4"
+        if (self.kind == "bad_response" and self.frame is not None and self.frame.api_key == 3
+                and self.frame.api_version in (10, 11) and "non-nullable field name was serialized" in self.detail):
+            # A null topic name in a Metadata v10/v11 request is echoed as null where the response
+            # version does not allow it (F6, a handler fix: docs/FUZZING.md).
+            return "F6"
         for label, kind, markers in KNOWN_FINDINGS:
             if self.kind == kind and all(m in self.detail for m in markers):
                 return label
