@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from kafka.protocol.admin import CreatePartitionsRequest, CreateTopicsRequest, DeleteRecordsRequest, ListGroupsRequest
 from kafka.protocol.api_message import ApiMessage
-from kafka.protocol.consumer import ListOffsetsRequest, OffsetCommitRequest
+from kafka.protocol.consumer import JoinGroupRequest, ListOffsetsRequest, OffsetCommitRequest
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 
@@ -238,3 +238,13 @@ def test_f6_metadata_v11_null_topic_name_gets_a_decodable_response(tmp_path: Pat
                               include_topic_authorized_operations=False)
     findings = run_fuzz(tmp_path, 2, [encoded(request, 11), encoded(request, 10)])
     assert not findings
+
+
+def test_f2_long_instance_id_join_gets_a_response(tmp_path: Path) -> None:
+    # A static member with a 32,767-byte group.instance.id: the generated member id ("<instance
+    # id>-<uuid>") no longer fits the response's int16 string (seed 103, frame #18487).
+    protocol = JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")
+    request = JoinGroupRequest(group_id="fz-group", session_timeout_ms=10000, rebalance_timeout_ms=10000,
+                               member_id="", group_instance_id="-" * 32767, protocol_type="consumer",
+                               protocols=[protocol], reason=None)
+    assert not run_fuzz(tmp_path, 1, [encoded(request, 5)])
