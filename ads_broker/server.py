@@ -132,6 +132,7 @@ class FrameReceiver(asyncio.BufferedProtocol):
         self._can_write.set()
         self._paused_for: set[str] = set()
         self.closed = False
+        self.reading_stopped = False  # a bad frame size: no more frames, close once the queued ones are answered
 
     # -- asyncio.BufferedProtocol -----------------------------------------------------------
 
@@ -165,6 +166,8 @@ class FrameReceiver(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self.last_active = time.monotonic()
+        if self.reading_stopped:
+            return  # bytes a TLS transport had already decrypted after pause_reading: dropped
         if self._frame is not None:
             self._frame_got += nbytes
             if self._frame_got == self._frame_size:
@@ -186,7 +189,7 @@ class FrameReceiver(asyncio.BufferedProtocol):
             if size < 0 or size > self.max_frame:
                 self.server.rejections.warn(self.peer, "closing connection: bad frame size", size=size,
                                             max=self.max_frame)
-                self._close()
+                self._stop_reading()
                 return
             available = have - pos - 4
             if available >= size:
@@ -207,6 +210,17 @@ class FrameReceiver(asyncio.BufferedProtocol):
             break
         self._pending = bytearray(data[pos:have])
         self._check_pool()
+
+    def _stop_reading(self) -> None:
+        """Read nothing more, but let the requests already queued be handled and answered; the
+        end-of-frames marker queued behind them makes the request loop close the connection.
+        (Kafka mutes a connection while a request is in flight, so it answers every request it
+        read before it reads, and fails on, the next size.)"""
+        self.reading_stopped = True
+        self._pending = bytearray()
+        if self.transport is not None and not self.closed:
+            self.transport.pause_reading()
+        self.frames.put_nowait(None)
 
     def _charge(self, nbytes: int) -> None:
         self.pool.reserve(nbytes)
@@ -236,7 +250,7 @@ class FrameReceiver(asyncio.BufferedProtocol):
 
     def memory_available(self) -> None:
         """Called by the pool when bytes were given back: grow the waiting frame and read again."""
-        if self.closed:
+        if self.closed or self.reading_stopped:
             return
         if self._frame is not None and self._frame_got == len(self._frame):
             self._grow_frame()
@@ -254,7 +268,7 @@ class FrameReceiver(asyncio.BufferedProtocol):
             self._resume("queue")
 
     def _pause(self, reason: str) -> None:
-        if not self._paused_for and self.transport is not None and not self.closed:
+        if not self._paused_for and self.transport is not None and not self.closed and not self.reading_stopped:
             self.transport.pause_reading()
         self._paused_for.add(reason)
 
@@ -262,7 +276,7 @@ class FrameReceiver(asyncio.BufferedProtocol):
         if reason not in self._paused_for:
             return
         self._paused_for.discard(reason)
-        if not self._paused_for and self.transport is not None and not self.closed:
+        if not self._paused_for and self.transport is not None and not self.closed and not self.reading_stopped:
             self.transport.resume_reading()
 
     def eof_received(self) -> bool | None:
@@ -436,7 +450,12 @@ class Connection:
         if response is None:
             return True
         if isinstance(response, ApiMessage):
-            chunks: list[Chunk] = [encode_response(response, req.api_version, req.correlation_id)]
+            try:
+                chunks: list[Chunk] = [encode_response(response, req.api_version, req.correlation_id)]
+            except Exception:  # a response the schema cannot carry: a bug, but one connection's
+                log.exception("closing connection: response encoding failed", client=self.peer,
+                              client_id=req.client_id, api_key=req.api_key, api_version=req.api_version)
+                return False
         else:
             chunks = response
         await self._send(chunks)

@@ -57,6 +57,9 @@ _MAX_IDLE_S = 1.0
 _MAX_EXPIRY_ROUNDS = 1000
 
 
+#: The longest instance or client id prefix of a generated member id (characters; the uuid follows).
+MEMBER_ID_PREFIX_CHARS = 1024
+
 class GroupState(StrEnum):
     """Kafka's classic group states, with the names DescribeGroups/ListGroups report."""
 
@@ -392,7 +395,9 @@ class GroupCoordinator:
         if not group.supports_protocols(req.protocol_type, set(req.protocol_names())):
             return _join_error(req.member_id, errors.INCONSISTENT_GROUP_PROTOCOL)
         prefix = req.group_instance_id if req.group_instance_id is not None else req.client_id
-        new_member_id = f"{prefix}-{uuid.uuid4()}"
+        # Kafka's "<instance or client id>-<uuid>", the prefix cut to MEMBER_ID_PREFIX_CHARS: ids of
+        # up to 32,767 bytes would make a member id no int16 string (responses, group metadata) holds.
+        new_member_id = f"{str(prefix)[:MEMBER_ID_PREFIX_CHARS]}-{uuid.uuid4()}"
         if req.group_instance_id is not None:
             return self._join_static_member(group, new_member_id, req)
         if req.require_known_member_id:
@@ -976,9 +981,12 @@ class GroupCoordinator:
         Generation < 0 on a missing or Empty group is a simple (assign) consumer or an admin: the
         commit is accepted, and a missing group is created Empty, as Kafka does, so it is listed.
         A valid member's commit also restarts its session (it proves liveness).
+        A null or empty group id is INVALID_GROUP_ID (Kafka 4.x's ``commitOffsets``), never a group.
         """
         if self._stopped:
             return errors.NOT_COORDINATOR
+        if not group_id or not isinstance(group_id, str):
+            return errors.INVALID_GROUP_ID
         group = self._groups.get(group_id)
         if group is None:
             if generation_id < 0:

@@ -156,6 +156,19 @@ def partition_for_txn(transactional_id: str, num_partitions: int) -> int:
 # -- __transaction_state records (Kafka TransactionLogKey v0 / TransactionLogValue v0) ---------
 
 
+#: The longest transactional id (in UTF-8 bytes): ``__transaction_state`` keys write it with an
+#: int16 length, as every string of Kafka's protocol is (longer ones fail the request's parse).
+MAX_ID_BYTES = 0x7FFF
+
+
+def valid_id(transactional_id: str | None) -> bool:
+    """A transactional id the coordinator can store: non-empty (Kafka answers INVALID_REQUEST for
+    an empty one, "consistent with the producer client") and short enough for an int16 length."""
+    if not transactional_id:
+        return False
+    return len(transactional_id) <= MAX_ID_BYTES // 4 or len(transactional_id.encode("utf-8")) <= MAX_ID_BYTES
+
+
 def _string(s: str) -> bytes:
     raw = s.encode("utf-8")
     return struct.pack(">h", len(raw)) + raw
@@ -456,7 +469,7 @@ class TransactionCoordinator:
     def init_producer_id(self, transactional_id: str, timeout_ms: int, expected_pid: int = -1,
                          expected_epoch: int = -1, fenced_code: int = PRODUCER_FENCED) -> tuple[int, int, int]:
         """(error, producer id, epoch) — Kafka's ``handleInitProducerId`` with a transactional id."""
-        if not transactional_id:
+        if not valid_id(transactional_id):
             return INVALID_REQUEST, -1, -1  # Kafka: "consistent with the producer client"
         if timeout_ms <= 0 or timeout_ms > self.max_timeout_ms:
             return INVALID_TRANSACTION_TIMEOUT, -1, -1
@@ -492,7 +505,7 @@ class TransactionCoordinator:
         """AddPartitionsToTxn; ``offsets_partition``: AddOffsetsToTxn adding the group's partition
         of ``__consumer_offsets``, the one way an internal topic joins a transaction."""
         wanted = list(dict.fromkeys(partitions))
-        if not transactional_id:
+        if not valid_id(transactional_id):
             return {tp: INVALID_REQUEST for tp in wanted}
         md, code = self._check_producer(transactional_id, producer_id, producer_epoch, fenced_code)
         if md is not None and md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT,
@@ -520,7 +533,7 @@ class TransactionCoordinator:
 
     def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
                 fenced_code: int = PRODUCER_FENCED) -> int:
-        if not transactional_id:
+        if not valid_id(transactional_id):
             return INVALID_REQUEST
         md, code = self._check_producer(transactional_id, producer_id, producer_epoch, fenced_code)
         if md is None:

@@ -52,7 +52,9 @@ from kafka.protocol.producer import (
 )
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 from kafka.protocol.schemas.fields.array import ArrayField
-from kafka.protocol.schemas.fields.codecs.types import UnsignedVarInt32
+from kafka.protocol.schemas.fields.codecs.types import Bytes, String, UnsignedVarInt32
+from kafka.protocol.schemas.fields.simple import SimpleField
+from kafka.protocol.schemas.fields.struct import StructField
 from kafka.protocol.schemas.fields.struct_array import StructArrayField
 
 from ads_broker.exceptions import MalformedFrameError
@@ -94,18 +96,51 @@ class ArrayBudget:
 ARRAY_BUDGET = ArrayBudget()
 
 
-def _install_array_bounds() -> None:
-    """Make kafka-python's array decoding check :data:`ARRAY_BUDGET` before the element loop.
+#: Kafka's generated readers reject a string longer than this ("string field X had invalid
+#: length"), compact (varint length) or not: every string of the protocol fits an int16 length.
+MAX_STRING_BYTES = 0x7FFF
 
-    Its decoders are generated code (``ArrayField.emit_decode_from`` and its struct-array twin)
-    compiled on first use; this
-    wraps the emitter so every generated array decode calls ``ARRAY_BUDGET.check`` with the length
-    and the bytes left, and wraps the stream-based ``ArrayField.decode`` (tagged fields) likewise.
+
+def _emit_null_check(ctx: Any, var_name: str, indent: str, what: str) -> None:
+    ctx.emit(indent, f"if {var_name} is None:")
+    ctx.emit(indent, f"    raise ValueError({f'non-nullable field {what} was serialized as null'!r})")
+
+
+def _install_array_bounds() -> None:
+    """Make kafka-python's request decoding check what Kafka's generated readers check.
+
+    Its decoders are generated code (``emit_decode_from`` of the field classes) compiled on first
+    use; this wraps the emitters so that every generated decode
+
+    - calls ``ARRAY_BUDGET.check`` with each array's length and the bytes left, before the element
+      loop (and the stream-based ``ArrayField.decode`` of tagged fields likewise);
+    - fails on a null (a negative length) in an array, string or bytes field whose schema has no
+      ``nullableVersions`` covering the version, and on a null element of an array of strings or
+      bytes ("non-nullable field X was serialized as null"), where kafka-python would hand the
+      handlers ``None``;
+    - fails on a string longer than 32,767 bytes ("string field X had invalid length"), which the
+      compact (varint) length of flexible versions could otherwise carry.
+
     Must run before any request class is first decoded: it runs when this module is imported.
+    Response encoding is untouched.
     """
     if getattr(ArrayField, "_ads_bounded", False):
         return
     stream_decode = ArrayField.decode
+    simple_emit = SimpleField.emit_decode_from
+
+    def emit_simple(self: SimpleField, ctx: Any, var_name: str, indent: str, version: int | None = None,
+                    compact: bool = False, tagged: bool = False, element: bool = False) -> None:
+        simple_emit(self, ctx, var_name, indent, version=version, compact=compact, tagged=tagged)
+        if not isinstance(self._type, String) and self._type is not Bytes:
+            return
+        if element or not self.nullable_for_version_q(version):
+            _emit_null_check(ctx, var_name, indent, self.name + (" element" if element else ""))
+        if isinstance(self._type, String):
+            # A character is at most 4 bytes of UTF-8: encode only strings that might be too long.
+            ctx.emit(indent, f"if {var_name} is not None and len({var_name}) > {MAX_STRING_BYTES // 4} "
+                             f"and len({var_name}.encode()) > {MAX_STRING_BYTES}:")
+            ctx.emit(indent, f"    raise ValueError({f'string field {self.name} had invalid length'!r})")
 
     def emit_decode_from(self: ArrayField, ctx: Any, var_name: str, indent: str, version: int | None = None,
                          compact: bool = False, tagged: bool = False) -> None:
@@ -118,14 +153,23 @@ def _install_array_bounds() -> None:
             ctx.emit(indent, "pos += 4")
         ctx.globs["_ads_array_budget"] = ARRAY_BUDGET
         ctx.emit(indent, f"_ads_array_budget.check({n}, len(data) - pos)")
-        ctx.emit(indent, f"if {n} == -1:")
-        ctx.emit(indent, f"    {var_name} = None")
+        ctx.emit(indent, f"if {n} < 0:")  # Kafka: any negative length is a null
+        if self.nullable_for_version_q(version):
+            ctx.emit(indent, f"    {var_name} = None")
+        else:
+            ctx.emit(indent, f"    raise ValueError({f'non-nullable field {self.name} was serialized as null'!r})")
         ctx.emit(indent, "else:")
         inner = indent + "    "
         ctx.emit(inner, f"{var_name} = []")
         idx, item = ctx.next_var("idx"), ctx.next_var("item")
         ctx.emit(inner, f"for {idx} in range({n}):")
-        self.array_of.emit_decode_from(ctx, item, inner + "    ", version=version, compact=compact, tagged=tagged)
+        if isinstance(self.array_of, SimpleField):
+            # The element field carries the array's nullableVersions; elements are never nullable.
+            emit_simple(self.array_of, ctx, item, inner + "    ", version=version, compact=compact,
+                        tagged=tagged, element=True)
+        else:
+            self.array_of.emit_decode_from(ctx, item, inner + "    ", version=version, compact=compact,
+                                           tagged=tagged)
         ctx.emit(inner, f"    {var_name}.append({item})")
 
     def decode(self: ArrayField, data: Any, version: int | None = None, compact: bool = False,
@@ -136,6 +180,7 @@ def _install_array_bounds() -> None:
         ARRAY_BUDGET.check(size, None)
         return stream_decode(self, data, version=version, compact=compact, tagged=tagged)
 
+    SimpleField.emit_decode_from = emit_simple
     ArrayField.emit_decode_from = emit_decode_from
     StructArrayField.emit_decode_from = emit_decode_from
     ArrayField.decode = decode
@@ -233,8 +278,59 @@ def decode_request(frame: bytes | bytearray) -> DecodedRequest:
     return DecodedRequest(api_key, api_version, correlation_id, header.client_id, body)
 
 
+#: Error messages longer than this (characters) are cut before encoding: they often echo a
+#: client's names, and one must neither exceed an int16 string length nor make a small request
+#: answer with a large response.
+MAX_ERROR_MESSAGE_CHARS = 1024
+_TRUNCATED = "..."
+
+# Per (struct, version): the error-message fields of the struct and the nested struct fields that
+# contain some ((name, is_array, sub-struct) each); empty when the subtree has none.
+_MessagePaths = tuple[tuple[str, ...], tuple[tuple[str, bool, Any], ...]]
+_MESSAGE_PATHS: dict[tuple[int, int], _MessagePaths] = {}
+
+
+def _message_paths(struct_field: Any, version: int) -> _MessagePaths:
+    key = (id(struct_field), version)
+    paths = _MESSAGE_PATHS.get(key)
+    if paths is None:
+        own: list[str] = []
+        nested: list[tuple[str, bool, Any]] = []
+        for field in struct_field._fields:
+            if not field.for_version_q(version):
+                continue
+            if (isinstance(field, SimpleField) and isinstance(field._type, String)
+                    and field.name.endswith("error_message")):
+                own.append(field.name)
+            elif isinstance(field, StructArrayField | StructField):
+                inner = field.array_of if isinstance(field, StructArrayField) else field
+                if any(_message_paths(inner, version)):
+                    nested.append((field.name, isinstance(field, StructArrayField), inner))
+        paths = _MESSAGE_PATHS[key] = (tuple(own), tuple(nested))
+    return paths
+
+
+def _truncate_messages(obj: Any, struct_field: Any, version: int) -> None:
+    own, nested = _message_paths(struct_field, version)
+    for name in own:
+        message = getattr(obj, name, None)
+        if isinstance(message, str) and len(message) > MAX_ERROR_MESSAGE_CHARS:
+            setattr(obj, name, message[:MAX_ERROR_MESSAGE_CHARS - len(_TRUNCATED)] + _TRUNCATED)
+    for name, is_array, inner in nested:
+        value = getattr(obj, name, None)
+        if value is None:
+            continue
+        for item in value if is_array else (value,):
+            if not isinstance(item, tuple | dict):  # the handlers build data objects; tuples carry no names
+                _truncate_messages(item, inner, version)
+
+
 def encode_response(response: ApiMessage, version: int, correlation_id: int) -> bytes:
-    """A framed response: 4-byte size, response header (v0/v1 by flexibility), body."""
+    """A framed response: 4-byte size, response header (v0/v1 by flexibility), body.
+
+    Error messages longer than :data:`MAX_ERROR_MESSAGE_CHARS` are cut first (every
+    ``*error_message`` string field of the response, nested ones included)."""
+    _truncate_messages(response, response._struct, version)
     response.API_VERSION = version  # before the header: the setter would write a request field into it
     response.with_header(correlation_id=correlation_id)
     return bytes(response.encode(header=True, framed=True))

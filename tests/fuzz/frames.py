@@ -170,7 +170,7 @@ class RequestGenerator:
             n = None if f.nullable_for_version_q(version) and self.rng.random() < 0.1 else self._count(name)
             self._len(w, "array_len", n, flexible, name, int32=True)
             for _ in range(n or 0):
-                self._simple(w, f.array_of, version, flexible, name)
+                self._simple(w, f.array_of, version, flexible, name, element=True)
         elif f.is_struct():
             if f.nullable_for_version_q(version):
                 w.put(b"\x01")
@@ -201,10 +201,14 @@ class RequestGenerator:
         w.mark(kind, len(data), compact, name)
         w.put(data)
 
-    def _simple(self, w: _Writer, f: Any, version: int, flexible: bool, name: str) -> None:
+    def _simple(self, w: _Writer, f: Any, version: int, flexible: bool, name: str, *, element: bool = False
+                ) -> None:
         type_str = f.type_str
         if type_str.startswith("[]"):
             type_str = type_str[2:]
+        # An array's element carries the array's nullableVersions in kafka-python's schema; Kafka's
+        # elements are never nullable (its readers reject them), so the random draw is kept (the
+        # stream stays as it was) but an element is never null.
         nullable = f.nullable_for_version_q(version)
         if type_str in _INT_FORMATS:
             value = self._int(name, type_str)
@@ -217,12 +221,12 @@ class RequestGenerator:
         elif type_str == "uuid":
             w.put(self.rng.randbytes(16) if self.rng.random() < 0.5 else bytes(16))
         elif type_str == "string":
-            s = None if nullable and self.rng.random() < 0.1 else self._string(name, f)
+            s = None if nullable and self.rng.random() < 0.1 and not element else self._string(name, f)
             raw = None if s is None else s.encode()
             self._len(w, "string_len", None if raw is None else len(raw), flexible, name, int32=False)
             w.put(raw or b"")
         elif type_str in ("bytes", "records"):
-            b = None if nullable and self.rng.random() < 0.05 else self._bytes(type_str)
+            b = None if nullable and self.rng.random() < 0.05 and not element else self._bytes(type_str)
             kind = "records" if type_str == "records" else "bytes_len"
             self._len(w, kind, None if b is None else len(b), flexible, name, int32=True)
             w.put(b or b"")

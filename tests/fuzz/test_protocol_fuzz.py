@@ -6,10 +6,10 @@ up and answers a fresh connection, its RSS stays under 512 MiB, and a rejected r
 nothing. It prints the seed; ``ADS_FUZZ_SEED`` / ``ADS_FUZZ_FRAMES`` replay or lengthen it, and
 ``python -m tests.fuzz`` is the long profile.
 
-The families of frames that trigger issue 12's known holes are off in that stream; each has a
-targeted test below, marked xfail until its fix (another branch) lands. Findings of the fuzzer
-that the issue did not list (F1-F3, docs/FUZZING.md) are tolerated by label in the stream, so it
-stays green on main while it still fails on anything new, and each has its own xfail reproducer.
+The families of frames that trigger issue 12's holes that can take the host down (bombs, 100 MiB
+size prefixes, huge partition counts) are off in that stream; each hole has a targeted test below,
+and so has each of the fuzzer's own findings F1-F5 (docs/FUZZING.md). All are fixed: the stream
+tolerates no finding, so any of them coming back fails it.
 """
 
 from __future__ import annotations
@@ -17,14 +17,15 @@ from __future__ import annotations
 import os
 import random
 import struct
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka.protocol.admin import CreatePartitionsRequest, DeleteRecordsRequest, ListGroupsRequest
+from kafka.protocol.admin import CreatePartitionsRequest, CreateTopicsRequest, DeleteRecordsRequest, ListGroupsRequest
 from kafka.protocol.api_message import ApiMessage
-from kafka.protocol.consumer import ListOffsetsRequest, OffsetCommitRequest
+from kafka.protocol.consumer import JoinGroupRequest, ListOffsetsRequest, OffsetCommitRequest
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 
@@ -35,10 +36,10 @@ from tests.fuzz.harness import Finding, FuzzRun
 SEED = int(os.environ.get("ADS_FUZZ_SEED", "20261125"))
 FRAMES = int(os.environ.get("ADS_FUZZ_FRAMES", "6000"))
 RSS_LIMIT_MIB = 512
-#: Findings the stream may still make on main, each reproduced by an xfail test below: the
-#: fuzzer's own F1-F5; hole 5 (huge strings, a family the stream must keep, are echoed into the
-#: log whole); hole 3 (a bit flip in CreatePartitions' count can ask for thousands).
-TOLERATED = {"F1", "F2", "F3", "F4", "F5", "hole 3", "hole 5"}
+#: Findings the stream may make without failing, each reproduced by an xfail test below. Issue
+#: 12's holes and the fuzzer's own F1-F5 are fixed and not in it: any of them coming back fails the
+#: run. F6 (a null topic name echoed into a Metadata v10/v11 response) needs a handler fix.
+TOLERATED = {"F6"}
 
 
 def run_fuzz(tmp_path: Path, frames: int, source: Iterator[Frame] | list[Frame] | None = None,
@@ -88,11 +89,9 @@ def test_protocol_fuzz(tmp_path: Path) -> None:
     assert not untolerated, f"fuzz findings (replay: ADS_FUZZ_SEED={SEED}):\n{report}"
 
 
-# -- issue 12's holes, one targeted family each (xfail until the fixing branch lands) ----------
+# -- issue 12's holes, one targeted family each --------------------------------------------
 
 
-@pytest.mark.xfail(strict=False, reason="issue 12 hole 1: frame buffers sized from the 4-byte prefix; "
-                   "fixed by the i12-net branch")
 def test_size_prefixes_do_not_pin_memory(tmp_path: Path) -> None:
     # A prefix just under socket.request.max.bytes and a little more than half the read buffer of
     # body, then the connection is dropped: 24 rounds of what one client can send in a second.
@@ -101,8 +100,6 @@ def test_size_prefixes_do_not_pin_memory(tmp_path: Path) -> None:
     assert not run_fuzz(tmp_path, len(frames), frames, FuzzOptions(big_frame_lies=True), check_every=8)
 
 
-@pytest.mark.xfail(strict=False, reason="issue 12 hole 2: compressed batches stored unchecked and decoded "
-                   "whole; fixed by the i12-log branch")
 def test_decompression_bombs(tmp_path: Path) -> None:
     # 256 MiB inflated: decoding it whole takes about three times that (bytes, then the record
     # objects), well past the 512 MiB bound; a bounded, streaming validation never holds it.
@@ -111,8 +108,6 @@ def test_decompression_bombs(tmp_path: Path) -> None:
     assert not run_fuzz(tmp_path, len(frames), frames, FuzzOptions(bombs=True), check_every=1)
 
 
-@pytest.mark.xfail(strict=False, reason="issue 12 hole 4: internal topics accept Produce; fixed by the "
-                   "i12-admin branch")
 def test_internal_topics_refuse_produce(tmp_path: Path) -> None:
     batches = BatchFactory(random.Random(SEED), FuzzOptions())
     frames = [produce(topic, batches.random_batch(0)) for topic in ("__consumer_offsets", "__transaction_state")]
@@ -120,16 +115,12 @@ def test_internal_topics_refuse_produce(tmp_path: Path) -> None:
     assert "hole 4" not in labels(findings) and not findings
 
 
-@pytest.mark.xfail(strict=False, reason="issue 12 hole 6: record counts not checked against the body; "
-                   "fixed by the i12-log branch")
 def test_record_count_lies(tmp_path: Path) -> None:
     batches = BatchFactory(random.Random(SEED), FuzzOptions())
     frames = [produce(PLAIN_TOPIC, count_lie(batches.random_batch(0), count)) for count in (2**31 - 1, 1000)]
     assert not run_fuzz(tmp_path, len(frames), frames)
 
 
-@pytest.mark.xfail(strict=False, reason="issue 12 hole 5: request amplification (one log line per rejected "
-                   "partition, echoing client strings whole); fixed by the i12-net branch")
 def test_rejections_do_not_amplify_into_logs(tmp_path: Path) -> None:
     # 200 partitions of one missing topic with a 32 KiB name: a 40 KB request.
     req = DeleteRecordsRequest(topics=[DeleteRecordsRequest.DeleteRecordsTopic(name="m" * 32767, partitions=[
@@ -138,25 +129,40 @@ def test_rejections_do_not_amplify_into_logs(tmp_path: Path) -> None:
     assert not run_fuzz(tmp_path, 1, [encoded(req, 2)])
 
 
-@pytest.mark.xfail(strict=False, reason="issue 12 hole 3: no limit on partitions per request; fixed by the "
-                   "i12-admin branch")
 def test_partition_counts_are_bounded(tmp_path: Path) -> None:
-    req = CreatePartitionsRequest(topics=[CreatePartitionsRequest.CreatePartitionsTopic(
-        name=PLAIN_TOPIC, count=1000, assignments=None)], timeout_ms=10000, validate_only=False)
-    assert not run_fuzz(tmp_path, 1, [encoded(req, 3)])
+    # max.partitions.per.request is 1000 (docs/BROKER.md): fz-plain has 2 partitions, so a count
+    # of 1003 asks for 1001 new ones. Unbounded, the first request creates them one by one on the
+    # event loop (no answer within 2 s), the larger ones exhaust file descriptors.
+    frames = [encoded(CreatePartitionsRequest(topics=[CreatePartitionsRequest.CreatePartitionsTopic(
+        name=PLAIN_TOPIC, count=count, assignments=None)], timeout_ms=10000, validate_only=False), 3)
+        for count in (1003, 100_000, 2**31 - 1)]
+    frames.append(encoded(CreateTopicsRequest(topics=[CreateTopicsRequest.CreatableTopic(
+        name="fz-many", num_partitions=1001, replication_factor=1, assignments=[], configs=[])],
+        timeout_ms=10000, validate_only=False), 7))
+    run = FuzzRun(seed=SEED, frames=len(frames), work_dir=tmp_path / "fuzz", source=frames, check_every=1,
+                  rss_limit_mib=RSS_LIMIT_MIB, stop_on_first=False)
+    stats = run.run()
+    print(stats.summary())
+    assert not stats.findings, "\n".join(f.report() for f in stats.findings)
+    # Each one answered (a timeout is no finding of its own) with an error code, so the harness
+    # checked that nothing was written; and no partition directory appeared.
+    assert stats.outcomes == {"answered": len(frames)}
+    assert sorted(p.name for p in run.data_dir.iterdir() if p.name.startswith((PLAIN_TOPIC + "-", "fz-many"))) == [
+        f"{PLAIN_TOPIC}-0", f"{PLAIN_TOPIC}-1"]
 
 
 def test_hole_families_with_the_seeded_stream(tmp_path: Path) -> None:
-    """The stream with every hole's family on except the ones that take the host down (bombs,
-    100 MiB prefixes, 2^31 partitions): it must find nothing but known holes and F1-F3."""
+    """The stream with the families of holes 4 and 6 on (internal topics, lying record counts; the
+    others, bombs, 100 MiB prefixes and 2^31 partitions, have their targeted tests above): it must
+    find nothing."""
     options = FuzzOptions(internal_topics=True, count_lies=True)
     findings = run_fuzz(tmp_path, FRAMES // 3, options=options)
-    unexpected = [f for f in findings if f.label not in TOLERATED | {"hole 2", "hole 4", "hole 6"}]
+    unexpected = [f for f in findings if f.label not in TOLERATED]
     print(f"labels found: {sorted(labels(findings))}")
     assert not unexpected, "\n".join(f.report() for f in unexpected)
 
 
-# -- the fuzzer's own findings (docs/FUZZING.md), xfail until fixed ------------------------
+# -- the fuzzer's own findings (docs/FUZZING.md) -------------------------------------------
 
 
 def _null_array_produce() -> Frame:
@@ -171,14 +177,10 @@ def _null_array_produce() -> Frame:
     return Frame(bytes(out), 0, 9, "null_array")
 
 
-@pytest.mark.xfail(strict=False, reason="fuzz finding F1: null in a non-nullable array/bytes field reaches the "
-                   "handlers (TypeError traceback per request); not fixed yet")
 def test_f1_null_in_non_nullable_field_is_rejected_without_traceback(tmp_path: Path) -> None:
     assert not run_fuzz(tmp_path, 1, [_null_array_produce()])
 
 
-@pytest.mark.xfail(strict=False, reason="fuzz finding F2: strings over 32767 bytes break int16 encodings "
-                   "(responses, __transaction_state keys); not fixed yet")
 def test_f2_long_strings_get_an_error_code_not_a_closed_connection(tmp_path: Path) -> None:
     long_topic = CreatePartitionsRequest(topics=[CreatePartitionsRequest.CreatePartitionsTopic(
         name="t" * 32767, count=2, assignments=None)], timeout_ms=1000, validate_only=False)
@@ -199,16 +201,12 @@ def _offset_commit(group_id: str | None) -> Frame:
     return encoded(req, 2)
 
 
-@pytest.mark.xfail(strict=False, reason="fuzz finding F3: an OffsetCommit with a null group id is stored and "
-                   "breaks ListGroups for every client; not fixed yet")
 def test_f3_null_group_id_commit_does_not_break_list_groups(tmp_path: Path) -> None:
     frames = [_offset_commit("fz-group"), _offset_commit(None),
               encoded(ListGroupsRequest(states_filter=[], types_filter=[]), 4)]
     assert not run_fuzz(tmp_path, len(frames), frames)
 
 
-@pytest.mark.xfail(strict=False, reason="fuzz finding F4: a bad frame size closes the connection at once, "
-                   "dropping the response of an earlier request that still takes effect; not fixed yet")
 def test_f4_garbage_after_a_request_does_not_drop_its_response(tmp_path: Path) -> None:
     # A Metadata request that auto-creates a topic, then a size prefix of 2^31-1 in the same
     # segment: Kafka reads the next request only after answering this one (it mutes the channel),
@@ -219,8 +217,6 @@ def test_f4_garbage_after_a_request_does_not_drop_its_response(tmp_path: Path) -
     assert not run_fuzz(tmp_path, 1, [frame])
 
 
-@pytest.mark.xfail(strict=False, reason="fuzz finding F5: decode_batch lets codec errors through (a traceback "
-                   "instead of CORRUPT_MESSAGE); related to hole 2, not fixed yet")
 def test_f5_undecodable_compressed_batches_get_corrupt_message(tmp_path: Path) -> None:
     # CRC-valid batches whose compressed body is not valid for their codec (gzip, snappy, lz4,
     # zstd): a compacted topic decodes them on append; a plain one stores them (hole 2) and
@@ -230,3 +226,25 @@ def test_f5_undecodable_compressed_batches_get_corrupt_message(tmp_path: Path) -
     frames += [produce(PLAIN_TOPIC, garbage[0]), list_offsets_by_time(PLAIN_TOPIC)]
     findings = run_fuzz(tmp_path, len(frames), frames)
     assert "F5" not in labels(findings)
+
+
+@pytest.mark.xfail(strict=False, reason="fuzz finding F6: Metadata v10/v11 echoes a null topic name into a "
+                   "response version where it is not nullable; needs a fix in protocol/metadata.py")
+def test_f6_metadata_v11_null_topic_name_gets_a_decodable_response(tmp_path: Path) -> None:
+    # Topic names are nullable in Metadata requests from v10 (topic ids), in responses only from
+    # v12. Kafka refuses a null name below v12 ("Topic name can not be null for version 11").
+    topic = MetadataRequest.MetadataRequestTopic(name=None, topic_id=uuid.UUID(int=1))
+    request = MetadataRequest(topics=[topic], allow_auto_topic_creation=False,
+                              include_topic_authorized_operations=False)
+    findings = run_fuzz(tmp_path, 2, [encoded(request, 11), encoded(request, 10)])
+    assert not findings
+
+
+def test_f2_long_instance_id_join_gets_a_response(tmp_path: Path) -> None:
+    # A static member with a 32,767-byte group.instance.id: the generated member id ("<instance
+    # id>-<uuid>") no longer fits the response's int16 string (seed 103, frame #18487).
+    protocol = JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")
+    request = JoinGroupRequest(group_id="fz-group", session_timeout_ms=10000, rebalance_timeout_ms=10000,
+                               member_id="", group_instance_id="-" * 32767, protocol_type="consumer",
+                               protocols=[protocol], reason=None)
+    assert not run_fuzz(tmp_path, 1, [encoded(request, 5)])
