@@ -17,6 +17,17 @@ import structlog
 log = structlog.get_logger("ads_broker.rejections")
 
 
+#: client strings in a rejection line are cut to this many characters (a topic name or id may be
+#: 32,767 bytes; one line per rejection must not be able to copy them whole)
+MAX_FIELD_CHARS = 256
+
+
+def _clip(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > MAX_FIELD_CHARS:
+        return f"{value[:MAX_FIELD_CHARS]}…({len(value)} chars)"
+    return value
+
+
 class RejectionLog:
     """Invariant: for every (client, reason) pair at most one line per ``interval_s``; every
     rejection is counted in exactly one line (the next one written, or the final :meth:`flush`)."""
@@ -32,6 +43,7 @@ class RejectionLog:
         the log line's event name); write a line unless one was written for the same pair less
         than ``interval_s`` ago."""
         key = (client, aggregate_as or event)
+        fields = {k: _clip(v) for k, v in fields.items()}
         now = time.monotonic()
         entry = self._pending.get(key)
         if entry is None:

@@ -60,6 +60,13 @@ async def handle_metadata(broker: Broker, req: DecodedRequest) -> MetadataRespon
         for requested in body.topics:
             name = requested.name
             try:
+                if req.api_version < 12 and name is None:
+                    # v10/v11 requests carry topic ids but their responses cannot hold a null name
+                    # (Kafka: "Topic name can not be null for version N"); never echo one.
+                    error = InvalidRequestError(f"Topic name can not be null for version {req.api_version}")
+                    broker.log_client_error(req, "metadata", error)
+                    topics.append(_error_topic("", error.error_code))
+                    continue
                 validate_topic_name(name or "")
                 if denied := broker.denial(DESCRIBE, TOPIC, name):
                     raise denied

@@ -22,7 +22,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from kafka.protocol.admin import CreatePartitionsRequest, CreateTopicsRequest, DeleteRecordsRequest, ListGroupsRequest
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer import JoinGroupRequest, ListOffsetsRequest, OffsetCommitRequest
@@ -37,9 +36,9 @@ SEED = int(os.environ.get("ADS_FUZZ_SEED", "20261125"))
 FRAMES = int(os.environ.get("ADS_FUZZ_FRAMES", "6000"))
 RSS_LIMIT_MIB = 512
 #: Findings the stream may make without failing, each reproduced by an xfail test below. Issue
-#: 12's holes and the fuzzer's own F1-F5 are fixed and not in it: any of them coming back fails the
-#: run. F6 (a null topic name echoed into a Metadata v10/v11 response) needs a handler fix.
-TOLERATED = {"F6"}
+#: 12's holes and the fuzzer's own F1-F6 are fixed and not in it: any of them coming back fails the
+#: run.
+TOLERATED: set[str] = set()
 
 
 def run_fuzz(tmp_path: Path, frames: int, source: Iterator[Frame] | list[Frame] | None = None,
@@ -228,8 +227,6 @@ def test_f5_undecodable_compressed_batches_get_corrupt_message(tmp_path: Path) -
     assert "F5" not in labels(findings)
 
 
-@pytest.mark.xfail(strict=False, reason="fuzz finding F6: Metadata v10/v11 echoes a null topic name into a "
-                   "response version where it is not nullable; needs a fix in protocol/metadata.py")
 def test_f6_metadata_v11_null_topic_name_gets_a_decodable_response(tmp_path: Path) -> None:
     # Topic names are nullable in Metadata requests from v10 (topic ids), in responses only from
     # v12. Kafka refuses a null name below v12 ("Topic name can not be null for version 11").

@@ -93,3 +93,17 @@ def test_rejection_log_aggregates(capsys: pytest.CaptureFixture[str]) -> None:
         structlog.reset_defaults()
     assert len(lines) == 3
     assert "count=1 " in lines[0] + " " and "count=999" in lines[2]
+
+
+def test_rejection_log_cuts_client_strings(capsys: pytest.CaptureFixture[str]) -> None:
+    """A client string of 32,767 bytes (a topic name, a group id) is not copied whole into a line
+    (fuzz, hole 5 leftover: one line per rejection could reach 65 KB)."""
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+                        processors=[structlog.processors.KeyValueRenderer()],
+                        logger_factory=structlog.PrintLoggerFactory(), cache_logger_on_first_use=False)
+    try:
+        RejectionLog().warn("1.2.3.4", "request rejected", topic="t" * 32767, error_code=17)
+        out = capsys.readouterr().out
+    finally:
+        structlog.reset_defaults()
+    assert len(out) < 1000 and "(32767 chars)" in out and "error_code=17" in out
