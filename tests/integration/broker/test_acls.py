@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -340,11 +341,13 @@ def test_cli_change_reaches_a_running_broker(broker: AclBroker) -> None:
     assert [e.code() for e in failed] == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
     acl_add(broker.data_dir, "--allow-principal", "User:nobody", "--operation", "WRITE", "--operation", "CREATE",
             "--topic", "late-grant")
-    for _ in range(20):
-        if produce(broker.conf("nobody"), "late-grant", 1, **{"enable.idempotence": False}) == []:
-            break
-    else:
-        pytest.fail("the ACL added with the CLI never took effect")
+    # The broker looks at the ACL file at most once a second, and a refused produce returns in
+    # milliseconds: retry over a span of time (30 s), not a number of attempts.
+    deadline = time.monotonic() + 30
+    while produce(broker.conf("nobody"), "late-grant", 1, **{"enable.idempotence": False}) != []:
+        if time.monotonic() > deadline:
+            pytest.fail("the ACL added with the CLI never took effect")
+        time.sleep(0.25)
 
 
 # -- the least-privilege role sets of docs/SECURITY.md -------------------------------------------------
