@@ -1,6 +1,8 @@
 """``dedupe-chaos``: run the embedded stack under faults and check exactly-once.
 
-Exit status: 0 when every safety and liveness count is zero, 1 otherwise, 2 on a usage error.
+Exit status: 0 when every safety and liveness count is zero, 1 otherwise, 2 on a usage error,
+3 when the harness itself failed and the run has no verdict (the report says why; the history
+and fault log are still written to the run directory).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ def main(
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
 ) -> None:
     """Run a profile and write the report; exit 1 on any safety or liveness violation."""
-    from dedupe_worker.chaos.harness import run
+    from dedupe_worker.chaos.harness import HarnessError, run
     from dedupe_worker.logs import configure
 
     if mode not in ("reconcile", "transactional"):
@@ -50,7 +52,13 @@ def main(
         prof = replace(prof, messages=messages or prof.messages, duration_s=duration or prof.duration_s)
     configure(log_level)
     root = workdir or Path(tempfile.mkdtemp(prefix=f"chaos-{time.strftime('%Y%m%d-%H%M%S')}-"))
-    body = run(prof, mode=mode, seed=seed, root=root, skip={k: "--skip" for k in skip or []})
+    try:
+        body = run(prof, mode=mode, seed=seed, root=root, skip={k: "--skip" for k in skip or []})
+    except HarnessError as e:
+        report.write_text(json.dumps(e.report, indent=2, default=str))
+        typer.echo(f"dedupe-chaos: no verdict: the harness failed ({e}); report {report}, history and fault log "
+                   f"in {root}", err=True)
+        raise typer.Exit(3) from None
     report.write_text(json.dumps(body, indent=2, default=str))
     counts = body["counts"]
     typer.echo(json.dumps({"valid": body["valid"], "messages": body["messages"]["sent"],

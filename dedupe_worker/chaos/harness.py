@@ -45,6 +45,7 @@ def run(profile: Profile, *, mode: str, seed: int, root: Path, skip: dict[str, s
     specs = schedule(profile, profile.partitions, list(cluster.workers), seed, kinds)
     monitor: LagMonitor | None = None
     nemesis: Nemesis | None = None
+    generator: Generator | None = None
     drained = False
     try:
         cluster.start()
@@ -63,6 +64,18 @@ def run(profile: Profile, *, mode: str, seed: int, root: Path, skip: dict[str, s
         t_stop = time.time()
         exit_codes = cluster.stop_workers()
         data = _collect(cluster, profile, generator, t_stop)
+    except BaseException as e:
+        # No verdict, but what happened so far is kept: a 2-hour history must not die with the
+        # harness (a broker that would not start in the final heal once cost a soak its verdict).
+        _keep_evidence(root, generator, nemesis)
+        failed = {"profile": profile.name, "mode": mode, "seed": seed, "run_dir": str(root), "valid": None,
+                  "harness_error": f"{type(e).__name__}: {e}", "started_at": round(t_begin, 3),
+                  "duration_s": round(time.time() - t_begin, 1),
+                  "messages": {"sent": len(generator.attempts) if generator else 0,
+                               "planned": len(generator.plan) if generator else 0},
+                  "faults": {"by_kind": nemesis.counts() if nemesis else {}}}
+        (root / "report.json").write_text(json.dumps(failed, indent=2, default=str))
+        raise HarnessError(failed) from e
     finally:
         if monitor is not None:
             monitor.stop()
@@ -73,14 +86,30 @@ def run(profile: Profile, *, mode: str, seed: int, root: Path, skip: dict[str, s
     attribution = {n: attribute(c, spans) for n, c in result.checks.items() if c.count}
     stores = {p: {"keys": len(s.message_ids), "input_offset": s.input_offset, "output_offset": s.output_offset,
                   "error": s.error} for p, s in data.stores.items()}
-    write_jsonl(root / "history.jsonl", (a.to_json() for a in generator.attempts.values()))
-    write_events(root / "faults.jsonl", nemesis.events if nemesis else [])
+    _keep_evidence(root, generator, nemesis)
     report = _report(profile, mode, seed, root, t_begin, generator, nemesis, monitor, cluster, result.to_json(),
                      drained, exit_codes, skipped)
     report["attribution"] = attribution
     report["stores"] = stores
     (root / "report.json").write_text(json.dumps(report, indent=2, default=str))
     return report
+
+
+class HarnessError(Exception):
+    """The harness itself failed (a process would not start, a read timed out): the run has no
+    verdict. ``report`` is what was written to ``report.json`` (``valid`` is None); the history
+    and fault log are in the run directory."""
+
+    def __init__(self, report: dict[str, Any]) -> None:
+        super().__init__(report["harness_error"])
+        self.report = report
+
+
+def _keep_evidence(root: Path, generator: Generator | None, nemesis: Nemesis | None) -> None:
+    """Write the send history and the fault log to the run directory."""
+    if generator is not None:
+        write_jsonl(root / "history.jsonl", (a.to_json() for a in list(generator.attempts.values())))
+    write_events(root / "faults.jsonl", nemesis.events if nemesis else [])
 
 
 def _touched(cluster: Cluster, target: str | None) -> set[int] | None:
