@@ -228,9 +228,11 @@ def _in_range(msgs: list[Any], part: OffsetRangePartition, position: int) -> tup
     are transaction markers or compacted (the range is done); any other error fails the task."""
     from confluent_kafka import KafkaError, Message
 
+    # Identity tests only: ``KafkaError == None`` (as in ``errors.count(None)``) sets a TypeError in
+    # confluent-kafka's rich comparison without raising it, and the read then fails far from here.
     errors = list(map(Message.error, msgs))
-    if errors.count(None) != len(msgs):
-        first = next(i for i, e in enumerate(errors) if e is not None)
+    first = next((i for i, e in enumerate(errors) if e is not None), None)
+    if first is not None:
         err = cast(Any, errors[first])
         if err.code() != KafkaError._PARTITION_EOF:
             raise AuditError(f"reading {part.topic}[{part.partition}] at offset {position}: {err}")
