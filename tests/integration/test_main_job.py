@@ -1,0 +1,35 @@
+"""The Quickstart's main job (`make run` = ``python -m dedupe_worker.demo``), end to end as a user
+runs it: embedded ads-broker, load generator, dedupe workers, the output read back, then the Spark
+audit of the same topics. Nothing else in the suite ran this path, and on 2026-11-25 its audit
+failed on the workers' transactional output (test_datasource_markers.py) while every test passed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+
+
+def test_the_main_job_dedupes_and_its_audit_agrees(tmp_path: Path) -> None:
+    env = {**os.environ, "DEDUPE_DEMO_DIR": str(tmp_path / "demo")}
+    done = subprocess.run([sys.executable, "-m", "dedupe_worker.demo"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=1100, check=False)
+    out = done.stdout + done.stderr
+    (tmp_path / "main-job.out").write_text(out)
+    assert done.returncode == 0, out[-4000:]
+    assert "OK: output is exactly the unique input" in out
+    match = re.search(r"audit report: (\S+)/index\.html", out)
+    assert match, out[-4000:]
+    report = json.loads((Path(match.group(1)) / "report.json").read_text())
+    assert report["output_duplicates"] == 0 and report["missing"] == 0
+    assert report["output_messages"] == 50_000
+    # librdkafka warns about settings that do not apply to a client (CONFWARN): none may be given.
+    assert "CONFWARN" not in out
