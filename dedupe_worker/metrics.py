@@ -34,6 +34,10 @@ class WorkerMetrics:
         self.output_lost = Counter("dedupe_output_lost", "Reconciles that found the output shorter than "
                                    "recorded (acknowledged output lost by the broker) and repaired the store",
                                    ["partition"], registry=registry)
+        self.rebuilds = Counter("dedupe_store_rebuilds", "Stores rebuilt from the output's last window: "
+                                "reason=no_local_state (the store was empty while the output held records: a "
+                                "new, wiped or deleted volume) or output_lost (a lost-output repair)",
+                                ["partition", "reason"], registry=registry)
         self.bad_headers = Counter("dedupe_output_bad_headers", "Output records replayed whose "
                                    "dedupe.source.offset header is not an offset", ["partition"], registry=registry)
         self.rocksdb = Gauge("dedupe_rocksdb_ticker", "RocksDB statistics tickers",

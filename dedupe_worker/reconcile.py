@@ -52,6 +52,10 @@ class ReconcileResult:
     records: int
     inserted: int
     meta: StoreMeta
+    #: The store had no local state while the output already held records: it was rebuilt from
+    #: the output's last window (a new or wiped volume, a deleted store, a partition gained in a
+    #: rebalance by a host that never served it). Counted by ``dedupe_store_rebuilds_total``.
+    rebuilt: bool = False
 
 
 def apply_output_records(store: RocksDBStore, records: list[Any], *, tolerance_ms: int = 0,
@@ -209,7 +213,8 @@ def reconcile(store: RocksDBStore, cfg: WorkerConfig, partition: int, *, idle_ti
         consumer.close()
     log.info("reconciled", partition=partition, from_offset=start, records=replay.records, inserted=replay.inserted,
              input_offset=store.meta().input_offset, output_offset=store.meta().output_offset)
-    return ReconcileResult(records=replay.records, inserted=replay.inserted, meta=store.meta())
+    return ReconcileResult(records=replay.records, inserted=replay.inserted, meta=store.meta(),
+                           rebuilt=rebuild and end > 0)
 
 
 class _Replay:

@@ -338,7 +338,9 @@ class PartitionWorker:
         state = marker.read_bytes() if marker.exists() else None
         if state != REPAIR_REBUILDING:
             try:
-                reconcile(store, self.cfg, self.partition, on_records=counter_inc, on_bad_header=bad)
+                result = reconcile(store, self.cfg, self.partition, on_records=counter_inc, on_bad_header=bad)
+                if result.rebuilt:
+                    self.metrics.rebuilds.labels(**self._labels, reason="no_local_state").inc()
                 return state is not None
             except OutputLostError as e:
                 log.error(str(e), partition=self.partition, action="rebuilding the store from the output and "
@@ -352,6 +354,7 @@ class PartitionWorker:
         self.faults.hit("mid_repair", self._reconciles)
         store = self.open_store()
         reconcile(store, self.cfg, self.partition, on_records=counter_inc, on_bad_header=bad)
+        self.metrics.rebuilds.labels(**self._labels, reason="output_lost").inc()
         store.flush()
         atomic_write(marker, REPAIR_REBUILT)
         return True

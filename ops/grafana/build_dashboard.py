@@ -101,14 +101,17 @@ def build() -> db.Dashboard:
         .with_panel(_series("Keys aged out", "ops", "Keys deleted by aging per second.",
                             _q(f"sum by (partition) (rate(dedupe_aged_keys_total{{{SEL}}}[$__rate_interval]))",
                                "p{{partition}}")))
-        .with_panel(_series("Restarts, reconciles, lost output", "short",
-                            "Partition restarts, output records replayed by reconcile, lost-output repairs.",
+        .with_panel(_series("Restarts, reconciles, lost output, rebuilds", "short",
+                            "Partition restarts, output records replayed by reconcile, lost-output repairs, "
+                            "stores rebuilt from the output (by reason).",
                             _q(f"sum by (partition) (increase(dedupe_partition_restarts_total{{{SEL}}}[1h]))",
                                "restarts p{{partition}}"),
                             _q(f"sum by (partition) (increase(dedupe_reconcile_records_total{{{SEL}}}[1h]))",
                                "replayed p{{partition}}", "B"),
                             _q(f"sum by (partition) (increase(dedupe_output_lost_total{{{SEL}}}[1h]))",
-                               "lost p{{partition}}", "C")))
+                               "lost p{{partition}}", "C"),
+                            _q(f"sum by (partition, reason) (dedupe_store_rebuilds_total{{{SEL}}})",
+                               "rebuilt p{{partition}} {{reason}}", "D")))
     )
 
 

@@ -56,6 +56,31 @@ def test_rebuild_reads_only_the_last_window(ads_broker: BrokerProcess, topic_nam
         store.close()
 
 
+def test_only_a_store_without_state_over_a_non_empty_output_counts_as_rebuilt(
+        ads_broker: BrokerProcess, topic_name: str, tmp_path: Path) -> None:
+    now = int(time.time() * 1000)
+    empty = f"{topic_name}-empty"
+    create_topics(ads_broker.bootstrap, {empty: 1})
+    cfg = load_config(None, bootstrap=ads_broker.bootstrap, input_topic="in", output_topic=empty, dlq_topic="dlq",
+                      group="g-empty", data_dir=tmp_path / "e")
+    store = RocksDBStore(cfg.partition_dir(0), cfg.store.rocksdb(cfg.aging), topic="in", partition=0)
+    try:
+        assert reconcile(store, cfg, 0).rebuilt is False  # a first start: nothing to rebuild from
+    finally:
+        store.close()
+    _write_output(ads_broker.bootstrap, topic_name, [now - 10 + i for i in range(10)])
+    cfg = load_config(None, bootstrap=ads_broker.bootstrap, input_topic="in", output_topic=topic_name,
+                      dlq_topic="dlq", group="g-full", data_dir=tmp_path / "f")
+    store = RocksDBStore(cfg.partition_dir(0), cfg.store.rocksdb(cfg.aging), topic="in", partition=0)
+    try:
+        first = reconcile(store, cfg, 0)
+        assert first.rebuilt is True and first.records == 10
+        again = reconcile(store, cfg, 0)  # the store now holds state: an ordinary reconcile
+        assert again.rebuilt is False and again.records == 0
+    finally:
+        store.close()
+
+
 def test_the_minimum_window_extends_the_rebuild_back_in_time(ads_broker: BrokerProcess, topic_name: str,
                                                                tmp_path: Path) -> None:
     now = int(time.time() * 1000)
