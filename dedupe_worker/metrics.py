@@ -43,11 +43,25 @@ class WorkerMetrics:
         self.rocksdb = Gauge("dedupe_rocksdb_ticker", "RocksDB statistics tickers",
                              ["partition", "ticker"], registry=registry)
 
+    def zero_counters(self, labels: dict[str, str]) -> None:
+        """Export a partition's event counters at 0 before anything happens to them: ``increase()``
+        cannot see a series' first value, so a counter born at 1 (its first event) goes unnoticed by
+        the alerts. (A process that counts an event while it starts, before its first scrape, is
+        still born at 1 on a host never scraped before; the alert rules also look for new series.)"""
+        for counter in (self.output_lost, self.restarts, self.bad_headers):
+            counter.labels(**labels)
+        for reason in REBUILD_REASONS:
+            self.rebuilds.labels(**labels, reason=reason)
+
     def serve(self, port: int, addr: str = "127.0.0.1") -> int:
         """Expose ``/metrics`` on ``addr:port`` (0 picks a free port); returns the port."""
         server, _ = start_http_server(port, addr=addr, registry=self.registry)
         return int(server.server_port)
 
+
+#: ``reason`` of ``dedupe_store_rebuilds_total``: an empty store over a non-empty output, a
+#: lost-output repair.
+REBUILD_REASONS = ("no_local_state", "output_lost")
 
 ROCKSDB_TICKERS = ("rocksdb.bloom.filter.useful", "rocksdb.bloom.filter.full.positive",
                    "rocksdb.block.cache.hit", "rocksdb.block.cache.miss", "rocksdb.memtable.hit",

@@ -249,6 +249,7 @@ class PartitionWorker:
         self._paused = threading.Event()
         self._last_stats = 0.0
         self._labels = {"partition": str(partition)}
+        metrics.zero_counters(self._labels)
         self.ager: Ager | None = None
         self._inflight: InFlight | None = None
         self._h_partition = (H_SOURCE_PARTITION, str(partition).encode())
