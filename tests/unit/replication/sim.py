@@ -64,6 +64,7 @@ CHECKS = (
     "log_matching: two logs with the same epoch at one offset hold the same records up to it",
     "hw_agreement: live replicas hold the same records below the smaller of their HWs",
     "hw_monotonic: a leader's HW never decreases within its epoch",
+    "min_isr_ack: an acks=all write is acknowledged only when min.insync.replicas ISR members hold it",
 )
 
 
@@ -149,6 +150,7 @@ class Simulator:
         self.acked_all: dict[str, int] = {}
         self.acked_one: dict[str, int] = {}
         self.rejected: dict[str, Errors] = {}
+        self.weak_acks: list[str] = []
         self.hw_seen: dict[tuple[int, int], int] = {}
         self.trace: list[str] = []
         self._next = 0
@@ -270,11 +272,14 @@ class Simulator:
             self.alter_queue.append(result.alter_partition)
         return f"{b.id}: fetch from {target.id} -> {result.error.name}, {got} records, cut {cut}"
 
-    def deliver_leader_and_isr(self, broker: int) -> str | None:
+    def deliver_leader_and_isr(self, broker: int, index: int = 0) -> str | None:
+        """Deliver the ``index``-th queued LeaderAndIsr (0: in order; others: reordered, as a
+        message from a previous controller can arrive after its successor's)."""
         b = self.brokers[broker]
         if not b.alive or not b.inbox:
             return None
-        update = b.inbox.popleft()
+        update = b.inbox[index % len(b.inbox)]
+        b.inbox.remove(update)
         if should_apply_leader_and_isr(b.known, update) is not Errors.NONE:
             return f"{b.id}: stale {update}"
         b.known = update
@@ -411,6 +416,10 @@ class Simulator:
                 still.append(p)
             elif error is Errors.NONE:
                 self.acked_all[p.value] = p.offset
+                holders = [m for m in b.leader.partition_state.maximal_isr
+                           if p.offset < self.brokers[m].leo and self.brokers[m].log[p.offset].value == p.value]
+                if len(holders) < b.leader.effective_min_isr():
+                    self.weak_acks.append(f"{p.value}@{p.offset} acknowledged by {b.id} held by ISR {holders}")
             else:
                 self.rejected[p.value] = error
         self.pending = still
@@ -437,7 +446,7 @@ class Simulator:
             actions.append((12, lambda: self.fetch(r.choice(followers), r.randint(1, 3))))
         inboxes = [b.id for b in bs if b.alive and b.inbox]
         if inboxes:
-            actions.append((6, lambda: self.deliver_leader_and_isr(r.choice(inboxes))))
+            actions.append((6, lambda: self.deliver_leader_and_isr(r.choice(inboxes), r.choice([0, 0, 0, 1, 2]))))
         if self.alter_queue:
             actions.append((3, self.deliver_alter_partition))
         replies = [b.id for b in bs if b.alive and b.alter_replies]
@@ -468,7 +477,7 @@ class Simulator:
     # -- the checker ---------------------------------------------------------------------------
 
     def check(self) -> list[str]:
-        out: list[str] = []
+        out = [f"min_isr_ack: {w}" for w in self.weak_acks]
         isr = [self.brokers[i] for i in self.controller.isr]
         for leader in self.acting_leaders():
             hw = leader.high_watermark

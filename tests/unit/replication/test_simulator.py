@@ -157,9 +157,9 @@ class ReplicationMachine(RuleBasedStateMachine):
     def fetch(self, broker: int, n: int) -> None:
         self._do(lambda: self.sim.fetch(broker, n))
 
-    @rule(broker=BROKERS)
-    def deliver_leader_and_isr(self, broker: int) -> None:
-        self._do(lambda: self.sim.deliver_leader_and_isr(broker))
+    @rule(broker=BROKERS, index=st.sampled_from([0, 0, 1, 2]))
+    def deliver_leader_and_isr(self, broker: int, index: int) -> None:
+        self._do(lambda: self.sim.deliver_leader_and_isr(broker, index))
 
     @rule()
     def deliver_alter_partition(self) -> None:
