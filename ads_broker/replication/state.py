@@ -46,12 +46,13 @@ Invariants these rules keep (each is checked after every step by the simulator):
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from ads_broker.replication.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET, LeaderEpochFileCache
 
 __all__ = [
+    "NO_BROKER_EPOCH",
     "NO_LEADER",
     "UNKNOWN_OFFSET",
     "AlterPartitionRequest",
@@ -79,6 +80,8 @@ __all__ = [
 NO_LEADER = -1
 #: UnifiedLog.UnknownOffset: a follower's log end offset before its first fetch.
 UNKNOWN_OFFSET = -1
+#: A broker epoch that is not checked (Kafka sends -1 for members it has no epoch of).
+NO_BROKER_EPOCH = -1
 ACKS_ALL = -1
 
 
@@ -157,6 +160,9 @@ class AlterPartitionRequest:
     new_isr: tuple[int, ...]
     expanding: int | None = None  # the replica being added (PendingExpandIsr), else a shrink
     removing: tuple[int, ...] = ()
+    #: KIP-903: the broker epoch (registration generation) the leader saw for each ISR member it
+    #: knows one of; the controller refuses the change if a member has registered again since.
+    broker_epochs: tuple[tuple[int, int], ...] = ()
 
 
 # -- controller-side rules ---------------------------------------------------------------------
@@ -211,13 +217,18 @@ def leader_and_isr_after_broker_startup(current: LeaderAndIsr, started: int, liv
 
 
 def validate_alter_partition(current: LeaderAndIsr, request: AlterPartitionRequest,
-                             live: Iterable[int]) -> tuple[Errors, LeaderAndIsr]:
+                             live: Mapping[int, int]) -> tuple[Errors, LeaderAndIsr]:
     """The controller's check of a leader's ISR change; on NONE the new state to write.
 
     A request from another broker than the leader is NOT_LEADER_OR_FOLLOWER, from an older
     leader epoch FENCED_LEADER_EPOCH, based on an older partition epoch INVALID_UPDATE_VERSION
     (a repeated request whose ISR is already written answers the current state), and an ISR with
-    a replica that is not alive INELIGIBLE_REPLICA.
+    a replica that is not alive, or whose broker epoch is not the one it is registered with now,
+    INELIGIBLE_REPLICA. ``live`` maps each registered broker to its broker epoch.
+
+    The broker-epoch check (KIP-903) matters: an expansion decided on a fetch from a replica's
+    previous life, answered after that replica restarted without its unflushed tail, would
+    otherwise put a replica that lacks committed records into the ISR (the simulator found this).
     """
     if request.broker_id != current.leader:
         return Errors.NOT_LEADER_OR_FOLLOWER, current
@@ -229,8 +240,9 @@ def validate_alter_partition(current: LeaderAndIsr, request: AlterPartitionReque
         if tuple(sorted(request.new_isr)) == current.isr:
             return Errors.NONE, current
         return Errors.INVALID_UPDATE_VERSION, current
-    live_set = set(live)
-    if any(r not in live_set for r in request.new_isr) or request.broker_id not in request.new_isr:
+    if any(r not in live for r in request.new_isr) or request.broker_id not in request.new_isr:
+        return Errors.INELIGIBLE_REPLICA, current
+    if any(live.get(r) != epoch for r, epoch in request.broker_epochs if epoch != NO_BROKER_EPOCH):
         return Errors.INELIGIBLE_REPLICA, current
     return Errors.NONE, current.with_change(isr=request.new_isr)
 
@@ -277,9 +289,10 @@ class ReplicaState:
     last_fetch_leader_log_end_offset: int = UNKNOWN_OFFSET
     last_fetch_time_ms: int = 0
     last_caught_up_time_ms: int = 0
+    broker_epoch: int = NO_BROKER_EPOCH  # of the broker that sent the last fetch (KIP-903)
 
     def update_fetch_state(self, fetch_offset: int, follower_start_offset: int, fetch_time_ms: int,
-                           leader_end_offset: int) -> None:
+                           leader_end_offset: int, broker_epoch: int = NO_BROKER_EPOCH) -> None:
         """A fetch at ``fetch_offset`` proves the follower holds everything below it.
 
         The follower was caught up at this fetch if it asked from the leader's end, and at its
@@ -293,6 +306,7 @@ class ReplicaState:
         self.log_end_offset = fetch_offset
         self.last_fetch_leader_log_end_offset = max(leader_end_offset, self.last_fetch_leader_log_end_offset)
         self.last_fetch_time_ms = fetch_time_ms
+        self.broker_epoch = broker_epoch
 
     def reset(self, now_ms: int, *, is_new_leader: bool, in_sync: bool) -> None:
         """resetReplicaState: a new leader forgets positions; ISR members count as caught up now."""
@@ -302,6 +316,7 @@ class ReplicaState:
             self.log_end_offset = UNKNOWN_OFFSET
             self.last_fetch_leader_log_end_offset = UNKNOWN_OFFSET
             self.last_fetch_time_ms = 0
+            self.broker_epoch = NO_BROKER_EPOCH
 
     def is_caught_up(self, leader_end_offset: int, now_ms: int, replica_lag_time_max_ms: int) -> bool:
         return (leader_end_offset == self.log_end_offset
@@ -456,10 +471,11 @@ class LeaderState:
     def handle_follower_fetch(self, replica_id: int, *, current_leader_epoch: int | None, fetch_offset: int,
                               last_fetched_epoch: int | None, follower_log_start_offset: int,
                               cache: LeaderEpochFileCache, log_start_offset: int, log_end_offset: int,
-                              now_ms: int) -> FollowerFetchResult:
+                              now_ms: int, broker_epoch: int = NO_BROKER_EPOCH) -> FollowerFetchResult:
         """Partition.fetchRecords for a follower: fence, check divergence, record the position.
 
         The HW in the answer is the one before this fetch moved it, as Kafka reads it.
+        ``broker_epoch`` is the follower's registration generation (Fetch's ReplicaEpoch).
         """
         error = self.check_current_leader_epoch(current_leader_epoch)
         if error is not Errors.NONE:
@@ -477,7 +493,7 @@ class LeaderState:
                 return FollowerFetchResult(Errors.NONE, initial_hw, EpochEndOffset(Errors.NONE, epoch, end))
         if fetch_offset < log_start_offset or fetch_offset > log_end_offset:
             return FollowerFetchResult(Errors.OFFSET_OUT_OF_RANGE)
-        replica.update_fetch_state(fetch_offset, follower_log_start_offset, now_ms, log_end_offset)
+        replica.update_fetch_state(fetch_offset, follower_log_start_offset, now_ms, log_end_offset, broker_epoch)
         alter = self.maybe_expand_isr(replica_id)
         moved = self.maybe_increment_leader_hw(log_end_offset, now_ms)
         return FollowerFetchResult(Errors.NONE, initial_hw, None, alter, moved)
@@ -491,10 +507,15 @@ class LeaderState:
         ps = self.partition_state
         if ps.is_inflight or replica_id in ps.isr or not self.is_follower_in_sync(replica_id):
             return None
-        request = AlterPartitionRequest(self.broker_id, self.leader_epoch, self.partition_epoch,
-                                        tuple(sorted(ps.isr | {replica_id})), expanding=replica_id)
+        new_isr = tuple(sorted(ps.isr | {replica_id}))
+        request = AlterPartitionRequest(self.broker_id, self.leader_epoch, self.partition_epoch, new_isr,
+                                        expanding=replica_id, broker_epochs=self._broker_epochs(new_isr))
         self.partition_state = PartitionState(ps.isr, request)
         return request
+
+    def _broker_epochs(self, isr: Iterable[int]) -> tuple[tuple[int, int], ...]:
+        """addBrokerEpochToIsr: the epoch each follower fetched with; -1 where none is known."""
+        return tuple((r, self.remote[r].broker_epoch) for r in isr if r in self.remote)
 
     def out_of_sync_replicas(self, log_end_offset: int, now_ms: int) -> set[int]:
         """getOutOfSyncReplicas: ISR followers not caught up within replica.lag.time.max.ms."""
@@ -509,8 +530,9 @@ class LeaderState:
         if not out:
             return None
         ps = self.partition_state
-        request = AlterPartitionRequest(self.broker_id, self.leader_epoch, self.partition_epoch,
-                                        tuple(sorted(ps.isr - out)), removing=tuple(sorted(out)))
+        new_isr = tuple(sorted(ps.isr - out))
+        request = AlterPartitionRequest(self.broker_id, self.leader_epoch, self.partition_epoch, new_isr,
+                                        removing=tuple(sorted(out)), broker_epochs=self._broker_epochs(new_isr))
         self.partition_state = PartitionState(ps.isr, request)
         return request
 
@@ -611,6 +633,17 @@ class FollowerState:
     @property
     def leader_epoch(self) -> int:
         return self.leader_and_isr.leader_epoch
+
+    def is_current_response(self, request_leader_epoch: int, request_fetch_offset: int, log_end_offset: int) -> bool:
+        """Whether an answer may be applied (AbstractFetcherThread.processFetchRequest).
+
+        Only an answer to a request sent in the epoch the follower still follows, from the log end
+        it still has, and not after being fenced: anything else was overtaken by a LeaderAndIsr
+        or a truncation and is dropped, or it could append records at the wrong offsets or undo
+        a truncation.
+        """
+        return (self.state is not FetchState.FENCED and request_leader_epoch == self.leader_epoch
+                and request_fetch_offset == log_end_offset)
 
     def offset_for_leader_epoch_request(self, cache: LeaderEpochFileCache) -> int | None:
         """The epoch to ask the leader about: the follower's latest (None: nothing to check)."""

@@ -23,7 +23,9 @@ chosen by the seeded scheduler).
 ``kip101`` (the first leader-epoch protocol: the leader answers the start offset of the next
 epoch, no epoch in the answer, no iteration) and ``high_watermark`` (pre-KIP-101: a replica that
 becomes a follower, or restarts, cuts its log at its own high watermark) exist only here, so the
-regression tests can show the checker catching what they break.
+regression tests can show the checker catching what they break. ``broker_epochs=False`` makes
+followers fetch without their broker epoch (ZooKeeper-mode Kafka before KIP-903), for the same
+purpose.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from dataclasses import dataclass, field
 
 from ads_broker.replication.leader_epoch import UNDEFINED_EPOCH, LeaderEpochFileCache
 from ads_broker.replication.state import (
+    NO_BROKER_EPOCH,
     NO_LEADER,
     AlterPartitionRequest,
     EpochEndOffset,
@@ -92,6 +95,27 @@ class PendingProduce:
 
 
 @dataclass
+class Response:
+    """A replica request's answer on its way back to the follower."""
+
+    leader_epoch: int  # the follower's epoch when it sent the request
+    fetch_offset: int  # its log end offset then
+    source: int
+    requested_epoch: int | None
+    answer: EpochEndOffset | None = None  # OffsetForLeaderEpoch
+    result: FollowerFetchResult | None = None  # Fetch
+    records: list[Rec] = field(default_factory=list)
+
+    def describe(self) -> str:
+        if self.answer is not None:
+            return f"OffsetForLeaderEpoch({self.requested_epoch}) from {self.source} -> {self.answer}"
+        if self.result is not None:
+            return (f"fetch at {self.fetch_offset} from {self.source} -> {self.result.error.name}, "
+                    f"{len(self.records)} records, diverging {self.result.diverging_epoch}")
+        return "nothing to ask (empty log)"
+
+
+@dataclass
 class Broker:
     id: int
     cache: LeaderEpochFileCache = field(default_factory=LeaderEpochFileCache)
@@ -99,12 +123,14 @@ class Broker:
     flushed: int = 0  # records on disk; the rest is in the page cache
     alive: bool = True  # the process runs
     registered: bool = True  # the controller counts it alive (holds its ZooKeeper session)
+    broker_epoch: int = 0  # changes at every registration (ZooKeeper: the registration's czxid)
     known: LeaderAndIsr | None = None  # the last LeaderAndIsr applied
     leader: LeaderState | None = None
     follower: FollowerState | None = None
     checkpointed_hw: int = 0  # replication-offset-checkpoint
     inbox: deque[LeaderAndIsr] = field(default_factory=deque)
     alter_replies: deque[tuple[AlterPartitionRequest, Errors, LeaderAndIsr]] = field(default_factory=deque)
+    responses: deque[Response] = field(default_factory=deque)
 
     @property
     def leo(self) -> int:
@@ -138,9 +164,10 @@ class Simulator:
     """One partition on ``n`` brokers (replicas ``0..n-1``, broker 0 the first leader)."""
 
     def __init__(self, n: int = 3, *, config: ReplicationConfig | None = None,
-                 rule: TruncationRule = TruncationRule.KIP279, seed: int = 0) -> None:
+                 rule: TruncationRule = TruncationRule.KIP279, seed: int = 0, broker_epochs: bool = True) -> None:
         self.config = config or ReplicationConfig(min_insync_replicas=2, replica_lag_time_max_ms=10_000)
         self.rule = rule
+        self.broker_epochs = broker_epochs  # False: followers fetch with -1, as ZooKeeper-mode Kafka did
         self.now = BASE_TS
         self.rng = random.Random(seed)
         self.brokers = {i: Broker(i) for i in range(n)}
@@ -154,14 +181,16 @@ class Simulator:
         self.hw_seen: dict[tuple[int, int], int] = {}
         self.trace: list[str] = []
         self._next = 0
+        self._registrations = 0
         for b in self.brokers.values():
             b.inbox.append(self.controller)
             self.deliver_leader_and_isr(b.id)
 
     # -- facts ---------------------------------------------------------------------------------
 
-    def live(self) -> set[int]:
-        return {b.id for b in self.brokers.values() if b.registered}
+    def live(self) -> dict[int, int]:
+        """Registered brokers and their broker epochs, as the controller sees them."""
+        return {b.id: b.broker_epoch for b in self.brokers.values() if b.registered}
 
     def acting_leaders(self) -> list[Broker]:
         return [b for b in self.brokers.values() if b.alive and b.leader is not None]
@@ -181,7 +210,7 @@ class Simulator:
     def _publish(self, new: LeaderAndIsr, also: int | None = None) -> None:
         if new != self.controller:
             self.controller = new
-            targets = self.live()
+            targets = set(self.live())
         else:
             targets = set()
         if also is not None:
@@ -216,8 +245,10 @@ class Simulator:
             self.acked_one[value] = offset
         return f"produce {value}@{offset} acks={acks} to {b.id} (epoch {b.leader.leader_epoch})"
 
-    def fetch(self, follower: int, max_records: int = 2) -> str | None:
-        """One round of ``follower``'s fetcher against the leader it knows."""
+    def fetch(self, follower: int, max_records: int = 2, *, deliver: bool = True) -> str | None:
+        """One request of ``follower``'s fetcher to the leader it knows: OffsetForLeaderEpoch while
+        truncating, else Fetch. The leader handles it now; the answer is applied now, or with
+        ``deliver=False`` stays in flight until ``deliver_fetch_response``."""
         b = self.brokers[follower]
         f = b.follower
         if not b.alive or f is None or f.leader == NO_LEADER or f.state is FetchState.FENCED:
@@ -226,8 +257,14 @@ class Simulator:
         if not target.alive:
             return None
         if f.state is FetchState.TRUNCATING:
-            return self._truncation_round(b, f, target)
-        return self._fetch_round(b, f, target, max_records)
+            response = self._offset_for_leader_epoch(b, f, target)
+        else:
+            response = self._leader_fetch(b, f, target, max_records)
+        b.responses.append(response)
+        line = f"{b.id}: {response.describe()}"
+        if deliver:
+            line += "; " + (self.deliver_fetch_response(follower) or "")
+        return line
 
     def _answer_from(self, target: Broker, epoch: int) -> Errors:
         """What a broker that does not lead answers a replica request for ``epoch``."""
@@ -235,23 +272,19 @@ class Simulator:
         error = check_current_leader_epoch(known, epoch)
         return Errors.NOT_LEADER_OR_FOLLOWER if error is Errors.NONE else error
 
-    def _truncation_round(self, b: Broker, f: FollowerState, target: Broker) -> str:
+    def _offset_for_leader_epoch(self, b: Broker, f: FollowerState, target: Broker) -> Response:
         requested = f.offset_for_leader_epoch_request(b.cache)
         if requested is None:
-            f.on_empty_lineage()
-            return f"{b.id}: empty log, fetching"
+            return Response(f.leader_epoch, b.leo, target.id, requested)
         if target.leader is None:
             answer = EpochEndOffset(self._answer_from(target, f.leader_epoch))
         else:
             answer = target.leader.last_offset_for_leader_epoch(f.leader_epoch, requested, target.cache, target.leo)
             if self.rule is TruncationRule.KIP101 and answer.error is Errors.NONE:
                 answer = EpochEndOffset(Errors.NONE, UNDEFINED_EPOCH, _kip101_end_offset(target, requested))
-        cut = f.on_truncation_answer(answer, b.cache, b.leo)
-        if cut is not None:
-            b.truncate_to(cut.offset)
-        return f"{b.id}: OffsetForLeaderEpoch({requested}) -> {answer}, cut {cut}, now {f.state.name}"
+        return Response(f.leader_epoch, b.leo, target.id, requested, answer=answer)
 
-    def _fetch_round(self, b: Broker, f: FollowerState, target: Broker, max_records: int) -> str:
+    def _leader_fetch(self, b: Broker, f: FollowerState, target: Broker, max_records: int) -> Response:
         last_epoch = b.cache.latest_epoch() if self.rule is TruncationRule.KIP279 else None
         if target.leader is None:
             result = FollowerFetchResult(self._answer_from(target, f.leader_epoch))
@@ -259,18 +292,36 @@ class Simulator:
             result = target.leader.handle_follower_fetch(
                 b.id, current_leader_epoch=f.leader_epoch, fetch_offset=b.leo, last_fetched_epoch=last_epoch,
                 follower_log_start_offset=0, cache=target.cache, log_start_offset=0, log_end_offset=target.leo,
-                now_ms=self.now)
-        got = 0
-        if result.error is Errors.NONE and result.diverging_epoch is None:
-            for rec in target.log[b.leo:b.leo + max_records]:
-                b.append(rec)
-                got += 1
-        cut = f.on_fetch_response(result, b.cache, b.leo)
-        if cut is not None:
-            b.truncate_to(cut.offset)
+                now_ms=self.now, broker_epoch=b.broker_epoch if self.broker_epochs else NO_BROKER_EPOCH)
         if result.alter_partition is not None:
             self.alter_queue.append(result.alter_partition)
-        return f"{b.id}: fetch from {target.id} -> {result.error.name}, {got} records, cut {cut}"
+        records = []
+        if result.error is Errors.NONE and result.diverging_epoch is None:
+            records = target.log[b.leo:b.leo + max_records]
+        return Response(f.leader_epoch, b.leo, target.id, None, result=result, records=records)
+
+    def deliver_fetch_response(self, follower: int) -> str | None:
+        """Apply the oldest answer in flight to ``follower``, if its fetcher still wants it."""
+        b = self.brokers[follower]
+        if not b.alive or not b.responses:
+            return None
+        response = b.responses.popleft()
+        f = b.follower
+        if f is None or not f.is_current_response(response.leader_epoch, response.fetch_offset, b.leo):
+            return f"{b.id}: dropped a stale answer ({response.describe()})"
+        if response.answer is None and response.result is None:
+            f.on_empty_lineage()
+            return f"{b.id}: empty log, fetching"
+        if response.answer is not None:
+            cut = f.on_truncation_answer(response.answer, b.cache, b.leo)
+        else:
+            assert response.result is not None
+            for rec in response.records:
+                b.append(rec)
+            cut = f.on_fetch_response(response.result, b.cache, b.leo)
+        if cut is not None:
+            b.truncate_to(cut.offset)
+        return f"{b.id}: applied, {len(response.records)} records, cut {cut}, now {f.state.name}"
 
     def deliver_leader_and_isr(self, broker: int, index: int = 0) -> str | None:
         """Deliver the ``index``-th queued LeaderAndIsr (0: in order; others: reordered, as a
@@ -358,6 +409,7 @@ class Simulator:
         b.step_down()
         b.inbox.clear()
         b.alter_replies.clear()
+        b.responses.clear()
         if lossy:  # log recovery: the unflushed tail is gone, the epoch cache follows the log
             b.truncate_to(b.flushed)
         if b.registered:
@@ -392,6 +444,8 @@ class Simulator:
 
     def _register(self, b: Broker) -> str:
         b.registered = True
+        self._registrations += 1
+        b.broker_epoch = self._registrations
         self._publish(leader_and_isr_after_broker_startup(self.controller, b.id, self.live()), also=b.id)
         return f"{b.id}: registered, controller {self.controller}"
 
@@ -443,7 +497,10 @@ class Simulator:
         ]
         followers = [b.id for b in bs if b.alive and b.follower is not None]
         if followers:
-            actions.append((12, lambda: self.fetch(r.choice(followers), r.randint(1, 3))))
+            actions.append((12, lambda: self.fetch(r.choice(followers), r.randint(1, 3), deliver=r.random() < 0.7)))
+        waiting = [b.id for b in bs if b.alive and b.responses]
+        if waiting:
+            actions.append((4, lambda: self.deliver_fetch_response(r.choice(waiting))))
         inboxes = [b.id for b in bs if b.alive and b.inbox]
         if inboxes:
             actions.append((6, lambda: self.deliver_leader_and_isr(r.choice(inboxes), r.choice([0, 0, 0, 1, 2]))))

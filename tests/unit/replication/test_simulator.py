@@ -3,7 +3,7 @@ run, and a Hypothesis state machine over every action, all driving the real
 ``ads_broker.replication`` rules and checking the invariants after every step.
 
 Profiles: CI keeps this to a few seconds; ``REPLICATION_SIM_EXAMPLES`` (Hypothesis examples,
-default 60), ``REPLICATION_SIM_STEPS`` (steps per example, default 60) and
+default 100), ``REPLICATION_SIM_STEPS`` (steps per example, default 60) and
 ``REPLICATION_SIM_SEEDS`` (seeded-scheduler runs of 400 steps, default 12) make it longer
 (docs/REPLICATION.md gives the soak command).
 """
@@ -20,7 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from tests.unit.replication.sim import ACKS_ALL, Simulator, TruncationRule
 
-EXAMPLES = int(os.environ.get("REPLICATION_SIM_EXAMPLES", "60"))
+EXAMPLES = int(os.environ.get("REPLICATION_SIM_EXAMPLES", "100"))
 STEPS = int(os.environ.get("REPLICATION_SIM_STEPS", "60"))
 SEEDS = int(os.environ.get("REPLICATION_SIM_SEEDS", "12"))
 #: Only to show the checker bites: run the machine with an old rule (it must then fail).
@@ -111,6 +111,39 @@ def test_kip279_scenario_with_the_first_kip101_answer_diverges() -> None:
     assert [r.value for r in sim.brokers[1].log] == ["v0", "v2", "v3"]
 
 
+# -- (c) found by the simulator: an ISR expansion from a replica's previous life ------------------
+
+STALE_EXPANSION_STEPS: list[Callable[[Simulator], object]] = [
+    lambda s: s.produce(1),  # v0@0
+    lambda s: s.fetch(1), lambda s: s.fetch(2),  # both hold v0
+    lambda s: s.tick(11_000),
+    lambda s: s.fetch(1),  # 1 is caught up, 2 has lagged for 11 s
+    lambda s: s.shrink_isr(0), lambda s: s.deliver_alter_partition(), lambda s: s.deliver_alter_reply(0),
+    lambda s: s.fetch(2),  # 2 is at the HW again: leader 0 proposes ISR {0, 1, 2} ...
+    lambda s: s.crash(2, True),  # ... 2 dies losing its unflushed log ...
+    lambda s: s.restart(2),  # ... and registers again, empty
+    lambda s: s.deliver_alter_partition(),  # the controller answers the old proposal
+    lambda s: s.deliver_alter_reply(0),
+]
+
+
+def test_isr_expansion_from_a_replicas_previous_life_is_refused() -> None:
+    sim = Simulator()
+    start(sim)
+    assert run(sim, STALE_EXPANSION_STEPS) == []
+    assert sim.controller.isr == (0, 1)
+    assert "AlterPartition (0, 1, 2) from 0: INELIGIBLE_REPLICA" in sim.trace
+
+
+def test_isr_expansion_without_broker_epochs_admits_an_empty_replica() -> None:
+    """ZooKeeper-mode Kafka sent no broker epoch (-1): the stale expansion went through."""
+    sim = Simulator(broker_epochs=False)
+    start(sim)
+    broken = run(sim, STALE_EXPANSION_STEPS)
+    assert sim.controller.isr == (0, 1, 2)
+    assert any(b.startswith("strong_isr: ISR member 2 differs from leader 0") for b in broken), broken
+
+
 # -- seeded scheduler ----------------------------------------------------------------------------
 
 
@@ -124,16 +157,18 @@ def test_seeded_scheduler_keeps_every_invariant(seed: int) -> None:
 
 
 def test_seeded_scheduler_catches_the_old_rules() -> None:
-    """The checker is not blind: the same scheduler finds the old protocols' losses."""
+    """The checker is not blind: the same scheduler finds each old protocol's failures."""
+    variants = {"high_watermark": dict(rule=TruncationRule.HIGH_WATERMARK), "kip101": dict(rule=TruncationRule.KIP101),
+                "no_broker_epochs": dict(broker_epochs=False)}
     found = {}
-    for rule_ in (TruncationRule.HIGH_WATERMARK, TruncationRule.KIP101):
+    for name, kwargs in variants.items():
         for seed in range(40):
-            sim = Simulator(seed=seed, rule=rule_)
+            sim = Simulator(seed=seed, **kwargs)  # type: ignore[arg-type]
             broken = next((b for _ in range(400) if (sim.step(), b := sim.check())[1]), None)
             if broken:
-                found[rule_] = broken
+                found[name] = broken
                 break
-    assert set(found) == {TruncationRule.HIGH_WATERMARK, TruncationRule.KIP101}, found
+    assert set(found) == set(variants), found
 
 
 # -- Hypothesis state machine --------------------------------------------------------------------
@@ -153,9 +188,13 @@ class ReplicationMachine(RuleBasedStateMachine):
     def produce(self, acks: int, broker: int | None) -> None:
         self._do(lambda: self.sim.produce(acks, broker))
 
-    @rule(broker=BROKERS, n=st.integers(1, 3))
-    def fetch(self, broker: int, n: int) -> None:
-        self._do(lambda: self.sim.fetch(broker, n))
+    @rule(broker=BROKERS, n=st.integers(1, 3), deliver=st.booleans())
+    def fetch(self, broker: int, n: int, deliver: bool) -> None:
+        self._do(lambda: self.sim.fetch(broker, n, deliver=deliver))
+
+    @rule(broker=BROKERS)
+    def deliver_fetch_response(self, broker: int) -> None:
+        self._do(lambda: self.sim.deliver_fetch_response(broker))
 
     @rule(broker=BROKERS, index=st.sampled_from([0, 0, 1, 2]))
     def deliver_leader_and_isr(self, broker: int, index: int) -> None:
@@ -222,6 +261,6 @@ class ReplicationMachine(RuleBasedStateMachine):
 
 
 ReplicationMachine.TestCase.settings = settings(
-    max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, derandomize=EXAMPLES <= 60,
+    max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, derandomize=EXAMPLES <= 100,
     suppress_health_check=[HealthCheck.too_slow])
 TestReplicationMachine = ReplicationMachine.TestCase

@@ -135,7 +135,7 @@ def test_unclean_election_restarts_the_isr_from_the_new_leader() -> None:
 
 
 def test_alter_partition_validation() -> None:
-    live = {0, 1, 2}
+    live = {0: 1, 1: 1, 2: 1}
 
     def request(**kw: object) -> AlterPartitionRequest:
         base: dict[str, object] = dict(broker_id=0, leader_epoch=5, partition_epoch=9, new_isr=(0, 1))
@@ -149,8 +149,26 @@ def test_alter_partition_validation() -> None:
     assert validate_alter_partition(STATE, request(leader_epoch=6), live)[0] is Errors.UNKNOWN_LEADER_EPOCH
     assert validate_alter_partition(STATE, request(partition_epoch=8), live)[0] is Errors.INVALID_UPDATE_VERSION
     assert validate_alter_partition(STATE, request(partition_epoch=8, new_isr=(0, 1, 2)), live) == (Errors.NONE, STATE)
-    assert validate_alter_partition(STATE, request(new_isr=(0, 1)), {0, 2})[0] is Errors.INELIGIBLE_REPLICA
+    assert validate_alter_partition(STATE, request(new_isr=(0, 1)), {0: 1, 2: 1})[0] is Errors.INELIGIBLE_REPLICA
     assert validate_alter_partition(STATE, request(new_isr=(1, 2)), live)[0] is Errors.INELIGIBLE_REPLICA
+
+
+def test_alter_partition_refuses_a_replica_that_registered_again_since_kip_903() -> None:
+    """The expansion was decided on a fetch from broker 2's previous life (epoch 7)."""
+    grow = AlterPartitionRequest(0, 5, 9, (0, 1, 2), expanding=2, broker_epochs=((1, -1), (2, 7)))
+    assert validate_alter_partition(STATE, grow, {0: 3, 1: 4, 2: 7})[0] is Errors.NONE
+    assert validate_alter_partition(STATE, grow, {0: 3, 1: 4, 2: 8})[0] is Errors.INELIGIBLE_REPLICA
+
+
+def test_the_leader_sends_the_broker_epoch_each_follower_fetched_with() -> None:
+    ls = leader(LeaderAndIsr(0, 5, (0, 1), 9, (0, 1, 2)), leo=10, hw=10)
+    ls.handle_follower_fetch(1, current_leader_epoch=5, fetch_offset=10, last_fetched_epoch=None,
+                             follower_log_start_offset=0, cache=cache_of((5, 10)), log_start_offset=0,
+                             log_end_offset=10, now_ms=NOW, broker_epoch=41)
+    result = ls.handle_follower_fetch(2, current_leader_epoch=5, fetch_offset=10, last_fetched_epoch=None,
+                                      follower_log_start_offset=0, cache=cache_of((5, 10)), log_start_offset=0,
+                                      log_end_offset=10, now_ms=NOW, broker_epoch=42)
+    assert result.alter_partition is not None and result.alter_partition.broker_epochs == ((1, 41), (2, 42))
 
 
 # -- follower fetch state (Kafka's ReplicaTest) ------------------------------------------------
@@ -237,7 +255,7 @@ def test_isr_expansion_needs_the_hw_and_the_epoch_start() -> None:
     ls.high_watermark = 6  # as if follower 2 came back while the HW still lagged the epoch start
     assert fetch(ls, 2, 8).alter_partition is None
     request = fetch(ls, 2, 10).alter_partition
-    assert request == AlterPartitionRequest(0, 5, 9, (0, 1, 2), expanding=2)
+    assert request == AlterPartitionRequest(0, 5, 9, (0, 1, 2), expanding=2, broker_epochs=((1, -1), (2, -1)))
     assert ls.partition_state.maximal_isr == {0, 1, 2} and ls.isr == {0, 1}
 
 
@@ -258,7 +276,7 @@ def test_isr_shrinks_after_replica_lag_time_max_ms_and_only_after_the_controller
     fetch(ls, 1, 12, leo=12, now=NOW + LAG)
     assert ls.maybe_shrink_isr(12, NOW + LAG) is None  # 2 was caught up LAG ms ago: not yet
     request = ls.maybe_shrink_isr(12, NOW + LAG + 1)
-    assert request == AlterPartitionRequest(0, 5, 9, (0, 1), removing=(2,))
+    assert request == AlterPartitionRequest(0, 5, 9, (0, 1), removing=(2,), broker_epochs=((1, -1),))
     assert ls.maybe_shrink_isr(12, NOW + LAG + 1) is None  # one change in flight at a time
     assert ls.high_watermark == 10  # the shrink is not written yet: 2 still counts
     written = STATE.with_change(isr=(0, 1))
