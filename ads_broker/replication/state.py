@@ -2,8 +2,9 @@
 
 Everything here takes the facts it needs (log end offsets, the leader-epoch cache, the time in
 milliseconds) as arguments and answers with decisions (Kafka error codes, offsets, an ISR change
-to send); nothing reads a clock, a socket or a file. ``ads_broker.replication`` wraps these rules
-around real logs and requests; ``tests/unit/replication/sim.py`` drives the very same classes
+to send); nothing reads a clock, a socket or a file. The broker's ``Partition`` and
+``ReplicaManager`` call these rules around real logs and requests (docs/REPLICATION.md lists the
+calls in order); ``tests/unit/replication/sim.py`` drives the very same classes
 through a deterministic simulator. docs/REPLICATION.md explains the rules and their sources.
 
 Kafka sources checked (names kept): core/.../cluster/Partition.scala (makeLeader, makeFollower,
@@ -11,7 +12,8 @@ maybeExpandIsr, isFollowerInSync, getOutOfSyncReplicas, maybeIncrementLeaderHW,
 checkEnoughReplicasReachOffset, appendRecordsToLeader, checkCurrentLeaderEpoch, readRecords,
 lastOffsetForLeaderEpoch, prepareIsrExpand/Shrink, handleAlterPartitionError),
 core/.../cluster/Replica.scala (ReplicaState.isCaughtUp, updateFetchStateOrThrow,
-resetReplicaState), core/.../server/AbstractFetcherThread.scala (getOffsetTruncationState),
+resetReplicaState), core/.../server/AbstractFetcherThread.scala (getOffsetTruncationState,
+processFetchRequest), core/.../server/ReplicaManager.scala (becomeLeaderOrFollower),
 storage/.../epoch/LeaderEpochFileCache.java (endOffsetFor), the ZooKeeper controller's
 offline-partition election and removal of a failed replica from the ISR.
 
@@ -25,8 +27,8 @@ Invariants these rules keep (each is checked after every step by the simulator):
    start offset of the leader's current epoch (KIP-320 rule 4); a follower leaves it when it has
    not been caught up to the leader's log end for more than ``replica.lag.time.max.ms``. Both
    changes go to the controller as an AlterPartition carrying the leader epoch and partition
-   epoch it is based on; until the answer comes, the leader keeps using the larger of the two
-   ISRs for the high watermark.
+   epoch it is based on and each member's broker epoch (KIP-903); until the answer comes, the
+   leader keeps using the larger of the two ISRs for the high watermark.
 3. ``acks=all`` is refused before the append (NOT_ENOUGH_REPLICAS) when the ISR is smaller than
    ``min(min.insync.replicas, replication factor)``, and completes once the high watermark passed
    the batch: NONE, or NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below that minimum
