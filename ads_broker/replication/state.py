@@ -74,6 +74,7 @@ __all__ = [
     "leader_and_isr_after_broker_failure",
     "leader_and_isr_after_broker_startup",
     "offset_truncation_state",
+    "partition_leader_error",
     "should_apply_leader_and_isr",
     "validate_alter_partition",
 ]
@@ -98,6 +99,7 @@ class Errors(enum.IntEnum):
     NOT_ENOUGH_REPLICAS = 19
     NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
     OPERATION_NOT_ATTEMPTED = 55
+    OFFSET_NOT_AVAILABLE = 78
     FENCED_LEADER_EPOCH = 74
     UNKNOWN_LEADER_EPOCH = 75
     INVALID_UPDATE_VERSION = 95
@@ -247,6 +249,12 @@ def validate_alter_partition(current: LeaderAndIsr, request: AlterPartitionReque
     if any(live.get(r) != epoch for r, epoch in request.broker_epochs if epoch != NO_BROKER_EPOCH):
         return Errors.INELIGIBLE_REPLICA, current
     return Errors.NONE, current.with_change(isr=request.new_isr)
+
+
+def partition_leader_error(state: LeaderAndIsr) -> Errors:
+    """What Metadata answers for the partition: LEADER_NOT_AVAILABLE while no ISR member is alive
+    to lead (never stale data from a replica outside the ISR), else NONE."""
+    return Errors.LEADER_NOT_AVAILABLE if state.leader == NO_LEADER else Errors.NONE
 
 
 # -- both sides --------------------------------------------------------------------------------
@@ -428,6 +436,17 @@ class LeaderState:
 
     def check_current_leader_epoch(self, request_leader_epoch: int | None) -> Errors:
         return check_current_leader_epoch(self.leader_epoch, request_leader_epoch)
+
+    def latest_offset_error(self) -> Errors:
+        """ListOffsets(latest) from a client right after an election (Partition.fetchOffsetForTimestamp).
+
+        Until this leader's HW reached the start of its epoch it may still be below the HW the
+        previous leader showed, so the answer is OFFSET_NOT_AVAILABLE rather than an offset that
+        goes backwards (KIP-320).
+        """
+        if self.leader_epoch_start_offset > self.high_watermark:
+            return Errors.OFFSET_NOT_AVAILABLE
+        return Errors.NONE
 
     # -- produce -------------------------------------------------------------------------------
 

@@ -68,6 +68,8 @@ CHECKS = (
     "hw_agreement: live replicas hold the same records below the smaller of their HWs",
     "hw_monotonic: a leader's HW never decreases within its epoch",
     "min_isr_ack: an acks=all write is acknowledged only when min.insync.replicas ISR members hold it",
+    "visible_hw_monotonic: the HW the current leader lets clients see (ListOffsets latest) never "
+    "goes below one shown before",
 )
 
 
@@ -178,6 +180,8 @@ class Simulator:
         self.acked_one: dict[str, int] = {}
         self.rejected: dict[str, Errors] = {}
         self.weak_acks: list[str] = []
+        self.shown_hw = 0  # the largest HW a current leader answered ListOffsets(latest) with
+        self.hw_went_back: list[str] = []
         self.hw_seen: dict[tuple[int, int], int] = {}
         self.trace: list[str] = []
         self._next = 0
@@ -477,6 +481,12 @@ class Simulator:
             else:
                 self.rejected[p.value] = error
         self.pending = still
+        current = self.current_leader()
+        if current is not None and current.leader is not None and current.leader.latest_offset_error() is Errors.NONE:
+            if current.leader.high_watermark < self.shown_hw:
+                self.hw_went_back.append(f"leader {current.id} shows HW {current.leader.high_watermark} "
+                                         f"after {self.shown_hw} was shown")
+            self.shown_hw = max(self.shown_hw, current.leader.high_watermark)
         for b in self.acting_leaders():
             assert b.leader is not None
             key = (b.id, b.leader.leader_epoch)
@@ -535,6 +545,7 @@ class Simulator:
 
     def check(self) -> list[str]:
         out = [f"min_isr_ack: {w}" for w in self.weak_acks]
+        out += [f"visible_hw_monotonic: {w}" for w in self.hw_went_back]
         isr = [self.brokers[i] for i in self.controller.isr]
         for leader in self.acting_leaders():
             hw = leader.high_watermark

@@ -26,6 +26,7 @@ from ads_broker.replication.state import (
     leader_and_isr_after_broker_failure,
     leader_and_isr_after_broker_startup,
     offset_truncation_state,
+    partition_leader_error,
     should_apply_leader_and_isr,
     validate_alter_partition,
 )
@@ -427,3 +428,17 @@ def test_truncation_converges_to_exactly_the_common_prefix(logs: tuple[list[int]
 def test_acks_below_all_never_wait_for_the_isr(acks: int) -> None:
     ls = leader(LeaderAndIsr(0, 5, (0,), 9, (0, 1, 2)))
     assert ls.check_append(acks) is Errors.NONE
+
+
+def test_an_offline_partition_answers_leader_not_available() -> None:
+    offline = leader_and_isr_after_broker_failure(LeaderAndIsr(0, 5, (0,), 9, (0, 1, 2)), 0, {1: 1, 2: 1})
+    assert partition_leader_error(offline) is Errors.LEADER_NOT_AVAILABLE == 5
+    assert partition_leader_error(STATE) is Errors.NONE
+
+
+def test_latest_offset_waits_for_the_new_leaders_hw_to_reach_its_epoch_start() -> None:
+    ls = leader(leo=10, hw=7)  # elected with a lagging HW: epoch 5 starts at 10
+    assert ls.latest_offset_error() is Errors.OFFSET_NOT_AVAILABLE == 78
+    fetch(ls, 1, 10)
+    fetch(ls, 2, 10)
+    assert ls.high_watermark == 10 and ls.latest_offset_error() is Errors.NONE
