@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from ads_broker.replication.state import Errors, partition_leader_error
 from tests.unit.replication.sim import ACKS_ALL, Simulator, TruncationRule
 
 EXAMPLES = int(os.environ.get("REPLICATION_SIM_EXAMPLES", "100"))
@@ -142,6 +143,29 @@ def test_isr_expansion_without_broker_epochs_admits_an_empty_replica() -> None:
     broken = run(sim, STALE_EXPANSION_STEPS)
     assert sim.controller.isr == (0, 1, 2)
     assert any(b.startswith("strong_isr: ISR member 2 differs from leader 0") for b in broken), broken
+
+
+# -- a lossy restart never leads before it re-synced ----------------------------------------------
+
+
+def test_a_replica_restarted_without_its_tail_waits_offline_rather_than_lead() -> None:
+    sim = Simulator()
+    start(sim)
+    steps: list[Callable[[Simulator], object]] = [
+        lambda s: s.produce(ACKS_ALL), lambda s: s.fetch(1), lambda s: s.fetch(2),
+        lambda s: s.fetch(1), lambda s: s.fetch(2),  # v0 acknowledged, flushed nowhere
+        lambda s: s.crash(0, True),  # the leader loses it: 1 leads epoch 1
+        lambda s: s.restart(0), lambda s: s.deliver_leader_and_isr(0),  # 0 follows, outside the ISR
+        lambda s: s.deliver_leader_and_isr(1), lambda s: s.deliver_leader_and_isr(2),
+        lambda s: s.crash(1), lambda s: s.crash(2),  # the ISR's last member (2) is down
+    ]
+    assert run(sim, steps) == []
+    assert sim.acked_all == {"v0": 0} and sim.brokers[0].log == []
+    assert sim.controller.leader == -1 and sim.controller.isr == (2,)
+    assert partition_leader_error(sim.controller) is Errors.LEADER_NOT_AVAILABLE
+    assert run(sim, [lambda s: s.restart(2), lambda s: s.deliver_leader_and_isr(2)]) == []
+    leader = sim.current_leader()
+    assert leader is not None and leader.id == 2 and leader.log[0].value == "v0"
 
 
 # -- seeded scheduler ----------------------------------------------------------------------------
