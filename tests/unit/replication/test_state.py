@@ -279,6 +279,7 @@ def test_isr_shrinks_after_replica_lag_time_max_ms_and_only_after_the_controller
     request = ls.maybe_shrink_isr(12, NOW + LAG + 1)
     assert request == AlterPartitionRequest(0, 5, 9, (0, 1), removing=(2,), broker_epochs=((1, -1),))
     assert ls.maybe_shrink_isr(12, NOW + LAG + 1) is None  # one change in flight at a time
+    assert ls.maybe_increment_leader_hw(12, NOW + LAG + 1) is False
     assert ls.high_watermark == 10  # the shrink is not written yet: 2 still counts
     written = STATE.with_change(isr=(0, 1))
     assert ls.handle_alter_partition_response(request, Errors.NONE, written, 12, NOW + LAG + 1) is True
