@@ -9,8 +9,9 @@ interleaving (a LeaderAndIsr that arrives late, a leader that never hears it was
 AlterPartition answered after the ISR changed) is one sequence of actions away.
 
 Actions: ``produce`` (acks=1 / acks=all, to whichever broker believes it leads),
-``fetch`` (one round of a follower's fetcher: OffsetForLeaderEpoch while truncating, else
-Fetch), ``deliver_leader_and_isr``, ``deliver_alter_partition``, ``deliver_alter_reply``,
+``fetch`` (one request of a follower's fetcher: OffsetForLeaderEpoch while truncating, else
+Fetch; its answer applied at once or left in flight), ``deliver_fetch_response``,
+``deliver_leader_and_isr`` (in order or not), ``deliver_alter_partition``, ``deliver_alter_reply``,
 ``shrink_isr``, ``tick``, ``crash`` (process killed; ``lossy`` also loses the unflushed tail,
 i.e. the page cache), ``restart``, ``flush``, ``expire_session`` / ``reregister`` (the
 controller loses and regains a broker whose process keeps running: SIGSTOP, a partition from
