@@ -37,8 +37,9 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
 from kazoo.protocol.states import ZnodeStat
+from kazoo.retry import KazooRetry
 
 from ads_broker.cluster.exceptions import (
     BrokerIdInUseError,
@@ -133,6 +134,12 @@ class BrokerRegistration:
                    rack=obj.get("rack"), timestamp_ms=int(obj.get("timestamp", 0)))
 
 
+def _reconnect_forever() -> KazooRetry:
+    """Reconnect without end, at most a second apart: kazoo's default backs off to an hour, which
+    would leave a broker out of the cluster long after ZooKeeper came back."""
+    return KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0)
+
+
 def split_chroot(connect: str) -> tuple[str, str]:
     """``"h1:2181,h2:2181/ads"`` -> (``"h1:2181,h2:2181"``, ``"/ads"``); no chroot gives ``""``."""
     hosts, slash, chroot = connect.partition("/")
@@ -151,13 +158,15 @@ class KafkaZkClient:
         self.session_timeout_ms = session_timeout_ms
         self.connection_timeout_ms = connection_timeout_ms
         self.hosts, self.chroot = split_chroot(connect)
-        self.client = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000)
+        self.client = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000,
+                                  connection_retry=_reconnect_forever())
 
     # -- session --
     def start(self) -> KafkaZkClient:
         timeout_s = self.connection_timeout_ms / 1000
         if self.chroot:
-            root = KazooClient(hosts=self.hosts, timeout=self.session_timeout_ms / 1000)
+            root = KazooClient(hosts=self.hosts, timeout=self.session_timeout_ms / 1000,
+                               connection_retry=_reconnect_forever())
             try:
                 root.start(timeout=timeout_s)
                 root.ensure_path(self.chroot)
@@ -365,7 +374,8 @@ class KafkaZkClient:
         else:
             txn.set_data(path, state.to_json(), version=state.partition_epoch)
         check, write = txn.commit()
-        if isinstance(check, Exception):
+        # A failed multi reports the failing op's error and RolledBackError for the others.
+        if isinstance(check, Exception) and not isinstance(check, RolledBackError):
             raise ControllerMovedError(
                 f"controller epoch {controller.epoch} is stale (/controller_epoch moved past version "
                 f"{controller.zk_version}): not writing {tp}'s state")
@@ -384,7 +394,7 @@ class KafkaZkClient:
         """
         new = LeaderAndIsr(current.leader, current.leader_epoch, tuple(isr), current.controller_epoch)
         try:
-            stat = self.client.set_data(self.state_path(tp), new.to_json(), version=current.partition_epoch)
+            stat = self.client.set(self.state_path(tp), new.to_json(), version=current.partition_epoch)
         except (BadVersionError, NoNodeError):
             raise PartitionEpochError(f"{tp}: state changed since partition epoch {current.partition_epoch}; "
                                       "ISR not updated") from None
