@@ -118,7 +118,11 @@ class BrokerMembership:
 
         def on_state(state: LeaderAndIsr | None) -> bool | None:
             if state is None:
-                return None  # not created yet (the controller will), or the topic went away
+                # Not created yet (the controller will), or the topic was deleted: a topic created
+                # again under the same name starts over at leader epoch 0.
+                with self._lock:
+                    self._delivered.pop(tp, None)
+                return None
             key = (state.leader_epoch, state.partition_epoch)
             with self._lock:
                 last = self._delivered.get(tp)

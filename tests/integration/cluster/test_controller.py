@@ -171,3 +171,15 @@ def test_preferred_leader_election_moves_leadership_back(cluster: Callable[..., 
     state = wait_state(admin, T0, "preferred leader 1", lambda s: s.leader == 1)
     assert state.isr == (2, 3, 1)
     wait_until(lambda: admin.get_preferred_election() is None, "the request znode to be removed")
+
+
+def test_replicas_learn_their_roles_again_for_a_topic_deleted_and_created_again(
+        cluster: Callable[..., Node], admin: KafkaZkClient) -> None:
+    node = cluster(1)
+    admin.create_topic(T0.topic, {0: [1]})
+    wait_until(lambda: [s.leader_epoch for tp, s in node.seen if tp == T0] == [0], "broker 1 to learn it leads")
+    admin.client.delete(f"/brokers/topics/{T0.topic}", recursive=True)
+    admin.create_topic(T0.topic, {0: [1]})
+    # The new topic's state starts again at leader epoch 0: it must not be taken for a stale one.
+    wait_until(lambda: [s.leader_epoch for tp, s in node.seen if tp == T0] == [0, 0],
+               "broker 1 to learn it leads the new topic")
