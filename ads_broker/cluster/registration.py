@@ -26,7 +26,13 @@ from kazoo.client import KazooState
 
 from ads_broker.cluster.election import ClusterView
 from ads_broker.cluster.exceptions import BrokerIdInUseError, InconsistentClusterIdError
-from ads_broker.cluster.zookeeper import BrokerRegistration, KafkaZkClient, LeaderAndIsr, TopicPartition
+from ads_broker.cluster.zookeeper import (
+    BrokerRegistration,
+    KafkaZkClient,
+    LeaderAndIsr,
+    TopicPartition,
+    parse_assignment,
+)
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +109,7 @@ class BrokerMembership:
                 with self._lock:
                     self._watched_topics.discard(topic)
                 return False
-            for partition, replicas in self.zk.get_assignment(topic).items():
+            for partition, replicas in parse_assignment(data).items():
                 if self.broker_id in replicas:
                     self._watch_partition(TopicPartition(topic, partition), replicas)
             return None

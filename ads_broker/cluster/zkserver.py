@@ -21,18 +21,13 @@ from pathlib import Path
 from types import TracebackType
 
 from ads_broker.cluster.exceptions import ZooKeeperUnavailableError
+from ads_broker.embedded import free_port
 
 # Debian's layout: the server jar's manifest lists its own dependencies (netty, jute, metrics ...);
 # slf4j-simple is the logging binding (stderr), which goes to the server's log file.
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 SLF4J_BINDING_JAR = Path("/usr/share/java/slf4j-simple.jar")
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def zookeeper_available() -> bool:
@@ -61,7 +56,7 @@ class ZooKeeperServer:
     def __init__(self, data_dir: Path, *, port: int | None = None, tick_ms: int = 250,
                  max_session_timeout_ms: int = 60000, start_timeout_s: float = 60.0) -> None:
         self.data_dir = data_dir
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.tick_ms = tick_ms
         self.max_session_timeout_ms = max_session_timeout_ms
         self.start_timeout_s = start_timeout_s
@@ -109,7 +104,9 @@ class ZooKeeperServer:
         cfg = self._write_config()
         classpath = f"{ZOOKEEPER_JAR}:{SLF4J_BINDING_JAR}"
         argv = ["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-                "-Dzookeeper.admin.enableServer=false", "-cp", classpath, MAIN_CLASS, str(cfg)]
+                "-Dzookeeper.admin.enableServer=false", "-Dorg.slf4j.simpleLogger.showDateTime=true",
+                "-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSS",
+                "-cp", classpath, MAIN_CLASS, str(cfg)]
         with (self.data_dir / "zookeeper.log").open("ab") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self._wait_serving()

@@ -134,10 +134,34 @@ class BrokerRegistration:
                    rack=obj.get("rack"), timestamp_ms=int(obj.get("timestamp", 0)))
 
 
+def parse_assignment(data: bytes) -> dict[int, tuple[int, ...]]:
+    """``/brokers/topics/<t>``'s JSON -> replicas per partition."""
+    return {int(p): tuple(int(b) for b in r) for p, r in json.loads(data)["partitions"].items()}
+
+
 def _reconnect_forever() -> KazooRetry:
     """Reconnect without end, at most a second apart: kazoo's default backs off to an hour, which
     would leave a broker out of the cluster long after ZooKeeper came back."""
     return KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0)
+
+
+# Each server is listed this many times in kazoo's host list; see _bounded_connect_attempts.
+CONNECT_ATTEMPTS_PER_SESSION = 3
+
+
+def _bounded_connect_attempts(hosts: str) -> str:
+    """The host list with each server repeated, so one connection attempt waits at most a third of
+    the session timeout.
+
+    kazoo (like ZooKeeper's Java client) waits session timeout / number of servers for the answer
+    to a connect request. A ZooKeeper that is starting up can accept a connection and then never
+    answer or close it (ZOOKEEPER-5051: an NPE on the close path while its database is not loaded),
+    so with one server a client that reconnects at that moment waits a whole session timeout and
+    its session expires although the server came back in time. Three shorter attempts leave room
+    to reconnect after a hung one.
+    """
+    servers = [h for h in hosts.split(",") if h.strip()]
+    return ",".join(servers * CONNECT_ATTEMPTS_PER_SESSION)
 
 
 def split_chroot(connect: str) -> tuple[str, str]:
@@ -158,14 +182,14 @@ class KafkaZkClient:
         self.session_timeout_ms = session_timeout_ms
         self.connection_timeout_ms = connection_timeout_ms
         self.hosts, self.chroot = split_chroot(connect)
-        self.client = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000,
-                                  connection_retry=_reconnect_forever())
+        self.client = KazooClient(hosts=_bounded_connect_attempts(self.hosts) + self.chroot,
+                                  timeout=session_timeout_ms / 1000, connection_retry=_reconnect_forever())
 
     # -- session --
     def start(self) -> KafkaZkClient:
         timeout_s = self.connection_timeout_ms / 1000
         if self.chroot:
-            root = KazooClient(hosts=self.hosts, timeout=self.session_timeout_ms / 1000,
+            root = KazooClient(hosts=_bounded_connect_attempts(self.hosts), timeout=self.session_timeout_ms / 1000,
                                connection_retry=_reconnect_forever())
             try:
                 root.start(timeout=timeout_s)
@@ -324,7 +348,7 @@ class KafkaZkClient:
             data, _ = self.client.get(f"{TOPICS_PATH}/{topic}")
         except NoNodeError:
             return {}
-        return {int(p): tuple(int(b) for b in r) for p, r in json.loads(data)["partitions"].items()}
+        return parse_assignment(data)
 
     def get_all_assignments(self) -> dict[TopicPartition, tuple[int, ...]]:
         out: dict[TopicPartition, tuple[int, ...]] = {}

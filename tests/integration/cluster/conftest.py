@@ -68,13 +68,14 @@ class Node:
     """One simulated broker: its own ZooKeeper session, registration, controller and role log."""
 
     def __init__(self, connect: str, broker_id: int, cluster_id: str,
-                 unclean_for: Callable[[str], bool] | None = None) -> None:
+                 unclean_for: Callable[[str], bool] | None = None,
+                 session_timeout_ms: int = SESSION_TIMEOUT_MS) -> None:
         self.broker_id = broker_id
         self.seen: list[tuple[TopicPartition, LeaderAndIsr]] = []
         self.elected: list[int] = []
         self.resigned: list[int] = []
         self.stopped = False
-        self.zk = KafkaZkClient(connect, session_timeout_ms=SESSION_TIMEOUT_MS).start()
+        self.zk = KafkaZkClient(connect, session_timeout_ms=session_timeout_ms).start()
         self.membership = BrokerMembership(
             self.zk, BrokerRegistration(broker_id, "127.0.0.1", 9000 + broker_id, cluster_id),
             on_partition_state=lambda tp, replicas, state: self.seen.append((tp, state)))
@@ -99,8 +100,9 @@ def cluster(zk_connect: str) -> Iterator[Callable[..., Node]]:
     nodes: list[Node] = []
     cluster_id = f"c-{uuid.uuid4().hex[:8]}"
 
-    def start(broker_id: int, unclean_for: Callable[[str], bool] | None = None) -> Node:
-        node = Node(zk_connect, broker_id, cluster_id, unclean_for).start()
+    def start(broker_id: int, unclean_for: Callable[[str], bool] | None = None,
+              session_timeout_ms: int = SESSION_TIMEOUT_MS) -> Node:
+        node = Node(zk_connect, broker_id, cluster_id, unclean_for, session_timeout_ms).start()
         nodes.append(node)
         return node
 
