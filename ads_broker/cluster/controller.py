@@ -97,12 +97,14 @@ class Controller:
     def _on_session_state(self, state: KazooState) -> None:
         # Runs on kazoo's thread and must not block. SUSPENDED: writes fail until reconnected, the
         # session may live on. LOST: the session expired and /controller went with it: stop writing
-        # now; the new session (kazoo reconnects) brings CONNECTED and a new election.
+        # now; the new session (kazoo reconnects) brings CONNECTED and a new election. CONNECTED
+        # after SUSPENDED (same session): an event cut short by the connection loss is done again.
         if state == KazooState.LOST:
             if self._clear_epoch():
                 self._events.put(_SESSION_LOST)
         elif state == KazooState.CONNECTED:
             self._events.put(_ELECT)
+            self._events.put(_RECONCILE)
 
     def _clear_epoch(self) -> bool:
         with self._lock:
@@ -137,7 +139,7 @@ class Controller:
                 log.warning("broker %d: %s", self.broker_id, e)
                 self._step_down()
             except Exception:
-                # A connection loss mid-event: the session listener queues the follow-up work.
+                # A connection loss mid-event: CONNECTED queues the work again (see _on_session_state).
                 log.exception("broker %d: controller event %s failed", self.broker_id, event)
 
     def _elect(self) -> None:
