@@ -15,8 +15,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from kazoo.client import KazooClient
 
-from ads_broker.cluster.controller import Controller
-from ads_broker.cluster.registration import BrokerMembership
+from ads_broker.cluster.member import ClusterMember
 from ads_broker.cluster.zkserver import ZooKeeperServer, zookeeper_available
 from ads_broker.cluster.zookeeper import BrokerRegistration, KafkaZkClient, LeaderAndIsr, TopicPartition
 
@@ -65,7 +64,7 @@ def expire_session(zk: KafkaZkClient) -> None:
 
 
 class Node:
-    """One simulated broker: its own ZooKeeper session, registration, controller and role log."""
+    """One simulated broker (a :class:`ClusterMember`) that records what it was told."""
 
     def __init__(self, connect: str, broker_id: int, cluster_id: str,
                  unclean_for: Callable[[str], bool] | None = None,
@@ -75,23 +74,17 @@ class Node:
         self.elected: list[int] = []
         self.resigned: list[int] = []
         self.stopped = False
-        self.zk = KafkaZkClient(connect, session_timeout_ms=session_timeout_ms).start()
-        self.membership = BrokerMembership(
-            self.zk, BrokerRegistration(broker_id, "127.0.0.1", 9000 + broker_id, cluster_id),
-            on_partition_state=lambda tp, replicas, state: self.seen.append((tp, state)))
-        self.controller = Controller(self.zk, broker_id, unclean_for=unclean_for,
-                                     on_elected=self.elected.append, on_resigned=lambda: self.resigned.append(1))
-
-    def start(self) -> Node:
-        self.membership.register()
-        self.controller.start()
-        return self
+        self.member = ClusterMember.join(
+            connect, BrokerRegistration(broker_id, "127.0.0.1", 9000 + broker_id, cluster_id),
+            session_timeout_ms=session_timeout_ms, unclean_for=unclean_for,
+            on_partition_state=lambda tp, replicas, state: self.seen.append((tp, state)),
+            on_elected=self.elected.append, on_resigned=lambda: self.resigned.append(1))
+        self.zk, self.membership, self.controller = self.member.zk, self.member.membership, self.member.controller
 
     def stop(self) -> None:
         """A broker process ending: its session closes and its ephemeral znodes go at once."""
         self.stopped = True
-        self.controller.stop()
-        self.membership.close()
+        self.member.leave()
 
 
 @pytest.fixture
@@ -102,7 +95,7 @@ def cluster(zk_connect: str) -> Iterator[Callable[..., Node]]:
 
     def start(broker_id: int, unclean_for: Callable[[str], bool] | None = None,
               session_timeout_ms: int = SESSION_TIMEOUT_MS) -> Node:
-        node = Node(zk_connect, broker_id, cluster_id, unclean_for, session_timeout_ms).start()
+        node = Node(zk_connect, broker_id, cluster_id, unclean_for, session_timeout_ms)
         nodes.append(node)
         return node
 

@@ -7,9 +7,11 @@ import json
 import pytest
 
 from ads_broker.cluster.exceptions import BrokerIdInUseError, InconsistentClusterIdError
+from ads_broker.cluster.member import ClusterMember
 from ads_broker.cluster.registration import BrokerMembership
 from ads_broker.cluster.zkserver import ZooKeeperServer
-from ads_broker.cluster.zookeeper import BrokerRegistration, KafkaZkClient
+from ads_broker.cluster.zookeeper import BrokerRegistration, KafkaZkClient, TopicPartition
+from ads_broker.config import BrokerConfig
 
 from .conftest import SESSION_TIMEOUT_MS, wait_until
 
@@ -73,3 +75,20 @@ def test_chroots_hold_separate_clusters(zk_server: ZooKeeperServer) -> None:
     root.close()
     a.close()
     b.close()
+
+
+def test_member_joins_from_broker_settings_and_leaves_cleanly(zk_connect: str, admin: KafkaZkClient) -> None:
+    config = BrokerConfig.load(None, {"zookeeper.connect": zk_connect, "zookeeper.session.timeout.ms": "4000",
+                                      "cluster.id": "cluster-a", "broker.id": "7"})
+    registration = BrokerRegistration(int(config["broker.id"]), "127.0.0.1", 9107, str(config["cluster.id"]))
+    member = ClusterMember.from_config(config, registration)
+    assert member.zk.session_timeout_ms == 4000
+    assert admin.get_live_broker_ids() == frozenset({7})
+    wait_until(lambda: member.controller.is_active, "the only broker to become controller")
+    admin.create_topic("solo", {0: [7]})
+    wait_until(lambda: (s := admin.get_partition_state(TopicPartition("solo", 0))) is not None and s.leader == 7,
+               "broker 7 to lead solo-0")
+    # Nowhere to move the only replica: the controlled shutdown reports it rather than wait forever.
+    assert member.leave(controlled_shutdown_timeout_s=60) == [TopicPartition("solo", 0)]
+    assert admin.get_live_broker_ids() == frozenset()
+    assert admin.get_controller_id() is None
