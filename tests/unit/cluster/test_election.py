@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ads_broker.cluster.election import ClusterView, decide, decide_partition, led_by
@@ -125,6 +125,8 @@ def scenarios(draw: st.DrawFn) -> tuple[ClusterView, bool]:
     return v, draw(st.booleans())
 
 
+# No deadline: a loaded CI box must not turn a pure function's speed into a failure.
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_decisions_keep_the_election_invariants(scenario: tuple[ClusterView, bool]) -> None:
     v, unclean = scenario
