@@ -171,6 +171,17 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("request.max.array.elements", int, 100000, 1,
             doc="array elements (topics, partitions, ... all arrays together) one request may carry; a longer "
                 "request closes its connection (not a Kafka setting: Kafka bounds arrays by the frame only)"),
+    # -- cluster mode: ZooKeeper, controller (ads_broker/cluster/, docs/CLUSTER.md) --
+    Setting("zookeeper.connect", str, "",
+            doc="HOST:PORT[,HOST:PORT...][/chroot] of ZooKeeper; empty: single-node mode, no ZooKeeper"),
+    Setting("zookeeper.session.timeout.ms", int, 18000, 1,
+            doc="a broker whose ZooKeeper session is silent this long is declared dead by the controller"),
+    Setting("zookeeper.connection.timeout.ms", int, 18000, 1, doc="how long start-up waits to reach ZooKeeper"),
+    Setting("unclean.leader.election.enable", _bool, False,
+            doc="elect a live replica outside the ISR when no ISR member is alive: acknowledged writes it "
+                "lacks are lost (docs/CLUSTER.md)"),
+    Setting("controlled.shutdown.enable", _bool, True,
+            doc="on SIGTERM, ask the controller to move this broker's leaderships away before stopping"),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 

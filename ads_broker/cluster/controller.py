@@ -1,0 +1,205 @@
+"""The controller: elected through ZooKeeper, it keeps every partition's leader and ISR.
+
+One broker at a time is controller: the first to create the ephemeral ``/controller`` znode, in
+the same multi-op that bumps ``/controller_epoch`` (:meth:`KafkaZkClient.register_controller_and_increment_epoch`).
+Every broker runs a :class:`Controller`; the ones that lost the election watch ``/controller`` and
+try again when it disappears (its holder's session ended).
+
+Order of work, on one thread (like Kafka's ``ControllerEventManager``): ZooKeeper watches only put
+an event on a queue; the thread takes events one by one, reads the cluster (live brokers, brokers
+shutting down, assignments, partition states with their versions), calls the pure
+:func:`~ads_broker.cluster.election.decide`, and writes each changed state with a write that is
+conditional on both the partition's version and the controller epoch's version. A version conflict
+means someone (a leader changing its ISR) wrote in between: the controller re-reads and decides
+again. A stale controller epoch means another controller was elected: this one steps down. When
+the session is lost (expired) the controller steps down at once: it writes nothing until it wins
+an election again with a new session.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+
+from kazoo.client import KazooState
+
+from ads_broker.cluster.election import ClusterView, decide, led_by
+from ads_broker.cluster.exceptions import ControllerMovedError, PartitionEpochError
+from ads_broker.cluster.zookeeper import ControllerEpoch, KafkaZkClient, LeaderAndIsr, TopicPartition
+
+log = logging.getLogger(__name__)
+
+_ELECT = "elect"
+_RECONCILE = "reconcile"
+_SESSION_LOST = "session-lost"
+_STOP = "stop"
+# A conflict with a leader's own ISR write is resolved by deciding again; bound the retries per event.
+_MAX_ROUNDS = 10
+
+
+class Controller:
+    """Controller election and partition-state decisions for broker ``broker_id``.
+
+    ``unclean_for(topic)`` gives ``unclean.leader.election.enable`` for a topic (default: false).
+    ``on_elected(epoch)`` / ``on_resigned()`` run on the controller's thread when this broker
+    becomes / stops being the controller. :attr:`decisions` counts the state writes it made.
+    """
+
+    def __init__(self, zk: KafkaZkClient, broker_id: int, *,
+                 unclean_for: Callable[[str], bool] | None = None,
+                 on_elected: Callable[[int], None] | None = None,
+                 on_resigned: Callable[[], None] | None = None) -> None:
+        self.zk = zk
+        self.broker_id = broker_id
+        self._unclean_for = unclean_for or (lambda topic: False)
+        self._on_elected = on_elected
+        self._on_resigned = on_resigned
+        self._events: queue.Queue[str] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._epoch: ControllerEpoch | None = None
+        self._lock = threading.Lock()
+        self.decisions = 0
+
+    # -- state seen from other threads --
+    @property
+    def is_active(self) -> bool:
+        with self._lock:
+            return self._epoch is not None
+
+    @property
+    def epoch(self) -> int | None:
+        with self._lock:
+            return None if self._epoch is None else self._epoch.epoch
+
+    # -- life cycle --
+    def start(self) -> Controller:
+        self._thread = threading.Thread(target=self._run, name=f"controller-{self.broker_id}", daemon=True)
+        self._thread.start()
+        self.zk.add_state_listener(self._on_session_state)
+        self.zk.watch_controller(lambda holder: self._events.put(_ELECT) if holder is None else None)
+        self.zk.watch_broker_ids(lambda ids: self._events.put(_RECONCILE))
+        self.zk.watch_topics(lambda topics: self._events.put(_RECONCILE))
+        self.zk.watch_shutting_down(lambda ids: self._events.put(_RECONCILE))
+        self.zk.watch_preferred_election(lambda pending: self._events.put(_RECONCILE) if pending else None)
+        self._events.put(_ELECT)
+        return self
+
+    def stop(self) -> None:
+        """Stop the thread and hand the controller role over (delete ``/controller`` if ours)."""
+        self._events.put(_STOP)
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        if self._step_down() and self.zk.connected:
+            self.zk.resign_controller(self.broker_id)
+
+    def _on_session_state(self, state: KazooState) -> None:
+        # Runs on kazoo's thread and must not block. SUSPENDED: writes fail until reconnected, the
+        # session may live on. LOST: the session expired and /controller went with it: stop writing
+        # now; the new session (kazoo reconnects) brings CONNECTED and a new election. CONNECTED
+        # after SUSPENDED (same session): an event cut short by the connection loss is done again.
+        if state == KazooState.LOST:
+            if self._clear_epoch():
+                self._events.put(_SESSION_LOST)
+        elif state == KazooState.CONNECTED:
+            self._events.put(_ELECT)
+            self._events.put(_RECONCILE)
+
+    def _clear_epoch(self) -> bool:
+        with self._lock:
+            was_active, self._epoch = self._epoch is not None, None
+        return was_active
+
+    def _step_down(self) -> bool:
+        was_active = self._clear_epoch()
+        if was_active:
+            self._resigned()
+        return was_active
+
+    def _resigned(self) -> None:
+        log.warning("broker %d: no longer the controller", self.broker_id)
+        if self._on_resigned is not None:
+            self._on_resigned()
+
+    # -- the event thread --
+    def _run(self) -> None:
+        while True:
+            event = self._events.get()
+            if event == _STOP:
+                return
+            try:
+                if event == _SESSION_LOST:
+                    self._resigned()
+                elif event == _ELECT:
+                    self._elect()
+                elif event == _RECONCILE and self.is_active:
+                    self._reconcile()
+            except ControllerMovedError as e:
+                log.warning("broker %d: %s", self.broker_id, e)
+                self._step_down()
+            except Exception:
+                # A connection loss mid-event: CONNECTED queues the work again (see _on_session_state).
+                log.exception("broker %d: controller event %s failed", self.broker_id, event)
+
+    def _elect(self) -> None:
+        if self.is_active or not self.zk.connected:
+            return
+        if self.zk.get_controller_id() is not None:
+            return
+        try:
+            epoch = self.zk.register_controller_and_increment_epoch(self.broker_id)
+        except ControllerMovedError as e:
+            log.info("broker %d: %s", self.broker_id, e)  # another broker won the race: not an error
+            return
+        with self._lock:
+            self._epoch = epoch
+        log.info("broker %d: elected controller, epoch %d", self.broker_id, epoch.epoch)
+        if self._on_elected is not None:
+            self._on_elected(epoch.epoch)
+        self._reconcile()
+
+    def read_view(self) -> ClusterView:
+        """The cluster as ZooKeeper has it now (live brokers, assignment, states with versions)."""
+        live = self.zk.get_live_broker_ids()
+        assignment = self.zk.get_all_assignments()
+        pending = self.zk.get_preferred_election()
+        return ClusterView(assignment=assignment, states=self.zk.get_partition_states(assignment),
+                           live=live, shutting_down=self.zk.get_shutting_down() & live,
+                           preferred=frozenset(pending[0]) if pending else frozenset())
+
+    def _reconcile(self) -> None:
+        for _ in range(_MAX_ROUNDS):
+            with self._lock:
+                epoch = self._epoch
+            if epoch is None:
+                return
+            view = self.read_view()
+            if self._write_all(decide(view, epoch.epoch, self._unclean_for), epoch):
+                pending = self.zk.get_preferred_election()
+                if pending is not None and pending[0] <= view.preferred:
+                    self.zk.delete_preferred_election(pending[1])
+                return
+        self._events.put(_RECONCILE)
+
+    def _write_all(self, changes: dict[TopicPartition, LeaderAndIsr], epoch: ControllerEpoch) -> bool:
+        """Write every decision; False if one met a newer version (decide again)."""
+        clean = True
+        for tp, state in changes.items():
+            try:
+                self.zk.write_partition_state(tp, state, epoch)
+            except PartitionEpochError as e:
+                log.info("broker %d (controller): %s", self.broker_id, e)
+                clean = False
+                continue
+            self.decisions += 1
+            log.info("controller epoch %d: %s leader %d epoch %d isr %s", epoch.epoch, tp, state.leader,
+                     state.leader_epoch, list(state.isr))
+        return clean
+
+
+def partitions_led_by(zk: KafkaZkClient, broker_id: int) -> list[TopicPartition]:
+    """Partitions whose stored state names ``broker_id`` as leader."""
+    assignment = zk.get_all_assignments()
+    view = ClusterView(assignment=assignment, states=zk.get_partition_states(assignment), live=frozenset())
+    return led_by(view, broker_id)

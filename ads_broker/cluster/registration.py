@@ -1,0 +1,171 @@
+"""A broker's membership in a ZooKeeper cluster: registration, its partitions' roles, controlled shutdown.
+
+A broker is alive exactly while its ZooKeeper session holds ``/brokers/ids/<id>`` (seed 002: a
+node must maintain its ZooKeeper session). :meth:`BrokerMembership.register` refuses to join a
+cluster whose stored id differs from this broker's ``cluster.id``
+(:class:`~ads_broker.cluster.exceptions.InconsistentClusterIdError`), and refuses a ``broker.id``
+another live session holds (:class:`~ads_broker.cluster.exceptions.BrokerIdInUseError`). After a
+session expiry the broker registers again with its new session (the controller has meanwhile
+treated it as lost and moved its leaderships away; it comes back as a follower).
+
+How a broker learns its role: it watches the state znode of every partition it is a replica of
+(docs/CLUSTER.md says why rather than a LeaderAndIsr request from the controller) and gets
+``on_partition_state(tp, replicas, state)`` for every new state, in leader-epoch order, on
+kazoo's event thread. The broker leads ``tp`` iff ``state.leader == broker_id``; leader -1 means
+the partition has no leader (clients get LEADER_NOT_AVAILABLE).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from kazoo.client import KazooState
+
+from ads_broker.cluster.election import ClusterView
+from ads_broker.cluster.exceptions import BrokerIdInUseError, InconsistentClusterIdError
+from ads_broker.cluster.zookeeper import (
+    BrokerRegistration,
+    KafkaZkClient,
+    LeaderAndIsr,
+    TopicPartition,
+    parse_assignment,
+)
+
+log = logging.getLogger(__name__)
+
+PartitionStateCallback = Callable[[TopicPartition, tuple[int, ...], LeaderAndIsr], None]
+
+
+class BrokerMembership:
+    """Registration and partition-role watching for one broker over one :class:`KafkaZkClient`."""
+
+    def __init__(self, zk: KafkaZkClient, registration: BrokerRegistration,
+                 on_partition_state: PartitionStateCallback | None = None) -> None:
+        self.zk = zk
+        self.registration = registration
+        self.broker_id = registration.broker_id
+        self.broker_epoch = -1
+        self._on_partition_state = on_partition_state
+        self._lock = threading.Lock()
+        self._watched_topics: set[str] = set()
+        self._watched: set[TopicPartition] = set()
+        self._delivered: dict[TopicPartition, tuple[int, int]] = {}
+        self._session_lost = False
+        self._closed = False
+
+    # -- registration --
+    def register(self) -> int:
+        """Check the cluster id, create the ephemeral registration, start watching; returns the
+        broker epoch (the registration's creation zxid, as Kafka's broker epoch)."""
+        stored = self.zk.get_or_create_cluster_id(self.registration.cluster_id)
+        if stored != self.registration.cluster_id:
+            raise InconsistentClusterIdError(
+                f"broker {self.broker_id}: cluster.id {self.registration.cluster_id!r} does not match the cluster id "
+                f"{stored!r} stored in ZooKeeper at {self.zk.connect}/cluster/id; this broker belongs to another "
+                "cluster (wrong zookeeper.connect chroot?) or its cluster.id is wrong")
+        self.broker_epoch = self.zk.register_broker(self.registration)
+        self.zk.add_state_listener(self._on_session_state)
+        if self._on_partition_state is not None:
+            self.zk.watch_topics(self._on_topics)
+        log.info("broker %d registered at %s (broker epoch %d)", self.broker_id, self.zk.connect, self.broker_epoch)
+        return self.broker_epoch
+
+    def _on_session_state(self, state: KazooState) -> None:
+        # kazoo's thread: must not block, so re-registration runs on a thread of its own.
+        if state == KazooState.LOST:
+            self._session_lost = True
+        elif state == KazooState.CONNECTED and self._session_lost and not self._closed:
+            self._session_lost = False
+            threading.Thread(target=self._register_again, name=f"reregister-{self.broker_id}", daemon=True).start()
+
+    def _register_again(self) -> None:
+        try:
+            self.broker_epoch = self.zk.register_broker(self.registration)
+            log.warning("broker %d: ZooKeeper session expired; registered again (broker epoch %d)",
+                        self.broker_id, self.broker_epoch)
+        except BrokerIdInUseError:
+            log.exception("broker %d: cannot register again after a session expiry", self.broker_id)
+
+    def close(self) -> None:
+        """Leave the cluster: the session closes and the registration disappears at once."""
+        self._closed = True
+        self.zk.close()
+
+    # -- partition roles --
+    def _on_topics(self, topics: list[str]) -> None:
+        for topic in topics:
+            with self._lock:
+                if topic in self._watched_topics:
+                    continue
+                self._watched_topics.add(topic)
+            self._watch_topic(topic)
+
+    def _watch_topic(self, topic: str) -> None:
+        def on_assignment(data: bytes | None, stat: object) -> bool | None:
+            if data is None:
+                with self._lock:
+                    self._watched_topics.discard(topic)
+                return False
+            for partition, replicas in parse_assignment(data).items():
+                if self.broker_id in replicas:
+                    self._watch_partition(TopicPartition(topic, partition), replicas)
+            return None
+
+        self.zk.client.DataWatch(f"/brokers/topics/{topic}", on_assignment)
+
+    def _watch_partition(self, tp: TopicPartition, replicas: tuple[int, ...]) -> None:
+        with self._lock:
+            if tp in self._watched:
+                return
+            self._watched.add(tp)
+
+        def on_state(state: LeaderAndIsr | None) -> bool | None:
+            if state is None:
+                # Not created yet (the controller will), or the topic was deleted: a topic created
+                # again under the same name starts over at leader epoch 0.
+                with self._lock:
+                    self._delivered.pop(tp, None)
+                return None
+            key = (state.leader_epoch, state.partition_epoch)
+            with self._lock:
+                last = self._delivered.get(tp)
+                if last is not None and key <= last:
+                    return None
+                self._delivered[tp] = key
+            assert self._on_partition_state is not None
+            self._on_partition_state(tp, replicas, state)
+            return None
+
+        self.zk.watch_partition_state(tp, on_state)
+
+    # -- controlled shutdown --
+    def controlled_shutdown(self, timeout_s: float, poll_s: float = 0.05) -> list[TopicPartition]:
+        """Ask the controller to move this broker's leaderships away and wait until it did.
+
+        Returns the partitions this broker still leads when it gives up: those with no other live
+        ISR member (they go offline when the broker stops) plus any the controller did not move
+        within ``timeout_s`` (``controlled.shutdown`` gives up the same way in Kafka).
+        """
+        self.zk.request_controlled_shutdown(self.broker_id)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            movable, stuck = self._led_partitions()
+            if not movable or time.monotonic() >= deadline:
+                return sorted(movable + stuck)
+            time.sleep(poll_s)
+
+    def _led_partitions(self) -> tuple[list[TopicPartition], list[TopicPartition]]:
+        assignment = self.zk.get_all_assignments()
+        view = ClusterView(assignment=assignment, states=self.zk.get_partition_states(assignment),
+                           live=self.zk.get_live_broker_ids(), shutting_down=self.zk.get_shutting_down())
+        movable: list[TopicPartition] = []
+        stuck: list[TopicPartition] = []
+        for tp, state in view.states.items():
+            if state.leader != self.broker_id:
+                continue
+            has_successor = any(b != self.broker_id and view.available(b) for b in state.isr)
+            (movable if has_successor else stuck).append(tp)
+        return movable, stuck

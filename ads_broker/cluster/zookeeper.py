@@ -1,0 +1,467 @@
+"""A thin typed layer over kazoo with Kafka's ZooKeeper layout (Kafka's ``KafkaZkClient``).
+
+Znodes, with Kafka's JSON encodings (so Kafka's tools can read them):
+
+=========================================================  =========================================
+``/cluster/id``                                             ``{"version":"1","id":"<cluster id>"}``
+``/brokers/ids/<id>``            (ephemeral)                host, port, endpoints, listener map,
+                                                            plus ``cluster_id`` (ours)
+``/controller``                  (ephemeral)                ``{"version":1,"brokerid":N,"timestamp":..}``
+``/controller_epoch``                                       the epoch as a decimal string
+``/brokers/topics/<t>``                                     ``{"version":2,"partitions":{"0":[1,2,3]}}``
+``/brokers/topics/<t>/partitions/<p>/state``                ``{"version":1,"controller_epoch":E,
+                                                            "leader":L,"leader_epoch":LE,"isr":[..]}``
+``/admin/preferred_replica_election``                       ``{"version":1,"partitions":[{"topic":..}]}``
+``/admin/controlled_shutdown/<id>`` (ephemeral; not Kafka)  a broker asks the controller to move its
+                                                            leaderships away (Kafka: an RPC)
+=========================================================  =========================================
+
+Fencing. The znode version of a partition's state is its *partition epoch*: every write names the
+version it read (``set_data(version=...)``), so a write based on an old read fails. A controller's
+writes are additionally a multi-op with a check on ``/controller_epoch``'s version, the version it
+set when it won the election: once another controller bumped the epoch, every write of the old one
+fails as a whole (:class:`ControllerMovedError`), exactly as Kafka's ``checkedEphemeralCreate`` /
+``MultiRequest(CheckOp(ControllerEpochZNode.path, zkVersion), ...)``.
+
+All calls block (kazoo's threading handler); callbacks given to the ``watch_*`` methods run on
+kazoo's event thread and must not block: hand the event to your own thread or loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
+from kazoo.protocol.states import ZnodeStat
+from kazoo.retry import KazooRetry
+
+from ads_broker.cluster.exceptions import (
+    BrokerIdInUseError,
+    ControllerMovedError,
+    PartitionEpochError,
+    ZooKeeperUnavailableError,
+)
+
+NO_LEADER = -1
+CLUSTER_ID_PATH = "/cluster/id"
+BROKER_IDS_PATH = "/brokers/ids"
+TOPICS_PATH = "/brokers/topics"
+CONTROLLER_PATH = "/controller"
+CONTROLLER_EPOCH_PATH = "/controller_epoch"
+PREFERRED_ELECTION_PATH = "/admin/preferred_replica_election"
+CONTROLLED_SHUTDOWN_PATH = "/admin/controlled_shutdown"
+PERSISTENT_PATHS = ("/cluster", BROKER_IDS_PATH, TOPICS_PATH, "/admin", CONTROLLED_SHUTDOWN_PATH)
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+class ControllerEpoch(NamedTuple):
+    """A controller's epoch and the version of ``/controller_epoch`` it wrote (its fencing token)."""
+
+    epoch: int
+    zk_version: int
+
+
+@dataclass(frozen=True)
+class LeaderAndIsr:
+    """A partition's state as stored in ``.../partitions/<p>/state``.
+
+    ``partition_epoch`` is the znode version the state was read at (-1: not read from ZooKeeper,
+    i.e. a state to create); it is not part of the JSON.
+    """
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int
+    partition_epoch: int = -1
+
+    def to_json(self) -> bytes:
+        return json.dumps({"controller_epoch": self.controller_epoch, "leader": self.leader, "version": 1,
+                           "leader_epoch": self.leader_epoch, "isr": list(self.isr)}).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, partition_epoch: int) -> LeaderAndIsr:
+        obj = json.loads(data)
+        return cls(leader=int(obj["leader"]), leader_epoch=int(obj["leader_epoch"]),
+                   isr=tuple(int(b) for b in obj["isr"]), controller_epoch=int(obj["controller_epoch"]),
+                   partition_epoch=partition_epoch)
+
+
+@dataclass(frozen=True)
+class BrokerRegistration:
+    """What ``/brokers/ids/<id>`` holds: Kafka's version-5 broker znode plus our ``cluster_id``."""
+
+    broker_id: int
+    host: str
+    port: int
+    cluster_id: str
+    endpoints: tuple[str, ...] = ()
+    security_protocol_map: Mapping[str, str] = field(default_factory=lambda: {"PLAINTEXT": "PLAINTEXT"})
+    rack: str | None = None
+    timestamp_ms: int = 0
+
+    def to_json(self) -> bytes:
+        endpoints = list(self.endpoints) or [f"PLAINTEXT://{self.host}:{self.port}"]
+        obj: dict[str, Any] = {
+            "features": {}, "listener_security_protocol_map": dict(self.security_protocol_map),
+            "endpoints": endpoints, "jmx_port": -1, "host": self.host, "port": self.port,
+            "timestamp": str(self.timestamp_ms or int(time.time() * 1000)), "version": 5,
+            "cluster_id": self.cluster_id,
+        }
+        if self.rack is not None:
+            obj["rack"] = self.rack
+        return json.dumps(obj).encode()
+
+    @classmethod
+    def from_json(cls, broker_id: int, data: bytes) -> BrokerRegistration:
+        obj = json.loads(data)
+        return cls(broker_id=broker_id, host=str(obj.get("host", "")), port=int(obj.get("port", -1)),
+                   cluster_id=str(obj.get("cluster_id", "")), endpoints=tuple(obj.get("endpoints", ())),
+                   security_protocol_map=dict(obj.get("listener_security_protocol_map", {})),
+                   rack=obj.get("rack"), timestamp_ms=int(obj.get("timestamp", 0)))
+
+
+def parse_assignment(data: bytes) -> dict[int, tuple[int, ...]]:
+    """``/brokers/topics/<t>``'s JSON -> replicas per partition."""
+    return {int(p): tuple(int(b) for b in r) for p, r in json.loads(data)["partitions"].items()}
+
+
+def _reconnect_forever() -> KazooRetry:
+    """Reconnect without end, at most a second apart: kazoo's default backs off to an hour, which
+    would leave a broker out of the cluster long after ZooKeeper came back."""
+    return KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0)
+
+
+# Each server is listed this many times in kazoo's host list; see _bounded_connect_attempts.
+CONNECT_ATTEMPTS_PER_SESSION = 3
+
+
+def _bounded_connect_attempts(hosts: str) -> str:
+    """The host list with each server repeated, so one connection attempt waits at most a third of
+    the session timeout.
+
+    kazoo (like ZooKeeper's Java client) waits session timeout / number of servers for the answer
+    to a connect request. A ZooKeeper that is starting up can accept a connection and then never
+    answer or close it (ZOOKEEPER-5051: an NPE on the close path while its database is not loaded),
+    so with one server a client that reconnects at that moment waits a whole session timeout and
+    its session expires although the server came back in time. Three shorter attempts leave room
+    to reconnect after a hung one.
+    """
+    servers = [h for h in hosts.split(",") if h.strip()]
+    return ",".join(servers * CONNECT_ATTEMPTS_PER_SESSION)
+
+
+def split_chroot(connect: str) -> tuple[str, str]:
+    """``"h1:2181,h2:2181/ads"`` -> (``"h1:2181,h2:2181"``, ``"/ads"``); no chroot gives ``""``."""
+    hosts, slash, chroot = connect.partition("/")
+    return hosts, ("/" + chroot.strip("/")) if slash and chroot.strip("/") else ""
+
+
+class KafkaZkClient:
+    """One ZooKeeper session and Kafka's znodes under the chroot of ``connect``.
+
+    The chroot is created if missing (as Kafka does). :meth:`start` blocks until connected or
+    raises :class:`ZooKeeperUnavailableError`.
+    """
+
+    def __init__(self, connect: str, *, session_timeout_ms: int = 18000, connection_timeout_ms: int = 18000) -> None:
+        self.connect = connect
+        self.session_timeout_ms = session_timeout_ms
+        self.connection_timeout_ms = connection_timeout_ms
+        self.hosts, self.chroot = split_chroot(connect)
+        self.client = KazooClient(hosts=_bounded_connect_attempts(self.hosts) + self.chroot,
+                                  timeout=session_timeout_ms / 1000, connection_retry=_reconnect_forever())
+
+    # -- session --
+    def start(self) -> KafkaZkClient:
+        timeout_s = self.connection_timeout_ms / 1000
+        if self.chroot:
+            root = KazooClient(hosts=_bounded_connect_attempts(self.hosts), timeout=self.session_timeout_ms / 1000,
+                               connection_retry=_reconnect_forever())
+            try:
+                root.start(timeout=timeout_s)
+                root.ensure_path(self.chroot)
+            except Exception as e:
+                raise ZooKeeperUnavailableError(f"cannot reach ZooKeeper at {self.hosts}: {e}") from e
+            finally:
+                root.stop()
+                root.close()
+        try:
+            self.client.start(timeout=timeout_s)
+        except Exception as e:
+            raise ZooKeeperUnavailableError(f"cannot reach ZooKeeper at {self.connect}: {e}") from e
+        for path in PERSISTENT_PATHS:
+            self.client.ensure_path(path)
+        return self
+
+    def close(self) -> None:
+        """Close the session: ZooKeeper deletes its ephemeral znodes at once."""
+        self.client.stop()
+        self.client.close()
+
+    @property
+    def session_id(self) -> int:
+        return int(self.client.client_id[0]) if self.client.client_id else 0
+
+    @property
+    def connected(self) -> bool:
+        return bool(self.client.connected)
+
+    def add_state_listener(self, listener: Callable[[KazooState], None]) -> None:
+        """``listener(state)`` on CONNECTED / SUSPENDED (connection lost) / LOST (session expired)."""
+        self.client.add_listener(listener)
+
+    # -- cluster id --
+    def get_or_create_cluster_id(self, proposed: str) -> str:
+        """The cluster's id: the stored one, or ``proposed`` if this is the first broker."""
+        body = json.dumps({"version": "1", "id": proposed}).encode()
+        try:
+            self.client.create(CLUSTER_ID_PATH, body, makepath=True)
+            return proposed
+        except NodeExistsError:
+            data, _ = self.client.get(CLUSTER_ID_PATH)
+            return str(json.loads(data)["id"])
+
+    # -- brokers --
+    def register_broker(self, registration: BrokerRegistration) -> int:
+        """Create ``/brokers/ids/<id>`` (ephemeral); returns its creation zxid (Kafka's broker epoch).
+
+        Raises :class:`BrokerIdInUseError` when another session holds the id. A znode left by this
+        same session (a retry after a connection loss) is accepted.
+        """
+        path = f"{BROKER_IDS_PATH}/{registration.broker_id}"
+        try:
+            self.client.create(path, registration.to_json(), ephemeral=True)
+        except NodeExistsError:
+            data, stat = self.client.get(path)
+            if stat.ephemeralOwner != self.session_id:
+                other = BrokerRegistration.from_json(registration.broker_id, data)
+                raise BrokerIdInUseError(
+                    f"broker.id {registration.broker_id} is already registered in ZooKeeper at "
+                    f"{self.connect}{path} by {other.host}:{other.port} (session {stat.ephemeralOwner:#x}); "
+                    "give this broker another broker.id or stop the other one") from None
+            return int(stat.czxid)
+        _, stat = self.client.get(path)
+        return int(stat.czxid)
+
+    def get_broker(self, broker_id: int) -> BrokerRegistration | None:
+        try:
+            data, _ = self.client.get(f"{BROKER_IDS_PATH}/{broker_id}")
+        except NoNodeError:
+            return None
+        return BrokerRegistration.from_json(broker_id, data)
+
+    def get_live_broker_ids(self) -> frozenset[int]:
+        return frozenset(int(c) for c in self.client.get_children(BROKER_IDS_PATH))
+
+    def watch_broker_ids(self, callback: Callable[[frozenset[int]], None]) -> None:
+        """``callback(live ids)`` now and on every change of ``/brokers/ids``."""
+        self.client.ChildrenWatch(BROKER_IDS_PATH, lambda ids: callback(frozenset(int(c) for c in ids)))
+
+    # -- controller --
+    def get_controller_id(self) -> int | None:
+        try:
+            data, _ = self.client.get(CONTROLLER_PATH)
+        except NoNodeError:
+            return None
+        return int(json.loads(data)["brokerid"])
+
+    def get_controller_epoch(self) -> ControllerEpoch | None:
+        try:
+            data, stat = self.client.get(CONTROLLER_EPOCH_PATH)
+        except NoNodeError:
+            return None
+        return ControllerEpoch(int(data), int(stat.version))
+
+    def register_controller_and_increment_epoch(self, broker_id: int) -> ControllerEpoch:
+        """Create ``/controller`` and bump ``/controller_epoch`` in one multi-op.
+
+        Raises :class:`ControllerMovedError` if another broker is controller or bumped the epoch
+        between our read and our write (the loser of a race).
+        """
+        current = self.get_controller_epoch()
+        if current is None:
+            with contextlib.suppress(NodeExistsError):
+                self.client.create(CONTROLLER_EPOCH_PATH, b"0")
+            current = self.get_controller_epoch()
+            assert current is not None
+        body = json.dumps({"version": 1, "brokerid": broker_id, "timestamp": str(int(time.time() * 1000))})
+        txn = self.client.transaction()
+        txn.create(CONTROLLER_PATH, body.encode(), ephemeral=True)
+        txn.set_data(CONTROLLER_EPOCH_PATH, str(current.epoch + 1).encode(), version=current.zk_version)
+        results = txn.commit()
+        if any(isinstance(r, Exception) for r in results):
+            holder = self.get_controller_id()
+            raise ControllerMovedError(f"broker {broker_id} lost the controller election "
+                                       f"(controller is {holder}, epoch after {current.epoch})")
+        return ControllerEpoch(current.epoch + 1, current.zk_version + 1)
+
+    def resign_controller(self, broker_id: int) -> None:
+        """Delete ``/controller`` if this session holds it (a clean hand-over)."""
+        try:
+            data, stat = self.client.get(CONTROLLER_PATH)
+        except NoNodeError:
+            return
+        if stat.ephemeralOwner == self.session_id and int(json.loads(data)["brokerid"]) == broker_id:
+            with contextlib.suppress(NoNodeError, BadVersionError):
+                self.client.delete(CONTROLLER_PATH, version=stat.version)
+
+    def watch_controller(self, callback: Callable[[int | None], None]) -> None:
+        """``callback(controller id or None)`` now and whenever ``/controller`` changes."""
+
+        def on_data(data: bytes | None, stat: ZnodeStat | None) -> None:
+            callback(None if data is None else int(json.loads(data)["brokerid"]))
+
+        self.client.DataWatch(CONTROLLER_PATH, on_data)
+
+    # -- topics and their assignment --
+    def create_topic(self, topic: str, assignment: Mapping[int, Iterable[int]], topic_id: str | None = None) -> None:
+        """Write ``/brokers/topics/<t>`` (replica lists per partition; the first is the preferred leader).
+
+        The controller sees it and creates the partitions' states. Raises kazoo's NodeExistsError
+        if the topic exists.
+        """
+        obj: dict[str, Any] = {"version": 2, "partitions": {str(p): list(r) for p, r in sorted(assignment.items())},
+                               "adding_replicas": {}, "removing_replicas": {}}
+        if topic_id is not None:
+            obj["version"], obj["topic_id"] = 3, topic_id
+        self.client.create(f"{TOPICS_PATH}/{topic}", json.dumps(obj).encode())
+
+    def get_topics(self) -> list[str]:
+        return sorted(self.client.get_children(TOPICS_PATH))
+
+    def get_assignment(self, topic: str) -> dict[int, tuple[int, ...]]:
+        try:
+            data, _ = self.client.get(f"{TOPICS_PATH}/{topic}")
+        except NoNodeError:
+            return {}
+        return parse_assignment(data)
+
+    def get_all_assignments(self) -> dict[TopicPartition, tuple[int, ...]]:
+        out: dict[TopicPartition, tuple[int, ...]] = {}
+        for topic in self.get_topics():
+            for p, replicas in self.get_assignment(topic).items():
+                out[TopicPartition(topic, p)] = replicas
+        return out
+
+    def watch_topics(self, callback: Callable[[list[str]], None]) -> None:
+        self.client.ChildrenWatch(TOPICS_PATH, lambda topics: callback(sorted(topics)))
+
+    # -- partition state --
+    @staticmethod
+    def state_path(tp: TopicPartition) -> str:
+        return f"{TOPICS_PATH}/{tp.topic}/partitions/{tp.partition}/state"
+
+    def get_partition_state(self, tp: TopicPartition) -> LeaderAndIsr | None:
+        try:
+            data, stat = self.client.get(self.state_path(tp))
+        except NoNodeError:
+            return None
+        return LeaderAndIsr.from_json(data, stat.version)
+
+    def get_partition_states(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, LeaderAndIsr]:
+        out: dict[TopicPartition, LeaderAndIsr] = {}
+        for tp in tps:
+            state = self.get_partition_state(tp)
+            if state is not None:
+                out[tp] = state
+        return out
+
+    def write_partition_state(self, tp: TopicPartition, state: LeaderAndIsr,
+                              controller: ControllerEpoch) -> LeaderAndIsr:
+        """The controller's write: create the state (``state.partition_epoch == -1``) or replace the
+        version ``state.partition_epoch``, guarded by the controller epoch's version.
+
+        Returns the state with its new partition epoch. Raises :class:`ControllerMovedError` (a newer
+        controller exists: step down) or :class:`PartitionEpochError` (re-read and decide again).
+        """
+        path = self.state_path(tp)
+        if state.partition_epoch < 0:
+            self.client.ensure_path(path.rsplit("/", 1)[0])
+        txn = self.client.transaction()
+        txn.check(CONTROLLER_EPOCH_PATH, controller.zk_version)
+        if state.partition_epoch < 0:
+            txn.create(path, state.to_json())
+        else:
+            txn.set_data(path, state.to_json(), version=state.partition_epoch)
+        check, write = txn.commit()
+        # A failed multi reports the failing op's error and RolledBackError for the others.
+        if isinstance(check, Exception) and not isinstance(check, RolledBackError):
+            raise ControllerMovedError(
+                f"controller epoch {controller.epoch} is stale (/controller_epoch moved past version "
+                f"{controller.zk_version}): not writing {tp}'s state")
+        if isinstance(write, Exception):
+            raise PartitionEpochError(f"{tp}: state changed since partition epoch {state.partition_epoch} "
+                                      f"({type(write).__name__}): re-read it")
+        return LeaderAndIsr(state.leader, state.leader_epoch, state.isr, state.controller_epoch,
+                            0 if state.partition_epoch < 0 else state.partition_epoch + 1)
+
+    def update_isr_as_leader(self, tp: TopicPartition, current: LeaderAndIsr, isr: Iterable[int]) -> LeaderAndIsr:
+        """The leader's own ISR change (shrink or expand), conditional on the version it read.
+
+        ``current`` must be the state this broker leads under; the write fails with
+        :class:`PartitionEpochError` if the controller (or anyone) changed it since: the leader then
+        re-reads and, if it lost leadership, stops acting as leader.
+        """
+        new = LeaderAndIsr(current.leader, current.leader_epoch, tuple(isr), current.controller_epoch)
+        try:
+            stat = self.client.set(self.state_path(tp), new.to_json(), version=current.partition_epoch)
+        except (BadVersionError, NoNodeError):
+            raise PartitionEpochError(f"{tp}: state changed since partition epoch {current.partition_epoch}; "
+                                      "ISR not updated") from None
+        return LeaderAndIsr(new.leader, new.leader_epoch, new.isr, new.controller_epoch, stat.version)
+
+    def watch_partition_state(self, tp: TopicPartition, callback: Callable[[LeaderAndIsr | None], bool | None]) -> None:
+        """``callback(state or None)`` now and on every change; return False from it to stop watching."""
+
+        def on_data(data: bytes | None, stat: ZnodeStat | None) -> bool | None:
+            state = None if data is None or stat is None else LeaderAndIsr.from_json(data, stat.version)
+            return callback(state)
+
+        self.client.DataWatch(self.state_path(tp), on_data)
+
+    # -- admin requests to the controller --
+    def request_preferred_election(self, partitions: Iterable[TopicPartition]) -> None:
+        """Ask for preferred-leader election (Kafka's admin znode); NodeExistsError if one is pending."""
+        body = {"version": 1, "partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in partitions]}
+        self.client.create(PREFERRED_ELECTION_PATH, json.dumps(body).encode())
+
+    def get_preferred_election(self) -> tuple[set[TopicPartition], int] | None:
+        try:
+            data, stat = self.client.get(PREFERRED_ELECTION_PATH)
+        except NoNodeError:
+            return None
+        parts = {TopicPartition(str(e["topic"]), int(e["partition"])) for e in json.loads(data)["partitions"]}
+        return parts, int(stat.version)
+
+    def delete_preferred_election(self, version: int) -> None:
+        with contextlib.suppress(NoNodeError, BadVersionError):
+            self.client.delete(PREFERRED_ELECTION_PATH, version=version)
+
+    def watch_preferred_election(self, callback: Callable[[bool], None]) -> None:
+        self.client.DataWatch(PREFERRED_ELECTION_PATH,
+                              lambda data, stat: callback(data is not None))
+
+    def request_controlled_shutdown(self, broker_id: int) -> None:
+        """Create ``/admin/controlled_shutdown/<id>`` (ephemeral: it vanishes with the broker)."""
+        with contextlib.suppress(NodeExistsError):
+            self.client.create(f"{CONTROLLED_SHUTDOWN_PATH}/{broker_id}", b"", ephemeral=True)
+
+    def get_shutting_down(self) -> frozenset[int]:
+        return frozenset(int(c) for c in self.client.get_children(CONTROLLED_SHUTDOWN_PATH))
+
+    def watch_shutting_down(self, callback: Callable[[frozenset[int]], None]) -> None:
+        self.client.ChildrenWatch(CONTROLLED_SHUTDOWN_PATH, lambda ids: callback(frozenset(int(c) for c in ids)))

@@ -1,0 +1,114 @@
+"""A real ZooKeeper (Debian's package) per test module, a fresh chroot per test.
+
+Starting the JVM costs about a second, so modules share one server; each test gets its own
+chroot (``127.0.0.1:PORT/t-<uuid>``) and so its own cluster id, brokers and controller. A missing
+ZooKeeper skips these tests, unless ADS_OPS_REQUIRE_TOOLS=1 (set by ``make test``) makes it fail.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+from kazoo.client import KazooClient
+
+from ads_broker.cluster.member import ClusterMember
+from ads_broker.cluster.zkserver import ZooKeeperServer, zookeeper_available
+from ads_broker.cluster.zookeeper import BrokerRegistration, KafkaZkClient, LeaderAndIsr, TopicPartition
+
+# Short enough that a lost session expires within seconds, long enough for a loaded 2-core CI box.
+SESSION_TIMEOUT_MS = 4000
+
+
+def wait_until(condition: Callable[[], object], what: str, timeout_s: float = 60.0) -> None:
+    """Poll ``condition`` until truthy; fail naming ``what`` after a generous deadline (not a timing check)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def _require_zookeeper() -> None:
+    if not zookeeper_available():
+        if os.environ.get("ADS_OPS_REQUIRE_TOOLS") == "1":
+            pytest.fail("ZooKeeper is not installed (apt-get install zookeeper; `make test` does it)")
+        pytest.skip("ZooKeeper is not installed (apt-get install zookeeper)")
+
+
+@pytest.fixture(scope="module")
+def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    _require_zookeeper()
+    with ZooKeeperServer(tmp_path_factory.mktemp("zookeeper")) as server:
+        yield server
+
+
+@pytest.fixture
+def zk_connect(zk_server: ZooKeeperServer) -> str:
+    """``zookeeper.connect`` with a chroot of this test's own."""
+    return zk_server.connect_string(f"t-{uuid.uuid4().hex[:12]}")
+
+
+def expire_session(zk: KafkaZkClient) -> None:
+    """End ``zk``'s session on the server as a timeout would: a second client attaches to the same
+    session and closes it. ``zk`` sees SESSION_EXPIRED (LOST) and kazoo opens a new session."""
+    session_id, password = zk.client.client_id
+    intruder = KazooClient(hosts=zk.hosts, client_id=(session_id, password))
+    intruder.start(timeout=30)
+    intruder.stop()
+    intruder.close()
+    wait_until(lambda: zk.session_id not in (0, session_id) and zk.connected, "a new session after expiry")
+
+
+class Node:
+    """One simulated broker (a :class:`ClusterMember`) that records what it was told."""
+
+    def __init__(self, connect: str, broker_id: int, cluster_id: str,
+                 unclean_for: Callable[[str], bool] | None = None,
+                 session_timeout_ms: int = SESSION_TIMEOUT_MS) -> None:
+        self.broker_id = broker_id
+        self.seen: list[tuple[TopicPartition, LeaderAndIsr]] = []
+        self.elected: list[int] = []
+        self.resigned: list[int] = []
+        self.stopped = False
+        self.member = ClusterMember.join(
+            connect, BrokerRegistration(broker_id, "127.0.0.1", 9000 + broker_id, cluster_id),
+            session_timeout_ms=session_timeout_ms, unclean_for=unclean_for,
+            on_partition_state=lambda tp, replicas, state: self.seen.append((tp, state)),
+            on_elected=self.elected.append, on_resigned=lambda: self.resigned.append(1))
+        self.zk, self.membership, self.controller = self.member.zk, self.member.membership, self.member.controller
+
+    def stop(self) -> None:
+        """A broker process ending: its session closes and its ephemeral znodes go at once."""
+        self.stopped = True
+        self.member.leave()
+
+
+@pytest.fixture
+def cluster(zk_connect: str) -> Iterator[Callable[..., Node]]:
+    """``cluster(broker_id)`` starts a :class:`Node` in this test's chroot; all stop at the end."""
+    nodes: list[Node] = []
+    cluster_id = f"c-{uuid.uuid4().hex[:8]}"
+
+    def start(broker_id: int, unclean_for: Callable[[str], bool] | None = None,
+              session_timeout_ms: int = SESSION_TIMEOUT_MS) -> Node:
+        node = Node(zk_connect, broker_id, cluster_id, unclean_for, session_timeout_ms)
+        nodes.append(node)
+        return node
+
+    yield start
+    for node in nodes:
+        if not node.stopped:
+            node.stop()
+
+
+@pytest.fixture
+def admin(zk_connect: str) -> Iterator[KafkaZkClient]:
+    """An operator's client in the test's chroot (creates topics, reads states)."""
+    zk = KafkaZkClient(zk_connect, session_timeout_ms=SESSION_TIMEOUT_MS).start()
+    yield zk
+    zk.close()
+

@@ -1,0 +1,188 @@
+"""The controller against a real ZooKeeper: election, failover, fencing, leader election rules."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from ads_broker.cluster.controller import partitions_led_by
+from ads_broker.cluster.exceptions import ControllerMovedError, PartitionEpochError
+from ads_broker.cluster.zookeeper import NO_LEADER, KafkaZkClient, LeaderAndIsr, TopicPartition
+
+from .conftest import Node, expire_session, wait_until
+
+T0 = TopicPartition("orders", 0)
+
+
+def active(nodes: list[Node]) -> list[Node]:
+    return [n for n in nodes if n.controller.is_active]
+
+
+def state_of(admin: KafkaZkClient, tp: TopicPartition) -> LeaderAndIsr | None:
+    return admin.get_partition_state(tp)
+
+
+def wait_state(admin: KafkaZkClient, tp: TopicPartition, what: str,
+               check: Callable[[LeaderAndIsr], bool]) -> LeaderAndIsr:
+    wait_until(lambda: (s := admin.get_partition_state(tp)) is not None and check(s), f"{tp}: {what}")
+    state = admin.get_partition_state(tp)
+    assert state is not None
+    return state
+
+
+def three(cluster: Callable[..., Node], **kwargs: object) -> list[Node]:
+    return [cluster(b, **kwargs) for b in (1, 2, 3)]
+
+
+def test_exactly_one_controller_and_the_epoch_bumps_on_failover(cluster: Callable[..., Node],
+                                                               admin: KafkaZkClient) -> None:
+    nodes = three(cluster)
+    wait_until(lambda: len(active(nodes)) == 1, "one controller")
+    first = active(nodes)[0]
+    assert admin.get_controller_id() == first.broker_id
+    epoch = admin.get_controller_epoch()
+    assert epoch is not None and epoch.epoch == first.controller.epoch == first.elected[0]
+
+    first.stop()  # its session closes: /controller goes with it
+    rest = [n for n in nodes if n is not first]
+    wait_until(lambda: len(active(rest)) == 1, "a new controller")
+    second = active(rest)[0]
+    assert admin.get_controller_id() == second.broker_id
+    new_epoch = admin.get_controller_epoch()
+    assert new_epoch is not None and new_epoch.epoch == epoch.epoch + 1 == second.controller.epoch
+
+
+def test_controller_whose_session_expires_steps_down_and_its_writes_are_fenced(
+        cluster: Callable[..., Node], admin: KafkaZkClient) -> None:
+    nodes = three(cluster)
+    wait_until(lambda: len(active(nodes)) == 1, "one controller")
+    old = active(nodes)[0]
+    # Replicas on the other brokers only, so the old controller's session loss moves no leadership.
+    others = [n.broker_id for n in nodes if n is not old]
+    admin.create_topic(T0.topic, {0: others})
+    initial = wait_state(admin, T0, "created", lambda s: s.leader == others[0])
+    old_epoch = admin.get_controller_epoch()
+    assert old_epoch is not None
+
+    expire_session(old.zk)
+    wait_until(lambda: old.resigned, "the old controller to step down")
+    wait_until(lambda: len(active(nodes)) == 1 and admin.get_controller_epoch() != old_epoch,
+               "a controller with a newer epoch (any of the three)")
+    # The old controller's fencing token no longer matches /controller_epoch: its write fails whole.
+    stale = LeaderAndIsr(others[1], initial.leader_epoch + 1, (others[1],), old_epoch.epoch, initial.partition_epoch)
+    with pytest.raises(ControllerMovedError, match="stale"):
+        old.zk.write_partition_state(T0, stale, old_epoch)
+    assert admin.get_partition_state(T0) == initial
+    # It registers again with its new session. It may even win the new election (its /controller
+    # went with the session, so all three ran), but then only with the new epoch.
+    wait_until(lambda: admin.get_broker(old.broker_id) is not None, "the old controller to register again")
+    current = admin.get_controller_epoch()
+    assert current is not None and current.epoch > old_epoch.epoch
+    assert old.controller.epoch in (None, current.epoch)
+    assert admin.client.get(f"/brokers/ids/{old.broker_id}")[1].ephemeralOwner == old.zk.session_id
+
+
+def test_write_based_on_an_old_partition_epoch_is_refused(cluster: Callable[..., Node], admin: KafkaZkClient) -> None:
+    nodes = three(cluster)
+    admin.create_topic(T0.topic, {0: [1, 2, 3]})
+    wait_until(lambda: len(active(nodes)) == 1, "one controller")
+    read = wait_state(admin, T0, "created", lambda s: s.isr == (1, 2, 3))
+    leader = nodes[0]
+    shrunk = leader.zk.update_isr_as_leader(T0, read, (1, 2))
+    assert shrunk.partition_epoch == read.partition_epoch + 1
+    # A second write based on the first read (a stale leader, or a controller that read before): refused.
+    with pytest.raises(PartitionEpochError):
+        leader.zk.update_isr_as_leader(T0, read, (1,))
+    epoch = admin.get_controller_epoch()
+    assert epoch is not None
+    with pytest.raises(PartitionEpochError):
+        admin.write_partition_state(T0, LeaderAndIsr(3, 9, (3,), epoch.epoch, read.partition_epoch), epoch)
+    assert admin.get_partition_state(T0) == shrunk
+
+
+def test_leader_loss_elects_from_the_isr_only_and_goes_offline_without_one(
+        cluster: Callable[..., Node], admin: KafkaZkClient) -> None:
+    nodes = three(cluster)
+    admin.create_topic(T0.topic, {0: [1, 2, 3]})
+    state = wait_state(admin, T0, "created", lambda s: s.leader == 1 and s.isr == (1, 2, 3))
+    # Broker 3 fell behind: the leader took it out of the ISR.
+    state = nodes[0].zk.update_isr_as_leader(T0, state, (1, 2))
+
+    nodes[0].stop()
+    state = wait_state(admin, T0, "leader 2 after 1's loss", lambda s: s.leader == 2)
+    assert state.isr == (2,) and state.leader_epoch == 1
+    wait_until(lambda: any(s.leader == 2 for tp, s in nodes[1].seen if tp == T0), "broker 2 to learn it leads")
+
+    nodes[1].stop()
+    # Broker 3 is alive but out of sync: the partition goes offline rather than lose what 2 acknowledged.
+    state = wait_state(admin, T0, "offline after 2's loss", lambda s: s.leader == NO_LEADER)
+    assert state.isr == (2,)
+    assert partitions_led_by(admin, 3) == []
+
+    back = cluster(2)  # the last ISR member returns: it leads again, nothing lost
+    state = wait_state(admin, T0, "leader 2 again", lambda s: s.leader == 2)
+    assert state.isr == (2,)
+    wait_until(lambda: any(s.leader == 2 for tp, s in back.seen if tp == T0), "returning broker 2 to learn it leads")
+
+
+def test_unclean_election_picks_a_live_out_of_sync_replica_when_enabled(
+        cluster: Callable[..., Node], admin: KafkaZkClient) -> None:
+    nodes = three(cluster, unclean_for=lambda topic: topic == "orders")
+    admin.create_topic(T0.topic, {0: [1, 2, 3]})
+    state = wait_state(admin, T0, "created", lambda s: s.isr == (1, 2, 3))
+    nodes[0].zk.update_isr_as_leader(T0, state, (1,))
+    nodes[0].stop()
+    state = wait_state(admin, T0, "unclean leader", lambda s: s.leader != 1)
+    assert state.leader == 2 and state.isr == (2,)
+
+
+def test_controlled_shutdown_moves_leadership_away_before_the_broker_stops(
+        cluster: Callable[..., Node], admin: KafkaZkClient) -> None:
+    nodes = three(cluster)
+    alone = TopicPartition("single", 0)
+    admin.create_topic(T0.topic, {0: [1, 2, 3], 1: [2, 1, 3], 2: [1, 3, 2]})
+    admin.create_topic(alone.topic, {0: [1]})
+    for p in range(3):
+        wait_state(admin, TopicPartition(T0.topic, p), "created", lambda s: len(s.isr) == 3)
+    wait_state(admin, alone, "created", lambda s: s.leader == 1)
+
+    remaining = nodes[0].membership.controlled_shutdown(timeout_s=60)
+    # While broker 1 is still registered, its leaderships moved and it left every ISR; only the
+    # replication-factor-1 partition, which has nowhere to go, stays.
+    assert remaining == [alone]
+    assert 1 in admin.get_live_broker_ids()
+    moved = state_of(admin, T0)
+    assert moved is not None and (moved.leader, moved.isr, moved.leader_epoch) == (2, (2, 3), 1)
+    for p in range(3):
+        s = state_of(admin, TopicPartition(T0.topic, p))
+        assert s is not None and s.leader != 1 and 1 not in s.isr
+    nodes[0].stop()
+
+
+def test_preferred_leader_election_moves_leadership_back(cluster: Callable[..., Node], admin: KafkaZkClient) -> None:
+    nodes = three(cluster)
+    admin.create_topic(T0.topic, {0: [1, 2, 3]})
+    wait_state(admin, T0, "created", lambda s: s.leader == 1)
+    nodes[0].stop()
+    state = wait_state(admin, T0, "leader 2", lambda s: s.leader == 2)
+    cluster(1)
+    # The leader lets broker 1 back into the ISR once it caught up; then an operator asks for the
+    # preferred leader.
+    state = nodes[1].zk.update_isr_as_leader(T0, state, (2, 3, 1))
+    admin.request_preferred_election([T0])
+    state = wait_state(admin, T0, "preferred leader 1", lambda s: s.leader == 1)
+    assert state.isr == (2, 3, 1)
+    wait_until(lambda: admin.get_preferred_election() is None, "the request znode to be removed")
+
+
+def test_replicas_learn_their_roles_again_for_a_topic_deleted_and_created_again(
+        cluster: Callable[..., Node], admin: KafkaZkClient) -> None:
+    node = cluster(1)
+    admin.create_topic(T0.topic, {0: [1]})
+    wait_until(lambda: [s.leader_epoch for tp, s in node.seen if tp == T0] == [0], "broker 1 to learn it leads")
+    admin.client.delete(f"/brokers/topics/{T0.topic}", recursive=True)
+    admin.create_topic(T0.topic, {0: [1]})
+    # The new topic's state starts again at leader epoch 0: it must not be taken for a stale one.
+    wait_until(lambda: [s.leader_epoch for tp, s in node.seen if tp == T0] == [0, 0],
+               "broker 1 to learn it leads the new topic")
