@@ -32,7 +32,7 @@ def produce_lines(kcat: str, bootstrap: str, topic: str, lines: list[tuple[str, 
 def check_partitioned(records: list[KcatRecord], sent: list[tuple[str, str]]) -> dict[int, list[KcatRecord]]:
     """Each sent (key, value) once, offsets dense per partition, produce order kept, a key on one partition."""
     assert sorted((r.key, r.value) for r in records) == sorted(sent), "every record exactly once"
-    order = {kv: i for i, kv in enumerate(sent)}
+    order: dict[tuple[str | None, str | None], int] = {kv: i for i, kv in enumerate(sent)}
     by_partition: dict[int, list[KcatRecord]] = defaultdict(list)
     for r in records:
         by_partition[r.partition].append(r)
