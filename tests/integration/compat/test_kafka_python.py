@@ -95,6 +95,10 @@ def poll_into(consumer: KafkaConsumer, sink: list[tuple[int, int, bytes]]) -> No
         sink.extend((tp.partition, r.offset, r.value) for r in recs)
 
 
+def partitions_of(consumer: KafkaConsumer) -> set[int]:
+    return {tp.partition for tp in consumer.assignment()}
+
+
 def test_two_consumers_in_a_group_rebalance(compat_broker: BrokerProcess, admin: KafkaAdminClient,
                                             topic_name: str) -> None:
     bs = compat_broker.bootstrap
@@ -114,13 +118,16 @@ def test_two_consumers_in_a_group_rebalance(compat_broker: BrokerProcess, admin:
             poll_into(a, got_a)
         assert {tp.partition for tp in a.assignment()} == set(range(PARTITIONS))
         b.subscribe([topic_name])
-        while not (b.assignment() and len(a.assignment()) < PARTITIONS):
+
+        def split() -> bool:  # both members hold a share, together every partition once
+            part_a, part_b = partitions_of(a), partitions_of(b)
+            return bool(part_a and part_b and part_a | part_b == set(range(PARTITIONS)) and not part_a & part_b)
+
+        while not split():
             assert time.monotonic() < deadline + 45, "no rebalance after member B joined"
             poll_into(a, got_a)
             poll_into(b, got_b)
-        part_a = {tp.partition for tp in a.assignment()}
-        part_b = {tp.partition for tp in b.assignment()}
-        assert part_a | part_b == set(range(PARTITIONS)) and not part_a & part_b
+        part_a, part_b = partitions_of(a), partitions_of(b)
         second = {producer.send(topic_name, value=b"second-%d" % j, partition=j % PARTITIONS).get(30)
                   for j in range(40)}
         while len(got_a) + len(got_b) < len(first) + len(second):
@@ -400,3 +407,48 @@ def test_transaction_admin_apis_see_an_open_transaction(compat_broker: BrokerPro
     finally:
         producer.abort_transaction()
         producer.close(10)
+
+
+def test_consume_transform_produce_commits_offsets_with_the_transaction(
+        compat_broker: BrokerProcess, admin: KafkaAdminClient, topic_name: str) -> None:
+    """The exactly-once loop: input offsets go into the output transaction (KIP-447 group metadata);
+    an aborted round leaves neither output nor offsets, a committed one both."""
+    bs = compat_broker.bootstrap
+    source, sink = topic_name, f"{topic_name}-out"
+    create(admin, source, 1)
+    create(admin, sink, 1)
+    feeder = KafkaProducer(bootstrap_servers=bs, enable_idempotence=True)
+    for i in range(6):
+        feeder.send(source, key=b"k%d" % i, value=b"in-%d" % i, partition=0)
+    feeder.flush(30)
+    feeder.close(10)
+    group, tp = f"g-{uuid.uuid4().hex[:8]}", TopicPartition(source, 0)
+    consumer = KafkaConsumer(source, bootstrap_servers=bs, group_id=group, enable_auto_commit=False,
+                             auto_offset_reset="earliest", isolation_level="read_committed")
+    producer = KafkaProducer(bootstrap_servers=bs, transactional_id=f"tx-{uuid.uuid4().hex[:8]}")
+    producer.init_transactions()
+    try:
+        records = []
+        deadline = time.monotonic() + 45
+        while len(records) < 6:
+            assert time.monotonic() < deadline, f"read {len(records)} of 6"
+            records += [r for recs in consumer.poll(200).values() for r in recs]
+        for fate, batch in (("abort", records[:3]), ("commit", records[:3]), ("commit", records[3:])):
+            producer.begin_transaction()
+            for r in batch:
+                producer.send(sink, key=r.key, value=r.value.replace(b"in", b"out"), partition=0,
+                              headers=[("from", str(r.offset).encode())])
+            producer.send_offsets_to_transaction({tp: OffsetAndMetadata(batch[-1].offset + 1, "", -1)},
+                                                 consumer.group_metadata())
+            if fate == "abort":
+                producer.abort_transaction()
+                assert admin.list_group_offsets({group: None})[group].get(tp) is None
+            else:
+                producer.commit_transaction()
+                assert admin.list_group_offsets({group: None})[group][tp].offset == batch[-1].offset + 1
+    finally:
+        producer.close(10)
+        consumer.close()
+    out = read_all(bs, sink, 1, "read_committed")
+    assert [(k, v, h) for _, (k, v, h) in sorted(out.items())] == \
+        [(b"k%d" % i, b"out-%d" % i, [("from", str(i).encode())]) for i in range(6)]

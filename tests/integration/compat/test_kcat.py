@@ -149,3 +149,21 @@ def test_read_committed_hides_aborted_and_open_transactions(kcat_bin: str, compa
                                               for i in range(c)]
     assert [r.offset for r in everything] == [*range(5), *range(6, 10), *range(11, 14), 15, 16]
     p.abort_transaction(30)
+
+
+def test_transactional_produce_then_query_offsets(kcat_bin: str, compat_broker: BrokerProcess,
+                                                  topic_name: str) -> None:
+    """kcat -P with a transactional.id writes its whole input in one transaction, committed at EOF."""
+    bs = compat_broker.bootstrap
+    create_topic(bs, topic_name, 1)
+    txn = f"tx-{uuid.uuid4().hex[:8]}"
+    proc = run(kcat_bin, bs, ["-P", "-t", topic_name, "-p", "0", "-K:", "-X", f"transactional.id={txn}"],
+               "".join(f"k{i}:v{i}\n" for i in range(6)))
+    assert "Transaction successfully committed" in proc.stderr
+    committed = consume_json(kcat_bin, bs, topic_name, "-X", "isolation.level=read_committed")
+    assert [(r.offset, r.key, r.value) for r in committed] == [(i, f"k{i}", f"v{i}") for i in range(6)]
+    # -Q: offset lookup (ListOffsets); -1 is the log end: six records and the commit marker.
+    ends = json.loads(run(kcat_bin, bs, ["-Q", "-t", f"{topic_name}:0:-1", "-J"]).stdout)
+    assert ends[topic_name]["0"] == {"partition": 0, "offset": 7}
+    starts = json.loads(run(kcat_bin, bs, ["-Q", "-t", f"{topic_name}:0:-2", "-J"]).stdout)
+    assert starts[topic_name]["0"] == {"partition": 0, "offset": 0}
