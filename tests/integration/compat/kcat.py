@@ -37,7 +37,8 @@ def run(kcat: str, bootstrap: str, args: Sequence[str], stdin: str | None = None
     """Run kcat to completion; fail the test with its stderr unless it exits 0 without an error line."""
     argv = [kcat, "-b", bootstrap, *args]
     proc = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
-    errors = [ln for ln in proc.stderr.splitlines() if "ERROR" in ln or "failed" in ln.lower()]
+    # kcat's own "% ERROR: ..." and "Delivery failed" lines; librdkafka's transient connection logs pass.
+    errors = [ln for ln in proc.stderr.splitlines() if "ERROR" in ln or "Delivery failed" in ln]
     assert proc.returncode == 0 and not errors, f"{argv} exited {proc.returncode}:\n{proc.stderr}"
     return proc
 

@@ -19,6 +19,7 @@ from kafka.errors import IncompatibleBrokerVersion, NoError
 from kafka.structs import OffsetAndMetadata
 
 from ads_broker.embedded import BrokerProcess
+from tests.integration.compat.batches import batch_of, stored_batches
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -88,6 +89,10 @@ def test_idempotent_produce_with_every_codec_then_consume(compat_broker: BrokerP
         by_partition[partition].append(offset)
     assert all(sorted(o) == list(range(len(o))) for o in by_partition.values()), "dense offsets from 0"
     assert read_all(bs, topic_name) == expected
+    batches = {p: stored_batches(bs, topic_name, p) for p in range(PARTITIONS)}
+    for (partition, offset), (_, _, headers) in expected.items():
+        stored = batch_of(batches[partition], offset)
+        assert (stored.codec, stored.producer_id >= 0) == (headers[0][1].decode(), True), stored
 
 
 def poll_into(consumer: KafkaConsumer, sink: list[tuple[int, int, bytes]]) -> None:
