@@ -88,6 +88,10 @@ def test_idempotent_produce_with_every_codec_then_consume(compat_broker: BrokerP
     for partition, offset in expected:
         by_partition[partition].append(offset)
     assert all(sorted(o) == list(range(len(o))) for o in by_partition.values()), "dense offsets from 0"
+    for partition in by_partition:
+        sent_order = [(CODECS.index(h[0][1].decode()), int(h[1][1])) for (p, _), (_, _, h) in sorted(expected.items())
+                      if p == partition]
+        assert sent_order == sorted(sent_order), f"partition {partition}: offsets follow the send order"
     assert read_all(bs, topic_name) == expected
     batches = {p: stored_batches(bs, topic_name, p) for p in range(PARTITIONS)}
     for (partition, offset), (_, _, headers) in expected.items():
