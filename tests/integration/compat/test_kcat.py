@@ -12,6 +12,7 @@ from collections import defaultdict
 
 import pytest
 from confluent_kafka import Producer
+from kafka import KafkaAdminClient, KafkaProducer
 
 from ads_broker.embedded import BrokerProcess
 from tests.integration.compat.batches import batch_of, stored_batches
@@ -142,7 +143,15 @@ def test_group_consume_rebalances_when_a_second_member_joins(kcat_bin: str, comp
         got_a, got_b = a.records(), b.records()
     assert {r.partition for r in got_b} <= b_now
     assert {r.partition for r in got_a[len(first):]} <= a_now
-    check_partitioned(sorted(got_a + got_b, key=lambda r: (r.partition, r.offset)), first + second)
+    by_partition = check_partitioned(sorted(got_a + got_b, key=lambda r: (r.partition, r.offset)), first + second)
+    # Both members committed on close: the group's offsets are each partition's end (read by kafka-python).
+    admin = KafkaAdminClient(bootstrap_servers=bs)
+    try:
+        committed = admin.list_group_offsets({group: None})[group]
+    finally:
+        admin.close()
+    assert {tp.partition: om.offset for tp, om in committed.items()} == \
+        {p: len(rows) for p, rows in by_partition.items()}
 
 
 def test_read_committed_hides_aborted_and_open_transactions(kcat_bin: str, compat_broker: BrokerProcess,
@@ -191,3 +200,26 @@ def test_transactional_produce_then_query_offsets(kcat_bin: str, compat_broker: 
     assert ends[topic_name]["0"] == {"partition": 0, "offset": 7}
     starts = json.loads(run(kcat_bin, bs, ["-Q", "-t", f"{topic_name}:0:-2", "-J"]).stdout)
     assert starts[topic_name]["0"] == {"partition": 0, "offset": 0}
+
+
+def test_consume_batches_compressed_by_another_client(kcat_bin: str, compat_broker: BrokerProcess,
+                                                      topic_name: str) -> None:
+    """kafka-python writes compressed batches with each codec; kcat (librdkafka 2.0.2) decodes each from ads-broker."""
+    bs = compat_broker.bootstrap
+    create_topic(bs, topic_name, 1)
+    sent = []
+    for codec in CODECS:
+        producer = KafkaProducer(bootstrap_servers=bs, enable_idempotence=True, compression_type=codec, linger_ms=50)
+        lines = [(f"{codec}-key-{j}", f"{codec}-{j}-" + "wxyz" * 10) for j in range(25)]
+        for key, value in lines:
+            producer.send(topic_name, key=key.encode(), value=value.encode(), partition=0,
+                          headers=[("codec", codec.encode())])
+        producer.flush(30)
+        producer.close(10)
+        sent += lines
+    stored = stored_batches(bs, topic_name, 0)
+    assert [batch_of(stored, i).codec for i in range(len(sent))] == [k.split("-")[0] for k, _ in sent], \
+        "every batch stored with the codec it was sent with"
+    records = consume_json(kcat_bin, bs, topic_name)
+    assert [(r.offset, r.key, r.value, r.headers) for r in records] == \
+        [(i, k, v, (("codec", k.split("-")[0]),)) for i, (k, v) in enumerate(sent)]
