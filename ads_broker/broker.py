@@ -20,13 +20,15 @@ from ads_broker.coordinator.offsets import OffsetManager
 from ads_broker.coordinator.transaction import TransactionCoordinator
 from ads_broker.exceptions import AuthorizationError, BrokerError
 from ads_broker.faults import BrokerFaults
-from ads_broker.log.cleaner import CleanablePartition, LogCleaner
+from ads_broker.log.cleaner import LogCleaner
 from ads_broker.log.log import AppendInfo, ValidatedBatch
+from ads_broker.log.manager import now_ms
 from ads_broker.producer_ids import ProducerIdManager
 from ads_broker.protocol import admin, fetch, groups, metadata, produce, txn
 from ads_broker.protocol.codec import Chunk, DecodedRequest
 from ads_broker.rejections import RejectionLog
-from ads_broker.replica_manager import Partition, ReplicaManager, now_ms
+from ads_broker.replication.partition import Partition
+from ads_broker.replication.replica_manager import ReplicaManager
 from ads_broker.security import acl_api, users_api
 from ads_broker.security.acl import DENIED_CODE, NAMES, AclStore, Authorizer, parse_super_users
 from ads_broker.security.context import ANONYMOUS, current_advertised, current_session
@@ -99,7 +101,7 @@ class Broker:
             id_expiration_ms=int(config["transactional.id.expiration.ms"]),
             marker_delay_s=faults.marker_delay_s if faults is not None else None)
         self.cleaner = LogCleaner(
-            self._partitions_snapshot,
+            self.replicas.partitions_snapshot,
             buffer_bytes=int(config["log.cleaner.dedupe.buffer.size"]),
             io_buffer_bytes=int(config["log.cleaner.io.buffer.size"]),
             io_max_bytes_per_second=float(config["log.cleaner.io.max.bytes.per.second"]),
@@ -133,10 +135,10 @@ class Broker:
             asyncio.create_task(self._every(int(self.config["log.flush.scheduler.interval.ms"]), self._flush_due,
                                             off_loop=True)),
             asyncio.create_task(self._every(int(self.config["log.retention.check.interval.ms"]),
-                                            self.replicas.enforce_retention, off_loop=True)),
+                                            self.replicas.logs.enforce_retention, off_loop=True)),
             asyncio.create_task(self._every(int(self.config["producer.id.expiration.check.interval.ms"]),
-                                            self.replicas.expire_producers, off_loop=True)),
-            asyncio.create_task(self._every(60000, self.replicas.write_recovery_checkpoint, off_loop=True)),
+                                            self.replicas.logs.expire_producers, off_loop=True)),
+            asyncio.create_task(self._every(60000, self.replicas.logs.write_recovery_checkpoint, off_loop=True)),
             asyncio.create_task(self._every(
                 int(self.config["transaction.abort.timed.out.transaction.cleanup.interval.ms"]),
                 self.txn.abort_timed_out)),
@@ -155,12 +157,8 @@ class Broker:
             except Exception:
                 log.exception("background job failed", job=getattr(job, "__name__", repr(job)))
 
-    def _partitions_snapshot(self) -> list[CleanablePartition]:
-        """Every partition, from a copy of the topic table (the cleaner thread calls this)."""
-        return [p for topic in list(self.replicas.topics.values()) for p in list(topic.partitions)]
-
     def _flush_due(self) -> None:
-        self.replicas.flush_due(now_ms())
+        self.replicas.logs.flush_due(now_ms())
 
     async def append(self, partition: Partition, records: bytes, validated: ValidatedBatch | None = None) -> AppendInfo:
         """Append a client's batch, serialized per partition by its lock.

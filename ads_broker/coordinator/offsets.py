@@ -24,7 +24,7 @@ import structlog
 
 from ads_broker.exceptions import BrokerError
 from ads_broker.log.records import BatchHeader, Record, build_batch, decode_batch, read_header
-from ads_broker.replica_manager import ReplicaManager
+from ads_broker.replication.replica_manager import ReplicaManager
 
 log = structlog.get_logger("ads_broker.offsets")
 

@@ -47,7 +47,7 @@ from ads_broker.coordinator.offsets import (
 from ads_broker.exceptions import BrokerError
 from ads_broker.log.records import Record, build_batch
 from ads_broker.producer_ids import ProducerIdManager
-from ads_broker.replica_manager import ReplicaManager
+from ads_broker.replication.replica_manager import ReplicaManager
 
 log = structlog.get_logger("ads_broker.transaction")
 

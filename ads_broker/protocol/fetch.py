@@ -21,7 +21,7 @@ from ads_broker.security.acl import DELETE, DESCRIBE, READ, TOPIC
 
 if TYPE_CHECKING:
     from ads_broker.broker import Broker
-    from ads_broker.replica_manager import Partition
+    from ads_broker.replication.partition import Partition
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1

@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse
 
+from ads_broker.cluster.topics import Topic, validate_topic_name
 from ads_broker.exceptions import BrokerError, InvalidRequestError
 from ads_broker.protocol.codec import SUPPORTED_APIS, DecodedRequest
-from ads_broker.replica_manager import Topic, validate_topic_name
 from ads_broker.security.acl import CLUSTER, CLUSTER_NAME, CREATE, DESCRIBE, GROUP, TOPIC, TRANSACTIONAL_ID
 
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ from ads_broker.security.acl import CLUSTER, CLUSTER_NAME, IDEMPOTENT_WRITE, TOP
 
 if TYPE_CHECKING:
     from ads_broker.broker import Broker
-    from ads_broker.replica_manager import Partition
+    from ads_broker.replication.partition import Partition
 
 log = structlog.get_logger("ads_broker.produce")
 

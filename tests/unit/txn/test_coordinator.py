@@ -22,7 +22,7 @@ from ads_broker.coordinator.transaction import TransactionCoordinator, TxnState
 from ads_broker.log.cleaner import LogCleaner
 from ads_broker.log.records import Record, build_batch
 from ads_broker.producer_ids import ProducerIdManager
-from ads_broker.replica_manager import ReplicaManager
+from ads_broker.replication.replica_manager import ReplicaManager
 from tests.unit.log.helpers import Clock
 
 TOPIC = "data"
