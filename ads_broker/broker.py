@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import contextvars
 import time
@@ -21,23 +20,17 @@ from ads_broker.coordinator.transaction import TransactionCoordinator
 from ads_broker.exceptions import AuthorizationError, BrokerError
 from ads_broker.faults import BrokerFaults
 from ads_broker.log.cleaner import LogCleaner
-from ads_broker.log.log import AppendInfo, ValidatedBatch
 from ads_broker.log.manager import now_ms
 from ads_broker.producer_ids import ProducerIdManager
 from ads_broker.protocol import admin, fetch, groups, metadata, produce, txn
 from ads_broker.protocol.codec import Chunk, DecodedRequest
 from ads_broker.rejections import RejectionLog
-from ads_broker.replication.partition import Partition
 from ads_broker.replication.replica_manager import ReplicaManager
 from ads_broker.security import acl_api, users_api
 from ads_broker.security.acl import DENIED_CODE, NAMES, AclStore, Authorizer, parse_super_users
 from ads_broker.security.context import ANONYMOUS, current_advertised, current_session
 
 log = structlog.get_logger("ads_broker.broker")
-
-#: Batches up to this size are appended on the event loop when their partition is idle (see
-#: Broker.append); a page-cache write of 32 KiB costs ~20-50 µs here, a writer-thread round trip more.
-INLINE_APPEND_BYTES = 32 * 1024
 
 Handler = Callable[["Broker", DecodedRequest], Awaitable[ApiMessage | list[Chunk] | None]]
 HANDLERS: dict[int, Handler] = {
@@ -100,6 +93,7 @@ class Broker:
             max_timeout_ms=int(config["transaction.max.timeout.ms"]),
             id_expiration_ms=int(config["transactional.id.expiration.ms"]),
             marker_delay_s=faults.marker_delay_s if faults is not None else None)
+        self.replicas.verify_txn = self.txn.verify_append  # transactional batches are re-verified under the lock
         self.cleaner = LogCleaner(
             self.replicas.partitions_snapshot,
             buffer_bytes=int(config["log.cleaner.dedupe.buffer.size"]),
@@ -111,11 +105,8 @@ class Broker:
         if config["authorizer.class.name"]:
             self.authorizer = Authorizer(AclStore(data_dir), parse_super_users(str(config["super.users"])),
                                          bool(config["allow.everyone.if.no.acl.found"]))
-        self.fetch_waiters: set[asyncio.Future[None]] = set()
-        self.stopping = False
         self.messages_in = 0
         self._tasks: list[asyncio.Task[None]] = []
-        self._writers = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="log-append")
 
     @property
     def advertised(self) -> tuple[str, int]:
@@ -151,7 +142,7 @@ class Broker:
             await asyncio.sleep(interval_ms / 1000)
             try:
                 if off_loop:
-                    await loop.run_in_executor(self._writers, job)
+                    await loop.run_in_executor(self.replicas.writers, job)
                 else:
                     job()
             except Exception:
@@ -160,37 +151,17 @@ class Broker:
     def _flush_due(self) -> None:
         self.replicas.logs.flush_due(now_ms())
 
-    async def append(self, partition: Partition, records: bytes, validated: ValidatedBatch | None = None) -> AppendInfo:
-        """Append a client's batch, serialized per partition by its lock.
+    @property
+    def stopping(self) -> bool:
+        """Shutting down: long polls and held produces return at once."""
+        return self.replicas.stopping
 
-        A small batch whose partition lock is free is appended right on the event loop: its
-        ``write()`` costs less than handing it to a writer thread and back (~0.1 ms), which is
-        what a small request pays per partition (a transactional producer flushing at each commit
-        sends many). Anything larger, or a partition busy on a writer thread, goes to the writer
-        threads, so a large ``write()`` never stalls the loop.
-        """
-        verify_txn = self.txn.verify_append  # transactional batches are re-verified under the lock
-        if len(records) <= INLINE_APPEND_BYTES and partition.lock.acquire(blocking=False):
-            try:
-                return partition.log.append_as_leader(records, partition.leader_epoch, verify_txn, validated)
-            finally:
-                partition.lock.release()
-
-        def locked_append() -> AppendInfo:
-            with partition.lock:
-                return partition.log.append_as_leader(records, partition.leader_epoch, verify_txn, validated)
-
-        return await asyncio.get_running_loop().run_in_executor(self._writers, locked_append)
-
-    def wake_fetchers(self) -> None:
-        """Complete every long-polling fetch now (shutdown)."""
-        for fut in list(self.fetch_waiters):
-            if not fut.done():
-                fut.set_result(None)
+    def begin_stop(self) -> None:
+        """Answer every long-polling fetch now (the first step of a shutdown)."""
+        self.replicas.begin_shutdown()
 
     async def stop(self) -> None:
-        self.stopping = True
-        self.wake_fetchers()
+        self.begin_stop()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -198,7 +169,6 @@ class Broker:
                 await task
         await self.groups.stop()
         await asyncio.get_running_loop().run_in_executor(None, self.cleaner.stop)
-        self._writers.shutdown(wait=True)
         self.replicas.close()
 
     # -- request plumbing --------------------------------------------------------------------

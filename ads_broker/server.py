@@ -624,8 +624,7 @@ class BrokerServer:
             server.close()
         if self._reaper is not None:
             self._reaper.cancel()
-        self.broker.stopping = True
-        self.broker.wake_fetchers()
+        self.broker.begin_stop()
         # Finish in-flight requests (bounded), then drop idle connections.
         for _ in range(100):
             if not any(c.busy for c in self.connections):

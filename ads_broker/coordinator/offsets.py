@@ -24,7 +24,7 @@ import structlog
 
 from ads_broker.exceptions import BrokerError
 from ads_broker.log.records import BatchHeader, Record, build_batch, decode_batch, read_header
-from ads_broker.replication.replica_manager import ReplicaManager
+from ads_broker.replication.replica_manager import AppendOrigin, ReplicaManager
 
 log = structlog.get_logger("ads_broker.offsets")
 
@@ -182,25 +182,18 @@ class OffsetManager:
         reads = 0
         skipped = UndecodableRecords()
         for partition in topic.partitions:
-            plog = partition.log
-            offset = plog.log_start_offset
-            while offset < plog.log_end_offset:
-                slices = plog.read(offset, 1 << 20, max_offset=plog.log_end_offset)
-                if not slices:
-                    break
-                data = b"".join(s.read_bytes() for s in slices)
-                offset = self._apply_batches(data, offset, f"{OFFSETS_TOPIC}-{partition.index}", skipped)
+            for data in self.replicas.read_all(partition):
+                self._apply_batches(data, f"{OFFSETS_TOPIC}-{partition.index}", skipped)
                 reads += 1
         skipped.warn("offsets")
         log.info("offsets loaded", groups=len(self._cache), reads=reads, skipped_records=skipped.records,
                  skipped_batches=skipped.batches)
 
-    def _apply_batches(self, data: bytes, next_offset: int, where: str, skipped: UndecodableRecords) -> int:
+    def _apply_batches(self, data: bytes, where: str, skipped: UndecodableRecords) -> None:
         pos = 0
         while pos + 12 <= len(data):
             size = 12 + int.from_bytes(data[pos + 8:pos + 12], "big")
             header, batch_records = decode_batch_or_skip(data, pos, size, where, skipped)
-            next_offset = max(next_offset, header.last_offset + 1)
             pos += size
             if batch_records is None:
                 continue
@@ -215,7 +208,6 @@ class OffsetManager:
                     self._apply(record, target)
                 except (struct.error, ValueError, BrokerError) as e:
                     skipped.skip_record(f"{where} offset {record.offset}", e)
-        return next_offset
 
     def _apply(self, record: Record, target: dict[str, dict[tuple[str, int], CommittedOffset]]) -> None:
         """Apply one record; raises (struct.error, ValueError, BrokerError) if it does not decode,
@@ -284,12 +276,11 @@ class OffsetManager:
         INVALID_COMMIT_OFFSET_SIZE (Kafka's GroupMetadataManager maps the log's
         MESSAGE_TOO_LARGE to it), so one request cannot make one arbitrarily large append."""
         partition = self.replicas.get_partition(OFFSETS_TOPIC, self.partition_for(group))
-        if len(batch) > partition.log.config.max_message_bytes:
+        if len(batch) > partition.max_message_bytes:
             for key, _ in accepted:
                 errors[key] = INVALID_COMMIT_OFFSET_SIZE
             return False
-        with partition.lock:
-            partition.log.append_internal(batch, leader_epoch=0)
+        self.replicas.append_records(partition, batch, AppendOrigin.COORDINATOR)
         return True
 
     def complete_transaction(self, producer_id: int, partition: int, commit: bool) -> None:
@@ -338,5 +329,4 @@ class OffsetManager:
 
     def _append(self, group: str, records: list[Record]) -> None:
         partition = self.replicas.get_partition(OFFSETS_TOPIC, partition_for_group(group, self.num_partitions))
-        with partition.lock:
-            partition.log.append_internal(build_batch(records), leader_epoch=0)
+        self.replicas.append_records(partition, build_batch(records), AppendOrigin.COORDINATOR)

@@ -17,22 +17,18 @@ from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 
 from ads_broker.coordinator.transaction import reason
 from ads_broker.exceptions import BrokerError, BrokerNotAvailableError, InvalidRecordError, InvalidTopicError
-from ads_broker.log.log import ValidatedBatch
-from ads_broker.log.records import ATTRIBUTES_OFFSET, COMPRESSION_CODEC_MASK, RECORD_BATCH_OVERHEAD, read_header
+from ads_broker.log.records import RECORD_BATCH_OVERHEAD, read_header
 from ads_broker.protocol.codec import DecodedRequest
 from ads_broker.security.acl import CLUSTER, CLUSTER_NAME, IDEMPOTENT_WRITE, TOPIC, TRANSACTIONAL_ID, WRITE
 
 if TYPE_CHECKING:
     from ads_broker.broker import Broker
-    from ads_broker.replication.partition import Partition
 
 log = structlog.get_logger("ads_broker.produce")
 
 INVALID_REQUIRED_ACKS = 21
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 INVALID_TXN_STATE = 48
-#: Uncompressed batches up to this size are validated on the event loop (see _validate).
-INLINE_VALIDATE_BYTES = 32 * 1024
 
 
 async def _append_one(broker: Broker, req: DecodedRequest, topic: str, pdata: Any, resp: Any) -> None:
@@ -40,37 +36,23 @@ async def _append_one(broker: Broker, req: DecodedRequest, topic: str, pdata: An
         partition = broker.replicas.get_partition(topic, pdata.index)
         if broker.replicas.get_topic(topic).internal:
             # Kafka's ReplicaManager.appendToLocalLog (internalTopicsAllowed=false for clients); the
-            # coordinators write these topics through Log.append_internal, never through Produce.
+            # coordinators write these topics with AppendOrigin.COORDINATOR, never through Produce.
             raise InvalidTopicError(f"Cannot append to internal topic {topic}: only the broker's coordinators "
                                     "write it; commit offsets with OffsetCommit / TxnOffsetCommit")
         if pdata.records is None:
             raise InvalidRecordError("produce request carries null records")
         if broker.faults is not None:
             await _hold(broker, broker.faults.append_delay_s(topic), topic, pdata.index)
-        validated = await _validate(partition, pdata.records)
-        info = await broker.append(partition, pdata.records, validated)
+        info = await broker.replicas.append_client_records(partition, pdata.records)
         resp.base_offset = info.first_offset
         resp.log_append_time_ms = info.log_append_time_ms
         resp.log_start_offset = info.log_start_offset
         if not info.duplicate:
-            partition.notify()
             broker.metrics_appended(info.record_count)
     except BrokerError as e:
         broker.log_client_error(req, "produce", e, topic=topic, partition=pdata.index)
         resp.error_code = e.error_code
         resp.error_message = str(e)
-
-
-async def _validate(partition: Partition, records: bytes) -> ValidatedBatch:
-    """Check the batch's records before the partition lock is taken, off the event loop when that
-    means decompressing or walking many records (issue 12: a decompression bomb must neither stall
-    other clients nor hold a partition lock). Small uncompressed batches are checked inline: a
-    thread round trip costs more than walking 32 KiB of records."""
-    if len(records) > INLINE_VALIDATE_BYTES or (
-        len(records) >= RECORD_BATCH_OVERHEAD and records[ATTRIBUTES_OFFSET + 1] & COMPRESSION_CODEC_MASK
-    ):
-        return await asyncio.get_running_loop().run_in_executor(None, partition.log.validate_client_batch, records)
-    return partition.log.validate_client_batch(records)
 
 
 async def _hold(broker: Broker, delay_s: float, topic: str, index: int) -> None:

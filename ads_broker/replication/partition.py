@@ -40,6 +40,11 @@ class Partition:
         return self.log.log_end_offset
 
     @property
+    def max_message_bytes(self) -> int:
+        """The largest batch the partition's log accepts (``max.message.bytes``)."""
+        return self.log.config.max_message_bytes
+
+    @property
     def last_stable_offset(self) -> int:
         # The first offset of the oldest open transaction, or the high watermark (caller holds lock).
         return self.log.last_stable_offset(self.high_watermark)
