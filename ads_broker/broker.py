@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import contextvars
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,48 +22,14 @@ from ads_broker.faults import BrokerFaults
 from ads_broker.log.cleaner import LogCleaner
 from ads_broker.log.manager import now_ms
 from ads_broker.producer_ids import ProducerIdManager
-from ads_broker.protocol import admin, fetch, groups, metadata, produce, txn
+from ads_broker.protocol.apis import APIS
 from ads_broker.protocol.codec import Chunk, DecodedRequest
 from ads_broker.rejections import RejectionLog
 from ads_broker.replication.replica_manager import ReplicaManager
-from ads_broker.security import acl_api, users_api
 from ads_broker.security.acl import DENIED_CODE, NAMES, AclStore, Authorizer, parse_super_users
 from ads_broker.security.context import ANONYMOUS, current_advertised, current_session
 
 log = structlog.get_logger("ads_broker.broker")
-
-Handler = Callable[["Broker", DecodedRequest], Awaitable[ApiMessage | list[Chunk] | None]]
-HANDLERS: dict[int, Handler] = {
-    0: produce.handle_produce,
-    1: fetch.handle_fetch,
-    2: fetch.handle_list_offsets,
-    3: metadata.handle_metadata,
-    8: groups.handle_offset_commit,
-    9: groups.handle_offset_fetch,
-    10: metadata.handle_find_coordinator,
-    11: groups.handle_join_group,
-    12: groups.handle_heartbeat,
-    13: groups.handle_leave_group,
-    14: groups.handle_sync_group,
-    15: groups.handle_describe_groups,
-    16: groups.handle_list_groups,
-    18: metadata.handle_api_versions,
-    19: admin.handle_create_topics,
-    20: admin.handle_delete_topics,
-    21: fetch.handle_delete_records,
-    22: produce.handle_init_producer_id,
-    32: admin.handle_describe_configs,
-    24: txn.handle_add_partitions_to_txn,
-    25: txn.handle_add_offsets_to_txn,
-    26: txn.handle_end_txn,
-    28: txn.handle_txn_offset_commit,
-    37: admin.handle_create_partitions,
-    29: acl_api.handle_describe_acls,
-    30: acl_api.handle_create_acls,
-    31: acl_api.handle_delete_acls,
-    50: users_api.handle_describe_user_scram_credentials,
-    51: users_api.handle_alter_user_scram_credentials,
-}
 
 _client_host: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
 _rejections = RejectionLog()
@@ -175,7 +141,9 @@ class Broker:
 
     async def handle(self, req: DecodedRequest, client_host: str) -> ApiMessage | list[Chunk] | None:
         _client_host.set(client_host)
-        return await HANDLERS[req.api_key](self, req)
+        handler = APIS[req.api_key].handler
+        assert handler is not None, f"api key {req.api_key} is served by the connection"
+        return await handler(self, req)
 
     def current_client_host(self) -> str:
         return _client_host.get()

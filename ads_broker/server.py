@@ -29,16 +29,15 @@ from ads_broker.broker import Broker
 from ads_broker.config import BrokerConfig
 from ads_broker.exceptions import ConfigError, MalformedFrameError
 from ads_broker.faults import BrokerFaults
+from ads_broker.protocol.apis import api_versions_response, decode_request
 from ads_broker.protocol.codec import (
     API_VERSIONS_KEY,
     ARRAY_BUDGET,
     Chunk,
     DecodedRequest,
     SendfileSlice,
-    decode_request,
     encode_response,
 )
-from ads_broker.protocol.metadata import api_versions_response
 from ads_broker.rejections import RejectionLog
 from ads_broker.security.context import ANONYMOUS, Session, set_session
 from ads_broker.security.listeners import ListenerSpec, resolve_listeners

@@ -1,14 +1,14 @@
-"""ApiVersions, Metadata and FindCoordinator."""
+"""Metadata and FindCoordinator."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse
+from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
 
 from ads_broker.cluster.topics import Topic, validate_topic_name
 from ads_broker.exceptions import BrokerError, InvalidRequestError
-from ads_broker.protocol.codec import SUPPORTED_APIS, DecodedRequest
+from ads_broker.protocol.codec import DecodedRequest
 from ads_broker.security.acl import CLUSTER, CLUSTER_NAME, CREATE, DESCRIBE, GROUP, TOPIC, TRANSACTIONAL_ID
 
 if TYPE_CHECKING:
@@ -16,16 +16,6 @@ if TYPE_CHECKING:
 
 COORDINATOR_GROUP = 0
 COORDINATOR_TRANSACTION = 1
-
-
-def api_versions_response(error_code: int = 0) -> ApiVersionsResponse:
-    keys = [ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
-            for k, (_, lo, hi) in sorted(SUPPORTED_APIS.items())]
-    return ApiVersionsResponse(error_code=error_code, api_keys=keys, throttle_time_ms=0)
-
-
-async def handle_api_versions(broker: Broker, req: DecodedRequest) -> ApiVersionsResponse:
-    return api_versions_response()
 
 
 def _topic_metadata(broker: Broker, topic: Topic) -> MetadataResponse.MetadataResponseTopic:
