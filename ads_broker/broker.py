@@ -17,17 +17,16 @@ from ads_broker.config import BrokerConfig
 from ads_broker.coordinator.group import GroupCoordinator
 from ads_broker.coordinator.offsets import OffsetManager
 from ads_broker.coordinator.transaction import TransactionCoordinator
-from ads_broker.exceptions import AuthorizationError, BrokerError
 from ads_broker.faults import BrokerFaults
 from ads_broker.log.cleaner import LogCleaner
 from ads_broker.log.manager import now_ms
 from ads_broker.producer_ids import ProducerIdManager
 from ads_broker.protocol.apis import APIS
 from ads_broker.protocol.codec import Chunk, DecodedRequest
+from ads_broker.protocol.context import HandlerContext, set_client_host
 from ads_broker.rejections import RejectionLog
 from ads_broker.replication.replica_manager import ReplicaManager
-from ads_broker.security.acl import DENIED_CODE, NAMES, AclStore, Authorizer, parse_super_users
-from ads_broker.security.context import ANONYMOUS, current_advertised, current_session
+from ads_broker.security.acl import AclStore, Authorizer, parse_super_users
 
 log = structlog.get_logger("ads_broker.broker")
 
@@ -40,11 +39,8 @@ class Broker:
 
     def __init__(self, data_dir: Path, config: BrokerConfig, faults: BrokerFaults | None = None) -> None:
         self.config = config
-        #: The chaos tests' fault hook (faults.py, ADS_BROKER_FAULT_FILE); None in normal operation.
         self.faults = faults
         self.node_id = int(config["broker.id"])
-        self.cluster_id = str(config["cluster.id"])
-        self._advertised = config.advertised
         self.replicas = ReplicaManager(data_dir, config, record_synced_length=faults is not None)
         self.groups = GroupCoordinator(
             initial_rebalance_delay_ms=int(config["group.initial.rebalance.delay.ms"]),
@@ -66,18 +62,15 @@ class Broker:
             io_buffer_bytes=int(config["log.cleaner.io.buffer.size"]),
             io_max_bytes_per_second=float(config["log.cleaner.io.max.bytes.per.second"]),
             backoff_ms=int(config["log.cleaner.backoff.ms"]))
-        #: None when ``authorizer.class.name`` is empty: every request is allowed (Kafka without an authorizer).
-        self.authorizer: Authorizer | None = None
+        authorizer = None
         if config["authorizer.class.name"]:
-            self.authorizer = Authorizer(AclStore(data_dir), parse_super_users(str(config["super.users"])),
-                                         bool(config["allow.everyone.if.no.acl.found"]))
-        self.messages_in = 0
+            authorizer = Authorizer(AclStore(data_dir), parse_super_users(str(config["super.users"])),
+                                    bool(config["allow.everyone.if.no.acl.found"]))
+        #: What request handlers see of this broker.
+        self.context = HandlerContext(config=config, data_dir=data_dir, replicas=self.replicas, groups=self.groups,
+                                      offsets=self.offsets, txn=self.txn, producer_ids=self.producer_ids,
+                                      authorizer=authorizer, faults=faults)
         self._tasks: list[asyncio.Task[None]] = []
-
-    @property
-    def advertised(self) -> tuple[str, int]:
-        """HOST, PORT of the listener the request being handled came in on (issue 12, listeners)."""
-        return current_advertised(self._advertised)
 
     async def start(self) -> None:
         self.replicas.open()
@@ -140,69 +133,10 @@ class Broker:
     # -- request plumbing --------------------------------------------------------------------
 
     async def handle(self, req: DecodedRequest, client_host: str) -> ApiMessage | list[Chunk] | None:
-        _client_host.set(client_host)
+        set_client_host(client_host)
         handler = APIS[req.api_key].handler
         assert handler is not None, f"api key {req.api_key} is served by the connection"
-        return await handler(self, req)
-
-    def current_client_host(self) -> str:
-        return _client_host.get()
-
-    # -- authorization (docs/SECURITY.md, "ACLs") -----------------------------------------------
-
-    def _who(self) -> tuple[str, str]:
-        """(principal, client IP) of the current request; the IP without the port, as ACL hosts name it."""
-        session = current_session()
-        principal = session.principal if session is not None else ANONYMOUS
-        peer = (session.client_host if session is not None else "") or _client_host.get()
-        return principal, peer.rpartition(":")[0] or peer
-
-    def allowed(self, operation: int, resource_type: int, name: str) -> bool:
-        """Whether the current request's principal may do ``operation`` on the resource; silent
-        (for filtering what a client sees, as Kafka's ``logIfDenied = false``)."""
-        if self.authorizer is None:
-            return True
-        principal, host = self._who()
-        return self.authorizer.authorize(principal, host, operation, resource_type, name)
-
-    def allowed_any(self, operation: int, resource_type: int) -> bool:
-        """Whether the principal may do ``operation`` on some resource of the type (Kafka's
-        ``authorizeByResourceType``)."""
-        if self.authorizer is None:
-            return True
-        principal, host = self._who()
-        return self.authorizer.authorize_any(principal, host, operation, resource_type)
-
-    def denial(self, operation: int, resource_type: int, name: str) -> AuthorizationError | None:
-        """None if allowed, else the error to answer (Kafka's code for the resource type); the
-        caller logs it through :meth:`log_client_error` (or uses :meth:`authorize`)."""
-        if self.allowed(operation, resource_type, name):
-            return None
-        principal, host = self._who()
-        return AuthorizationError(
-            f"Principal = {principal} is not authorized to {NAMES['operation'][operation]} "
-            f"{NAMES['resource'][resource_type]}:{name} from host = {host}", DENIED_CODE[resource_type])
-
-    def authorize(self, req: DecodedRequest, api: str, operation: int, resource_type: int, name: str,
-                  **fields: Any) -> int:
-        """0 if allowed, else Kafka's error code for the resource type, with one aggregated log line."""
-        error = self.denial(operation, resource_type, name)
-        if error is None:
-            return 0
-        self.log_client_error(req, api, error, principal=self._who()[0], **fields)
-        return error.error_code
-
-    def log_client_error(self, req: DecodedRequest, api: str, error: BrokerError | None, **fields: Any) -> None:
-        """One log line naming the client and the reason for every request-level error."""
-        # Aggregated per (client, api, error code): one request naming 100,000 bad topics, or a
-        # client retrying one all day, writes one line per interval with a count (issue 12, hole 5).
-        code = fields.pop("error_code", error.error_code if error else None)
-        _rejections.warn(_client_host.get(), "request rejected", aggregate_as=f"{api} error {code}", api=api,
-                         client_id=req.client_id, correlation_id=req.correlation_id, error_code=code,
-                         reason=str(error) if error else None, **fields)
-
-    def metrics_appended(self, records: int) -> None:
-        self.messages_in += records
+        return await handler(self.context, req)
 
 
 def monotonic_ms() -> int:

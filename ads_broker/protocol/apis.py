@@ -54,9 +54,9 @@ from ads_broker.protocol.codec import decode_request as _decode_request
 from ads_broker.security import acl_api, users_api
 
 if TYPE_CHECKING:
-    from ads_broker.broker import Broker
+    from ads_broker.protocol.context import HandlerContext
 
-Handler = Callable[["Broker", DecodedRequest], Awaitable[ApiMessage | list[Chunk] | None]]
+Handler = Callable[["HandlerContext", DecodedRequest], Awaitable[ApiMessage | list[Chunk] | None]]
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class Api:
     handler: Handler | None
 
 
-async def handle_api_versions(broker: Broker, req: DecodedRequest) -> ApiVersionsResponse:
+async def handle_api_versions(ctx: HandlerContext, req: DecodedRequest) -> ApiVersionsResponse:
     return api_versions_response()
 
 

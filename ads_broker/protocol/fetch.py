@@ -20,35 +20,35 @@ from ads_broker.replication.replica_manager import FetchPartition, PartitionRead
 from ads_broker.security.acl import DELETE, DESCRIBE, READ, TOPIC
 
 if TYPE_CHECKING:
-    from ads_broker.broker import Broker
+    from ads_broker.protocol.context import HandlerContext
 
 PartitionData: Any = FetchResponse.FetchableTopicResponse.PartitionData
 
 
-def _wanted(broker: Broker, body: FetchRequest) -> list[FetchPartition]:
+def _wanted(ctx: HandlerContext, body: FetchRequest) -> list[FetchPartition]:
     """The requested partitions in request order; a denied one carries its error."""
     wanted = []
     for ftopic in body.topics:
-        denied = broker.denial(READ, TOPIC, ftopic.topic)
+        denied = ctx.denial(READ, TOPIC, ftopic.topic)
         for fpart in ftopic.partitions:
             wanted.append(FetchPartition(ftopic.topic, fpart.partition, fpart.fetch_offset,
                                          fpart.partition_max_bytes, denied))
     return wanted
 
 
-async def handle_fetch(broker: Broker, req: DecodedRequest) -> list[Chunk]:
+async def handle_fetch(ctx: HandlerContext, req: DecodedRequest) -> list[Chunk]:
     body = req.body
-    wanted = _wanted(broker, body)
-    reads = await broker.replicas.fetch_messages(
-        wanted, max_bytes=min(body.max_bytes, int(broker.config["fetch.max.bytes"])),  # Kafka caps it by the broker's
+    wanted = _wanted(ctx, body)
+    reads = await ctx.replicas.fetch_messages(
+        wanted, max_bytes=min(body.max_bytes, int(ctx.config["fetch.max.bytes"])),  # Kafka caps it by the broker's
         min_bytes=body.min_bytes, max_wait_ms=body.max_wait_ms, isolation_level=body.isolation_level)
-    return _encode_fetch(req, _results(broker, req, wanted, reads))
+    return _encode_fetch(req, _results(ctx, req, wanted, reads))
 
 
 ReadResult = list[tuple[str, list[tuple[Any, list[FileSlice]]]]]
 
 
-def _results(broker: Broker, req: DecodedRequest, wanted: list[FetchPartition],
+def _results(ctx: HandlerContext, req: DecodedRequest, wanted: list[FetchPartition],
              reads: list[PartitionRead]) -> ReadResult:
     """Per requested topic (in request order): each partition's response data and its slices."""
     results: ReadResult = []
@@ -62,7 +62,7 @@ def _results(broker: Broker, req: DecodedRequest, wanted: list[FetchPartition],
                                  aborted_transactions=None, preferred_read_replica=-1, records=b"")
             if read.error is not None:
                 if not isinstance(read.error, OffsetOutOfRangeError):
-                    broker.log_client_error(req, "fetch", read.error, topic=want.topic, partition=want.partition)
+                    ctx.log_client_error(req, "fetch", read.error, topic=want.topic, partition=want.partition)
                 data.error_code = read.error.error_code
             elif read.aborted is not None:
                 data.aborted_transactions = [
@@ -103,7 +103,7 @@ def _encode_fetch(req: DecodedRequest, results: ReadResult) -> list[Chunk]:
         raise
 
 
-async def handle_list_offsets(broker: Broker, req: DecodedRequest) -> ListOffsetsResponse:
+async def handle_list_offsets(ctx: HandlerContext, req: DecodedRequest) -> ListOffsetsResponse:
     body = req.body
     isolation = body.isolation_level if req.api_version >= 2 else 0
     topics = []
@@ -113,21 +113,21 @@ async def handle_list_offsets(broker: Broker, req: DecodedRequest) -> ListOffset
             resp = ListOffsetsResponse.ListOffsetsTopicResponse.ListOffsetsPartitionResponse(
                 partition_index=lpart.partition_index, error_code=0, timestamp=-1, offset=-1, leader_epoch=-1)
             try:
-                if denied := broker.denial(DESCRIBE, TOPIC, ltopic.name):
+                if denied := ctx.denial(DESCRIBE, TOPIC, ltopic.name):
                     raise denied
-                partition = broker.replicas.get_partition(ltopic.name, lpart.partition_index)
-                resp.timestamp, resp.offset = await broker.replicas.list_offset(partition, lpart.timestamp, isolation)
+                partition = ctx.replicas.get_partition(ltopic.name, lpart.partition_index)
+                resp.timestamp, resp.offset = await ctx.replicas.list_offset(partition, lpart.timestamp, isolation)
                 if resp.offset >= 0:
                     resp.leader_epoch = partition.leader_epoch
             except BrokerError as e:
-                broker.log_client_error(req, "list_offsets", e, topic=ltopic.name, partition=lpart.partition_index)
+                ctx.log_client_error(req, "list_offsets", e, topic=ltopic.name, partition=lpart.partition_index)
                 resp.error_code = e.error_code
             parts.append(resp)
         topics.append(ListOffsetsResponse.ListOffsetsTopicResponse(name=ltopic.name, partitions=parts))
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
 
 
-async def handle_delete_records(broker: Broker, req: DecodedRequest) -> DeleteRecordsResponse:
+async def handle_delete_records(ctx: HandlerContext, req: DecodedRequest) -> DeleteRecordsResponse:
     topics = []
     for dtopic in req.body.topics:
         parts = []
@@ -135,13 +135,13 @@ async def handle_delete_records(broker: Broker, req: DecodedRequest) -> DeleteRe
             resp = DeleteRecordsResponse.DeleteRecordsTopicResult.DeleteRecordsPartitionResult(
                 partition_index=dpart.partition_index, low_watermark=-1, error_code=0)
             try:
-                if denied := broker.denial(DELETE, TOPIC, dtopic.name):
+                if denied := ctx.denial(DELETE, TOPIC, dtopic.name):
                     raise denied
-                partition = broker.replicas.get_partition(dtopic.name, dpart.partition_index)
-                broker.replicas.ensure_not_internal(dtopic.name, "delete records of")
-                resp.low_watermark = broker.replicas.delete_records(partition, dpart.offset)
+                partition = ctx.replicas.get_partition(dtopic.name, dpart.partition_index)
+                ctx.replicas.ensure_not_internal(dtopic.name, "delete records of")
+                resp.low_watermark = ctx.replicas.delete_records(partition, dpart.offset)
             except BrokerError as e:
-                broker.log_client_error(req, "delete_records", e, topic=dtopic.name, partition=dpart.partition_index)
+                ctx.log_client_error(req, "delete_records", e, topic=dtopic.name, partition=dpart.partition_index)
                 resp.error_code = e.error_code
             parts.append(resp)
         topics.append(DeleteRecordsResponse.DeleteRecordsTopicResult(name=dtopic.name, partitions=parts))

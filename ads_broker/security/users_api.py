@@ -27,7 +27,7 @@ from ads_broker.security.scram import (
 )
 
 if TYPE_CHECKING:
-    from ads_broker.broker import Broker
+    from ads_broker.protocol.context import HandlerContext
 
 #: Kafka's ScramMechanism type ids on the wire.
 MECHANISM_IDS = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
@@ -38,17 +38,17 @@ DUPLICATE_RESOURCE = 92
 UNACCEPTABLE_CREDENTIAL = 93
 
 
-def _store(broker: Broker) -> CredentialStore:
-    return CredentialStore(broker.replicas.data_dir)
+def _store(ctx: HandlerContext) -> CredentialStore:
+    return CredentialStore(ctx.data_dir)
 
 
-async def handle_describe_user_scram_credentials(broker: Broker,
+async def handle_describe_user_scram_credentials(ctx: HandlerContext,
                                                  req: DecodedRequest) -> DescribeUserScramCredentialsResponse:
     R = DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult
-    if denied := broker.authorize(req, "describe_user_scram_credentials", DESCRIBE, CLUSTER, CLUSTER_NAME):
+    if denied := ctx.authorize(req, "describe_user_scram_credentials", DESCRIBE, CLUSTER, CLUSTER_NAME):
         return DescribeUserScramCredentialsResponse(throttle_time_ms=0, error_code=denied,
                                                     error_message="Cluster authorization failed", results=[])
-    users = _store(broker).users()
+    users = _store(ctx).users()
     wanted = [u.name for u in req.body.users or []]
     names = wanted or sorted(users)
     results = []
@@ -69,13 +69,13 @@ async def handle_describe_user_scram_credentials(broker: Broker,
                                                 results=results)
 
 
-async def handle_alter_user_scram_credentials(broker: Broker,
+async def handle_alter_user_scram_credentials(ctx: HandlerContext,
                                               req: DecodedRequest) -> AlterUserScramCredentialsResponse:
     R = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
-    store = _store(broker)
+    store = _store(ctx)
     body = req.body
     touched = [d.name for d in body.deletions] + [u.name for u in body.upsertions]
-    if denied := broker.authorize(req, "alter_user_scram_credentials", ALTER, CLUSTER, CLUSTER_NAME):
+    if denied := ctx.authorize(req, "alter_user_scram_credentials", ALTER, CLUSTER, CLUSTER_NAME):
         return AlterUserScramCredentialsResponse(throttle_time_ms=0, results=[
             R(user=name, error_code=denied, error_message="Cluster authorization failed")
             for name in dict.fromkeys(touched)])
@@ -122,7 +122,7 @@ async def handle_alter_user_scram_credentials(broker: Broker,
     for name in dict.fromkeys(touched):
         code, message = errors.get(name, (0, None))
         if code:
-            broker.log_client_error(req, "alter_user_scram_credentials", None, error_code=code, user=name[:128],
+            ctx.log_client_error(req, "alter_user_scram_credentials", None, error_code=code, user=name[:128],
                                     detail=message)
         results.append(R(user=name, error_code=code, error_message=message))
     return AlterUserScramCredentialsResponse(throttle_time_ms=0, results=results)
