@@ -27,6 +27,12 @@ from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
 from ads_broker.broker import Broker
 from ads_broker.config import BrokerConfig
+from ads_broker.errors import (
+    ILLEGAL_SASL_STATE,
+    SASL_AUTHENTICATION_FAILED,
+    UNSUPPORTED_SASL_MECHANISM,
+    UNSUPPORTED_VERSION,
+)
 from ads_broker.exceptions import ConfigError, MalformedFrameError
 from ads_broker.faults import BrokerFaults
 from ads_broker.protocol.apis import api_versions_response, decode_request
@@ -47,10 +53,6 @@ from ads_broker.security.tls import principal_from_peercert, server_context
 log = structlog.get_logger("ads_broker.server")
 SENDFILE_MIN_BYTES = 64 * 1024
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
-UNSUPPORTED_VERSION = 35
-UNSUPPORTED_SASL_MECHANISM = 33
-ILLEGAL_SASL_STATE = 34
-SASL_AUTHENTICATION_FAILED = 58
 SASL_HANDSHAKE_KEY = 17
 SASL_AUTHENTICATE_KEY = 36
 

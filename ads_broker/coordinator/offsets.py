@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from ads_broker.errors import INVALID_COMMIT_OFFSET_SIZE, OFFSET_METADATA_TOO_LARGE
 from ads_broker.exceptions import BrokerError
 from ads_broker.log.records import BatchHeader, Record, build_batch, decode_batch, read_header
 from ads_broker.replication.replica_manager import AppendOrigin, ReplicaManager
@@ -33,8 +34,6 @@ OFFSET_KEY_VERSION = 1
 OFFSET_VALUE_VERSION = 3
 GROUP_METADATA_KEY_VERSION = 2
 OFFSET_METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes default
-OFFSET_METADATA_TOO_LARGE = 12
-INVALID_COMMIT_OFFSET_SIZE = 28
 
 
 def java_string_hash(s: str) -> int:

@@ -45,6 +45,19 @@ from ads_broker.coordinator.offsets import (
     decode_batch_or_skip,
     java_string_hash,
 )
+from ads_broker.errors import (
+    CONCURRENT_TRANSACTIONS,
+    INVALID_PRODUCER_EPOCH,
+    INVALID_PRODUCER_ID_MAPPING,
+    INVALID_REQUEST,
+    INVALID_TOPIC_EXCEPTION,
+    INVALID_TRANSACTION_TIMEOUT,
+    INVALID_TXN_STATE,
+    NONE,
+    OPERATION_NOT_ATTEMPTED,
+    PRODUCER_FENCED,
+    UNKNOWN_TOPIC_OR_PARTITION,
+)
 from ads_broker.exceptions import BrokerError
 from ads_broker.log.records import Record, build_batch
 from ads_broker.producer_ids import ProducerIdManager
@@ -55,20 +68,6 @@ log = structlog.get_logger("ads_broker.transaction")
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 MAX_EPOCH = 32767  # Short.MAX_VALUE; Kafka rolls to a new producer id before reaching it
 MARKER_RETRY_S = 0.1  # a marker write that failed (e.g. disk error) is retried after this
-
-# Kafka error codes used here.
-NONE = 0
-UNKNOWN_TOPIC_OR_PARTITION = 3
-COORDINATOR_NOT_AVAILABLE = 15
-INVALID_TOPIC_EXCEPTION = 17
-INVALID_REQUEST = 42
-INVALID_PRODUCER_EPOCH = 47
-INVALID_TXN_STATE = 48
-INVALID_PRODUCER_ID_MAPPING = 49
-INVALID_TRANSACTION_TIMEOUT = 50
-CONCURRENT_TRANSACTIONS = 51
-OPERATION_NOT_ATTEMPTED = 55
-PRODUCER_FENCED = 90
 
 
 class TxnState(enum.IntEnum):

@@ -19,6 +19,7 @@ from kafka.protocol.admin import (
 )
 
 from ads_broker.config import SETTINGS
+from ads_broker.errors import INVALID_REPLICA_ASSIGNMENT, TOPIC_DELETION_DISABLED, UNKNOWN_TOPIC_ID
 from ads_broker.exceptions import BrokerError, InvalidRequestError
 from ads_broker.protocol.codec import DecodedRequest
 from ads_broker.security.acl import ALTER, CLUSTER, CLUSTER_NAME, CREATE, DELETE, DESCRIBE_CONFIGS, TOPIC
@@ -26,7 +27,6 @@ from ads_broker.security.acl import ALTER, CLUSTER, CLUSTER_NAME, CREATE, DELETE
 if TYPE_CHECKING:
     from ads_broker.protocol.context import HandlerContext
 
-UNKNOWN_TOPIC_ID = 100
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 SOURCE_DYNAMIC_TOPIC = 1
@@ -37,13 +37,13 @@ class TopicDeletionDisabledError(BrokerError):
     """DeleteTopics v3+ while ``delete.topic.enable=false`` (TOPIC_DELETION_DISABLED; INVALID_REQUEST
     before v3, as Kafka's controller answers)."""
 
-    error_code = 73
+    error_code = TOPIC_DELETION_DISABLED
 
 
 class InvalidReplicaAssignmentError(BrokerError):
     """A replica assignment naming brokers other than this one (INVALID_REPLICA_ASSIGNMENT)."""
 
-    error_code = 39
+    error_code = INVALID_REPLICA_ASSIGNMENT
 
 
 #: Names of rejected topics quoted in a request's one log line.

@@ -20,6 +20,7 @@ from kafka.protocol.consumer import (
     SyncGroupResponse,
 )
 
+from ads_broker.errors import TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PARTITION, UNSTABLE_OFFSET_COMMIT
 from ads_broker.exceptions import BrokerError
 from ads_broker.protocol.codec import DecodedRequest
 from ads_broker.security.acl import CLUSTER, CLUSTER_NAME, DESCRIBE, GROUP, READ, TOPIC
@@ -27,9 +28,6 @@ from ads_broker.security.acl import CLUSTER, CLUSTER_NAME, DESCRIBE, GROUP, READ
 if TYPE_CHECKING:
     from ads_broker.protocol.context import HandlerContext
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
-UNSTABLE_OFFSET_COMMIT = 88
-TOPIC_AUTHORIZATION_FAILED = 29
 
 
 async def handle_join_group(ctx: HandlerContext, req: DecodedRequest) -> JoinGroupResponse:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
 
 from ads_broker.cluster.topics import Topic, validate_topic_name
+from ads_broker.errors import UNKNOWN_TOPIC_OR_PARTITION
 from ads_broker.exceptions import BrokerError, InvalidRequestError
 from ads_broker.protocol.codec import DecodedRequest
 from ads_broker.security.acl import CLUSTER, CLUSTER_NAME, CREATE, DESCRIBE, GROUP, TOPIC, TRANSACTIONAL_ID
@@ -67,7 +68,7 @@ async def handle_metadata(ctx: HandlerContext, req: DecodedRequest) -> MetadataR
                 if topic is None and allow_create:
                     topic = replicas.get_or_create_topic(name)
                 if topic is None:
-                    topics.append(_error_topic(name, 3))
+                    topics.append(_error_topic(name, UNKNOWN_TOPIC_OR_PARTITION))
                 else:
                     topics.append(_topic_metadata(ctx, topic))
             except BrokerError as e:

@@ -16,6 +16,13 @@ import structlog
 from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 
 from ads_broker.coordinator.transaction import reason
+from ads_broker.errors import (
+    INVALID_PRODUCER_EPOCH,
+    INVALID_REQUIRED_ACKS,
+    INVALID_TXN_STATE,
+    PRODUCER_FENCED,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+)
 from ads_broker.exceptions import BrokerError, BrokerNotAvailableError, InvalidRecordError, InvalidTopicError
 from ads_broker.log.records import RECORD_BATCH_OVERHEAD, read_header
 from ads_broker.protocol.codec import DecodedRequest
@@ -26,9 +33,6 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("ads_broker.produce")
 
-INVALID_REQUIRED_ACKS = 21
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
-INVALID_TXN_STATE = 48
 
 
 async def _append_one(ctx: HandlerContext, req: DecodedRequest, topic: str, pdata: Any, resp: Any) -> None:
@@ -140,7 +144,7 @@ async def handle_init_producer_id(ctx: HandlerContext, req: DecodedRequest) -> I
         code, pid, epoch = ctx.txn.init_producer_id(
             body.transactional_id, body.transaction_timeout_ms,
             body.producer_id if v >= 3 else -1, body.producer_epoch if v >= 3 else -1,
-            fenced_code=90 if v >= 4 else 47)
+            fenced_code=PRODUCER_FENCED if v >= 4 else INVALID_PRODUCER_EPOCH)
         if code:
             ctx.log_client_error(req, "init_producer_id", BrokerError(reason(code)),
                                     transactional_id=body.transactional_id, timeout_ms=body.transaction_timeout_ms,

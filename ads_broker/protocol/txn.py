@@ -17,6 +17,7 @@ from kafka.protocol.producer import (
 )
 
 from ads_broker.coordinator.transaction import INVALID_PRODUCER_EPOCH, PRODUCER_FENCED, reason
+from ads_broker.errors import INVALID_GROUP_ID, OPERATION_NOT_ATTEMPTED
 from ads_broker.exceptions import BrokerError
 from ads_broker.protocol.codec import DecodedRequest
 from ads_broker.protocol.groups import commit_entries, log_commit_rejections
@@ -25,8 +26,6 @@ from ads_broker.security.acl import GROUP, READ, TOPIC, TRANSACTIONAL_ID, WRITE
 if TYPE_CHECKING:
     from ads_broker.protocol.context import HandlerContext
 
-INVALID_GROUP_ID = 24
-OPERATION_NOT_ATTEMPTED = 55
 
 
 def _fenced_code(api_version: int, first_with_fenced: int) -> int:

@@ -11,14 +11,13 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.admin import CreateAclsResponse, DeleteAclsResponse, DescribeAclsResponse
 
+from ads_broker.errors import INVALID_REQUEST, SECURITY_DISABLED
 from ads_broker.protocol.codec import DecodedRequest
 from ads_broker.security.acl import ALTER, CLUSTER, CLUSTER_NAME, DESCRIBE, Acl, AclError, AclFilter
 
 if TYPE_CHECKING:
     from ads_broker.protocol.context import HandlerContext
 
-SECURITY_DISABLED = 54
-INVALID_REQUEST = 42
 NO_AUTHORIZER = "No Authorizer is configured on the broker (authorizer.class.name is empty)"
 
 

@@ -16,6 +16,12 @@ from kafka.protocol.admin import (
     DescribeUserScramCredentialsResponse,
 )
 
+from ads_broker.errors import (
+    DUPLICATE_RESOURCE,
+    RESOURCE_NOT_FOUND,
+    UNACCEPTABLE_CREDENTIAL,
+    UNSUPPORTED_SASL_MECHANISM,
+)
 from ads_broker.protocol.codec import DecodedRequest
 from ads_broker.security.acl import ALTER, CLUSTER, CLUSTER_NAME, DESCRIBE
 from ads_broker.security.scram import (
@@ -32,10 +38,6 @@ if TYPE_CHECKING:
 #: Kafka's ScramMechanism type ids on the wire.
 MECHANISM_IDS = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
 _BY_ID = {v: k for k, v in MECHANISM_IDS.items()}
-UNSUPPORTED_SASL_MECHANISM = 33
-RESOURCE_NOT_FOUND = 91
-DUPLICATE_RESOURCE = 92
-UNACCEPTABLE_CREDENTIAL = 93
 
 
 def _store(ctx: HandlerContext) -> CredentialStore:
