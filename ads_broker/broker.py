@@ -40,32 +40,32 @@ class Broker:
     def __init__(self, data_dir: Path, config: BrokerConfig, faults: BrokerFaults | None = None) -> None:
         self.config = config
         self.faults = faults
-        self.node_id = int(config["broker.id"])
+        self.node_id = config.settings.broker_id
         self.replicas = ReplicaManager(data_dir, config, record_synced_length=faults is not None)
         self.groups = GroupCoordinator(
-            initial_rebalance_delay_ms=int(config["group.initial.rebalance.delay.ms"]),
-            min_session_timeout_ms=int(config["group.min.session.timeout.ms"]),
-            max_session_timeout_ms=int(config["group.max.session.timeout.ms"]),
-            max_group_size=int(config["group.max.size"]))
-        self.offsets = OffsetManager(self.replicas, int(config["offsets.topic.num.partitions"]))
+            initial_rebalance_delay_ms=config.settings.group_initial_rebalance_delay_ms,
+            min_session_timeout_ms=config.settings.group_min_session_timeout_ms,
+            max_session_timeout_ms=config.settings.group_max_session_timeout_ms,
+            max_group_size=config.settings.group_max_size)
+        self.offsets = OffsetManager(self.replicas, config.settings.offsets_topic_num_partitions)
         self.producer_ids = ProducerIdManager(data_dir)
         self.txn = TransactionCoordinator(
             self.replicas, self.offsets, self.producer_ids,
-            num_partitions=int(config["transaction.state.log.num.partitions"]),
-            max_timeout_ms=int(config["transaction.max.timeout.ms"]),
-            id_expiration_ms=int(config["transactional.id.expiration.ms"]),
+            num_partitions=config.settings.transaction_state_log_num_partitions,
+            max_timeout_ms=config.settings.transaction_max_timeout_ms,
+            id_expiration_ms=config.settings.transactional_id_expiration_ms,
             marker_delay_s=faults.marker_delay_s if faults is not None else None)
         self.replicas.verify_txn = self.txn.verify_append  # transactional batches are re-verified under the lock
         self.cleaner = LogCleaner(
             self.replicas.partitions_snapshot,
-            buffer_bytes=int(config["log.cleaner.dedupe.buffer.size"]),
-            io_buffer_bytes=int(config["log.cleaner.io.buffer.size"]),
-            io_max_bytes_per_second=float(config["log.cleaner.io.max.bytes.per.second"]),
-            backoff_ms=int(config["log.cleaner.backoff.ms"]))
+            buffer_bytes=config.settings.log_cleaner_dedupe_buffer_size,
+            io_buffer_bytes=config.settings.log_cleaner_io_buffer_size,
+            io_max_bytes_per_second=config.settings.log_cleaner_io_max_bytes_per_second,
+            backoff_ms=config.settings.log_cleaner_backoff_ms)
         authorizer = None
-        if config["authorizer.class.name"]:
-            authorizer = Authorizer(AclStore(data_dir), parse_super_users(str(config["super.users"])),
-                                    bool(config["allow.everyone.if.no.acl.found"]))
+        if config.settings.authorizer_class_name:
+            authorizer = Authorizer(AclStore(data_dir), parse_super_users(config.settings.super_users),
+                                    config.settings.allow_everyone_if_no_acl_found)
         #: What request handlers see of this broker.
         self.context = HandlerContext(config=config, data_dir=data_dir, replicas=self.replicas, groups=self.groups,
                                       offsets=self.offsets, txn=self.txn, producer_ids=self.producer_ids,
@@ -77,20 +77,20 @@ class Broker:
         self.offsets.load()
         self.txn.load()
         await self.groups.start()
-        if self.config["log.cleaner.enable"]:
+        if self.config.settings.log_cleaner_enable:
             self.cleaner.start()
         self._tasks = [
             # Log maintenance fsyncs and unlinks under partition locks: run it on the writer threads so
             # the event loop (fetches, heartbeats) never waits on the disk.
-            asyncio.create_task(self._every(int(self.config["log.flush.scheduler.interval.ms"]), self._flush_due,
+            asyncio.create_task(self._every(self.config.settings.log_flush_scheduler_interval_ms, self._flush_due,
                                             off_loop=True)),
-            asyncio.create_task(self._every(int(self.config["log.retention.check.interval.ms"]),
+            asyncio.create_task(self._every(self.config.settings.log_retention_check_interval_ms,
                                             self.replicas.logs.enforce_retention, off_loop=True)),
-            asyncio.create_task(self._every(int(self.config["producer.id.expiration.check.interval.ms"]),
+            asyncio.create_task(self._every(self.config.settings.producer_id_expiration_check_interval_ms,
                                             self.replicas.logs.expire_producers, off_loop=True)),
             asyncio.create_task(self._every(60000, self.replicas.logs.write_recovery_checkpoint, off_loop=True)),
             asyncio.create_task(self._every(
-                int(self.config["transaction.abort.timed.out.transaction.cleanup.interval.ms"]),
+                self.config.settings.transaction_abort_timed_out_transaction_cleanup_interval_ms,
                 self.txn.abort_timed_out)),
             asyncio.create_task(self._every(3600000, self.txn.expire_ids)),
         ]

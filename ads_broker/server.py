@@ -118,7 +118,7 @@ class FrameReceiver(asyncio.BufferedProtocol):
         self.server = server
         self.listener = listener
         self.pool = server.pool
-        self.max_frame = int(server.broker.config["socket.request.max.bytes"])
+        self.max_frame = server.broker.config.settings.socket_request_max_bytes
         self.frames: asyncio.Queue[bytearray | None] = asyncio.Queue()
         self.transport: asyncio.Transport | None = None
         self.peer = "unknown"
@@ -546,21 +546,21 @@ class BrokerServer:
         self.config = config
         self.closing = False
         self.connections: set[Connection] = set()
-        self.pool = MemoryPool(int(config["queued.max.request.bytes"]))
+        self.pool = MemoryPool(config.settings.queued_max_request_bytes)
         self.scratch = memoryview(bytearray(FrameReceiver.SCRATCH_BUFFER))
         self.rejections = RejectionLog()
-        self.max_connections = int(config["max.connections"])
-        self.max_connections_per_ip = int(config["max.connections.per.ip"])
-        self.idle_s = int(config["connections.max.idle.ms"]) / 1000
-        ARRAY_BUDGET.max_elements = int(config["request.max.array.elements"])
+        self.max_connections = config.settings.max_connections
+        self.max_connections_per_ip = config.settings.max_connections_per_ip
+        self.idle_s = config.settings.connections_max_idle_ms / 1000
+        ARRAY_BUDGET.max_elements = config.settings.request_max_array_elements
         self.credentials = CredentialStore(data_dir)
-        self.sasl_mechanisms = [m.strip() for m in str(config["sasl.enabled.mechanisms"]).split(",") if m.strip()]
+        self.sasl_mechanisms = [m.strip() for m in config.settings.sasl_enabled_mechanisms.split(",") if m.strip()]
         for mechanism in self.sasl_mechanisms:
             if mechanism not in MECHANISMS:
                 raise ConfigError(f"sasl.enabled.mechanisms: {mechanism!r} is not one of {', '.join(MECHANISMS)}")
         try:
-            self.listener_specs = resolve_listeners(str(config["listeners"]), str(config["advertised.listeners"]),
-                                                    str(config["listener.security.protocol.map"]))
+            self.listener_specs = resolve_listeners(config.settings.listeners, config.settings.advertised_listeners,
+                                                    config.settings.listener_security_protocol_map)
         except ValueError as e:
             raise ConfigError(f"listeners: {e}") from None
         self.ssl_context = server_context(config.values) if any(s.uses_tls for s in self.listener_specs) else None

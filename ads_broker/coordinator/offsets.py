@@ -158,7 +158,7 @@ class OffsetManager:
     def __init__(self, replicas: ReplicaManager, num_partitions: int) -> None:
         self.replicas = replicas
         self.num_partitions = num_partitions
-        self.metadata_max_bytes = int(replicas.config["offset.metadata.max.bytes"])
+        self.metadata_max_bytes = replicas.config.settings.offset_metadata_max_bytes
         self._cache: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
         # Transactional commits not yet decided: producer id -> group -> (topic, partition) -> offset.
         # They become visible when the coordinator writes COMMIT to the group's partition.

@@ -105,7 +105,7 @@ class LogManager:
         #: writer threads while the event loop may create or delete topics); also the cleaner's view.
         self.partitions = partitions
         self.record_synced_length = record_synced_length  # the fault hook's .log.synced files (faults.py)
-        READ_HANDLES.max_open = int(config["log.open.segment.files.max"])
+        READ_HANDLES.max_open = config.settings.log_open_segment_files_max
         self._lock_fd: int | None = None
         self.clean_start = False
         self._recovery_points: dict[tuple[str, int], int] = {}
@@ -189,7 +189,7 @@ class LogManager:
     def _open_log(self, topic: str, index: int, config: LogConfig, recovery_point: int, clean: bool) -> Log:
         return Log(self.log_dir(topic, index), config, topic=topic, partition=index,
                    recovery_point=recovery_point, clean_shutdown=clean, now_ms=now_ms,
-                   producer_id_expiration_ms=int(self.config["producer.id.expiration.ms"]))
+                   producer_id_expiration_ms=self.config.settings.producer_id_expiration_ms)
 
     # -- background maintenance --------------------------------------------------------------
 

@@ -99,7 +99,7 @@ def _create_one(ctx: HandlerContext, topic: Any, validate_only: bool, in_request
         t = ctx.replicas.create_topic(name, num_partitions, replication_factor, configs,
                                          validate_only=validate_only, in_request=in_request)
         result.num_partitions = len(t.partitions) if t else (num_partitions if num_partitions > 0 else
-                                                              int(ctx.config["num.partitions"]))
+                                                              ctx.config.settings.num_partitions)
         result.replication_factor = 1
         if t is not None:
             result.topic_id = t.topic_id
@@ -157,7 +157,7 @@ async def handle_delete_topics(ctx: HandlerContext, req: DecodedRequest) -> Dele
                 raise BrokerError("unknown topic id")
             if denied := ctx.denial(DELETE, TOPIC, name):
                 raise denied
-            if not ctx.config["delete.topic.enable"]:
+            if not ctx.config.settings.delete_topic_enable:
                 raise (TopicDeletionDisabledError if req.api_version >= 3 else InvalidRequestError)(
                     "topic deletion is disabled (delete.topic.enable=false)")
             topic = ctx.replicas.get_topic(name)

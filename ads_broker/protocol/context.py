@@ -44,8 +44,8 @@ class HandlerContext:
                  authorizer: Authorizer | None, faults: BrokerFaults | None) -> None:
         self.config = config
         self.data_dir = data_dir
-        self.node_id = int(config["broker.id"])
-        self.cluster_id = str(config["cluster.id"])
+        self.node_id = config.settings.broker_id
+        self.cluster_id = config.settings.cluster_id
         self._advertised = config.advertised
         self.replicas = replicas
         self.groups = groups

@@ -40,7 +40,7 @@ async def handle_fetch(ctx: HandlerContext, req: DecodedRequest) -> list[Chunk]:
     body = req.body
     wanted = _wanted(ctx, body)
     reads = await ctx.replicas.fetch_messages(
-        wanted, max_bytes=min(body.max_bytes, int(ctx.config["fetch.max.bytes"])),  # Kafka caps it by the broker's
+        wanted, max_bytes=min(body.max_bytes, ctx.config.settings.fetch_max_bytes),  # Kafka caps it by the broker's
         min_bytes=body.min_bytes, max_wait_ms=body.max_wait_ms, isolation_level=body.isolation_level)
     return _encode_fetch(req, _results(ctx, req, wanted, reads))
 

@@ -62,7 +62,7 @@ async def handle_metadata(ctx: HandlerContext, req: DecodedRequest) -> MetadataR
                 if denied := ctx.denial(DESCRIBE, TOPIC, name):
                     raise denied
                 topic = replicas.topics.get(name)
-                if topic is None and allow_create and ctx.config["auto.create.topics.enable"] and (
+                if topic is None and allow_create and ctx.config.settings.auto_create_topics_enable and (
                         denied := ctx.denial(CREATE, CLUSTER, CLUSTER_NAME) and ctx.denial(CREATE, TOPIC, name)):
                     raise denied  # Kafka: auto-creation needs CREATE on the cluster or on the topic
                 if topic is None and allow_create:

@@ -185,11 +185,11 @@ class ReplicaManager:
         if name in self.metadata:
             raise TopicAlreadyExistsError(f"topic {name!r} already exists")
         if num_partitions == -1:
-            num_partitions = int(self.config["num.partitions"])
+            num_partitions = self.config.settings.num_partitions
         if num_partitions < 1:
             raise InvalidPartitionsError(f"number of partitions must be at least 1, got {num_partitions}")
         if replication_factor == -1:
-            replication_factor = int(self.config["default.replication.factor"])
+            replication_factor = self.config.settings.default_replication_factor
         if replication_factor != 1:
             raise InvalidReplicationFactorError(
                 f"replication factor {replication_factor} is larger than the 1 available broker")
@@ -216,17 +216,17 @@ class ReplicaManager:
         """Refuse growing ``name`` from ``current`` to ``total`` partitions beyond the broker's
         partition limits or its open-file limit (POLICY_VIOLATION), before any file is opened."""
         new = total - current
-        per_topic = int(self.config["max.partitions.per.topic"])
+        per_topic = self.config.settings.max_partitions_per_topic
         if total > per_topic:
             raise PolicyViolationError(
                 f"topic {name!r} would have {total} partitions; max.partitions.per.topic is {per_topic}")
-        per_request = int(self.config["max.partitions.per.request"])
+        per_request = self.config.settings.max_partitions_per_request
         if in_request + new > per_request:
             raise PolicyViolationError(
                 f"this request would create {in_request + new} partitions (topic {name!r}: {new}); "
                 f"max.partitions.per.request is {per_request}: send fewer per request")
         held = self.metadata.partition_count()
-        per_broker = int(self.config["max.broker.partitions"])
+        per_broker = self.config.settings.max_broker_partitions
         if held + new > per_broker:
             raise PolicyViolationError(
                 f"the broker holds {held} partitions and {new} more for topic {name!r} would exceed "
@@ -318,7 +318,7 @@ class ReplicaManager:
         topic = self.metadata.get(name)
         if topic is not None:
             return topic
-        if not self.config["auto.create.topics.enable"]:
+        if not self.config.settings.auto_create_topics_enable:
             raise UnknownTopicOrPartitionError(f"unknown topic {name!r} (auto.create.topics.enable=false)")
         created = self.create_topic(name, -1, -1, {})
         assert created is not None
