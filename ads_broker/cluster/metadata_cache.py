@@ -2,7 +2,7 @@
 
 On one node the cache is filled from the topic store at start and changed by the topic operations
 of :class:`~ads_broker.replication.replica_manager.ReplicaManager`, each after the store was
-written. Readers on other threads (the cleaner, log maintenance) iterate copies.
+written. A topic's partitions (logs, locks) are the replica manager's, not the cache's.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class MetadataCache:
 
     def partition_count(self) -> int:
         """Partitions of every topic together (``max.broker.partitions``)."""
-        return sum(len(t.partitions) for t in self.topics.values())
+        return sum(t.num_partitions for t in self.topics.values())
 
     def is_internal(self, name: str) -> bool:
         topic = self.topics.get(name)

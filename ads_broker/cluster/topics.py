@@ -13,13 +13,9 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ads_broker.exceptions import ConfigError, InvalidTopicError
 from ads_broker.log.fileutil import atomic_write
-
-if TYPE_CHECKING:
-    from ads_broker.replication.partition import Partition
 
 TOPIC_METADATA_FILE = "topic-metadata.json"
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -40,24 +36,13 @@ def validate_topic_name(name: str) -> None:
 
 @dataclass
 class Topic:
-    """A topic's metadata and this broker's partitions of it."""
+    """A topic's metadata (its partitions themselves are the replica manager's)."""
 
     name: str
     topic_id: uuid.UUID
     configs: dict[str, str]  # explicit overrides; defaults come from the broker config
-    partitions: list[Partition]
-    internal: bool = False
-
-
-@dataclass(frozen=True)
-class StoredTopic:
-    """One topic as the store keeps it."""
-
-    name: str
-    topic_id: uuid.UUID
     num_partitions: int
-    configs: dict[str, str]
-    internal: bool
+    internal: bool = False
 
 
 class TopicStore:
@@ -66,7 +51,7 @@ class TopicStore:
     def __init__(self, data_dir: Path) -> None:
         self.path = data_dir / TOPIC_METADATA_FILE
 
-    def read(self) -> list[StoredTopic]:
+    def read(self) -> list[Topic]:
         if not self.path.exists():
             return []
         try:
@@ -78,14 +63,14 @@ class TopicStore:
         return [self._decode(meta) for meta in entries]
 
     @staticmethod
-    def _decode(meta: dict[str, object]) -> StoredTopic:
+    def _decode(meta: dict[str, object]) -> Topic:
         configs = {str(k): str(v) for k, v in dict(meta.get("configs") or {}).items()}  # type: ignore[call-overload]
-        return StoredTopic(str(meta["name"]), uuid.UUID(str(meta["id"])), int(meta["partitions"]),  # type: ignore[call-overload]
-                           configs, bool(meta.get("internal")))
+        return Topic(str(meta["name"]), uuid.UUID(str(meta["id"])), configs,
+                     int(meta["partitions"]), bool(meta.get("internal")))  # type: ignore[call-overload]
 
     def write(self, topics: Iterable[Topic]) -> None:
         entries = [
-            {"name": t.name, "id": str(t.topic_id), "partitions": len(t.partitions), "configs": t.configs,
+            {"name": t.name, "id": str(t.topic_id), "partitions": t.num_partitions, "configs": t.configs,
              "internal": t.internal}
             for t in topics
         ]

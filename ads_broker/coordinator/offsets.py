@@ -172,15 +172,15 @@ class OffsetManager:
         if OFFSETS_TOPIC not in self.replicas.topics:
             self.replicas.create_topic(OFFSETS_TOPIC, self.num_partitions, 1, {"cleanup.policy": "compact"},
                                        internal=True)
-        topic = self.replicas.get_topic(OFFSETS_TOPIC)
-        if len(topic.partitions) != self.num_partitions:
+        partitions = self.replicas.partitions_of(OFFSETS_TOPIC)
+        if len(partitions) != self.num_partitions:
             # Kafka has the same rule: the offsets topic's partition count is fixed at creation.
-            self.num_partitions = len(topic.partitions)
+            self.num_partitions = len(partitions)
             log.warning("offsets.topic.num.partitions differs from the existing topic; using the topic's",
                         partitions=self.num_partitions)
         reads = 0
         skipped = UndecodableRecords()
-        for partition in topic.partitions:
+        for partition in partitions:
             for data in self.replicas.read_all(partition):
                 self._apply_batches(data, f"{OFFSETS_TOPIC}-{partition.index}", skipped)
                 reads += 1

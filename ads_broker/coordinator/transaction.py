@@ -261,11 +261,11 @@ class TransactionCoordinator:
         if TRANSACTION_STATE_TOPIC not in self.replicas.topics:
             self.replicas.create_topic(TRANSACTION_STATE_TOPIC, self.num_partitions, 1,
                                        {"cleanup.policy": "compact"}, internal=True)
-        topic = self.replicas.get_topic(TRANSACTION_STATE_TOPIC)
-        self.num_partitions = len(topic.partitions)
+        partitions = self.replicas.partitions_of(TRANSACTION_STATE_TOPIC)
+        self.num_partitions = len(partitions)
         self.txns = {}
         skipped = UndecodableRecords()
-        for partition in topic.partitions:
+        for partition in partitions:
             for chunk in self.replicas.read_all(partition):
                 self._apply_chunk(chunk, f"{TRANSACTION_STATE_TOPIC}-{partition.index}", skipped)
         skipped.warn("transactions")
@@ -564,7 +564,7 @@ class TransactionCoordinator:
 
     def _exists(self, tp: tuple[str, int]) -> bool:
         topic = self.replicas.topics.get(tp[0])
-        return topic is not None and 0 <= tp[1] < len(topic.partitions)
+        return topic is not None and 0 <= tp[1] < topic.num_partitions
 
     def _is_internal(self, tp: tuple[str, int]) -> bool:
         topic = self.replicas.topics.get(tp[0])

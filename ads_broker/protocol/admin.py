@@ -98,7 +98,7 @@ def _create_one(ctx: HandlerContext, topic: Any, validate_only: bool, in_request
         configs = {c.name: c.value for c in (topic.configs or [])}
         t = ctx.replicas.create_topic(name, num_partitions, replication_factor, configs,
                                          validate_only=validate_only, in_request=in_request)
-        result.num_partitions = len(t.partitions) if t else (num_partitions if num_partitions > 0 else
+        result.num_partitions = t.num_partitions if t else (num_partitions if num_partitions > 0 else
                                                               ctx.config.settings.num_partitions)
         result.replication_factor = 1
         if t is not None:
@@ -187,7 +187,7 @@ async def handle_create_partitions(ctx: HandlerContext, req: DecodedRequest) -> 
                 if list(a.broker_ids) != [ctx.node_id]:
                     raise InvalidReplicaAssignmentError(
                         f"assignment {list(a.broker_ids)} names brokers that do not exist")
-            current = len(ctx.replicas.get_topic(topic.name).partitions)
+            current = ctx.replicas.get_topic(topic.name).num_partitions
             ctx.replicas.create_partitions(topic.name, topic.count, validate_only=bool(body.validate_only),
                                               in_request=in_request)
             in_request += topic.count - current

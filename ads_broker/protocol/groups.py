@@ -145,7 +145,7 @@ def commit_entries(ctx: HandlerContext, topics: Any, group_code: int, *, with_le
                 codes[tp] = group_code
             elif denied is not None:
                 codes[tp] = denied.error_code
-            elif known is None or not 0 <= p.partition_index < len(known.partitions):
+            elif known is None or not 0 <= p.partition_index < known.num_partitions:
                 codes[tp] = UNKNOWN_TOPIC_OR_PARTITION
             else:
                 entries.append((topic.name, p.partition_index, p.committed_offset,

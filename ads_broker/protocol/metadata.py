@@ -25,7 +25,7 @@ def _topic_metadata(ctx: HandlerContext, topic: Topic) -> MetadataResponse.Metad
         MetadataResponse.MetadataResponseTopic.MetadataResponsePartition(
             error_code=0, partition_index=p.index, leader_id=node, leader_epoch=p.leader_epoch,
             replica_nodes=[node], isr_nodes=[node], offline_replicas=[])
-        for p in topic.partitions
+        for p in ctx.replicas.partitions_of(topic.name)
     ]
     return MetadataResponse.MetadataResponseTopic(
         error_code=0, name=topic.name, topic_id=topic.topic_id, is_internal=topic.internal,

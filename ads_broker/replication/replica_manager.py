@@ -37,7 +37,7 @@ from pathlib import Path
 import structlog
 
 from ads_broker.cluster.metadata_cache import MetadataCache
-from ads_broker.cluster.topics import StoredTopic, Topic, TopicStore, validate_topic_name
+from ads_broker.cluster.topics import Topic, TopicStore, validate_topic_name
 from ads_broker.config import BrokerConfig, validate_topic_configs
 from ads_broker.exceptions import (
     BrokerError,
@@ -128,6 +128,8 @@ class ReplicaManager:
         self.config = config
         self.metadata = MetadataCache()
         self.topic_store = TopicStore(data_dir)
+        #: Topic name -> its partitions on this broker, by index (the same topics as ``metadata``).
+        self._partitions: dict[str, list[Partition]] = {}
         self.logs = LogManager(data_dir, config, self.partitions_snapshot, record_synced_length=record_synced_length)
         #: Re-checks a transactional batch against its coordinator under the partition lock
         #: (the transaction coordinator's ``verify_append``); None: no transactions to check.
@@ -148,8 +150,8 @@ class ReplicaManager:
     def open(self) -> None:
         self.logs.start_loading()
         started = time.monotonic()
-        for stored in self.topic_store.read():
-            self._load_topic(stored)
+        for topic in self.topic_store.read():
+            self._load_topic(topic)
         self.logs.finish_loading()
         log.info("logs loaded", topics=len(self.topics), clean_shutdown=self.logs.clean_start,
                  seconds=round(time.monotonic() - started, 3), data_dir=str(self.data_dir))
@@ -165,11 +167,11 @@ class ReplicaManager:
             if not fut.done():
                 fut.set_result(None)
 
-    def _load_topic(self, stored: StoredTopic) -> None:
-        config = self.logs.log_config(stored.configs, internal=stored.internal)
-        partitions = [Partition(stored.name, index, self.logs.load_log(stored.name, index, config))
-                      for index in range(stored.num_partitions)]
-        self.metadata.add(Topic(stored.name, stored.topic_id, stored.configs, partitions, stored.internal))
+    def _load_topic(self, topic: Topic) -> None:
+        config = self.logs.log_config(topic.configs, internal=topic.internal)
+        self._partitions[topic.name] = [Partition(topic.name, index, self.logs.load_log(topic.name, index, config))
+                                        for index in range(topic.num_partitions)]
+        self.metadata.add(topic)
 
     def _write_topic_metadata(self) -> None:
         self.topic_store.write(self.metadata.all_topics())
@@ -199,15 +201,18 @@ class ReplicaManager:
             self.check_partition_limits(name, 0, num_partitions, in_request=in_request)
         if validate_only:
             return None
-        topic = Topic(name, uuid.uuid4(), overrides, [], internal)
-        self._open_new_partitions(topic, num_partitions, config)
+        partitions: list[Partition] = []
+        self._open_new_partitions(name, partitions, num_partitions, config)
+        topic = Topic(name, uuid.uuid4(), overrides, num_partitions, internal)
         self.metadata.add(topic)
+        self._partitions[name] = partitions
         try:
             self._write_topic_metadata()
         except BaseException:
             # Not in the metadata file means gone after a restart: never serve (or ack) it.
             self.metadata.remove(name)
-            self._discard_partitions(topic.partitions)
+            del self._partitions[name]
+            self._discard_partitions(partitions)
             raise
         log.info("topic created", topic=name, partitions=num_partitions, configs=overrides)
         return topic
@@ -243,22 +248,22 @@ class ReplicaManager:
                 f"broker's RLIMIT_NOFILE={limit} are in use and {reserve} are kept free: raise the open-file "
                 "limit (ulimit -n) or create fewer partitions")
 
-    def _open_new_partitions(self, topic: Topic, total: int, config: LogConfig) -> None:
-        """Append partitions ``len(topic.partitions) .. total-1`` to ``topic``; if any fails to
-        open, close and remove the ones opened here (and the failed one's directory) first."""
-        first = len(topic.partitions)
+    def _open_new_partitions(self, name: str, partitions: list[Partition], total: int, config: LogConfig) -> None:
+        """Append partitions ``len(partitions) .. total-1`` of topic ``name`` to ``partitions``; if any
+        fails to open, close and remove the ones opened here (and the failed one's directory) first."""
+        first = len(partitions)
         try:
             for index in range(first, total):
-                topic.partitions.append(Partition(topic.name, index, self.logs.create_log(topic.name, index, config)))
+                partitions.append(Partition(name, index, self.logs.create_log(name, index, config)))
         except Exception as e:
-            failed = len(topic.partitions)
-            self._discard_partitions(topic.partitions[first:])
-            del topic.partitions[first:]
-            shutil.rmtree(self.logs.log_dir(topic.name, failed), ignore_errors=True)
-            log.warning("partition creation failed; removed the partitions opened for it", topic=topic.name,
+            failed = len(partitions)
+            self._discard_partitions(partitions[first:])
+            del partitions[first:]
+            shutil.rmtree(self.logs.log_dir(name, failed), ignore_errors=True)
+            log.warning("partition creation failed; removed the partitions opened for it", topic=name,
                         failed_partition=failed, removed=failed - first, error=str(e))
             if isinstance(e, OSError):
-                raise KafkaStorageError(f"could not create partition {failed} of topic {topic.name!r}: {e}; "
+                raise KafkaStorageError(f"could not create partition {failed} of topic {name!r}: {e}; "
                                         "nothing was created") from e
             raise
 
@@ -275,11 +280,12 @@ class ReplicaManager:
         self.metadata.ensure_not_internal(name, action)
 
     def delete_topic(self, name: str) -> None:
-        topic = self.get_topic(name)
+        self.get_topic(name)
         self.ensure_not_internal(name, "delete")
         self.metadata.remove(name)
+        partitions = self._partitions.pop(name)
         self._write_topic_metadata()
-        for partition in topic.partitions:
+        for partition in partitions:
             partition.notify()
             self.logs.delete_log(partition)
         log.info("topic deleted", topic=name)
@@ -288,27 +294,35 @@ class ReplicaManager:
         """Grow ``name`` to ``count`` partitions (all or nothing); ``in_request`` as in ``create_topic``."""
         topic = self.get_topic(name)
         self.ensure_not_internal(name, "change the partition count of")
-        current = len(topic.partitions)
+        current = topic.num_partitions
         if count <= current:
             raise InvalidPartitionsError(
                 f"topic {name!r} has {current} partitions; the new count {count} must be larger")
         self.check_partition_limits(name, current, count, in_request=in_request)
         if validate_only:
             return
-        self._open_new_partitions(topic, count, self.logs.log_config(topic.configs))
+        partitions = self._partitions[name]
+        self._open_new_partitions(name, partitions, count, self.logs.log_config(topic.configs))
+        topic.num_partitions = count
         try:
             self._write_topic_metadata()
         except BaseException:
-            self._discard_partitions(topic.partitions[current:])
-            del topic.partitions[current:]
+            topic.num_partitions = current
+            self._discard_partitions(partitions[current:])
+            del partitions[current:]
             raise
         log.info("partitions created", topic=name, old=current, new=count)
 
     def get_topic(self, name: str) -> Topic:
         return self.metadata.get_topic(name)
 
+    def partitions_of(self, topic: str) -> list[Partition]:
+        """The partitions of ``topic`` on this broker, by index."""
+        self.get_topic(topic)  # UNKNOWN_TOPIC_OR_PARTITION, as for every other lookup
+        return self._partitions[topic]
+
     def get_partition(self, topic: str, index: int) -> Partition:
-        partitions = self.get_topic(topic).partitions
+        partitions = self.partitions_of(topic)
         if not 0 <= index < len(partitions):
             raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {index}")
         return partitions[index]
@@ -327,8 +341,8 @@ class ReplicaManager:
     def all_partitions(self) -> Iterator[Partition]:
         """Every partition, iterating copies: maintenance runs on writer threads while the event
         loop may create or delete topics."""
-        for topic in self.metadata.all_topics():
-            yield from list(topic.partitions)
+        for partitions in list(self._partitions.values()):
+            yield from list(partitions)
 
     def partitions_snapshot(self) -> list[CleanablePartition]:
         """Every partition, as a list (the log manager's and the cleaner's view)."""

@@ -278,7 +278,7 @@ def test_compacted_internal_topics_reload_the_same_state_after_cleaning(tmp_path
     cleaner = LogCleaner(lambda: [], now_ms=clock)
     removed = 0
     for topic in (OFFSETS_TOPIC, tx.TRANSACTION_STATE_TOPIC):
-        for p in node.replicas.get_topic(topic).partitions:
+        for p in node.replicas.partitions_of(topic):
             with p.lock:
                 p.log.roll()
             size = p.log.size_bytes
