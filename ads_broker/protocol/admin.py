@@ -71,7 +71,7 @@ class Rejections:
         if not self.codes:
             return
         ctx.log_client_error(req, self.api, self.first, error_code=self.codes.most_common(1)[0][0],
-                                rejected=sum(self.codes.values()), error_codes=dict(self.codes), topics=self.names)
+                             rejected=sum(self.codes.values()), error_codes=dict(self.codes), topics=self.names)
 
 
 def _create_one(ctx: HandlerContext, topic: Any, validate_only: bool, in_request: int, rejected: Rejections) -> Any:
@@ -97,9 +97,9 @@ def _create_one(ctx: HandlerContext, topic: Any, validate_only: bool, in_request
             num_partitions, replication_factor = len(assignments), 1
         configs = {c.name: c.value for c in (topic.configs or [])}
         t = ctx.replicas.create_topic(name, num_partitions, replication_factor, configs,
-                                         validate_only=validate_only, in_request=in_request)
+                                      validate_only=validate_only, in_request=in_request)
         result.num_partitions = t.num_partitions if t else (num_partitions if num_partitions > 0 else
-                                                              ctx.config.settings.num_partitions)
+                                                             ctx.config.settings.num_partitions)
         result.replication_factor = 1
         if t is not None:
             result.topic_id = t.topic_id
@@ -189,7 +189,7 @@ async def handle_create_partitions(ctx: HandlerContext, req: DecodedRequest) -> 
                         f"assignment {list(a.broker_ids)} names brokers that do not exist")
             current = ctx.replicas.get_topic(topic.name).num_partitions
             ctx.replicas.create_partitions(topic.name, topic.count, validate_only=bool(body.validate_only),
-                                              in_request=in_request)
+                                           in_request=in_request)
             in_request += topic.count - current
         except BrokerError as e:
             rejected.add(topic.name, e)

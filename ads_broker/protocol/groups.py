@@ -72,7 +72,7 @@ async def handle_heartbeat(ctx: HandlerContext, req: DecodedRequest) -> Heartbea
     if denied := ctx.authorize(req, "heartbeat", READ, GROUP, body.group_id):
         return HeartbeatResponse(throttle_time_ms=0, error_code=denied)
     code = await ctx.groups.heartbeat(body.group_id, body.generation_id, body.member_id,
-                                         body.group_instance_id if req.api_version >= 3 else None)
+                                      body.group_instance_id if req.api_version >= 3 else None)
     return HeartbeatResponse(throttle_time_ms=0, error_code=code)
 
 
@@ -163,7 +163,7 @@ def log_commit_rejections(ctx: HandlerContext, req: DecodedRequest, api: str, gr
         return
     code = group_code or failed.most_common(1)[0][0]
     ctx.log_client_error(req, api, reason, group=group_id, error_code=code, rejected=sum(failed.values()),
-                            error_codes=dict(failed), **fields)
+                         error_codes=dict(failed), **fields)
 
 
 async def handle_offset_commit(ctx: HandlerContext, req: DecodedRequest) -> OffsetCommitResponse:

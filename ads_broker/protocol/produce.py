@@ -98,8 +98,8 @@ async def handle_produce(ctx: HandlerContext, req: DecodedRequest) -> ProduceRes
                     f"partition {topic_data.name}-{pdata.index} is not part of an ongoing "
                     f"transaction of {body.transactional_id!r} at this producer epoch")
                 ctx.log_client_error(req, "produce", BrokerError(reason(code)), topic=topic_data.name,
-                                        partition=pdata.index, transactional_id=body.transactional_id,
-                                        error_code=code)
+                                     partition=pdata.index, transactional_id=body.transactional_id,
+                                     error_code=code)
             else:
                 appends.append(_append_one(ctx, req, topic_data.name, pdata, resp))
             partition_responses.append(resp)
@@ -132,7 +132,7 @@ def _verify_transactional(ctx: HandlerContext, transactional_id: str | None, top
     if not header.is_transactional:
         return INVALID_TXN_STATE
     return ctx.txn.verify_partition(transactional_id, header.producer_id, header.producer_epoch,
-                                       (topic, pdata.index))
+                                    (topic, pdata.index))
 
 
 async def handle_init_producer_id(ctx: HandlerContext, req: DecodedRequest) -> InitProducerIdResponse:
@@ -147,8 +147,8 @@ async def handle_init_producer_id(ctx: HandlerContext, req: DecodedRequest) -> I
             fenced_code=PRODUCER_FENCED if v >= 4 else INVALID_PRODUCER_EPOCH)
         if code:
             ctx.log_client_error(req, "init_producer_id", BrokerError(reason(code)),
-                                    transactional_id=body.transactional_id, timeout_ms=body.transaction_timeout_ms,
-                                    error_code=code)
+                                 transactional_id=body.transactional_id, timeout_ms=body.transaction_timeout_ms,
+                                 error_code=code)
         return InitProducerIdResponse(throttle_time_ms=0, error_code=code, producer_id=pid, producer_epoch=epoch)
     # Kafka: IDEMPOTENT_WRITE on the cluster, or WRITE on any topic, else CLUSTER_AUTHORIZATION_FAILED.
     if not ctx.allowed(IDEMPOTENT_WRITE, CLUSTER, CLUSTER_NAME) and not ctx.allowed_any(WRITE, TOPIC):

@@ -42,15 +42,15 @@ async def handle_add_partitions_to_txn(ctx: HandlerContext, req: DecodedRequest)
         codes = dict.fromkeys(wanted, denied)
     elif refused := {t: code for t in dict.fromkeys(t for t, _ in wanted)
                      if (code := ctx.authorize(req, "add_partitions_to_txn", WRITE, TOPIC, t,
-                                                  transactional_id=txn_id))}:
+                                               transactional_id=txn_id))}:
         codes = {tp: refused.get(tp[0], OPERATION_NOT_ATTEMPTED) for tp in wanted}
     else:
         codes = ctx.txn.add_partitions(txn_id, body.v3_and_below_producer_id,
-                                          body.v3_and_below_producer_epoch, wanted, _fenced_code(req.api_version, 2))
+                                       body.v3_and_below_producer_epoch, wanted, _fenced_code(req.api_version, 2))
     if any(codes.values()) and not denied and not refused:
         first = next(c for c in codes.values() if c)
         ctx.log_client_error(req, "add_partitions_to_txn", BrokerError(reason(first)),
-                                transactional_id=body.v3_and_below_transactional_id, error_code=first)
+                             transactional_id=body.v3_and_below_transactional_id, error_code=first)
     by_topic: dict[str, list[int]] = {}
     for topic, partition in wanted:
         by_topic.setdefault(topic, []).append(partition)
@@ -72,10 +72,10 @@ async def handle_add_offsets_to_txn(ctx: HandlerContext, req: DecodedRequest) ->
         code = INVALID_GROUP_ID
     else:
         code = ctx.txn.add_offsets(body.transactional_id, body.producer_id, body.producer_epoch, body.group_id,
-                                      _fenced_code(req.api_version, 2))
+                                   _fenced_code(req.api_version, 2))
     if code:
         ctx.log_client_error(req, "add_offsets_to_txn", BrokerError(reason(code)),
-                                transactional_id=body.transactional_id, group=body.group_id, error_code=code)
+                             transactional_id=body.transactional_id, group=body.group_id, error_code=code)
     return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=code)
 
 
@@ -84,10 +84,10 @@ async def handle_end_txn(ctx: HandlerContext, req: DecodedRequest) -> EndTxnResp
     if denied := ctx.authorize(req, "end_txn", WRITE, TRANSACTIONAL_ID, body.transactional_id):
         return EndTxnResponse(throttle_time_ms=0, error_code=denied, producer_id=-1, producer_epoch=-1)
     code = ctx.txn.end_txn(body.transactional_id, body.producer_id, body.producer_epoch, bool(body.committed),
-                              _fenced_code(req.api_version, 2))
+                           _fenced_code(req.api_version, 2))
     if code:
         ctx.log_client_error(req, "end_txn", BrokerError(reason(code)), transactional_id=body.transactional_id,
-                                commit=bool(body.committed), error_code=code)
+                             commit=bool(body.committed), error_code=code)
     return EndTxnResponse(throttle_time_ms=0, error_code=code, producer_id=-1, producer_epoch=-1)
 
 
@@ -103,11 +103,11 @@ async def handle_txn_offset_commit(ctx: HandlerContext, req: DecodedRequest) -> 
     if not code and v >= 3 and (body.generation_id >= 0 or body.member_id or body.group_instance_id):
         # KIP-447: a zombie from an older generation cannot commit after a rebalance.
         code = ctx.groups.validate_offset_commit(body.group_id, body.generation_id, body.member_id or "",
-                                                    body.group_instance_id)
+                                                 body.group_instance_id)
     codes, entries = commit_entries(ctx, body.topics, code, with_leader_epoch=v >= 2)
     if entries:
         codes.update(ctx.offsets.commit_transactional(body.group_id, body.producer_id, body.producer_epoch,
-                                                         entries))
+                                                      entries))
     log_commit_rejections(ctx, req, "txn_offset_commit", body.group_id, code, codes,
                           denied or (BrokerError(reason(code)) if code else None),
                           transactional_id=body.transactional_id)

@@ -125,6 +125,6 @@ async def handle_alter_user_scram_credentials(ctx: HandlerContext,
         code, message = errors.get(name, (0, None))
         if code:
             ctx.log_client_error(req, "alter_user_scram_credentials", None, error_code=code, user=name[:128],
-                                    detail=message)
+                                 detail=message)
         results.append(R(user=name, error_code=code, error_message=message))
     return AlterUserScramCredentialsResponse(throttle_time_ms=0, results=results)
