@@ -1,10 +1,13 @@
-"""The broker: state shared by all connections, request dispatch and background maintenance."""
+"""The broker: builds one node's parts, runs its background maintenance and dispatches requests.
+
+Handlers get :attr:`Broker.context` (a :class:`~ads_broker.protocol.context.HandlerContext`),
+never the broker itself.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,20 +21,15 @@ from ads_broker.coordinator.group import GroupCoordinator
 from ads_broker.coordinator.offsets import OffsetManager
 from ads_broker.coordinator.transaction import TransactionCoordinator
 from ads_broker.faults import BrokerFaults
-from ads_broker.log.cleaner import LogCleaner
 from ads_broker.log.manager import now_ms
 from ads_broker.producer_ids import ProducerIdManager
 from ads_broker.protocol.apis import APIS
 from ads_broker.protocol.codec import Chunk, DecodedRequest
 from ads_broker.protocol.context import HandlerContext, set_client_host
-from ads_broker.rejections import RejectionLog
 from ads_broker.replication.replica_manager import ReplicaManager
 from ads_broker.security.acl import AclStore, Authorizer, parse_super_users
 
 log = structlog.get_logger("ads_broker.broker")
-
-_client_host: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
-_rejections = RejectionLog()
 
 
 class Broker:
@@ -56,12 +54,6 @@ class Broker:
             id_expiration_ms=config.settings.transactional_id_expiration_ms,
             marker_delay_s=faults.marker_delay_s if faults is not None else None)
         self.replicas.verify_txn = self.txn.verify_append  # transactional batches are re-verified under the lock
-        self.cleaner = LogCleaner(
-            self.replicas.partitions_snapshot,
-            buffer_bytes=config.settings.log_cleaner_dedupe_buffer_size,
-            io_buffer_bytes=config.settings.log_cleaner_io_buffer_size,
-            io_max_bytes_per_second=config.settings.log_cleaner_io_max_bytes_per_second,
-            backoff_ms=config.settings.log_cleaner_backoff_ms)
         authorizer = None
         if config.settings.authorizer_class_name:
             authorizer = Authorizer(AclStore(data_dir), parse_super_users(config.settings.super_users),
@@ -77,8 +69,7 @@ class Broker:
         self.offsets.load()
         self.txn.load()
         await self.groups.start()
-        if self.config.settings.log_cleaner_enable:
-            self.cleaner.start()
+        self.replicas.logs.start_cleaner()
         self._tasks = [
             # Log maintenance fsyncs and unlinks under partition locks: run it on the writer threads so
             # the event loop (fetches, heartbeats) never waits on the disk.
@@ -127,7 +118,7 @@ class Broker:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.groups.stop()
-        await asyncio.get_running_loop().run_in_executor(None, self.cleaner.stop)
+        await asyncio.get_running_loop().run_in_executor(None, self.replicas.logs.stop_cleaner)
         self.replicas.close()
 
     # -- request plumbing --------------------------------------------------------------------

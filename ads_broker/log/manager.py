@@ -9,7 +9,7 @@ Invariants this class keeps:
   was loaded: without it every log is recovered from its recovery point (batches validated, torn
   tail truncated, indexes and producer state rebuilt).
 - Every access to a partition's log from the maintenance jobs (flush, retention, producer expiry,
-  checkpoint) holds that partition's lock, as the append and read paths do.
+  checkpoint, the cleaner) holds that partition's lock, as the append and read paths do.
 
 Which partitions exist is not decided here: the replica manager names them (``partitions``, the
 same view the cleaner gets) and asks for their logs to be opened, created or deleted.
@@ -31,7 +31,7 @@ import structlog
 
 from ads_broker.config import BrokerConfig
 from ads_broker.exceptions import ConfigError
-from ads_broker.log.cleaner import CleanablePartition
+from ads_broker.log.cleaner import CleanablePartition, LogCleaner
 from ads_broker.log.config import LogConfig
 from ads_broker.log.fileutil import atomic_write, fsync_dir
 from ads_broker.log.log import Log
@@ -106,6 +106,12 @@ class LogManager:
         self.partitions = partitions
         self.record_synced_length = record_synced_length  # the fault hook's .log.synced files (faults.py)
         READ_HANDLES.max_open = config.settings.log_open_segment_files_max
+        settings = config.settings
+        #: Compaction of the logs with ``cleanup.policy=compact`` (a thread, started by :meth:`start_cleaner`).
+        self.cleaner = LogCleaner(partitions, buffer_bytes=settings.log_cleaner_dedupe_buffer_size,
+                                  io_buffer_bytes=settings.log_cleaner_io_buffer_size,
+                                  io_max_bytes_per_second=settings.log_cleaner_io_max_bytes_per_second,
+                                  backoff_ms=settings.log_cleaner_backoff_ms)
         self._lock_fd: int | None = None
         self.clean_start = False
         self._recovery_points: dict[tuple[str, int], int] = {}
@@ -126,6 +132,15 @@ class LogManager:
         with contextlib.suppress(FileNotFoundError):
             (self.data_dir / CLEAN_SHUTDOWN_FILE).unlink()
             fsync_dir(self.data_dir)
+
+    def start_cleaner(self) -> None:
+        """Start the cleaner thread, unless ``log.cleaner.enable=false``."""
+        if self.config.settings.log_cleaner_enable:
+            self.cleaner.start()
+
+    def stop_cleaner(self) -> None:
+        """Stop the cleaner thread (blocks until its pass ends: call it off the event loop)."""
+        self.cleaner.stop()
 
     def _lock_data_dir(self) -> None:
         fd = os.open(self.data_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
