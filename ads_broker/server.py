@@ -563,7 +563,7 @@ class BrokerServer:
                                                     config.settings.listener_security_protocol_map)
         except ValueError as e:
             raise ConfigError(f"listeners: {e}") from None
-        self.ssl_context = server_context(config.values) if any(s.uses_tls for s in self.listener_specs) else None
+        self.ssl_context = server_context(config.settings) if any(s.uses_tls for s in self.listener_specs) else None
         self._per_ip: collections.Counter[str] = collections.Counter()
         self._receivers: set[FrameReceiver] = set()
         self._servers: list[asyncio.Server] = []
