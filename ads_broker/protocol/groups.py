@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from ads_broker.protocol.context import HandlerContext
 
 
-
 async def handle_join_group(ctx: HandlerContext, req: DecodedRequest) -> JoinGroupResponse:
     body = req.body
     v = req.api_version

@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 log = structlog.get_logger("ads_broker.produce")
 
 
-
 async def _append_one(ctx: HandlerContext, req: DecodedRequest, topic: str, pdata: Any, resp: Any) -> None:
     try:
         partition = ctx.replicas.get_partition(topic, pdata.index)

@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from ads_broker.protocol.context import HandlerContext
 
 
-
 def _fenced_code(api_version: int, first_with_fenced: int) -> int:
     return PRODUCER_FENCED if api_version >= first_with_fenced else INVALID_PRODUCER_EPOCH
 
