@@ -1,13 +1,15 @@
-"""The broker: state shared by all connections, request dispatch and background maintenance."""
+"""The broker: builds one node's parts, runs its background maintenance and dispatches requests.
+
+Handlers get :attr:`Broker.context` (a :class:`~ads_broker.protocol.context.HandlerContext`),
+never the broker itself.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
-import contextvars
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,60 +20,16 @@ from ads_broker.config import BrokerConfig
 from ads_broker.coordinator.group import GroupCoordinator
 from ads_broker.coordinator.offsets import OffsetManager
 from ads_broker.coordinator.transaction import TransactionCoordinator
-from ads_broker.exceptions import AuthorizationError, BrokerError
 from ads_broker.faults import BrokerFaults
-from ads_broker.log.cleaner import CleanablePartition, LogCleaner
-from ads_broker.log.log import AppendInfo, ValidatedBatch
+from ads_broker.log.manager import now_ms
 from ads_broker.producer_ids import ProducerIdManager
-from ads_broker.protocol import admin, fetch, groups, metadata, produce, txn
+from ads_broker.protocol.apis import APIS
 from ads_broker.protocol.codec import Chunk, DecodedRequest
-from ads_broker.rejections import RejectionLog
-from ads_broker.replica_manager import Partition, ReplicaManager, now_ms
-from ads_broker.security import acl_api, users_api
-from ads_broker.security.acl import DENIED_CODE, NAMES, AclStore, Authorizer, parse_super_users
-from ads_broker.security.context import ANONYMOUS, current_advertised, current_session
+from ads_broker.protocol.context import HandlerContext, set_client_host
+from ads_broker.replication.replica_manager import ReplicaManager
+from ads_broker.security.acl import AclStore, Authorizer, parse_super_users
 
 log = structlog.get_logger("ads_broker.broker")
-
-#: Batches up to this size are appended on the event loop when their partition is idle (see
-#: Broker.append); a page-cache write of 32 KiB costs ~20-50 µs here, a writer-thread round trip more.
-INLINE_APPEND_BYTES = 32 * 1024
-
-Handler = Callable[["Broker", DecodedRequest], Awaitable[ApiMessage | list[Chunk] | None]]
-HANDLERS: dict[int, Handler] = {
-    0: produce.handle_produce,
-    1: fetch.handle_fetch,
-    2: fetch.handle_list_offsets,
-    3: metadata.handle_metadata,
-    8: groups.handle_offset_commit,
-    9: groups.handle_offset_fetch,
-    10: metadata.handle_find_coordinator,
-    11: groups.handle_join_group,
-    12: groups.handle_heartbeat,
-    13: groups.handle_leave_group,
-    14: groups.handle_sync_group,
-    15: groups.handle_describe_groups,
-    16: groups.handle_list_groups,
-    18: metadata.handle_api_versions,
-    19: admin.handle_create_topics,
-    20: admin.handle_delete_topics,
-    21: fetch.handle_delete_records,
-    22: produce.handle_init_producer_id,
-    32: admin.handle_describe_configs,
-    24: txn.handle_add_partitions_to_txn,
-    25: txn.handle_add_offsets_to_txn,
-    26: txn.handle_end_txn,
-    28: txn.handle_txn_offset_commit,
-    37: admin.handle_create_partitions,
-    29: acl_api.handle_describe_acls,
-    30: acl_api.handle_create_acls,
-    31: acl_api.handle_delete_acls,
-    50: users_api.handle_describe_user_scram_credentials,
-    51: users_api.handle_alter_user_scram_credentials,
-}
-
-_client_host: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
-_rejections = RejectionLog()
 
 
 class Broker:
@@ -79,66 +37,51 @@ class Broker:
 
     def __init__(self, data_dir: Path, config: BrokerConfig, faults: BrokerFaults | None = None) -> None:
         self.config = config
-        #: The chaos tests' fault hook (faults.py, ADS_BROKER_FAULT_FILE); None in normal operation.
         self.faults = faults
-        self.node_id = int(config["broker.id"])
-        self.cluster_id = str(config["cluster.id"])
-        self._advertised = config.advertised
+        self.node_id = config.settings.broker_id
         self.replicas = ReplicaManager(data_dir, config, record_synced_length=faults is not None)
         self.groups = GroupCoordinator(
-            initial_rebalance_delay_ms=int(config["group.initial.rebalance.delay.ms"]),
-            min_session_timeout_ms=int(config["group.min.session.timeout.ms"]),
-            max_session_timeout_ms=int(config["group.max.session.timeout.ms"]),
-            max_group_size=int(config["group.max.size"]))
-        self.offsets = OffsetManager(self.replicas, int(config["offsets.topic.num.partitions"]))
+            initial_rebalance_delay_ms=config.settings.group_initial_rebalance_delay_ms,
+            min_session_timeout_ms=config.settings.group_min_session_timeout_ms,
+            max_session_timeout_ms=config.settings.group_max_session_timeout_ms,
+            max_group_size=config.settings.group_max_size)
+        self.offsets = OffsetManager(self.replicas, config.settings.offsets_topic_num_partitions)
         self.producer_ids = ProducerIdManager(data_dir)
         self.txn = TransactionCoordinator(
             self.replicas, self.offsets, self.producer_ids,
-            num_partitions=int(config["transaction.state.log.num.partitions"]),
-            max_timeout_ms=int(config["transaction.max.timeout.ms"]),
-            id_expiration_ms=int(config["transactional.id.expiration.ms"]),
+            num_partitions=config.settings.transaction_state_log_num_partitions,
+            max_timeout_ms=config.settings.transaction_max_timeout_ms,
+            id_expiration_ms=config.settings.transactional_id_expiration_ms,
             marker_delay_s=faults.marker_delay_s if faults is not None else None)
-        self.cleaner = LogCleaner(
-            self._partitions_snapshot,
-            buffer_bytes=int(config["log.cleaner.dedupe.buffer.size"]),
-            io_buffer_bytes=int(config["log.cleaner.io.buffer.size"]),
-            io_max_bytes_per_second=float(config["log.cleaner.io.max.bytes.per.second"]),
-            backoff_ms=int(config["log.cleaner.backoff.ms"]))
-        #: None when ``authorizer.class.name`` is empty: every request is allowed (Kafka without an authorizer).
-        self.authorizer: Authorizer | None = None
-        if config["authorizer.class.name"]:
-            self.authorizer = Authorizer(AclStore(data_dir), parse_super_users(str(config["super.users"])),
-                                         bool(config["allow.everyone.if.no.acl.found"]))
-        self.fetch_waiters: set[asyncio.Future[None]] = set()
-        self.stopping = False
-        self.messages_in = 0
+        self.replicas.verify_txn = self.txn.verify_append  # transactional batches are re-verified under the lock
+        authorizer = None
+        if config.settings.authorizer_class_name:
+            authorizer = Authorizer(AclStore(data_dir), parse_super_users(config.settings.super_users),
+                                    config.settings.allow_everyone_if_no_acl_found)
+        #: What request handlers see of this broker.
+        self.context = HandlerContext(config=config, data_dir=data_dir, replicas=self.replicas, groups=self.groups,
+                                      offsets=self.offsets, txn=self.txn, producer_ids=self.producer_ids,
+                                      authorizer=authorizer, faults=faults)
         self._tasks: list[asyncio.Task[None]] = []
-        self._writers = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="log-append")
-
-    @property
-    def advertised(self) -> tuple[str, int]:
-        """HOST, PORT of the listener the request being handled came in on (issue 12, listeners)."""
-        return current_advertised(self._advertised)
 
     async def start(self) -> None:
         self.replicas.open()
         self.offsets.load()
         self.txn.load()
         await self.groups.start()
-        if self.config["log.cleaner.enable"]:
-            self.cleaner.start()
+        self.replicas.logs.start_cleaner()
         self._tasks = [
             # Log maintenance fsyncs and unlinks under partition locks: run it on the writer threads so
             # the event loop (fetches, heartbeats) never waits on the disk.
-            asyncio.create_task(self._every(int(self.config["log.flush.scheduler.interval.ms"]), self._flush_due,
+            asyncio.create_task(self._every(self.config.settings.log_flush_scheduler_interval_ms, self._flush_due,
                                             off_loop=True)),
-            asyncio.create_task(self._every(int(self.config["log.retention.check.interval.ms"]),
-                                            self.replicas.enforce_retention, off_loop=True)),
-            asyncio.create_task(self._every(int(self.config["producer.id.expiration.check.interval.ms"]),
-                                            self.replicas.expire_producers, off_loop=True)),
-            asyncio.create_task(self._every(60000, self.replicas.write_recovery_checkpoint, off_loop=True)),
+            asyncio.create_task(self._every(self.config.settings.log_retention_check_interval_ms,
+                                            self.replicas.logs.enforce_retention, off_loop=True)),
+            asyncio.create_task(self._every(self.config.settings.producer_id_expiration_check_interval_ms,
+                                            self.replicas.logs.expire_producers, off_loop=True)),
+            asyncio.create_task(self._every(60000, self.replicas.logs.write_recovery_checkpoint, off_loop=True)),
             asyncio.create_task(self._every(
-                int(self.config["transaction.abort.timed.out.transaction.cleanup.interval.ms"]),
+                self.config.settings.transaction_abort_timed_out_transaction_cleanup_interval_ms,
                 self.txn.abort_timed_out)),
             asyncio.create_task(self._every(3600000, self.txn.expire_ids)),
         ]
@@ -149,124 +92,42 @@ class Broker:
             await asyncio.sleep(interval_ms / 1000)
             try:
                 if off_loop:
-                    await loop.run_in_executor(self._writers, job)
+                    await loop.run_in_executor(self.replicas.writers, job)
                 else:
                     job()
             except Exception:
                 log.exception("background job failed", job=getattr(job, "__name__", repr(job)))
 
-    def _partitions_snapshot(self) -> list[CleanablePartition]:
-        """Every partition, from a copy of the topic table (the cleaner thread calls this)."""
-        return [p for topic in list(self.replicas.topics.values()) for p in list(topic.partitions)]
-
     def _flush_due(self) -> None:
-        self.replicas.flush_due(now_ms())
+        self.replicas.logs.flush_due(now_ms())
 
-    async def append(self, partition: Partition, records: bytes, validated: ValidatedBatch | None = None) -> AppendInfo:
-        """Append a client's batch, serialized per partition by its lock.
+    @property
+    def stopping(self) -> bool:
+        """Shutting down: long polls and held produces return at once."""
+        return self.replicas.stopping
 
-        A small batch whose partition lock is free is appended right on the event loop: its
-        ``write()`` costs less than handing it to a writer thread and back (~0.1 ms), which is
-        what a small request pays per partition (a transactional producer flushing at each commit
-        sends many). Anything larger, or a partition busy on a writer thread, goes to the writer
-        threads, so a large ``write()`` never stalls the loop.
-        """
-        verify_txn = self.txn.verify_append  # transactional batches are re-verified under the lock
-        if len(records) <= INLINE_APPEND_BYTES and partition.lock.acquire(blocking=False):
-            try:
-                return partition.log.append_as_leader(records, partition.leader_epoch, verify_txn, validated)
-            finally:
-                partition.lock.release()
-
-        def locked_append() -> AppendInfo:
-            with partition.lock:
-                return partition.log.append_as_leader(records, partition.leader_epoch, verify_txn, validated)
-
-        return await asyncio.get_running_loop().run_in_executor(self._writers, locked_append)
-
-    def wake_fetchers(self) -> None:
-        """Complete every long-polling fetch now (shutdown)."""
-        for fut in list(self.fetch_waiters):
-            if not fut.done():
-                fut.set_result(None)
+    def begin_stop(self) -> None:
+        """Answer every long-polling fetch now (the first step of a shutdown)."""
+        self.replicas.begin_shutdown()
 
     async def stop(self) -> None:
-        self.stopping = True
-        self.wake_fetchers()
+        self.begin_stop()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.groups.stop()
-        await asyncio.get_running_loop().run_in_executor(None, self.cleaner.stop)
-        self._writers.shutdown(wait=True)
+        await asyncio.get_running_loop().run_in_executor(None, self.replicas.logs.stop_cleaner)
         self.replicas.close()
 
     # -- request plumbing --------------------------------------------------------------------
 
     async def handle(self, req: DecodedRequest, client_host: str) -> ApiMessage | list[Chunk] | None:
-        _client_host.set(client_host)
-        return await HANDLERS[req.api_key](self, req)
-
-    def current_client_host(self) -> str:
-        return _client_host.get()
-
-    # -- authorization (docs/SECURITY.md, "ACLs") -----------------------------------------------
-
-    def _who(self) -> tuple[str, str]:
-        """(principal, client IP) of the current request; the IP without the port, as ACL hosts name it."""
-        session = current_session()
-        principal = session.principal if session is not None else ANONYMOUS
-        peer = (session.client_host if session is not None else "") or _client_host.get()
-        return principal, peer.rpartition(":")[0] or peer
-
-    def allowed(self, operation: int, resource_type: int, name: str) -> bool:
-        """Whether the current request's principal may do ``operation`` on the resource; silent
-        (for filtering what a client sees, as Kafka's ``logIfDenied = false``)."""
-        if self.authorizer is None:
-            return True
-        principal, host = self._who()
-        return self.authorizer.authorize(principal, host, operation, resource_type, name)
-
-    def allowed_any(self, operation: int, resource_type: int) -> bool:
-        """Whether the principal may do ``operation`` on some resource of the type (Kafka's
-        ``authorizeByResourceType``)."""
-        if self.authorizer is None:
-            return True
-        principal, host = self._who()
-        return self.authorizer.authorize_any(principal, host, operation, resource_type)
-
-    def denial(self, operation: int, resource_type: int, name: str) -> AuthorizationError | None:
-        """None if allowed, else the error to answer (Kafka's code for the resource type); the
-        caller logs it through :meth:`log_client_error` (or uses :meth:`authorize`)."""
-        if self.allowed(operation, resource_type, name):
-            return None
-        principal, host = self._who()
-        return AuthorizationError(
-            f"Principal = {principal} is not authorized to {NAMES['operation'][operation]} "
-            f"{NAMES['resource'][resource_type]}:{name} from host = {host}", DENIED_CODE[resource_type])
-
-    def authorize(self, req: DecodedRequest, api: str, operation: int, resource_type: int, name: str,
-                  **fields: Any) -> int:
-        """0 if allowed, else Kafka's error code for the resource type, with one aggregated log line."""
-        error = self.denial(operation, resource_type, name)
-        if error is None:
-            return 0
-        self.log_client_error(req, api, error, principal=self._who()[0], **fields)
-        return error.error_code
-
-    def log_client_error(self, req: DecodedRequest, api: str, error: BrokerError | None, **fields: Any) -> None:
-        """One log line naming the client and the reason for every request-level error."""
-        # Aggregated per (client, api, error code): one request naming 100,000 bad topics, or a
-        # client retrying one all day, writes one line per interval with a count (issue 12, hole 5).
-        code = fields.pop("error_code", error.error_code if error else None)
-        _rejections.warn(_client_host.get(), "request rejected", aggregate_as=f"{api} error {code}", api=api,
-                         client_id=req.client_id, correlation_id=req.correlation_id, error_code=code,
-                         reason=str(error) if error else None, **fields)
-
-    def metrics_appended(self, records: int) -> None:
-        self.messages_in += records
+        set_client_host(client_host)
+        handler = APIS[req.api_key].handler
+        assert handler is not None, f"api key {req.api_key} is served by the connection"
+        return await handler(self.context, req)
 
 
 def monotonic_ms() -> int:

@@ -10,7 +10,8 @@ broker settings exactly as Kafka derives them, and CreateTopics configs override
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -186,6 +187,100 @@ SETTINGS: tuple[Setting, ...] = (
 _BY_NAME = {s.name: s for s in SETTINGS}
 
 
+def attribute_name(setting: str) -> str:
+    """The Python attribute of a dotted setting name: ``log.segment.bytes`` -> ``log_segment_bytes``."""
+    return setting.replace(".", "_")
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerSettings:
+    """The broker settings as typed attributes, built once from the validated values of
+    :data:`SETTINGS` (``settings.log_segment_bytes`` is ``log.segment.bytes``). Every setting of
+    the table has an attribute of its parsed type (a unit test checks it)."""
+
+    listeners: str
+    advertised_listeners: str
+    broker_id: int
+    cluster_id: str
+    num_partitions: int
+    default_replication_factor: int
+    auto_create_topics_enable: bool
+    delete_topic_enable: bool
+    message_max_bytes: int
+    log_segment_bytes: int
+    log_roll_ms: int
+    log_retention_ms: int
+    log_retention_bytes: int
+    log_retention_check_interval_ms: int
+    log_flush_interval_messages: int
+    log_flush_interval_ms: int
+    log_flush_scheduler_interval_ms: int
+    log_index_interval_bytes: int
+    log_index_size_max_bytes: int
+    log_message_timestamp_type: str
+    log_message_timestamp_before_max_ms: int
+    log_message_timestamp_after_max_ms: int
+    log_open_segment_files_max: int
+    log_cleanup_policy: str
+    log_segment_delete_delay_ms: int
+    log_cleaner_enable: bool
+    log_cleaner_dedupe_buffer_size: int
+    log_cleaner_io_buffer_size: int
+    log_cleaner_io_max_bytes_per_second: float
+    log_cleaner_backoff_ms: int
+    log_cleaner_min_cleanable_ratio: float
+    log_cleaner_delete_retention_ms: int
+    log_cleaner_min_compaction_lag_ms: int
+    log_cleaner_max_compaction_lag_ms: int
+    producer_id_expiration_ms: int
+    producer_id_expiration_check_interval_ms: int
+    group_initial_rebalance_delay_ms: int
+    group_min_session_timeout_ms: int
+    group_max_session_timeout_ms: int
+    group_max_size: int
+    offsets_topic_num_partitions: int
+    offsets_retention_minutes: int
+    transaction_max_timeout_ms: int
+    transaction_state_log_num_partitions: int
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int
+    transactional_id_expiration_ms: int
+    max_broker_partitions: int
+    max_partitions_per_topic: int
+    max_partitions_per_request: int
+    offset_metadata_max_bytes: int
+    socket_request_max_bytes: int
+    fetch_max_bytes: int
+    num_recovery_threads_per_data_dir: int
+    log_dirs: str
+    queued_max_request_bytes: int
+    max_connections: int
+    max_connections_per_ip: int
+    connections_max_idle_ms: int
+    listener_security_protocol_map: str
+    ssl_keystore_type: str
+    ssl_keystore_location: str
+    ssl_keystore_certificate_chain: str
+    ssl_keystore_key: str
+    ssl_key_password: str
+    ssl_truststore_type: str
+    ssl_truststore_location: str
+    ssl_truststore_certificates: str
+    ssl_client_auth: str
+    ssl_enabled_protocols: str
+    ssl_cipher_suites: str
+    ssl_principal_mapping_rules: str
+    sasl_enabled_mechanisms: str
+    authorizer_class_name: str
+    super_users: str
+    allow_everyone_if_no_acl_found: bool
+    request_max_array_elements: int
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> BrokerSettings:
+        names = {f.name for f in fields(cls)}
+        return cls(**{attribute_name(k): v for k, v in values.items() if attribute_name(k) in names})
+
+
 def _parse_setting(setting: Setting, raw: str, source: str) -> Any:
     try:
         value = setting.parse(raw.strip())
@@ -212,12 +307,18 @@ def parse_properties(text: str, source: str) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class BrokerConfig:
-    """Validated broker settings, keyed by Kafka's names (``config["log.segment.bytes"]``)."""
+    """Validated broker settings, keyed by Kafka's names (``config["log.segment.bytes"]``); typed
+    attributes in :attr:`settings` (``config.settings.log_segment_bytes``)."""
 
     values: Mapping[str, Any]
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
+
+    @cached_property
+    def settings(self) -> BrokerSettings:
+        """The typed view, built on first use (the values never change)."""
+        return BrokerSettings.from_values(self.values)
 
     @classmethod
     def load(cls, path: Path | None = None, overrides: Mapping[str, str] | None = None) -> BrokerConfig:

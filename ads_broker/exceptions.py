@@ -1,59 +1,62 @@
 """Exceptions raised by `ads_broker`; every one derives from :class:`BrokerError`.
 
-Each carries the Kafka protocol error code (``error_code``) the broker sends to the client when
-the exception reaches a request handler, so the mapping lives in one place.
+Each carries the Kafka protocol error code (``error_code``, from the table in
+:mod:`ads_broker.errors`) the broker sends to the client when the exception reaches a request
+handler, so the mapping lives in one place.
 """
 
 from __future__ import annotations
+
+from ads_broker import errors
 
 
 class BrokerError(Exception):
     """Root of all `ads_broker` errors. Unmapped errors reach clients as UNKNOWN_SERVER_ERROR."""
 
-    error_code: int = -1
+    error_code: int = errors.UNKNOWN_SERVER_ERROR
 
 
 class CorruptRecordError(BrokerError):
     """A batch failed validation: bad CRC, impossible length, truncated (CORRUPT_MESSAGE)."""
 
-    error_code = 2
+    error_code = errors.CORRUPT_MESSAGE
 
 
 class InvalidRecordError(BrokerError):
     """A well-formed batch the broker refuses: magic != 2, control batch from a client,
     keyless record on a compacted topic, offsets inconsistent with the count (INVALID_RECORD)."""
 
-    error_code = 87
+    error_code = errors.INVALID_RECORD
 
 
 class RecordTooLargeError(BrokerError):
     """A batch larger than ``max.message.bytes`` (MESSAGE_TOO_LARGE)."""
 
-    error_code = 10
+    error_code = errors.MESSAGE_TOO_LARGE
 
 
 class OffsetOutOfRangeError(BrokerError):
     """A fetch or delete offset outside [log_start_offset, log_end_offset] (OFFSET_OUT_OF_RANGE)."""
 
-    error_code = 1
+    error_code = errors.OFFSET_OUT_OF_RANGE
 
 
 class OutOfOrderSequenceError(BrokerError):
     """An idempotent producer's batch does not follow its last sequence (OUT_OF_ORDER_SEQUENCE_NUMBER)."""
 
-    error_code = 45
+    error_code = errors.OUT_OF_ORDER_SEQUENCE_NUMBER
 
 
 class InvalidProducerEpochError(BrokerError):
     """A producer epoch older than the one the partition has seen (INVALID_PRODUCER_EPOCH)."""
 
-    error_code = 47
+    error_code = errors.INVALID_PRODUCER_EPOCH
 
 
 class InvalidTxnStateError(BrokerError):
     """A non-transactional batch from a producer with an open transaction (INVALID_TXN_STATE)."""
 
-    error_code = 48
+    error_code = errors.INVALID_TXN_STATE
 
 
 class TxnVerificationError(BrokerError):
@@ -69,75 +72,75 @@ class TxnVerificationError(BrokerError):
 class InvalidTimestampError(BrokerError):
     """A timestamp outside ``message.timestamp.*.max.ms`` (INVALID_TIMESTAMP)."""
 
-    error_code = 32
+    error_code = errors.INVALID_TIMESTAMP
 
 
 class UnknownTopicOrPartitionError(BrokerError):
     """The topic or partition does not exist (UNKNOWN_TOPIC_OR_PARTITION)."""
 
-    error_code = 3
+    error_code = errors.UNKNOWN_TOPIC_OR_PARTITION
 
 
 class InvalidTopicError(BrokerError):
     """A topic name Kafka would reject (INVALID_TOPIC_EXCEPTION)."""
 
-    error_code = 17
+    error_code = errors.INVALID_TOPIC_EXCEPTION
 
 
 class TopicAlreadyExistsError(BrokerError):
     """CreateTopics for a topic that exists (TOPIC_ALREADY_EXISTS)."""
 
-    error_code = 36
+    error_code = errors.TOPIC_ALREADY_EXISTS
 
 
 class InvalidPartitionsError(BrokerError):
     """A partition count that is not positive or would shrink a topic (INVALID_PARTITIONS)."""
 
-    error_code = 37
+    error_code = errors.INVALID_PARTITIONS
 
 
 class InvalidReplicationFactorError(BrokerError):
     """A replication factor larger than the number of brokers (INVALID_REPLICATION_FACTOR)."""
 
-    error_code = 38
+    error_code = errors.INVALID_REPLICATION_FACTOR
 
 
 class PolicyViolationError(BrokerError):
     """A request the broker's limits refuse, e.g. more partitions than ``max.broker.partitions``
     (POLICY_VIOLATION, as Kafka's create.topic.policy answers)."""
 
-    error_code = 44
+    error_code = errors.POLICY_VIOLATION
 
 
 class KafkaStorageError(BrokerError):
     """A log could not be created or written (an ``OSError`` such as EMFILE or ENOSPC); nothing of
     the failed operation is left behind (KAFKA_STORAGE_ERROR)."""
 
-    error_code = 56
+    error_code = errors.KAFKA_STORAGE_ERROR
 
 
 class InvalidConfigurationError(BrokerError):
     """An unknown or out-of-range configuration value (INVALID_CONFIG)."""
 
-    error_code = 40
+    error_code = errors.INVALID_CONFIG
 
 
 class InvalidRequestError(BrokerError):
     """A request that decodes but makes no sense (INVALID_REQUEST)."""
 
-    error_code = 42
+    error_code = errors.INVALID_REQUEST
 
 
 class UnsupportedVersionError(BrokerError):
     """An API version the broker does not advertise (UNSUPPORTED_VERSION)."""
 
-    error_code = 35
+    error_code = errors.UNSUPPORTED_VERSION
 
 
 class BrokerNotAvailableError(BrokerError):
     """The broker is shutting down and did not apply the request (BROKER_NOT_AVAILABLE, retriable)."""
 
-    error_code = 8
+    error_code = errors.BROKER_NOT_AVAILABLE
 
 
 class ConfigError(BrokerError):

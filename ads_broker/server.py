@@ -27,18 +27,23 @@ from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
 from ads_broker.broker import Broker
 from ads_broker.config import BrokerConfig
+from ads_broker.errors import (
+    ILLEGAL_SASL_STATE,
+    SASL_AUTHENTICATION_FAILED,
+    UNSUPPORTED_SASL_MECHANISM,
+    UNSUPPORTED_VERSION,
+)
 from ads_broker.exceptions import ConfigError, MalformedFrameError
 from ads_broker.faults import BrokerFaults
+from ads_broker.protocol.apis import api_versions_response, decode_request
 from ads_broker.protocol.codec import (
     API_VERSIONS_KEY,
     ARRAY_BUDGET,
     Chunk,
     DecodedRequest,
     SendfileSlice,
-    decode_request,
     encode_response,
 )
-from ads_broker.protocol.metadata import api_versions_response
 from ads_broker.rejections import RejectionLog
 from ads_broker.security.context import ANONYMOUS, Session, set_session
 from ads_broker.security.listeners import ListenerSpec, resolve_listeners
@@ -48,10 +53,6 @@ from ads_broker.security.tls import principal_from_peercert, server_context
 log = structlog.get_logger("ads_broker.server")
 SENDFILE_MIN_BYTES = 64 * 1024
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
-UNSUPPORTED_VERSION = 35
-UNSUPPORTED_SASL_MECHANISM = 33
-ILLEGAL_SASL_STATE = 34
-SASL_AUTHENTICATION_FAILED = 58
 SASL_HANDSHAKE_KEY = 17
 SASL_AUTHENTICATE_KEY = 36
 
@@ -117,7 +118,7 @@ class FrameReceiver(asyncio.BufferedProtocol):
         self.server = server
         self.listener = listener
         self.pool = server.pool
-        self.max_frame = int(server.broker.config["socket.request.max.bytes"])
+        self.max_frame = server.broker.config.settings.socket_request_max_bytes
         self.frames: asyncio.Queue[bytearray | None] = asyncio.Queue()
         self.transport: asyncio.Transport | None = None
         self.peer = "unknown"
@@ -545,24 +546,24 @@ class BrokerServer:
         self.config = config
         self.closing = False
         self.connections: set[Connection] = set()
-        self.pool = MemoryPool(int(config["queued.max.request.bytes"]))
+        self.pool = MemoryPool(config.settings.queued_max_request_bytes)
         self.scratch = memoryview(bytearray(FrameReceiver.SCRATCH_BUFFER))
         self.rejections = RejectionLog()
-        self.max_connections = int(config["max.connections"])
-        self.max_connections_per_ip = int(config["max.connections.per.ip"])
-        self.idle_s = int(config["connections.max.idle.ms"]) / 1000
-        ARRAY_BUDGET.max_elements = int(config["request.max.array.elements"])
+        self.max_connections = config.settings.max_connections
+        self.max_connections_per_ip = config.settings.max_connections_per_ip
+        self.idle_s = config.settings.connections_max_idle_ms / 1000
+        ARRAY_BUDGET.max_elements = config.settings.request_max_array_elements
         self.credentials = CredentialStore(data_dir)
-        self.sasl_mechanisms = [m.strip() for m in str(config["sasl.enabled.mechanisms"]).split(",") if m.strip()]
+        self.sasl_mechanisms = [m.strip() for m in config.settings.sasl_enabled_mechanisms.split(",") if m.strip()]
         for mechanism in self.sasl_mechanisms:
             if mechanism not in MECHANISMS:
                 raise ConfigError(f"sasl.enabled.mechanisms: {mechanism!r} is not one of {', '.join(MECHANISMS)}")
         try:
-            self.listener_specs = resolve_listeners(str(config["listeners"]), str(config["advertised.listeners"]),
-                                                    str(config["listener.security.protocol.map"]))
+            self.listener_specs = resolve_listeners(config.settings.listeners, config.settings.advertised_listeners,
+                                                    config.settings.listener_security_protocol_map)
         except ValueError as e:
             raise ConfigError(f"listeners: {e}") from None
-        self.ssl_context = server_context(config.values) if any(s.uses_tls for s in self.listener_specs) else None
+        self.ssl_context = server_context(config.settings) if any(s.uses_tls for s in self.listener_specs) else None
         self._per_ip: collections.Counter[str] = collections.Counter()
         self._receivers: set[FrameReceiver] = set()
         self._servers: list[asyncio.Server] = []
@@ -624,8 +625,7 @@ class BrokerServer:
             server.close()
         if self._reaper is not None:
             self._reaper.cancel()
-        self.broker.stopping = True
-        self.broker.wake_fetchers()
+        self.broker.begin_stop()
         # Finish in-flight requests (bounded), then drop idle connections.
         for _ in range(100):
             if not any(c.busy for c in self.connections):

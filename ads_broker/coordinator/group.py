@@ -43,7 +43,7 @@ from enum import StrEnum
 
 import structlog
 
-from ads_broker.coordinator import errors
+from ads_broker import errors
 
 log = structlog.get_logger("ads_broker.coordinator.group")
 

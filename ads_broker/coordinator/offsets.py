@@ -22,9 +22,10 @@ from dataclasses import dataclass
 
 import structlog
 
+from ads_broker.errors import INVALID_COMMIT_OFFSET_SIZE, OFFSET_METADATA_TOO_LARGE
 from ads_broker.exceptions import BrokerError
 from ads_broker.log.records import BatchHeader, Record, build_batch, decode_batch, read_header
-from ads_broker.replica_manager import ReplicaManager
+from ads_broker.replication.replica_manager import AppendOrigin, ReplicaManager
 
 log = structlog.get_logger("ads_broker.offsets")
 
@@ -33,8 +34,6 @@ OFFSET_KEY_VERSION = 1
 OFFSET_VALUE_VERSION = 3
 GROUP_METADATA_KEY_VERSION = 2
 OFFSET_METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes default
-OFFSET_METADATA_TOO_LARGE = 12
-INVALID_COMMIT_OFFSET_SIZE = 28
 
 
 def java_string_hash(s: str) -> int:
@@ -159,7 +158,7 @@ class OffsetManager:
     def __init__(self, replicas: ReplicaManager, num_partitions: int) -> None:
         self.replicas = replicas
         self.num_partitions = num_partitions
-        self.metadata_max_bytes = int(replicas.config["offset.metadata.max.bytes"])
+        self.metadata_max_bytes = replicas.config.settings.offset_metadata_max_bytes
         self._cache: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
         # Transactional commits not yet decided: producer id -> group -> (topic, partition) -> offset.
         # They become visible when the coordinator writes COMMIT to the group's partition.
@@ -173,34 +172,27 @@ class OffsetManager:
         if OFFSETS_TOPIC not in self.replicas.topics:
             self.replicas.create_topic(OFFSETS_TOPIC, self.num_partitions, 1, {"cleanup.policy": "compact"},
                                        internal=True)
-        topic = self.replicas.get_topic(OFFSETS_TOPIC)
-        if len(topic.partitions) != self.num_partitions:
+        partitions = self.replicas.partitions_of(OFFSETS_TOPIC)
+        if len(partitions) != self.num_partitions:
             # Kafka has the same rule: the offsets topic's partition count is fixed at creation.
-            self.num_partitions = len(topic.partitions)
+            self.num_partitions = len(partitions)
             log.warning("offsets.topic.num.partitions differs from the existing topic; using the topic's",
                         partitions=self.num_partitions)
         reads = 0
         skipped = UndecodableRecords()
-        for partition in topic.partitions:
-            plog = partition.log
-            offset = plog.log_start_offset
-            while offset < plog.log_end_offset:
-                slices = plog.read(offset, 1 << 20, max_offset=plog.log_end_offset)
-                if not slices:
-                    break
-                data = b"".join(s.read_bytes() for s in slices)
-                offset = self._apply_batches(data, offset, f"{OFFSETS_TOPIC}-{partition.index}", skipped)
+        for partition in partitions:
+            for data in self.replicas.read_all(partition):
+                self._apply_batches(data, f"{OFFSETS_TOPIC}-{partition.index}", skipped)
                 reads += 1
         skipped.warn("offsets")
         log.info("offsets loaded", groups=len(self._cache), reads=reads, skipped_records=skipped.records,
                  skipped_batches=skipped.batches)
 
-    def _apply_batches(self, data: bytes, next_offset: int, where: str, skipped: UndecodableRecords) -> int:
+    def _apply_batches(self, data: bytes, where: str, skipped: UndecodableRecords) -> None:
         pos = 0
         while pos + 12 <= len(data):
             size = 12 + int.from_bytes(data[pos + 8:pos + 12], "big")
             header, batch_records = decode_batch_or_skip(data, pos, size, where, skipped)
-            next_offset = max(next_offset, header.last_offset + 1)
             pos += size
             if batch_records is None:
                 continue
@@ -215,7 +207,6 @@ class OffsetManager:
                     self._apply(record, target)
                 except (struct.error, ValueError, BrokerError) as e:
                     skipped.skip_record(f"{where} offset {record.offset}", e)
-        return next_offset
 
     def _apply(self, record: Record, target: dict[str, dict[tuple[str, int], CommittedOffset]]) -> None:
         """Apply one record; raises (struct.error, ValueError, BrokerError) if it does not decode,
@@ -284,12 +275,11 @@ class OffsetManager:
         INVALID_COMMIT_OFFSET_SIZE (Kafka's GroupMetadataManager maps the log's
         MESSAGE_TOO_LARGE to it), so one request cannot make one arbitrarily large append."""
         partition = self.replicas.get_partition(OFFSETS_TOPIC, self.partition_for(group))
-        if len(batch) > partition.log.config.max_message_bytes:
+        if len(batch) > partition.max_message_bytes:
             for key, _ in accepted:
                 errors[key] = INVALID_COMMIT_OFFSET_SIZE
             return False
-        with partition.lock:
-            partition.log.append_internal(batch, leader_epoch=0)
+        self.replicas.append_records(partition, batch, AppendOrigin.COORDINATOR)
         return True
 
     def complete_transaction(self, producer_id: int, partition: int, commit: bool) -> None:
@@ -338,5 +328,4 @@ class OffsetManager:
 
     def _append(self, group: str, records: list[Record]) -> None:
         partition = self.replicas.get_partition(OFFSETS_TOPIC, partition_for_group(group, self.num_partitions))
-        with partition.lock:
-            partition.log.append_internal(build_batch(records), leader_epoch=0)
+        self.replicas.append_records(partition, build_batch(records), AppendOrigin.COORDINATOR)

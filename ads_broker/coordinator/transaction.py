@@ -11,7 +11,8 @@ Invariants:
 * the Prepare{Commit,Abort} record is the decision point: once it is in the log the transaction
   completes that way, also after a crash (``load`` finishes it: markers, then Complete*);
 * a transaction's markers are written to every partition it added (WriteTxnMarkers is internal:
-  the coordinator appends control batches under each partition's lock), then Complete* is logged;
+  the coordinator appends control batches through the replica manager, under each partition's
+  lock), then Complete* is logged;
   as in Kafka, EndTxn is answered once the Prepare record is written and the markers follow
   right after the response (on the event loop); until they are done the id stays in Prepare*,
   so its next AddPartitionsToTxn / AddOffsetsToTxn / InitProducerId / EndTxn get
@@ -44,30 +45,29 @@ from ads_broker.coordinator.offsets import (
     decode_batch_or_skip,
     java_string_hash,
 )
+from ads_broker.errors import (
+    CONCURRENT_TRANSACTIONS,
+    INVALID_PRODUCER_EPOCH,
+    INVALID_PRODUCER_ID_MAPPING,
+    INVALID_REQUEST,
+    INVALID_TOPIC_EXCEPTION,
+    INVALID_TRANSACTION_TIMEOUT,
+    INVALID_TXN_STATE,
+    NONE,
+    OPERATION_NOT_ATTEMPTED,
+    PRODUCER_FENCED,
+    UNKNOWN_TOPIC_OR_PARTITION,
+)
 from ads_broker.exceptions import BrokerError
 from ads_broker.log.records import Record, build_batch
 from ads_broker.producer_ids import ProducerIdManager
-from ads_broker.replica_manager import ReplicaManager
+from ads_broker.replication.replica_manager import AppendOrigin, EndTxnMarker, ReplicaManager
 
 log = structlog.get_logger("ads_broker.transaction")
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 MAX_EPOCH = 32767  # Short.MAX_VALUE; Kafka rolls to a new producer id before reaching it
 MARKER_RETRY_S = 0.1  # a marker write that failed (e.g. disk error) is retried after this
-
-# Kafka error codes used here.
-NONE = 0
-UNKNOWN_TOPIC_OR_PARTITION = 3
-COORDINATOR_NOT_AVAILABLE = 15
-INVALID_TOPIC_EXCEPTION = 17
-INVALID_REQUEST = 42
-INVALID_PRODUCER_EPOCH = 47
-INVALID_TXN_STATE = 48
-INVALID_PRODUCER_ID_MAPPING = 49
-INVALID_TRANSACTION_TIMEOUT = 50
-CONCURRENT_TRANSACTIONS = 51
-OPERATION_NOT_ATTEMPTED = 55
-PRODUCER_FENCED = 90
 
 
 class TxnState(enum.IntEnum):
@@ -261,24 +261,12 @@ class TransactionCoordinator:
         if TRANSACTION_STATE_TOPIC not in self.replicas.topics:
             self.replicas.create_topic(TRANSACTION_STATE_TOPIC, self.num_partitions, 1,
                                        {"cleanup.policy": "compact"}, internal=True)
-        topic = self.replicas.get_topic(TRANSACTION_STATE_TOPIC)
-        self.num_partitions = len(topic.partitions)
+        partitions = self.replicas.partitions_of(TRANSACTION_STATE_TOPIC)
+        self.num_partitions = len(partitions)
         self.txns = {}
         skipped = UndecodableRecords()
-        for partition in topic.partitions:
-            with partition.lock:
-                plog = partition.log
-                offset = plog.log_start_offset
-                data = b""
-                chunks = []
-                while offset < plog.log_end_offset:
-                    slices = plog.read(offset, 1 << 20, max_offset=plog.log_end_offset)
-                    if not slices:
-                        break
-                    data = b"".join(s.read_bytes() for s in slices)
-                    chunks.append(data)
-                    offset = self._next_offset(data, offset)
-            for chunk in chunks:
+        for partition in partitions:
+            for chunk in self.replicas.read_all(partition):
                 self._apply_chunk(chunk, f"{TRANSACTION_STATE_TOPIC}-{partition.index}", skipped)
         skipped.warn("transactions")
         self._by_producer = {}
@@ -291,16 +279,6 @@ class TransactionCoordinator:
                      state=md.state.name, partitions=len(md.partitions))
             self._write_markers_and_complete(md)
         log.info("transactions loaded", transactional_ids=len(self.txns), completed_on_load=len(pending))
-
-    @staticmethod
-    def _next_offset(data: bytes, offset: int) -> int:
-        pos = 0
-        while pos + 12 <= len(data):
-            size = 12 + int.from_bytes(data[pos + 8 : pos + 12], "big")
-            offset = int.from_bytes(data[pos : pos + 8], "big", signed=True) + \
-                int.from_bytes(data[pos + 23 : pos + 27], "big", signed=True) + 1
-            pos += size
-        return offset
 
     def _apply_chunk(self, data: bytes, where: str, skipped: UndecodableRecords) -> None:
         """Apply every record of ``data``; one that does not decode is skipped and counted."""
@@ -330,8 +308,7 @@ class TransactionCoordinator:
                                                 partition_for_txn(md.transactional_id, self.num_partitions))
         record = Record(offset=0, timestamp=self.now_ms(), key=encode_key(md.transactional_id),
                         value=encode_value(md))
-        with partition.lock:
-            partition.log.append_internal(build_batch([record]), leader_epoch=0)
+        self.replicas.append_records(partition, build_batch([record]), AppendOrigin.COORDINATOR)
 
     def _transition(self, md: TxnMetadata, to: TxnState, **changes: object) -> None:
         """Validate against Kafka's state machine, persist the new state, then apply it in memory."""
@@ -368,10 +345,9 @@ class TransactionCoordinator:
                 log.warning("transaction partition no longer exists; skipping its marker",
                             transactional_id=md.transactional_id, topic=topic, partition=index)
                 continue
+            marker = EndTxnMarker(md.producer_id, md.producer_epoch, commit, self.coordinator_epoch)
             try:
-                with partition.lock:
-                    partition.log.append_end_txn_marker(md.producer_id, md.producer_epoch, commit,
-                                                        self.coordinator_epoch, partition.leader_epoch)
+                self.replicas.append_records(partition, marker, AppendOrigin.COORDINATOR)
             except BrokerError as e:
                 # Only a newer epoch already in the partition can refuse a marker: that producer's
                 # later transaction supersedes this one there (Kafka logs and drops it too).
@@ -380,7 +356,6 @@ class TransactionCoordinator:
                 continue
             if topic == OFFSETS_TOPIC:
                 self.offsets.complete_transaction(md.producer_id, index, commit)
-            partition.notify()
         self._transition(md, TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
                          partitions=set(), start_ms=-1)
 
@@ -589,7 +564,7 @@ class TransactionCoordinator:
 
     def _exists(self, tp: tuple[str, int]) -> bool:
         topic = self.replicas.topics.get(tp[0])
-        return topic is not None and 0 <= tp[1] < len(topic.partitions)
+        return topic is not None and 0 <= tp[1] < topic.num_partitions
 
     def _is_internal(self, tp: tuple[str, int]) -> bool:
         topic = self.replicas.topics.get(tp[0])
@@ -617,8 +592,7 @@ class TransactionCoordinator:
             self._by_producer.pop(md.producer_id, None)
             partition = self.replicas.get_partition(
                 TRANSACTION_STATE_TOPIC, partition_for_txn(md.transactional_id, self.num_partitions))
-            with partition.lock:
-                partition.log.append_internal(build_batch([Record(
-                    offset=0, timestamp=now, key=encode_key(md.transactional_id), value=None)]), leader_epoch=0)
+            self.replicas.append_records(partition, build_batch([Record(
+                offset=0, timestamp=now, key=encode_key(md.transactional_id), value=None)]), AppendOrigin.COORDINATOR)
             del self.txns[md.transactional_id]
         return len(idle)

@@ -139,7 +139,7 @@ class OffsetMap:
 
 
 class CleanablePartition(Protocol):
-    """What the cleaner needs of ``replica_manager.Partition``."""
+    """What the cleaner (and the log manager) need of ``replication.partition.Partition``."""
 
     topic: str
     index: int

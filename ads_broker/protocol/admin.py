@@ -19,14 +19,14 @@ from kafka.protocol.admin import (
 )
 
 from ads_broker.config import SETTINGS
+from ads_broker.errors import INVALID_REPLICA_ASSIGNMENT, TOPIC_DELETION_DISABLED, UNKNOWN_TOPIC_ID
 from ads_broker.exceptions import BrokerError, InvalidRequestError
 from ads_broker.protocol.codec import DecodedRequest
 from ads_broker.security.acl import ALTER, CLUSTER, CLUSTER_NAME, CREATE, DELETE, DESCRIBE_CONFIGS, TOPIC
 
 if TYPE_CHECKING:
-    from ads_broker.broker import Broker
+    from ads_broker.protocol.context import HandlerContext
 
-UNKNOWN_TOPIC_ID = 100
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 SOURCE_DYNAMIC_TOPIC = 1
@@ -37,13 +37,13 @@ class TopicDeletionDisabledError(BrokerError):
     """DeleteTopics v3+ while ``delete.topic.enable=false`` (TOPIC_DELETION_DISABLED; INVALID_REQUEST
     before v3, as Kafka's controller answers)."""
 
-    error_code = 73
+    error_code = TOPIC_DELETION_DISABLED
 
 
 class InvalidReplicaAssignmentError(BrokerError):
     """A replica assignment naming brokers other than this one (INVALID_REPLICA_ASSIGNMENT)."""
 
-    error_code = 39
+    error_code = INVALID_REPLICA_ASSIGNMENT
 
 
 #: Names of rejected topics quoted in a request's one log line.
@@ -67,14 +67,14 @@ class Rejections:
         if self.first is None:
             self.first = error
 
-    def log(self, broker: Broker, req: DecodedRequest) -> None:
+    def log(self, ctx: HandlerContext, req: DecodedRequest) -> None:
         if not self.codes:
             return
-        broker.log_client_error(req, self.api, self.first, error_code=self.codes.most_common(1)[0][0],
-                                rejected=sum(self.codes.values()), error_codes=dict(self.codes), topics=self.names)
+        ctx.log_client_error(req, self.api, self.first, error_code=self.codes.most_common(1)[0][0],
+                             rejected=sum(self.codes.values()), error_codes=dict(self.codes), topics=self.names)
 
 
-def _create_one(broker: Broker, topic: Any, validate_only: bool, in_request: int, rejected: Rejections) -> Any:
+def _create_one(ctx: HandlerContext, topic: Any, validate_only: bool, in_request: int, rejected: Rejections) -> Any:
     """One topic of a CreateTopics request; ``in_request``: partitions the request created before it."""
     name = topic.name
     result = CreatableTopicResult(name=name, error_code=0, error_message=None, num_partitions=-1,
@@ -84,26 +84,26 @@ def _create_one(broker: Broker, topic: Any, validate_only: bool, in_request: int
     assignments = list(topic.assignments or [])
     try:
         # Kafka: CREATE on the cluster or on the topic, else TOPIC_AUTHORIZATION_FAILED.
-        if not broker.allowed(CREATE, CLUSTER, CLUSTER_NAME) and (denied := broker.denial(CREATE, TOPIC, name)):
+        if not ctx.allowed(CREATE, CLUSTER, CLUSTER_NAME) and (denied := ctx.denial(CREATE, TOPIC, name)):
             raise denied
         if assignments:
             if num_partitions != -1 or replication_factor != -1:
                 raise InvalidRequestError("both replica assignments and partition count/replication factor were given")
             for a in assignments:
-                if list(a.broker_ids) != [broker.node_id]:
+                if list(a.broker_ids) != [ctx.node_id]:
                     raise InvalidReplicaAssignmentError(
                         f"partition {a.partition_index} assigned to brokers {list(a.broker_ids)}; "
-                        f"only broker {broker.node_id} exists")
+                        f"only broker {ctx.node_id} exists")
             num_partitions, replication_factor = len(assignments), 1
         configs = {c.name: c.value for c in (topic.configs or [])}
-        t = broker.replicas.create_topic(name, num_partitions, replication_factor, configs,
-                                         validate_only=validate_only, in_request=in_request)
-        result.num_partitions = len(t.partitions) if t else (num_partitions if num_partitions > 0 else
-                                                              int(broker.config["num.partitions"]))
+        t = ctx.replicas.create_topic(name, num_partitions, replication_factor, configs,
+                                      validate_only=validate_only, in_request=in_request)
+        result.num_partitions = t.num_partitions if t else (num_partitions if num_partitions > 0 else
+                                                             ctx.config.settings.num_partitions)
         result.replication_factor = 1
         if t is not None:
             result.topic_id = t.topic_id
-            values, explicit = broker.replicas.effective_configs(name)
+            values, explicit = ctx.replicas.effective_configs(name)
             result.configs = [CreatableTopicResult.CreatableTopicConfigs(
                 name=k, value=v, read_only=False,
                 config_source=SOURCE_DYNAMIC_TOPIC if k in explicit else SOURCE_DEFAULT,
@@ -115,7 +115,7 @@ def _create_one(broker: Broker, topic: Any, validate_only: bool, in_request: int
     return result
 
 
-async def handle_create_topics(broker: Broker, req: DecodedRequest) -> CreateTopicsResponse:
+async def handle_create_topics(ctx: HandlerContext, req: DecodedRequest) -> CreateTopicsResponse:
     body = req.body
     seen: set[str] = set()
     results = []
@@ -130,20 +130,20 @@ async def handle_create_topics(broker: Broker, req: DecodedRequest) -> CreateTop
                                                 replication_factor=-1, configs=[]))
             continue
         seen.add(topic.name)
-        result = _create_one(broker, topic, bool(body.validate_only), in_request, rejected)
+        result = _create_one(ctx, topic, bool(body.validate_only), in_request, rejected)
         if result.error_code == 0:
             in_request += result.num_partitions
         results.append(result)
         await asyncio.sleep(0)
-    rejected.log(broker, req)
+    rejected.log(ctx, req)
     return CreateTopicsResponse(throttle_time_ms=0, topics=results)
 
 
-async def handle_delete_topics(broker: Broker, req: DecodedRequest) -> DeleteTopicsResponse:
+async def handle_delete_topics(ctx: HandlerContext, req: DecodedRequest) -> DeleteTopicsResponse:
     body = req.body
     if req.api_version >= 6:
         # One map, not a scan of every topic per requested id (O(ids x topics) on the event loop).
-        by_id = {topic.topic_id: name for name, topic in broker.replicas.topics.items()}
+        by_id = {topic.topic_id: name for name, topic in ctx.replicas.topics.items()}
         names = [by_id.get(t.topic_id) if t.name is None else t.name for t in body.topics]
     else:
         names = list(body.topic_names)
@@ -155,24 +155,24 @@ async def handle_delete_topics(broker: Broker, req: DecodedRequest) -> DeleteTop
         try:
             if name is None:
                 raise BrokerError("unknown topic id")
-            if denied := broker.denial(DELETE, TOPIC, name):
+            if denied := ctx.denial(DELETE, TOPIC, name):
                 raise denied
-            if not broker.config["delete.topic.enable"]:
+            if not ctx.config.settings.delete_topic_enable:
                 raise (TopicDeletionDisabledError if req.api_version >= 3 else InvalidRequestError)(
                     "topic deletion is disabled (delete.topic.enable=false)")
-            topic = broker.replicas.get_topic(name)
+            topic = ctx.replicas.get_topic(name)
             res.topic_id = topic.topic_id
-            broker.replicas.delete_topic(name)
+            ctx.replicas.delete_topic(name)
         except BrokerError as e:
             res.error_code = UNKNOWN_TOPIC_ID if name is None else e.error_code
             res.error_message = str(e)
             rejected.add(name, e, res.error_code)
         results.append(res)
-    rejected.log(broker, req)
+    rejected.log(ctx, req)
     return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
 
 
-async def handle_create_partitions(broker: Broker, req: DecodedRequest) -> CreatePartitionsResponse:
+async def handle_create_partitions(ctx: HandlerContext, req: DecodedRequest) -> CreatePartitionsResponse:
     body = req.body
     results = []
     in_request = 0  # partitions created (or validated) so far: max.partitions.per.request
@@ -181,22 +181,22 @@ async def handle_create_partitions(broker: Broker, req: DecodedRequest) -> Creat
         await asyncio.sleep(0)
         res = CreatePartitionsResponse.CreatePartitionsTopicResult(name=topic.name, error_code=0, error_message=None)
         try:
-            if denied := broker.denial(ALTER, TOPIC, topic.name):
+            if denied := ctx.denial(ALTER, TOPIC, topic.name):
                 raise denied
             for a in topic.assignments or []:
-                if list(a.broker_ids) != [broker.node_id]:
+                if list(a.broker_ids) != [ctx.node_id]:
                     raise InvalidReplicaAssignmentError(
                         f"assignment {list(a.broker_ids)} names brokers that do not exist")
-            current = len(broker.replicas.get_topic(topic.name).partitions)
-            broker.replicas.create_partitions(topic.name, topic.count, validate_only=bool(body.validate_only),
-                                              in_request=in_request)
+            current = ctx.replicas.get_topic(topic.name).num_partitions
+            ctx.replicas.create_partitions(topic.name, topic.count, validate_only=bool(body.validate_only),
+                                           in_request=in_request)
             in_request += topic.count - current
         except BrokerError as e:
             rejected.add(topic.name, e)
             res.error_code = e.error_code
             res.error_message = str(e)
         results.append(res)
-    rejected.log(broker, req)
+    rejected.log(ctx, req)
     return CreatePartitionsResponse(throttle_time_ms=0, results=results)
 
 
@@ -217,7 +217,7 @@ def _config_entry(name: str, value: str | None, source: int, *, read_only: bool 
         is_default=source == SOURCE_DEFAULT, is_sensitive=sensitive, synonyms=[], config_type=0, documentation=None)
 
 
-async def handle_describe_configs(broker: Broker, req: DecodedRequest) -> DescribeConfigsResponse:
+async def handle_describe_configs(ctx: HandlerContext, req: DecodedRequest) -> DescribeConfigsResponse:
     results = []
     rejected = Rejections("describe_configs")
     for resource in req.body.resources:
@@ -227,19 +227,19 @@ async def handle_describe_configs(broker: Broker, req: DecodedRequest) -> Descri
             resource_name=resource.resource_name, configs=[])
         wanted = set(resource.configuration_keys) if resource.configuration_keys is not None else None
         try:
-            if denied := broker.denial(DESCRIBE_CONFIGS, TOPIC, resource.resource_name) \
+            if denied := ctx.denial(DESCRIBE_CONFIGS, TOPIC, resource.resource_name) \
                     if resource.resource_type == RESOURCE_TOPIC else \
-                    broker.denial(DESCRIBE_CONFIGS, CLUSTER, CLUSTER_NAME) \
+                    ctx.denial(DESCRIBE_CONFIGS, CLUSTER, CLUSTER_NAME) \
                     if resource.resource_type == RESOURCE_BROKER else None:
                 raise denied
             if resource.resource_type == RESOURCE_TOPIC:
-                values, explicit = broker.replicas.effective_configs(resource.resource_name)
+                values, explicit = ctx.replicas.effective_configs(resource.resource_name)
                 entries = [(k, v, SOURCE_DYNAMIC_TOPIC if k in explicit else SOURCE_DEFAULT)
                            for k, v in sorted(values.items())]
             elif resource.resource_type == RESOURCE_BROKER:
-                if resource.resource_name not in ("", str(broker.node_id)):
+                if resource.resource_name not in ("", str(ctx.node_id)):
                     raise InvalidRequestError(f"unknown broker {resource.resource_name!r}")
-                entries = [(s.name, _config_value(broker.config[s.name]), SOURCE_STATIC_BROKER) for s in SETTINGS]
+                entries = [(s.name, _config_value(ctx.config[s.name]), SOURCE_STATIC_BROKER) for s in SETTINGS]
             else:
                 raise InvalidRequestError(f"resource type {resource.resource_type} is not supported")
             res.configs = [_config_entry(k, v, src) for k, v, src in entries if wanted is None or k in wanted]
@@ -248,5 +248,5 @@ async def handle_describe_configs(broker: Broker, req: DecodedRequest) -> Descri
             res.error_code = e.error_code
             res.error_message = str(e)
         results.append(res)
-    rejected.log(broker, req)
+    rejected.log(ctx, req)
     return DescribeConfigsResponse(throttle_time_ms=0, results=results)

@@ -2,9 +2,10 @@
 
 kafka-python 3 generates its message classes from Kafka's own JSON message specs (flexible
 versions and tagged fields included), so no message layout is written by hand here. This module
-adds what a *server* needs on top: reading the request header to pick the class and version,
-the table of API versions the broker implements (and advertises in ApiVersions), and splicing
-segment-file slices into an encoded Fetch response so record bytes can go out with ``sendfile``.
+adds what a *server* needs on top: reading the request header to pick the class and version
+(:func:`decode_request`, given the table of APIs in :mod:`ads_broker.protocol.apis`), and
+splicing segment-file slices into an encoded Fetch response so record bytes can go out with
+``sendfile``.
 """
 
 from __future__ import annotations
@@ -12,45 +13,13 @@ from __future__ import annotations
 import io
 import os
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kafka.protocol.admin import (
-    AlterUserScramCredentialsRequest,
-    CreateAclsRequest,
-    CreatePartitionsRequest,
-    CreateTopicsRequest,
-    DeleteAclsRequest,
-    DeleteRecordsRequest,
-    DeleteTopicsRequest,
-    DescribeAclsRequest,
-    DescribeConfigsRequest,
-    DescribeGroupsRequest,
-    DescribeUserScramCredentialsRequest,
-    ListGroupsRequest,
-)
 from kafka.protocol.api_header import RequestHeader
 from kafka.protocol.api_message import ApiMessage
-from kafka.protocol.consumer import (
-    FetchRequest,
-    HeartbeatRequest,
-    JoinGroupRequest,
-    LeaveGroupRequest,
-    ListOffsetsRequest,
-    OffsetCommitRequest,
-    OffsetFetchRequest,
-    SyncGroupRequest,
-)
-from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
-from kafka.protocol.producer import (
-    AddOffsetsToTxnRequest,
-    AddPartitionsToTxnRequest,
-    EndTxnRequest,
-    InitProducerIdRequest,
-    ProduceRequest,
-    TxnOffsetCommitRequest,
-)
-from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
+from kafka.protocol.metadata import ApiVersionsRequest
 from kafka.protocol.schemas.fields.array import ArrayField
 from kafka.protocol.schemas.fields.codecs.types import Bytes, String, UnsignedVarInt32
 from kafka.protocol.schemas.fields.simple import SimpleField
@@ -189,44 +158,6 @@ def _install_array_bounds() -> None:
 
 _install_array_bounds()
 
-# (request class, min version, max version) the broker implements. Only these are advertised in
-# ApiVersions; each range is exercised by librdkafka in the integration tests.
-SUPPORTED_APIS: dict[int, tuple[type[ApiMessage], int, int]] = {
-    cls.API_KEY: (cls, lo, hi)
-    for cls, lo, hi in (
-        (ProduceRequest, 3, 9),
-        (FetchRequest, 4, 12),
-        (ListOffsetsRequest, 1, 7),
-        (MetadataRequest, 1, 12),
-        (OffsetCommitRequest, 2, 8),
-        (OffsetFetchRequest, 1, 8),
-        (FindCoordinatorRequest, 0, 4),
-        (JoinGroupRequest, 0, 9),
-        (HeartbeatRequest, 0, 4),
-        (LeaveGroupRequest, 0, 5),
-        (SyncGroupRequest, 0, 5),
-        (DescribeGroupsRequest, 0, 5),
-        (ListGroupsRequest, 0, 4),
-        (ApiVersionsRequest, 0, 3),
-        (CreateTopicsRequest, 2, 7),
-        (DeleteTopicsRequest, 1, 6),
-        (DeleteRecordsRequest, 0, 2),
-        (InitProducerIdRequest, 0, 4),
-        (DescribeConfigsRequest, 1, 4),
-        (SaslHandshakeRequest, 1, 1),  # v0 (raw tokens after the handshake) is not served
-        (SaslAuthenticateRequest, 0, 2),
-        (DescribeUserScramCredentialsRequest, 0, 0),
-        (AlterUserScramCredentialsRequest, 0, 0),
-        (CreatePartitionsRequest, 0, 3),
-        (DescribeAclsRequest, 1, 3),
-        (CreateAclsRequest, 1, 3),
-        (DeleteAclsRequest, 1, 3),
-        (AddPartitionsToTxnRequest, 0, 3),
-        (AddOffsetsToTxnRequest, 0, 3),
-        (EndTxnRequest, 0, 3),
-        (TxnOffsetCommitRequest, 0, 3),
-    )
-}
 API_VERSIONS_KEY = ApiVersionsRequest.API_KEY
 _HEADER_PREFIX = struct.Struct(">hhi")  # api_key, api_version, correlation_id
 
@@ -248,15 +179,16 @@ def peek_header(frame: bytes | bytearray) -> tuple[int, int, int]:
     return int(api_key), int(api_version), int(correlation_id)
 
 
-def decode_request(frame: bytes | bytearray) -> DecodedRequest:
+def decode_request(frame: bytes | bytearray, apis: Mapping[int, tuple[type[ApiMessage], int, int]]) -> DecodedRequest:
     """Decode one request frame (the bytes after the 4-byte size).
 
     Returns ``body=None`` for a known API at a version outside the supported range, so the caller
     can answer ApiVersions with UNSUPPORTED_VERSION (Kafka's rule) and close on anything else.
-    Raises :class:`MalformedFrameError` for unknown API keys and undecodable bytes.
+    Raises :class:`MalformedFrameError` for API keys not in ``apis`` (key -> (request class, min
+    version, max version)) and undecodable bytes.
     """
     api_key, api_version, correlation_id = peek_header(frame)
-    entry = SUPPORTED_APIS.get(api_key)
+    entry = apis.get(api_key)
     if entry is None:
         raise MalformedFrameError(f"unsupported api key {api_key} (version {api_version})")
     cls, lo, hi = entry

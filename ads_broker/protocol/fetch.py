@@ -7,7 +7,6 @@ file slices that the server sends with ``sendfile``; record bytes never pass thr
 
 from __future__ import annotations
 
-import asyncio
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -17,111 +16,61 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsResp
 from ads_broker.exceptions import BrokerError, OffsetOutOfRangeError
 from ads_broker.log.log import FileSlice
 from ads_broker.protocol.codec import Chunk, DecodedRequest, SendfileSlice, encode_response, splice_records
+from ads_broker.replication.replica_manager import FetchPartition, PartitionRead
 from ads_broker.security.acl import DELETE, DESCRIBE, READ, TOPIC
 
 if TYPE_CHECKING:
-    from ads_broker.broker import Broker
-    from ads_broker.replica_manager import Partition
+    from ads_broker.protocol.context import HandlerContext
 
-EARLIEST_TIMESTAMP = -2
-LATEST_TIMESTAMP = -1
-MAX_TIMESTAMP = -3
-READ_COMMITTED = 1
 PartitionData: Any = FetchResponse.FetchableTopicResponse.PartitionData
 
 
-def _upper_bound(partition: Partition, isolation_level: int) -> int:
-    return partition.last_stable_offset if isolation_level == READ_COMMITTED else partition.high_watermark
+def _wanted(ctx: HandlerContext, body: FetchRequest) -> list[FetchPartition]:
+    """The requested partitions in request order; a denied one carries its error."""
+    wanted = []
+    for ftopic in body.topics:
+        denied = ctx.denial(READ, TOPIC, ftopic.topic)
+        for fpart in ftopic.partitions:
+            wanted.append(FetchPartition(ftopic.topic, fpart.partition, fpart.fetch_offset,
+                                         fpart.partition_max_bytes, denied))
+    return wanted
+
+
+async def handle_fetch(ctx: HandlerContext, req: DecodedRequest) -> list[Chunk]:
+    body = req.body
+    wanted = _wanted(ctx, body)
+    reads = await ctx.replicas.fetch_messages(
+        wanted, max_bytes=min(body.max_bytes, ctx.config.settings.fetch_max_bytes),  # Kafka caps it by the broker's
+        min_bytes=body.min_bytes, max_wait_ms=body.max_wait_ms, isolation_level=body.isolation_level)
+    return _encode_fetch(req, _results(ctx, req, wanted, reads))
 
 
 ReadResult = list[tuple[str, list[tuple[Any, list[FileSlice]]]]]
 
 
-def _read_partitions(broker: Broker, req: DecodedRequest) -> tuple[ReadResult, int, bool]:
-    """One pass over the requested partitions: (per-topic results, bytes found, any error)."""
-    body = req.body
-    remaining = min(body.max_bytes, int(broker.config["fetch.max.bytes"]))  # Kafka caps it by the broker's
-    total = 0
-    errors = False
-    first_with_data = True
-    results = []
-    for ftopic in body.topics:
+def _results(ctx: HandlerContext, req: DecodedRequest, wanted: list[FetchPartition],
+             reads: list[PartitionRead]) -> ReadResult:
+    """Per requested topic (in request order): each partition's response data and its slices."""
+    results: ReadResult = []
+    it = iter(zip(wanted, reads, strict=True))
+    for ftopic in req.body.topics:
         parts: list[tuple[Any, list[FileSlice]]] = []
-        for fpart in ftopic.partitions:
-            data = PartitionData(partition_index=fpart.partition, error_code=0, high_watermark=-1,
-                                 last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None,
-                                 preferred_read_replica=-1, records=b"")
-            slices: list[FileSlice] = []
-            try:
-                if denied := broker.denial(READ, TOPIC, ftopic.topic):
-                    raise denied
-                partition = broker.replicas.get_partition(ftopic.topic, fpart.partition)
-                limit = min(fpart.partition_max_bytes, remaining)
-                with partition.lock:
-                    plog = partition.log
-                    data.high_watermark = partition.high_watermark
-                    data.last_stable_offset = partition.last_stable_offset
-                    data.log_start_offset = plog.log_start_offset
-                    upper = _upper_bound(partition, body.isolation_level)
-                    if limit > 0 or first_with_data:
-                        slices = list(plog.read(fpart.fetch_offset, max(limit, 0), max_offset=upper,
-                                                min_one_batch=first_with_data))
-                    aborted = (plog.collect_aborted_txns(fpart.fetch_offset, upper)
-                               if slices and body.isolation_level == READ_COMMITTED else [])
-                size = sum(s.size for s in slices)
-                if size:
-                    first_with_data = False
-                    remaining -= size
-                    total += size
-                if body.isolation_level == READ_COMMITTED:
-                    data.aborted_transactions = [
-                        PartitionData.AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
-                        for a in aborted]
-            except BrokerError as e:
-                if not isinstance(e, OffsetOutOfRangeError):
-                    broker.log_client_error(req, "fetch", e, topic=ftopic.topic, partition=fpart.partition)
-                data.error_code = e.error_code
-                errors = True
-            parts.append((data, slices))
+        for _ in ftopic.partitions:
+            want, read = next(it)
+            data = PartitionData(partition_index=want.partition, error_code=0, high_watermark=read.high_watermark,
+                                 last_stable_offset=read.last_stable_offset, log_start_offset=read.log_start_offset,
+                                 aborted_transactions=None, preferred_read_replica=-1, records=b"")
+            if read.error is not None:
+                if not isinstance(read.error, OffsetOutOfRangeError):
+                    ctx.log_client_error(req, "fetch", read.error, topic=want.topic, partition=want.partition)
+                data.error_code = read.error.error_code
+            elif read.aborted is not None:
+                data.aborted_transactions = [
+                    PartitionData.AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
+                    for a in read.aborted]
+            parts.append((data, read.slices))
         results.append((ftopic.topic, parts))
-    return results, total, errors
-
-
-def _waitable_partitions(broker: Broker, body: FetchRequest) -> list[Partition]:
-    out = []
-    for ftopic in body.topics:
-        for fpart in ftopic.partitions:
-            try:
-                out.append(broker.replicas.get_partition(ftopic.topic, fpart.partition))
-            except BrokerError:
-                continue
-    return out
-
-
-async def handle_fetch(broker: Broker, req: DecodedRequest) -> list[Chunk]:
-    body = req.body
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + max(body.max_wait_ms, 0) / 1000.0
-    while True:
-        results, total, errors = _read_partitions(broker, req)
-        timeout = deadline - loop.time()
-        if total >= max(body.min_bytes, 1) or errors or timeout <= 0 or broker.stopping:
-            break
-        # Long poll: wake on the first append to any requested partition, or at max_wait_ms.
-        waiter: asyncio.Future[None] = loop.create_future()
-        partitions = _waitable_partitions(broker, body)
-        for partition in partitions:
-            partition.waiters.add(waiter)
-        broker.fetch_waiters.add(waiter)
-        try:
-            await asyncio.wait_for(waiter, timeout)
-        except TimeoutError:
-            pass
-        finally:
-            broker.fetch_waiters.discard(waiter)
-            for partition in partitions:
-                partition.waiters.discard(waiter)
-    return _encode_fetch(req, results)
+    return results
 
 
 def _encode_fetch(req: DecodedRequest, results: ReadResult) -> list[Chunk]:
@@ -154,16 +103,7 @@ def _encode_fetch(req: DecodedRequest, results: ReadResult) -> list[Chunk]:
         raise
 
 
-def _offset_for_timestamp(partition: Partition, ts: int) -> tuple[int, int]:
-    """(timestamp, offset) for ListOffsets by timestamp or MAX_TIMESTAMP; (-1, -1) if none."""
-    with partition.lock:
-        if ts == MAX_TIMESTAMP:
-            return partition.log.max_timestamp_and_offset()
-        found = partition.log.offset_for_timestamp(ts)
-    return (-1, -1) if found is None else (found[1], found[0])
-
-
-async def handle_list_offsets(broker: Broker, req: DecodedRequest) -> ListOffsetsResponse:
+async def handle_list_offsets(ctx: HandlerContext, req: DecodedRequest) -> ListOffsetsResponse:
     body = req.body
     isolation = body.isolation_level if req.api_version >= 2 else 0
     topics = []
@@ -173,30 +113,21 @@ async def handle_list_offsets(broker: Broker, req: DecodedRequest) -> ListOffset
             resp = ListOffsetsResponse.ListOffsetsTopicResponse.ListOffsetsPartitionResponse(
                 partition_index=lpart.partition_index, error_code=0, timestamp=-1, offset=-1, leader_epoch=-1)
             try:
-                if denied := broker.denial(DESCRIBE, TOPIC, ltopic.name):
+                if denied := ctx.denial(DESCRIBE, TOPIC, ltopic.name):
                     raise denied
-                partition = broker.replicas.get_partition(ltopic.name, lpart.partition_index)
-                ts = lpart.timestamp
-                if ts in (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP):
-                    with partition.lock:
-                        resp.offset = (partition.log.log_start_offset if ts == EARLIEST_TIMESTAMP
-                                       else _upper_bound(partition, isolation))
-                else:
-                    # A timestamp lookup decodes a batch: on a thread, so the lock is never held by the
-                    # event loop while a (bounded, but possibly large) batch is decompressed.
-                    resp.timestamp, resp.offset = await asyncio.get_running_loop().run_in_executor(
-                        None, _offset_for_timestamp, partition, ts)
+                partition = ctx.replicas.get_partition(ltopic.name, lpart.partition_index)
+                resp.timestamp, resp.offset = await ctx.replicas.list_offset(partition, lpart.timestamp, isolation)
                 if resp.offset >= 0:
                     resp.leader_epoch = partition.leader_epoch
             except BrokerError as e:
-                broker.log_client_error(req, "list_offsets", e, topic=ltopic.name, partition=lpart.partition_index)
+                ctx.log_client_error(req, "list_offsets", e, topic=ltopic.name, partition=lpart.partition_index)
                 resp.error_code = e.error_code
             parts.append(resp)
         topics.append(ListOffsetsResponse.ListOffsetsTopicResponse(name=ltopic.name, partitions=parts))
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
 
 
-async def handle_delete_records(broker: Broker, req: DecodedRequest) -> DeleteRecordsResponse:
+async def handle_delete_records(ctx: HandlerContext, req: DecodedRequest) -> DeleteRecordsResponse:
     topics = []
     for dtopic in req.body.topics:
         parts = []
@@ -204,21 +135,13 @@ async def handle_delete_records(broker: Broker, req: DecodedRequest) -> DeleteRe
             resp = DeleteRecordsResponse.DeleteRecordsTopicResult.DeleteRecordsPartitionResult(
                 partition_index=dpart.partition_index, low_watermark=-1, error_code=0)
             try:
-                if denied := broker.denial(DELETE, TOPIC, dtopic.name):
+                if denied := ctx.denial(DELETE, TOPIC, dtopic.name):
                     raise denied
-                partition = broker.replicas.get_partition(dtopic.name, dpart.partition_index)
-                broker.replicas.ensure_not_internal(dtopic.name, "delete records of")
-                with partition.lock:
-                    high_watermark = partition.high_watermark
-                    # -1 means "up to the high watermark" (Kafka's DeleteRecordsRequest.HIGH_WATERMARK).
-                    target = high_watermark if dpart.offset == -1 else dpart.offset
-                    if target < 0 or target > high_watermark:
-                        raise OffsetOutOfRangeError(
-                            f"cannot delete records of {dtopic.name}-{dpart.partition_index} before offset "
-                            f"{dpart.offset}: the high watermark is {high_watermark}")
-                    resp.low_watermark = partition.log.delete_records_before(target)
+                partition = ctx.replicas.get_partition(dtopic.name, dpart.partition_index)
+                ctx.replicas.ensure_not_internal(dtopic.name, "delete records of")
+                resp.low_watermark = ctx.replicas.delete_records(partition, dpart.offset)
             except BrokerError as e:
-                broker.log_client_error(req, "delete_records", e, topic=dtopic.name, partition=dpart.partition_index)
+                ctx.log_client_error(req, "delete_records", e, topic=dtopic.name, partition=dpart.partition_index)
                 resp.error_code = e.error_code
             parts.append(resp)
         topics.append(DeleteRecordsResponse.DeleteRecordsTopicResult(name=dtopic.name, partitions=parts))

@@ -20,31 +20,28 @@ from kafka.protocol.consumer import (
     SyncGroupResponse,
 )
 
+from ads_broker.errors import TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PARTITION, UNSTABLE_OFFSET_COMMIT
 from ads_broker.exceptions import BrokerError
 from ads_broker.protocol.codec import DecodedRequest
 from ads_broker.security.acl import CLUSTER, CLUSTER_NAME, DESCRIBE, GROUP, READ, TOPIC
 
 if TYPE_CHECKING:
-    from ads_broker.broker import Broker
-
-UNKNOWN_TOPIC_OR_PARTITION = 3
-UNSTABLE_OFFSET_COMMIT = 88
-TOPIC_AUTHORIZATION_FAILED = 29
+    from ads_broker.protocol.context import HandlerContext
 
 
-async def handle_join_group(broker: Broker, req: DecodedRequest) -> JoinGroupResponse:
+async def handle_join_group(ctx: HandlerContext, req: DecodedRequest) -> JoinGroupResponse:
     body = req.body
     v = req.api_version
-    if denied := broker.authorize(req, "join_group", READ, GROUP, body.group_id):
+    if denied := ctx.authorize(req, "join_group", READ, GROUP, body.group_id):
         return JoinGroupResponse(throttle_time_ms=0, error_code=denied, generation_id=-1, protocol_type=None,
                                  protocol_name="", leader="", skip_assignment=False, member_id=body.member_id or "",
                                  members=[])
-    result = await broker.groups.join_group(
+    result = await ctx.groups.join_group(
         body.group_id, body.member_id or "", body.group_instance_id if v >= 5 else None,
         session_timeout_ms=body.session_timeout_ms,
         rebalance_timeout_ms=body.rebalance_timeout_ms if v >= 1 else body.session_timeout_ms,
         protocol_type=body.protocol_type, protocols=[(p.name, bytes(p.metadata)) for p in body.protocols],
-        client_id=req.client_id or "", client_host=broker.current_client_host(),
+        client_id=req.client_id or "", client_host=ctx.current_client_host(),
         require_known_member_id=v >= 4, reason=body.reason if v >= 8 else None,
         supports_skip_assignment=v >= 9)
     members = [JoinGroupResponse.JoinGroupResponseMember(member_id=m, group_instance_id=i, metadata=md)
@@ -55,13 +52,13 @@ async def handle_join_group(broker: Broker, req: DecodedRequest) -> JoinGroupRes
         skip_assignment=result.skip_assignment, member_id=result.member_id, members=members)
 
 
-async def handle_sync_group(broker: Broker, req: DecodedRequest) -> SyncGroupResponse:
+async def handle_sync_group(ctx: HandlerContext, req: DecodedRequest) -> SyncGroupResponse:
     body = req.body
     v = req.api_version
-    if denied := broker.authorize(req, "sync_group", READ, GROUP, body.group_id):
+    if denied := ctx.authorize(req, "sync_group", READ, GROUP, body.group_id):
         return SyncGroupResponse(throttle_time_ms=0, error_code=denied, protocol_type=None, protocol_name=None,
                                  assignment=b"")
-    result = await broker.groups.sync_group(
+    result = await ctx.groups.sync_group(
         body.group_id, body.generation_id, body.member_id, body.group_instance_id if v >= 3 else None,
         protocol_type=body.protocol_type if v >= 5 else None, protocol_name=body.protocol_name if v >= 5 else None,
         assignments={a.member_id: bytes(a.assignment) for a in body.assignments})
@@ -69,24 +66,24 @@ async def handle_sync_group(broker: Broker, req: DecodedRequest) -> SyncGroupRes
                              protocol_name=result.protocol_name, assignment=result.assignment)
 
 
-async def handle_heartbeat(broker: Broker, req: DecodedRequest) -> HeartbeatResponse:
+async def handle_heartbeat(ctx: HandlerContext, req: DecodedRequest) -> HeartbeatResponse:
     body = req.body
-    if denied := broker.authorize(req, "heartbeat", READ, GROUP, body.group_id):
+    if denied := ctx.authorize(req, "heartbeat", READ, GROUP, body.group_id):
         return HeartbeatResponse(throttle_time_ms=0, error_code=denied)
-    code = await broker.groups.heartbeat(body.group_id, body.generation_id, body.member_id,
-                                         body.group_instance_id if req.api_version >= 3 else None)
+    code = await ctx.groups.heartbeat(body.group_id, body.generation_id, body.member_id,
+                                      body.group_instance_id if req.api_version >= 3 else None)
     return HeartbeatResponse(throttle_time_ms=0, error_code=code)
 
 
-async def handle_leave_group(broker: Broker, req: DecodedRequest) -> LeaveGroupResponse:
+async def handle_leave_group(ctx: HandlerContext, req: DecodedRequest) -> LeaveGroupResponse:
     body = req.body
-    if denied := broker.authorize(req, "leave_group", READ, GROUP, body.group_id):
+    if denied := ctx.authorize(req, "leave_group", READ, GROUP, body.group_id):
         return LeaveGroupResponse(throttle_time_ms=0, error_code=denied, members=[])
     if req.api_version >= 3:
         members = [(m.member_id, m.group_instance_id) for m in body.members]
     else:
         members = [(body.member_id, None)]
-    code, per_member = await broker.groups.leave_group(body.group_id, members)
+    code, per_member = await ctx.groups.leave_group(body.group_id, members)
     if req.api_version <= 2 and code == 0:
         # Kafka's LeaveGroupResponse v0-2 carries the single member's error at the top level.
         code = next((c for _, _, c in per_member if c != 0), 0)
@@ -94,31 +91,31 @@ async def handle_leave_group(broker: Broker, req: DecodedRequest) -> LeaveGroupR
         LeaveGroupResponse.MemberResponse(member_id=m, group_instance_id=i, error_code=c) for m, i, c in per_member])
 
 
-async def handle_list_groups(broker: Broker, req: DecodedRequest) -> ListGroupsResponse:
+async def handle_list_groups(ctx: HandlerContext, req: DecodedRequest) -> ListGroupsResponse:
     states = list(req.body.states_filter or []) if req.api_version >= 4 else []
-    listed = {g: (ptype, state) for g, ptype, state in broker.groups.list_groups(states)}
+    listed = {g: (ptype, state) for g, ptype, state in ctx.groups.list_groups(states)}
     if not states or "Empty" in states:
         # Groups that only commit offsets (assign() consumers) exist for Kafka too, as Empty groups.
-        for group in broker.offsets.groups():
+        for group in ctx.offsets.groups():
             listed.setdefault(group, ("", "Empty"))
     # Kafka: DESCRIBE on the cluster lists every group, else only those the principal may DESCRIBE.
-    everything = broker.allowed(DESCRIBE, CLUSTER, CLUSTER_NAME)
+    everything = ctx.allowed(DESCRIBE, CLUSTER, CLUSTER_NAME)
     return ListGroupsResponse(throttle_time_ms=0, error_code=0, groups=[
         ListGroupsResponse.ListedGroup(group_id=g, protocol_type=ptype, group_state=state)
-        for g, (ptype, state) in sorted(listed.items()) if everything or broker.allowed(DESCRIBE, GROUP, g)])
+        for g, (ptype, state) in sorted(listed.items()) if everything or ctx.allowed(DESCRIBE, GROUP, g)])
 
 
-async def handle_describe_groups(broker: Broker, req: DecodedRequest) -> DescribeGroupsResponse:
+async def handle_describe_groups(ctx: HandlerContext, req: DecodedRequest) -> DescribeGroupsResponse:
     out = []
     for group_id in req.body.groups:
-        if denied := broker.authorize(req, "describe_groups", DESCRIBE, GROUP, group_id):
+        if denied := ctx.authorize(req, "describe_groups", DESCRIBE, GROUP, group_id):
             out.append(DescribeGroupsResponse.DescribedGroup(
                 error_code=denied, error_message=None, group_id=group_id, group_state="", protocol_type="",
                 protocol_data="", members=[], authorized_operations=None))
             continue
-        d = broker.groups.describe_group(group_id)
+        d = ctx.groups.describe_group(group_id)
         state = d.state
-        if state == "Dead" and group_id in broker.offsets.groups():
+        if state == "Dead" and group_id in ctx.offsets.groups():
             state = "Empty"
         out.append(DescribeGroupsResponse.DescribedGroup(
             error_code=d.error_code, error_message=None, group_id=group_id, group_state=state,
@@ -131,7 +128,7 @@ async def handle_describe_groups(broker: Broker, req: DecodedRequest) -> Describ
     return DescribeGroupsResponse(throttle_time_ms=0, groups=out)
 
 
-def commit_entries(broker: Broker, topics: Any, group_code: int, *, with_leader_epoch: bool
+def commit_entries(ctx: HandlerContext, topics: Any, group_code: int, *, with_leader_epoch: bool
                    ) -> tuple[dict[tuple[str, int], int], list[tuple[str, int, int, int, str | None]]]:
     """Sort an (Txn)OffsetCommit's partitions: the group's error for all, TOPIC_AUTHORIZATION_FAILED
     for topics the principal may not READ, UNKNOWN_TOPIC_OR_PARTITION for partitions that do not
@@ -139,15 +136,15 @@ def commit_entries(broker: Broker, topics: Any, group_code: int, *, with_leader_
     codes: dict[tuple[str, int], int] = {}
     entries: list[tuple[str, int, int, int, str | None]] = []
     for topic in topics:
-        known = broker.replicas.topics.get(topic.name)
-        denied = None if group_code else broker.denial(READ, TOPIC, topic.name)
+        known = ctx.replicas.topics.get(topic.name)
+        denied = None if group_code else ctx.denial(READ, TOPIC, topic.name)
         for p in topic.partitions:
             tp = (topic.name, p.partition_index)
             if group_code:
                 codes[tp] = group_code
             elif denied is not None:
                 codes[tp] = denied.error_code
-            elif known is None or not 0 <= p.partition_index < len(known.partitions):
+            elif known is None or not 0 <= p.partition_index < known.num_partitions:
                 codes[tp] = UNKNOWN_TOPIC_OR_PARTITION
             else:
                 entries.append((topic.name, p.partition_index, p.committed_offset,
@@ -155,7 +152,7 @@ def commit_entries(broker: Broker, topics: Any, group_code: int, *, with_leader_
     return codes, entries
 
 
-def log_commit_rejections(broker: Broker, req: DecodedRequest, api: str, group_id: str, group_code: int,
+def log_commit_rejections(ctx: HandlerContext, req: DecodedRequest, api: str, group_id: str, group_code: int,
                           codes: dict[tuple[str, int], int], reason: BrokerError | None = None,
                           **fields: Any) -> None:
     """One line for an (Txn)OffsetCommit's rejected partitions: the group's error, or the most
@@ -164,23 +161,23 @@ def log_commit_rejections(broker: Broker, req: DecodedRequest, api: str, group_i
     if not group_code and not failed:
         return
     code = group_code or failed.most_common(1)[0][0]
-    broker.log_client_error(req, api, reason, group=group_id, error_code=code, rejected=sum(failed.values()),
-                            error_codes=dict(failed), **fields)
+    ctx.log_client_error(req, api, reason, group=group_id, error_code=code, rejected=sum(failed.values()),
+                         error_codes=dict(failed), **fields)
 
 
-async def handle_offset_commit(broker: Broker, req: DecodedRequest) -> OffsetCommitResponse:
+async def handle_offset_commit(ctx: HandlerContext, req: DecodedRequest) -> OffsetCommitResponse:
     body = req.body
     v = req.api_version
     # Kafka accepts an empty group id for OffsetCommit/OffsetFetch (isValidGroupId allows it for offset APIs).
     # Kafka: READ on the group (GROUP_AUTHORIZATION_FAILED for every partition), then READ per topic.
-    denied = broker.denial(READ, GROUP, body.group_id)
-    group_code = denied.error_code if denied else broker.groups.validate_offset_commit(
+    denied = ctx.denial(READ, GROUP, body.group_id)
+    group_code = denied.error_code if denied else ctx.groups.validate_offset_commit(
         body.group_id, body.generation_id_or_member_epoch, body.member_id or "",
         body.group_instance_id if v >= 7 else None)
-    codes, entries = commit_entries(broker, body.topics, group_code, with_leader_epoch=v >= 6)
+    codes, entries = commit_entries(ctx, body.topics, group_code, with_leader_epoch=v >= 6)
     if entries:
-        codes.update(broker.offsets.commit(body.group_id, entries))
-    log_commit_rejections(broker, req, "offset_commit", body.group_id, group_code, codes, denied)
+        codes.update(ctx.offsets.commit(body.group_id, entries))
+    log_commit_rejections(ctx, req, "offset_commit", body.group_id, group_code, codes, denied)
     return OffsetCommitResponse(throttle_time_ms=0, topics=[
         OffsetCommitResponse.OffsetCommitResponseTopic(name=topic.name, partitions=[
             OffsetCommitResponse.OffsetCommitResponseTopic.OffsetCommitResponsePartition(
@@ -189,7 +186,7 @@ async def handle_offset_commit(broker: Broker, req: DecodedRequest) -> OffsetCom
         for topic in body.topics])
 
 
-def _fetch_group(broker: Broker, group_id: str, topics: list[tuple[str, list[int]]] | None,
+def _fetch_group(ctx: HandlerContext, group_id: str, topics: list[tuple[str, list[int]]] | None,
                  require_stable: bool = False) -> list[tuple[str, list[tuple[int, int, int, str, int]]]]:
     """Rows (topic, [(partition, offset, leader_epoch, metadata, error)]) for one group.
 
@@ -199,17 +196,17 @@ def _fetch_group(broker: Broker, group_id: str, topics: list[tuple[str, list[int
     when all the group's offsets are asked for, such topics are left out.
     """
     wanted = None if topics is None else [(t, p) for t, parts in topics for p in parts]
-    found = broker.offsets.fetch(group_id, wanted)
+    found = ctx.offsets.fetch(group_id, wanted)
     by_topic: dict[str, list[tuple[int, int, int, str, int]]] = {}
     visible: dict[str, bool] = {}
     for (topic, partition), committed in found.items():
         if topic not in visible:
-            visible[topic] = broker.allowed(DESCRIBE, TOPIC, topic)
+            visible[topic] = ctx.allowed(DESCRIBE, TOPIC, topic)
         if not visible[topic]:
             if topics is None:
                 continue
             row = (partition, -1, -1, "", TOPIC_AUTHORIZATION_FAILED)
-        elif require_stable and broker.offsets.has_pending(group_id, [(topic, partition)]):
+        elif require_stable and ctx.offsets.has_pending(group_id, [(topic, partition)]):
             row = (partition, -1, -1, "", UNSTABLE_OFFSET_COMMIT)
         elif committed is None:
             row = (partition, -1, -1, "", 0)
@@ -219,28 +216,28 @@ def _fetch_group(broker: Broker, group_id: str, topics: list[tuple[str, list[int
     return sorted(by_topic.items())
 
 
-async def handle_offset_fetch(broker: Broker, req: DecodedRequest) -> OffsetFetchResponse:
+async def handle_offset_fetch(ctx: HandlerContext, req: DecodedRequest) -> OffsetFetchResponse:
     body = req.body
     v = req.api_version
     if v >= 8:
         groups = []
         for g in body.groups:
-            if denied := broker.authorize(req, "offset_fetch", DESCRIBE, GROUP, g.group_id):
+            if denied := ctx.authorize(req, "offset_fetch", DESCRIBE, GROUP, g.group_id):
                 groups.append(OffsetFetchResponse.OffsetFetchResponseGroup(group_id=g.group_id, error_code=denied,
                                                                            topics=[]))
                 continue
             topics = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
-            rows = _fetch_group(broker, g.group_id, topics, bool(body.require_stable))
+            rows = _fetch_group(ctx, g.group_id, topics, bool(body.require_stable))
             groups.append(OffsetFetchResponse.OffsetFetchResponseGroup(group_id=g.group_id, error_code=0, topics=[
                 OffsetFetchResponse.OffsetFetchResponseGroup.OffsetFetchResponseTopics(name=t, partitions=[
                     OffsetFetchResponse.OffsetFetchResponseGroup.OffsetFetchResponseTopics.OffsetFetchResponsePartitions(
                         partition_index=p, committed_offset=o, committed_leader_epoch=e, metadata=m, error_code=c)
                     for p, o, e, m, c in parts]) for t, parts in rows]))
         return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
-    if denied := broker.authorize(req, "offset_fetch", DESCRIBE, GROUP, body.group_id):
+    if denied := ctx.authorize(req, "offset_fetch", DESCRIBE, GROUP, body.group_id):
         return OffsetFetchResponse(throttle_time_ms=0, error_code=denied, topics=[])
     topics = None if body.topics is None else [(t.name, list(t.partition_indexes)) for t in body.topics]
-    rows = _fetch_group(broker, body.group_id, topics, v >= 7 and bool(body.require_stable))
+    rows = _fetch_group(ctx, body.group_id, topics, v >= 7 and bool(body.require_stable))
     return OffsetFetchResponse(throttle_time_ms=0, error_code=0, topics=[
         OffsetFetchResponse.OffsetFetchResponseTopic(name=t, partitions=[
             OffsetFetchResponse.OffsetFetchResponseTopic.OffsetFetchResponsePartition(

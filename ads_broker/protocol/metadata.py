@@ -1,40 +1,31 @@
-"""ApiVersions, Metadata and FindCoordinator."""
+"""Metadata and FindCoordinator."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse
+from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
 
+from ads_broker.cluster.topics import Topic, validate_topic_name
+from ads_broker.errors import UNKNOWN_TOPIC_OR_PARTITION
 from ads_broker.exceptions import BrokerError, InvalidRequestError
-from ads_broker.protocol.codec import SUPPORTED_APIS, DecodedRequest
-from ads_broker.replica_manager import Topic, validate_topic_name
+from ads_broker.protocol.codec import DecodedRequest
 from ads_broker.security.acl import CLUSTER, CLUSTER_NAME, CREATE, DESCRIBE, GROUP, TOPIC, TRANSACTIONAL_ID
 
 if TYPE_CHECKING:
-    from ads_broker.broker import Broker
+    from ads_broker.protocol.context import HandlerContext
 
 COORDINATOR_GROUP = 0
 COORDINATOR_TRANSACTION = 1
 
 
-def api_versions_response(error_code: int = 0) -> ApiVersionsResponse:
-    keys = [ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
-            for k, (_, lo, hi) in sorted(SUPPORTED_APIS.items())]
-    return ApiVersionsResponse(error_code=error_code, api_keys=keys, throttle_time_ms=0)
-
-
-async def handle_api_versions(broker: Broker, req: DecodedRequest) -> ApiVersionsResponse:
-    return api_versions_response()
-
-
-def _topic_metadata(broker: Broker, topic: Topic) -> MetadataResponse.MetadataResponseTopic:
-    node = broker.node_id
+def _topic_metadata(ctx: HandlerContext, topic: Topic) -> MetadataResponse.MetadataResponseTopic:
+    node = ctx.node_id
     partitions = [
         MetadataResponse.MetadataResponseTopic.MetadataResponsePartition(
             error_code=0, partition_index=p.index, leader_id=node, leader_epoch=p.leader_epoch,
             replica_nodes=[node], isr_nodes=[node], offline_replicas=[])
-        for p in topic.partitions
+        for p in ctx.replicas.partitions_of(topic.name)
     ]
     return MetadataResponse.MetadataResponseTopic(
         error_code=0, name=topic.name, topic_id=topic.topic_id, is_internal=topic.internal,
@@ -46,16 +37,16 @@ def _error_topic(name: str, error_code: int) -> MetadataResponse.MetadataRespons
                                                   authorized_operations=None)
 
 
-async def handle_metadata(broker: Broker, req: DecodedRequest) -> MetadataResponse:
+async def handle_metadata(ctx: HandlerContext, req: DecodedRequest) -> MetadataResponse:
     body = req.body
-    replicas = broker.replicas
+    replicas = ctx.replicas
     # v4+ carries allow_auto_topic_creation; older versions always allowed it.
     allow_create = bool(body.allow_auto_topic_creation) if req.api_version >= 4 else True
     topics = []
     if body.topics is None:
         # Kafka lists only the topics the principal may DESCRIBE.
-        topics = [_topic_metadata(broker, t) for t in list(replicas.topics.values())
-                  if broker.allowed(DESCRIBE, TOPIC, t.name)]
+        topics = [_topic_metadata(ctx, t) for t in list(replicas.topics.values())
+                  if ctx.allowed(DESCRIBE, TOPIC, t.name)]
     else:
         for requested in body.topics:
             name = requested.name
@@ -64,47 +55,47 @@ async def handle_metadata(broker: Broker, req: DecodedRequest) -> MetadataRespon
                     # v10/v11 requests carry topic ids but their responses cannot hold a null name
                     # (Kafka: "Topic name can not be null for version N"); never echo one.
                     error = InvalidRequestError(f"Topic name can not be null for version {req.api_version}")
-                    broker.log_client_error(req, "metadata", error)
+                    ctx.log_client_error(req, "metadata", error)
                     topics.append(_error_topic("", error.error_code))
                     continue
                 validate_topic_name(name or "")
-                if denied := broker.denial(DESCRIBE, TOPIC, name):
+                if denied := ctx.denial(DESCRIBE, TOPIC, name):
                     raise denied
                 topic = replicas.topics.get(name)
-                if topic is None and allow_create and broker.config["auto.create.topics.enable"] and (
-                        denied := broker.denial(CREATE, CLUSTER, CLUSTER_NAME) and broker.denial(CREATE, TOPIC, name)):
+                if topic is None and allow_create and ctx.config.settings.auto_create_topics_enable and (
+                        denied := ctx.denial(CREATE, CLUSTER, CLUSTER_NAME) and ctx.denial(CREATE, TOPIC, name)):
                     raise denied  # Kafka: auto-creation needs CREATE on the cluster or on the topic
                 if topic is None and allow_create:
                     topic = replicas.get_or_create_topic(name)
                 if topic is None:
-                    topics.append(_error_topic(name, 3))
+                    topics.append(_error_topic(name, UNKNOWN_TOPIC_OR_PARTITION))
                 else:
-                    topics.append(_topic_metadata(broker, topic))
+                    topics.append(_topic_metadata(ctx, topic))
             except BrokerError as e:
-                broker.log_client_error(req, "metadata", e, topic=name)
+                ctx.log_client_error(req, "metadata", e, topic=name)
                 topics.append(_error_topic(name, e.error_code))
-    host, port = broker.advertised
+    host, port = ctx.advertised
     return MetadataResponse(
         throttle_time_ms=0,
-        brokers=[MetadataResponse.MetadataResponseBroker(node_id=broker.node_id, host=host, port=port, rack=None)],
-        cluster_id=broker.cluster_id, controller_id=broker.node_id, topics=topics,
+        brokers=[MetadataResponse.MetadataResponseBroker(node_id=ctx.node_id, host=host, port=port, rack=None)],
+        cluster_id=ctx.cluster_id, controller_id=ctx.node_id, topics=topics,
         authorized_operations=None)
 
 
-async def handle_find_coordinator(broker: Broker, req: DecodedRequest) -> FindCoordinatorResponse:
+async def handle_find_coordinator(ctx: HandlerContext, req: DecodedRequest) -> FindCoordinatorResponse:
     body = req.body
-    host, port = broker.advertised
+    host, port = ctx.advertised
     keys = list(body.coordinator_keys or []) if req.api_version >= 4 else [body.key]
 
     def lookup(key: str) -> tuple[int, str | None]:
         if body.key_type not in (COORDINATOR_GROUP, COORDINATOR_TRANSACTION):
             error: BrokerError = InvalidRequestError(f"unknown coordinator key type {body.key_type}")
-            broker.log_client_error(req, "find_coordinator", error, key_type=body.key_type)
+            ctx.log_client_error(req, "find_coordinator", error, key_type=body.key_type)
             return error.error_code, str(error)
         # Kafka: DESCRIBE on the group / transactional id, else GROUP_ / TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
-        denied = broker.denial(DESCRIBE, GROUP if body.key_type == COORDINATOR_GROUP else TRANSACTIONAL_ID, key)
+        denied = ctx.denial(DESCRIBE, GROUP if body.key_type == COORDINATOR_GROUP else TRANSACTIONAL_ID, key)
         if denied is not None:
-            broker.log_client_error(req, "find_coordinator", denied, key_type=body.key_type)
+            ctx.log_client_error(req, "find_coordinator", denied, key_type=body.key_type)
             return denied.error_code, str(denied)
         return 0, None
 
@@ -113,10 +104,10 @@ async def handle_find_coordinator(broker: Broker, req: DecodedRequest) -> FindCo
         for k in keys:
             code, message = lookup(k)
             coordinators.append(FindCoordinatorResponse.Coordinator(
-                key=k, node_id=-1 if code else broker.node_id, host=host if not code else "",
+                key=k, node_id=-1 if code else ctx.node_id, host=host if not code else "",
                 port=port if not code else -1, error_code=code, error_message=message))
         return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coordinators)
     code, message = lookup(body.key)
     return FindCoordinatorResponse(throttle_time_ms=0, error_code=code, error_message=message,
-                                   node_id=-1 if code else broker.node_id,
+                                   node_id=-1 if code else ctx.node_id,
                                    host=host if not code else "", port=port if not code else -1)

@@ -16,64 +16,49 @@ import structlog
 from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 
 from ads_broker.coordinator.transaction import reason
+from ads_broker.errors import (
+    INVALID_PRODUCER_EPOCH,
+    INVALID_REQUIRED_ACKS,
+    INVALID_TXN_STATE,
+    PRODUCER_FENCED,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+)
 from ads_broker.exceptions import BrokerError, BrokerNotAvailableError, InvalidRecordError, InvalidTopicError
-from ads_broker.log.log import ValidatedBatch
-from ads_broker.log.records import ATTRIBUTES_OFFSET, COMPRESSION_CODEC_MASK, RECORD_BATCH_OVERHEAD, read_header
+from ads_broker.log.records import RECORD_BATCH_OVERHEAD, read_header
 from ads_broker.protocol.codec import DecodedRequest
 from ads_broker.security.acl import CLUSTER, CLUSTER_NAME, IDEMPOTENT_WRITE, TOPIC, TRANSACTIONAL_ID, WRITE
 
 if TYPE_CHECKING:
-    from ads_broker.broker import Broker
-    from ads_broker.replica_manager import Partition
+    from ads_broker.protocol.context import HandlerContext
 
 log = structlog.get_logger("ads_broker.produce")
 
-INVALID_REQUIRED_ACKS = 21
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
-INVALID_TXN_STATE = 48
-#: Uncompressed batches up to this size are validated on the event loop (see _validate).
-INLINE_VALIDATE_BYTES = 32 * 1024
 
-
-async def _append_one(broker: Broker, req: DecodedRequest, topic: str, pdata: Any, resp: Any) -> None:
+async def _append_one(ctx: HandlerContext, req: DecodedRequest, topic: str, pdata: Any, resp: Any) -> None:
     try:
-        partition = broker.replicas.get_partition(topic, pdata.index)
-        if broker.replicas.get_topic(topic).internal:
+        partition = ctx.replicas.get_partition(topic, pdata.index)
+        if ctx.replicas.get_topic(topic).internal:
             # Kafka's ReplicaManager.appendToLocalLog (internalTopicsAllowed=false for clients); the
-            # coordinators write these topics through Log.append_internal, never through Produce.
+            # coordinators write these topics with AppendOrigin.COORDINATOR, never through Produce.
             raise InvalidTopicError(f"Cannot append to internal topic {topic}: only the broker's coordinators "
                                     "write it; commit offsets with OffsetCommit / TxnOffsetCommit")
         if pdata.records is None:
             raise InvalidRecordError("produce request carries null records")
-        if broker.faults is not None:
-            await _hold(broker, broker.faults.append_delay_s(topic), topic, pdata.index)
-        validated = await _validate(partition, pdata.records)
-        info = await broker.append(partition, pdata.records, validated)
+        if ctx.faults is not None:
+            await _hold(ctx, ctx.faults.append_delay_s(topic), topic, pdata.index)
+        info = await ctx.replicas.append_client_records(partition, pdata.records)
         resp.base_offset = info.first_offset
         resp.log_append_time_ms = info.log_append_time_ms
         resp.log_start_offset = info.log_start_offset
         if not info.duplicate:
-            partition.notify()
-            broker.metrics_appended(info.record_count)
+            ctx.metrics_appended(info.record_count)
     except BrokerError as e:
-        broker.log_client_error(req, "produce", e, topic=topic, partition=pdata.index)
+        ctx.log_client_error(req, "produce", e, topic=topic, partition=pdata.index)
         resp.error_code = e.error_code
         resp.error_message = str(e)
 
 
-async def _validate(partition: Partition, records: bytes) -> ValidatedBatch:
-    """Check the batch's records before the partition lock is taken, off the event loop when that
-    means decompressing or walking many records (issue 12: a decompression bomb must neither stall
-    other clients nor hold a partition lock). Small uncompressed batches are checked inline: a
-    thread round trip costs more than walking 32 KiB of records."""
-    if len(records) > INLINE_VALIDATE_BYTES or (
-        len(records) >= RECORD_BATCH_OVERHEAD and records[ATTRIBUTES_OFFSET + 1] & COMPRESSION_CODEC_MASK
-    ):
-        return await asyncio.get_running_loop().run_in_executor(None, partition.log.validate_client_batch, records)
-    return partition.log.validate_client_batch(records)
-
-
-async def _hold(broker: Broker, delay_s: float, topic: str, index: int) -> None:
+async def _hold(ctx: HandlerContext, delay_s: float, topic: str, index: int) -> None:
     """The fault hook's ``append_delay_ms``: keep a received, validated Produce before its append.
     The append that follows still runs every check of the log under the partition lock."""
     if delay_s <= 0:
@@ -81,22 +66,22 @@ async def _hold(broker: Broker, delay_s: float, topic: str, index: int) -> None:
     log.info("holding produce (fault hook)", topic=topic, partition=index, delay_ms=round(delay_s * 1000))
     await asyncio.sleep(delay_s)
     log.info("releasing held produce (fault hook)", topic=topic, partition=index)
-    if broker.stopping:
+    if ctx.stopping:
         raise BrokerNotAvailableError(f"broker shut down while holding a produce to {topic}-{index}; retry")
 
 
-async def handle_produce(broker: Broker, req: DecodedRequest) -> ProduceResponse | None:
+async def handle_produce(ctx: HandlerContext, req: DecodedRequest) -> ProduceResponse | None:
     body = req.body
     acks = body.acks
     topic_responses = []
     appends = []
     # Kafka's handleProduceRequest: WRITE on the transactional id fails the whole request; then
     # WRITE per topic. A denied partition is not appended.
-    txn_denied = (broker.authorize(req, "produce", WRITE, TRANSACTIONAL_ID, body.transactional_id)
+    txn_denied = (ctx.authorize(req, "produce", WRITE, TRANSACTIONAL_ID, body.transactional_id)
                   if body.transactional_id is not None else 0)
     for topic_data in body.topic_data:
         partition_responses = []
-        topic_denied = txn_denied or broker.authorize(req, "produce", WRITE, TOPIC, topic_data.name)
+        topic_denied = txn_denied or ctx.authorize(req, "produce", WRITE, TOPIC, topic_data.name)
         for pdata in topic_data.partition_data:
             resp = ProduceResponse.TopicProduceResponse.PartitionProduceResponse(
                 index=pdata.index, error_code=0, base_offset=-1, log_append_time_ms=-1, log_start_offset=-1,
@@ -105,17 +90,17 @@ async def handle_produce(broker: Broker, req: DecodedRequest) -> ProduceResponse
                 resp.error_code = topic_denied
             elif acks not in (-1, 0, 1):
                 resp.error_code = INVALID_REQUIRED_ACKS
-            elif code := _verify_transactional(broker, body.transactional_id, topic_data.name, pdata):
+            elif code := _verify_transactional(ctx, body.transactional_id, topic_data.name, pdata):
                 resp.error_code = code
                 resp.error_message = (
                     "transactional batch without a transactional.id" if body.transactional_id is None else
                     f"partition {topic_data.name}-{pdata.index} is not part of an ongoing "
                     f"transaction of {body.transactional_id!r} at this producer epoch")
-                broker.log_client_error(req, "produce", BrokerError(reason(code)), topic=topic_data.name,
-                                        partition=pdata.index, transactional_id=body.transactional_id,
-                                        error_code=code)
+                ctx.log_client_error(req, "produce", BrokerError(reason(code)), topic=topic_data.name,
+                                     partition=pdata.index, transactional_id=body.transactional_id,
+                                     error_code=code)
             else:
-                appends.append(_append_one(broker, req, topic_data.name, pdata, resp))
+                appends.append(_append_one(ctx, req, topic_data.name, pdata, resp))
             partition_responses.append(resp)
         topic_responses.append(ProduceResponse.TopicProduceResponse(
             name=topic_data.name, partition_responses=partition_responses))
@@ -130,7 +115,7 @@ async def handle_produce(broker: Broker, req: DecodedRequest) -> ProduceResponse
     return ProduceResponse(responses=topic_responses, throttle_time_ms=0)
 
 
-def _verify_transactional(broker: Broker, transactional_id: str | None, topic: str, pdata: Any) -> int:
+def _verify_transactional(ctx: HandlerContext, transactional_id: str | None, topic: str, pdata: Any) -> int:
     """0 if the batch may be appended as far as transactions are concerned.
 
     A transactional batch needs the request's transactional.id and a partition added to that
@@ -145,30 +130,30 @@ def _verify_transactional(broker: Broker, transactional_id: str | None, topic: s
         return TRANSACTIONAL_ID_AUTHORIZATION_FAILED if header.is_transactional else 0
     if not header.is_transactional:
         return INVALID_TXN_STATE
-    return broker.txn.verify_partition(transactional_id, header.producer_id, header.producer_epoch,
-                                       (topic, pdata.index))
+    return ctx.txn.verify_partition(transactional_id, header.producer_id, header.producer_epoch,
+                                    (topic, pdata.index))
 
 
-async def handle_init_producer_id(broker: Broker, req: DecodedRequest) -> InitProducerIdResponse:
+async def handle_init_producer_id(ctx: HandlerContext, req: DecodedRequest) -> InitProducerIdResponse:
     body = req.body
     v = req.api_version
     if body.transactional_id is not None:
-        if denied := broker.authorize(req, "init_producer_id", WRITE, TRANSACTIONAL_ID, body.transactional_id):
+        if denied := ctx.authorize(req, "init_producer_id", WRITE, TRANSACTIONAL_ID, body.transactional_id):
             return InitProducerIdResponse(throttle_time_ms=0, error_code=denied, producer_id=-1, producer_epoch=-1)
-        code, pid, epoch = broker.txn.init_producer_id(
+        code, pid, epoch = ctx.txn.init_producer_id(
             body.transactional_id, body.transaction_timeout_ms,
             body.producer_id if v >= 3 else -1, body.producer_epoch if v >= 3 else -1,
-            fenced_code=90 if v >= 4 else 47)
+            fenced_code=PRODUCER_FENCED if v >= 4 else INVALID_PRODUCER_EPOCH)
         if code:
-            broker.log_client_error(req, "init_producer_id", BrokerError(reason(code)),
-                                    transactional_id=body.transactional_id, timeout_ms=body.transaction_timeout_ms,
-                                    error_code=code)
+            ctx.log_client_error(req, "init_producer_id", BrokerError(reason(code)),
+                                 transactional_id=body.transactional_id, timeout_ms=body.transaction_timeout_ms,
+                                 error_code=code)
         return InitProducerIdResponse(throttle_time_ms=0, error_code=code, producer_id=pid, producer_epoch=epoch)
     # Kafka: IDEMPOTENT_WRITE on the cluster, or WRITE on any topic, else CLUSTER_AUTHORIZATION_FAILED.
-    if not broker.allowed(IDEMPOTENT_WRITE, CLUSTER, CLUSTER_NAME) and not broker.allowed_any(WRITE, TOPIC):
-        denied = broker.authorize(req, "init_producer_id", IDEMPOTENT_WRITE, CLUSTER, CLUSTER_NAME)
+    if not ctx.allowed(IDEMPOTENT_WRITE, CLUSTER, CLUSTER_NAME) and not ctx.allowed_any(WRITE, TOPIC):
+        denied = ctx.authorize(req, "init_producer_id", IDEMPOTENT_WRITE, CLUSTER, CLUSTER_NAME)
         return InitProducerIdResponse(throttle_time_ms=0, error_code=denied, producer_id=-1, producer_epoch=-1)
     # Idempotent producers without a transactional id always get a fresh id at epoch 0 (Kafka's
     # TransactionCoordinator.handleInitProducerId), also when they send their old id (KIP-360).
-    return InitProducerIdResponse(throttle_time_ms=0, error_code=0, producer_id=broker.producer_ids.generate(),
+    return InitProducerIdResponse(throttle_time_ms=0, error_code=0, producer_id=ctx.producer_ids.generate(),
                                   producer_epoch=0)

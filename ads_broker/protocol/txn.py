@@ -17,41 +17,39 @@ from kafka.protocol.producer import (
 )
 
 from ads_broker.coordinator.transaction import INVALID_PRODUCER_EPOCH, PRODUCER_FENCED, reason
+from ads_broker.errors import INVALID_GROUP_ID, OPERATION_NOT_ATTEMPTED
 from ads_broker.exceptions import BrokerError
 from ads_broker.protocol.codec import DecodedRequest
 from ads_broker.protocol.groups import commit_entries, log_commit_rejections
 from ads_broker.security.acl import GROUP, READ, TOPIC, TRANSACTIONAL_ID, WRITE
 
 if TYPE_CHECKING:
-    from ads_broker.broker import Broker
-
-INVALID_GROUP_ID = 24
-OPERATION_NOT_ATTEMPTED = 55
+    from ads_broker.protocol.context import HandlerContext
 
 
 def _fenced_code(api_version: int, first_with_fenced: int) -> int:
     return PRODUCER_FENCED if api_version >= first_with_fenced else INVALID_PRODUCER_EPOCH
 
 
-async def handle_add_partitions_to_txn(broker: Broker, req: DecodedRequest) -> AddPartitionsToTxnResponse:
+async def handle_add_partitions_to_txn(ctx: HandlerContext, req: DecodedRequest) -> AddPartitionsToTxnResponse:
     body = req.body
     wanted = [(t.name, p) for t in body.v3_and_below_topics for p in t.partitions]
     txn_id = body.v3_and_below_transactional_id
     # Kafka: WRITE on the transactional id, then WRITE per topic; if any topic is denied, nothing
     # is added and the other partitions answer OPERATION_NOT_ATTEMPTED.
-    if denied := broker.authorize(req, "add_partitions_to_txn", WRITE, TRANSACTIONAL_ID, txn_id):
+    if denied := ctx.authorize(req, "add_partitions_to_txn", WRITE, TRANSACTIONAL_ID, txn_id):
         codes = dict.fromkeys(wanted, denied)
     elif refused := {t: code for t in dict.fromkeys(t for t, _ in wanted)
-                     if (code := broker.authorize(req, "add_partitions_to_txn", WRITE, TOPIC, t,
-                                                  transactional_id=txn_id))}:
+                     if (code := ctx.authorize(req, "add_partitions_to_txn", WRITE, TOPIC, t,
+                                               transactional_id=txn_id))}:
         codes = {tp: refused.get(tp[0], OPERATION_NOT_ATTEMPTED) for tp in wanted}
     else:
-        codes = broker.txn.add_partitions(txn_id, body.v3_and_below_producer_id,
-                                          body.v3_and_below_producer_epoch, wanted, _fenced_code(req.api_version, 2))
+        codes = ctx.txn.add_partitions(txn_id, body.v3_and_below_producer_id,
+                                       body.v3_and_below_producer_epoch, wanted, _fenced_code(req.api_version, 2))
     if any(codes.values()) and not denied and not refused:
         first = next(c for c in codes.values() if c)
-        broker.log_client_error(req, "add_partitions_to_txn", BrokerError(reason(first)),
-                                transactional_id=body.v3_and_below_transactional_id, error_code=first)
+        ctx.log_client_error(req, "add_partitions_to_txn", BrokerError(reason(first)),
+                             transactional_id=body.v3_and_below_transactional_id, error_code=first)
     by_topic: dict[str, list[int]] = {}
     for topic, partition in wanted:
         by_topic.setdefault(topic, []).append(partition)
@@ -64,52 +62,52 @@ async def handle_add_partitions_to_txn(broker: Broker, req: DecodedRequest) -> A
         for topic, parts in by_topic.items()])
 
 
-async def handle_add_offsets_to_txn(broker: Broker, req: DecodedRequest) -> AddOffsetsToTxnResponse:
+async def handle_add_offsets_to_txn(ctx: HandlerContext, req: DecodedRequest) -> AddOffsetsToTxnResponse:
     body = req.body
-    if denied := (broker.authorize(req, "add_offsets_to_txn", WRITE, TRANSACTIONAL_ID, body.transactional_id)
-                  or broker.authorize(req, "add_offsets_to_txn", READ, GROUP, body.group_id)):
+    if denied := (ctx.authorize(req, "add_offsets_to_txn", WRITE, TRANSACTIONAL_ID, body.transactional_id)
+                  or ctx.authorize(req, "add_offsets_to_txn", READ, GROUP, body.group_id)):
         return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=denied)
     if not body.group_id:
         code = INVALID_GROUP_ID
     else:
-        code = broker.txn.add_offsets(body.transactional_id, body.producer_id, body.producer_epoch, body.group_id,
-                                      _fenced_code(req.api_version, 2))
+        code = ctx.txn.add_offsets(body.transactional_id, body.producer_id, body.producer_epoch, body.group_id,
+                                   _fenced_code(req.api_version, 2))
     if code:
-        broker.log_client_error(req, "add_offsets_to_txn", BrokerError(reason(code)),
-                                transactional_id=body.transactional_id, group=body.group_id, error_code=code)
+        ctx.log_client_error(req, "add_offsets_to_txn", BrokerError(reason(code)),
+                             transactional_id=body.transactional_id, group=body.group_id, error_code=code)
     return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=code)
 
 
-async def handle_end_txn(broker: Broker, req: DecodedRequest) -> EndTxnResponse:
+async def handle_end_txn(ctx: HandlerContext, req: DecodedRequest) -> EndTxnResponse:
     body = req.body
-    if denied := broker.authorize(req, "end_txn", WRITE, TRANSACTIONAL_ID, body.transactional_id):
+    if denied := ctx.authorize(req, "end_txn", WRITE, TRANSACTIONAL_ID, body.transactional_id):
         return EndTxnResponse(throttle_time_ms=0, error_code=denied, producer_id=-1, producer_epoch=-1)
-    code = broker.txn.end_txn(body.transactional_id, body.producer_id, body.producer_epoch, bool(body.committed),
-                              _fenced_code(req.api_version, 2))
+    code = ctx.txn.end_txn(body.transactional_id, body.producer_id, body.producer_epoch, bool(body.committed),
+                           _fenced_code(req.api_version, 2))
     if code:
-        broker.log_client_error(req, "end_txn", BrokerError(reason(code)), transactional_id=body.transactional_id,
-                                commit=bool(body.committed), error_code=code)
+        ctx.log_client_error(req, "end_txn", BrokerError(reason(code)), transactional_id=body.transactional_id,
+                             commit=bool(body.committed), error_code=code)
     return EndTxnResponse(throttle_time_ms=0, error_code=code, producer_id=-1, producer_epoch=-1)
 
 
-async def handle_txn_offset_commit(broker: Broker, req: DecodedRequest) -> TxnOffsetCommitResponse:
+async def handle_txn_offset_commit(ctx: HandlerContext, req: DecodedRequest) -> TxnOffsetCommitResponse:
     body = req.body
     v = req.api_version
     # Kafka: WRITE on the transactional id, READ on the group, then READ per topic (commit_entries).
-    denied = broker.denial(WRITE, TRANSACTIONAL_ID, body.transactional_id) or broker.denial(READ, GROUP, body.group_id)
-    code = denied.error_code if denied else broker.txn.check_offset_commit(
+    denied = ctx.denial(WRITE, TRANSACTIONAL_ID, body.transactional_id) or ctx.denial(READ, GROUP, body.group_id)
+    code = denied.error_code if denied else ctx.txn.check_offset_commit(
         body.transactional_id, body.producer_id, body.producer_epoch, body.group_id, _fenced_code(v, 3))
     if not code and not body.group_id:
         code = INVALID_GROUP_ID
     if not code and v >= 3 and (body.generation_id >= 0 or body.member_id or body.group_instance_id):
         # KIP-447: a zombie from an older generation cannot commit after a rebalance.
-        code = broker.groups.validate_offset_commit(body.group_id, body.generation_id, body.member_id or "",
-                                                    body.group_instance_id)
-    codes, entries = commit_entries(broker, body.topics, code, with_leader_epoch=v >= 2)
+        code = ctx.groups.validate_offset_commit(body.group_id, body.generation_id, body.member_id or "",
+                                                 body.group_instance_id)
+    codes, entries = commit_entries(ctx, body.topics, code, with_leader_epoch=v >= 2)
     if entries:
-        codes.update(broker.offsets.commit_transactional(body.group_id, body.producer_id, body.producer_epoch,
-                                                         entries))
-    log_commit_rejections(broker, req, "txn_offset_commit", body.group_id, code, codes,
+        codes.update(ctx.offsets.commit_transactional(body.group_id, body.producer_id, body.producer_epoch,
+                                                      entries))
+    log_commit_rejections(ctx, req, "txn_offset_commit", body.group_id, code, codes,
                           denied or (BrokerError(reason(code)) if code else None),
                           transactional_id=body.transactional_id)
     topic_cls = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic

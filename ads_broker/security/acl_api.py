@@ -11,14 +11,13 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.admin import CreateAclsResponse, DeleteAclsResponse, DescribeAclsResponse
 
+from ads_broker.errors import INVALID_REQUEST, SECURITY_DISABLED
 from ads_broker.protocol.codec import DecodedRequest
 from ads_broker.security.acl import ALTER, CLUSTER, CLUSTER_NAME, DESCRIBE, Acl, AclError, AclFilter
 
 if TYPE_CHECKING:
-    from ads_broker.broker import Broker
+    from ads_broker.protocol.context import HandlerContext
 
-SECURITY_DISABLED = 54
-INVALID_REQUEST = 42
 NO_AUTHORIZER = "No Authorizer is configured on the broker (authorizer.class.name is empty)"
 
 
@@ -28,23 +27,23 @@ def _filter(f: object) -> AclFilter:
                      get("principal_filter"), get("host_filter"), get("operation"), get("permission_type"))
 
 
-async def handle_describe_acls(broker: Broker, req: DecodedRequest) -> DescribeAclsResponse:
+async def handle_describe_acls(ctx: HandlerContext, req: DecodedRequest) -> DescribeAclsResponse:
     def fail(code: int, message: str) -> DescribeAclsResponse:
         return DescribeAclsResponse(throttle_time_ms=0, error_code=code, error_message=message, resources=[])
 
-    if broker.authorizer is None:
-        broker.log_client_error(req, "describe_acls", None, error_code=SECURITY_DISABLED)
+    if ctx.authorizer is None:
+        ctx.log_client_error(req, "describe_acls", None, error_code=SECURITY_DISABLED)
         return fail(SECURITY_DISABLED, NO_AUTHORIZER)
-    if code := broker.authorize(req, "describe_acls", DESCRIBE, CLUSTER, CLUSTER_NAME):
+    if code := ctx.authorize(req, "describe_acls", DESCRIBE, CLUSTER, CLUSTER_NAME):
         return fail(code, "Cluster authorization failed")
     flt = _filter(req.body)
     try:
         flt.validate()
     except AclError as e:
-        broker.log_client_error(req, "describe_acls", None, error_code=INVALID_REQUEST, detail=str(e))
+        ctx.log_client_error(req, "describe_acls", None, error_code=INVALID_REQUEST, detail=str(e))
         return fail(INVALID_REQUEST, str(e))
     by_resource: dict[tuple[int, str, int], list[Acl]] = {}
-    for acl in broker.authorizer.acls:
+    for acl in ctx.authorizer.acls:
         if flt.matches(acl):
             by_resource.setdefault((acl.resource_type, acl.resource_name, acl.pattern_type), []).append(acl)
     R = DescribeAclsResponse.DescribeAclsResource
@@ -55,14 +54,14 @@ async def handle_describe_acls(broker: Broker, req: DecodedRequest) -> DescribeA
         for (rt, name, pt), acls in by_resource.items()])
 
 
-async def handle_create_acls(broker: Broker, req: DecodedRequest) -> CreateAclsResponse:
+async def handle_create_acls(ctx: HandlerContext, req: DecodedRequest) -> CreateAclsResponse:
     R = CreateAclsResponse.AclCreationResult
     creations = list(req.body.creations)
-    if broker.authorizer is None:
-        broker.log_client_error(req, "create_acls", None, error_code=SECURITY_DISABLED)
+    if ctx.authorizer is None:
+        ctx.log_client_error(req, "create_acls", None, error_code=SECURITY_DISABLED)
         return CreateAclsResponse(throttle_time_ms=0, results=[
             R(error_code=SECURITY_DISABLED, error_message=NO_AUTHORIZER) for _ in creations])
-    if code := broker.authorize(req, "create_acls", ALTER, CLUSTER, CLUSTER_NAME):
+    if code := ctx.authorize(req, "create_acls", ALTER, CLUSTER, CLUSTER_NAME):
         return CreateAclsResponse(throttle_time_ms=0, results=[
             R(error_code=code, error_message="Cluster authorization failed") for _ in creations])
     results = []
@@ -73,24 +72,24 @@ async def handle_create_acls(broker: Broker, req: DecodedRequest) -> CreateAclsR
         try:
             acl.validate()
         except AclError as e:
-            broker.log_client_error(req, "create_acls", None, error_code=INVALID_REQUEST, detail=str(e))
+            ctx.log_client_error(req, "create_acls", None, error_code=INVALID_REQUEST, detail=str(e))
             results.append(R(error_code=INVALID_REQUEST, error_message=str(e)))
             continue
         valid.append(acl)
         results.append(R(error_code=0, error_message=None))
     if valid:
-        broker.authorizer.create(valid)
+        ctx.authorizer.create(valid)
     return CreateAclsResponse(throttle_time_ms=0, results=results)
 
 
-async def handle_delete_acls(broker: Broker, req: DecodedRequest) -> DeleteAclsResponse:
+async def handle_delete_acls(ctx: HandlerContext, req: DecodedRequest) -> DeleteAclsResponse:
     R = DeleteAclsResponse.DeleteAclsFilterResult
     filters = [_filter(f) for f in req.body.filters]
-    if broker.authorizer is None:
-        broker.log_client_error(req, "delete_acls", None, error_code=SECURITY_DISABLED)
+    if ctx.authorizer is None:
+        ctx.log_client_error(req, "delete_acls", None, error_code=SECURITY_DISABLED)
         return DeleteAclsResponse(throttle_time_ms=0, filter_results=[
             R(error_code=SECURITY_DISABLED, error_message=NO_AUTHORIZER, matching_acls=[]) for _ in filters])
-    if code := broker.authorize(req, "delete_acls", ALTER, CLUSTER, CLUSTER_NAME):
+    if code := ctx.authorize(req, "delete_acls", ALTER, CLUSTER, CLUSTER_NAME):
         return DeleteAclsResponse(throttle_time_ms=0, filter_results=[
             R(error_code=code, error_message="Cluster authorization failed", matching_acls=[]) for _ in filters])
     bad: dict[int, str] = {}
@@ -99,8 +98,8 @@ async def handle_delete_acls(broker: Broker, req: DecodedRequest) -> DeleteAclsR
             f.validate()
         except AclError as e:
             bad[i] = str(e)
-            broker.log_client_error(req, "delete_acls", None, error_code=INVALID_REQUEST, detail=str(e))
-    removed = broker.authorizer.delete([f for i, f in enumerate(filters) if i not in bad])
+            ctx.log_client_error(req, "delete_acls", None, error_code=INVALID_REQUEST, detail=str(e))
+    removed = ctx.authorizer.delete([f for i, f in enumerate(filters) if i not in bad])
     it = iter(removed)
     results = []
     for i in range(len(filters)):

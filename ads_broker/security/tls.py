@@ -12,9 +12,12 @@ import os
 import ssl
 import tempfile
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ads_broker.exceptions import ConfigError
+
+if TYPE_CHECKING:
+    from ads_broker.config import BrokerSettings
 
 _TLS_VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
 #: RFC 2253 attribute keywords as Java's X500Principal.getName() writes them (Kafka's DN).
@@ -26,29 +29,30 @@ _DN_KEYS = {
 _DN_OIDS = {"emailAddress": "1.2.840.113549.1.9.1", "serialNumber": "2.5.4.5", "title": "2.5.4.12"}
 
 
-def server_context(config: Mapping[str, Any]) -> ssl.SSLContext:
+def server_context(settings: BrokerSettings) -> ssl.SSLContext:
     """The server-side SSLContext the settings describe; a clear ConfigError otherwise."""
-    for key in ("ssl.keystore.type", "ssl.truststore.type"):
-        if str(config[key]).upper() != "PEM":
-            raise ConfigError(f"{key}={config[key]!r}: only PEM is supported (JKS and PKCS12 are JVM formats)")
+    for key, value in (("ssl.keystore.type", settings.ssl_keystore_type),
+                       ("ssl.truststore.type", settings.ssl_truststore_type)):
+        if value.upper() != "PEM":
+            raise ConfigError(f"{key}={value!r}: only PEM is supported (JKS and PKCS12 are JVM formats)")
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    versions = sorted(_tls_version(v) for v in str(config["ssl.enabled.protocols"]).split(",") if v.strip())
+    versions = sorted(_tls_version(v) for v in settings.ssl_enabled_protocols.split(",") if v.strip())
     ctx.minimum_version, ctx.maximum_version = versions[0], versions[-1]
-    if config["ssl.cipher.suites"]:
-        ctx.set_ciphers(str(config["ssl.cipher.suites"]))
-    _load_keystore(ctx, config)
-    auth = str(config["ssl.client.auth"]).lower()
+    if settings.ssl_cipher_suites:
+        ctx.set_ciphers(settings.ssl_cipher_suites)
+    _load_keystore(ctx, settings)
+    auth = settings.ssl_client_auth.lower()
     if auth not in ("required", "requested", "none"):
         raise ConfigError(f"ssl.client.auth={auth!r}: expected required, requested or none")
     if auth != "none":
         ctx.verify_mode = ssl.CERT_REQUIRED if auth == "required" else ssl.CERT_OPTIONAL
-        if config["ssl.truststore.location"]:
-            ctx.load_verify_locations(cafile=str(config["ssl.truststore.location"]))
-        elif config["ssl.truststore.certificates"]:
-            ctx.load_verify_locations(cadata=str(config["ssl.truststore.certificates"]))
+        if settings.ssl_truststore_location:
+            ctx.load_verify_locations(cafile=settings.ssl_truststore_location)
+        elif settings.ssl_truststore_certificates:
+            ctx.load_verify_locations(cadata=settings.ssl_truststore_certificates)
         else:
             raise ConfigError(f"ssl.client.auth={auth} needs ssl.truststore.location or ssl.truststore.certificates")
-    if str(config["ssl.principal.mapping.rules"]) != "DEFAULT":
+    if settings.ssl_principal_mapping_rules != "DEFAULT":
         raise ConfigError("ssl.principal.mapping.rules: only DEFAULT is supported")
     return ctx
 
@@ -60,10 +64,10 @@ def _tls_version(name: str) -> ssl.TLSVersion:
         raise ConfigError(f"ssl.enabled.protocols: {name.strip()!r} is not one of {', '.join(_TLS_VERSIONS)}") from None
 
 
-def _load_keystore(ctx: ssl.SSLContext, config: Mapping[str, Any]) -> None:
-    password = str(config["ssl.key.password"]) or None
-    location = str(config["ssl.keystore.location"])
-    chain, key = str(config["ssl.keystore.certificate.chain"]), str(config["ssl.keystore.key"])
+def _load_keystore(ctx: ssl.SSLContext, settings: BrokerSettings) -> None:
+    password = settings.ssl_key_password or None
+    location = settings.ssl_keystore_location
+    chain, key = settings.ssl_keystore_certificate_chain, settings.ssl_keystore_key
     try:
         if location:
             ctx.load_cert_chain(location, password=password)

@@ -16,6 +16,12 @@ from kafka.protocol.admin import (
     DescribeUserScramCredentialsResponse,
 )
 
+from ads_broker.errors import (
+    DUPLICATE_RESOURCE,
+    RESOURCE_NOT_FOUND,
+    UNACCEPTABLE_CREDENTIAL,
+    UNSUPPORTED_SASL_MECHANISM,
+)
 from ads_broker.protocol.codec import DecodedRequest
 from ads_broker.security.acl import ALTER, CLUSTER, CLUSTER_NAME, DESCRIBE
 from ads_broker.security.scram import (
@@ -27,28 +33,24 @@ from ads_broker.security.scram import (
 )
 
 if TYPE_CHECKING:
-    from ads_broker.broker import Broker
+    from ads_broker.protocol.context import HandlerContext
 
 #: Kafka's ScramMechanism type ids on the wire.
 MECHANISM_IDS = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
 _BY_ID = {v: k for k, v in MECHANISM_IDS.items()}
-UNSUPPORTED_SASL_MECHANISM = 33
-RESOURCE_NOT_FOUND = 91
-DUPLICATE_RESOURCE = 92
-UNACCEPTABLE_CREDENTIAL = 93
 
 
-def _store(broker: Broker) -> CredentialStore:
-    return CredentialStore(broker.replicas.data_dir)
+def _store(ctx: HandlerContext) -> CredentialStore:
+    return CredentialStore(ctx.data_dir)
 
 
-async def handle_describe_user_scram_credentials(broker: Broker,
+async def handle_describe_user_scram_credentials(ctx: HandlerContext,
                                                  req: DecodedRequest) -> DescribeUserScramCredentialsResponse:
     R = DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult
-    if denied := broker.authorize(req, "describe_user_scram_credentials", DESCRIBE, CLUSTER, CLUSTER_NAME):
+    if denied := ctx.authorize(req, "describe_user_scram_credentials", DESCRIBE, CLUSTER, CLUSTER_NAME):
         return DescribeUserScramCredentialsResponse(throttle_time_ms=0, error_code=denied,
                                                     error_message="Cluster authorization failed", results=[])
-    users = _store(broker).users()
+    users = _store(ctx).users()
     wanted = [u.name for u in req.body.users or []]
     names = wanted or sorted(users)
     results = []
@@ -69,13 +71,13 @@ async def handle_describe_user_scram_credentials(broker: Broker,
                                                 results=results)
 
 
-async def handle_alter_user_scram_credentials(broker: Broker,
+async def handle_alter_user_scram_credentials(ctx: HandlerContext,
                                               req: DecodedRequest) -> AlterUserScramCredentialsResponse:
     R = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
-    store = _store(broker)
+    store = _store(ctx)
     body = req.body
     touched = [d.name for d in body.deletions] + [u.name for u in body.upsertions]
-    if denied := broker.authorize(req, "alter_user_scram_credentials", ALTER, CLUSTER, CLUSTER_NAME):
+    if denied := ctx.authorize(req, "alter_user_scram_credentials", ALTER, CLUSTER, CLUSTER_NAME):
         return AlterUserScramCredentialsResponse(throttle_time_ms=0, results=[
             R(user=name, error_code=denied, error_message="Cluster authorization failed")
             for name in dict.fromkeys(touched)])
@@ -122,7 +124,7 @@ async def handle_alter_user_scram_credentials(broker: Broker,
     for name in dict.fromkeys(touched):
         code, message = errors.get(name, (0, None))
         if code:
-            broker.log_client_error(req, "alter_user_scram_credentials", None, error_code=code, user=name[:128],
-                                    detail=message)
+            ctx.log_client_error(req, "alter_user_scram_credentials", None, error_code=code, user=name[:128],
+                                 detail=message)
         results.append(R(user=name, error_code=code, error_message=message))
     return AlterUserScramCredentialsResponse(throttle_time_ms=0, results=results)

@@ -19,7 +19,7 @@ from typing import Any
 
 from kafka.protocol.api_message import ApiMessage
 
-from ads_broker.protocol.codec import SUPPORTED_APIS, decode_request
+from ads_broker.protocol.apis import SUPPORTED_APIS, decode_request
 from tests.fuzz.batches import BatchFactory
 
 INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state")

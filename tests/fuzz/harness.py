@@ -42,7 +42,7 @@ from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 
 from ads_broker.embedded import BrokerProcess, ads_broker_process
-from ads_broker.protocol.codec import SUPPORTED_APIS, decode_request
+from ads_broker.protocol.apis import SUPPORTED_APIS, decode_request
 from tests.fuzz.batches import batch_problem
 from tests.fuzz.frames import (
     BASE_TOPICS,

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from ads_broker.protocol.codec import SUPPORTED_APIS, decode_request
+from ads_broker.protocol.apis import SUPPORTED_APIS, decode_request
 from tests.fuzz.batches import BatchFactory, batch_problem, bomb
 from tests.fuzz.frames import FrameSource, FuzzOptions, RequestGenerator
 

@@ -22,7 +22,7 @@ from kafka.protocol.admin import (
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
 
 from ads_broker.embedded import BrokerProcess, free_port
-from ads_broker.replica_manager import ReplicaManager
+from ads_broker.replication.replica_manager import ReplicaManager
 from tests.integration.broker.rawclient import RawClient
 
 OFFSETS_TOPIC = "__consumer_offsets"

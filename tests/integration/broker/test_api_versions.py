@@ -35,7 +35,7 @@ from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 
 from ads_broker.embedded import BrokerProcess, ads_broker_process
 from ads_broker.log.records import Record, build_batch
-from ads_broker.protocol.codec import SUPPORTED_APIS
+from ads_broker.protocol.apis import SUPPORTED_APIS
 from tests.integration.broker.rawclient import RawClient, fetch_request
 
 UNKNOWN_MEMBER_ID = 25

@@ -8,7 +8,8 @@ import pytest
 from kafka.protocol.metadata import MetadataRequest
 
 from ads_broker.exceptions import MalformedFrameError
-from ads_broker.protocol.codec import ARRAY_BUDGET, decode_request
+from ads_broker.protocol.apis import decode_request
+from ads_broker.protocol.codec import ARRAY_BUDGET
 
 
 def metadata_frame(n: int, version: int) -> bytes:

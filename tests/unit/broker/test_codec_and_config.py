@@ -21,7 +21,8 @@ from ads_broker.coordinator.offsets import (
     partition_for_group,
 )
 from ads_broker.exceptions import ConfigError, MalformedFrameError
-from ads_broker.protocol.codec import SendfileSlice, decode_request, encode_response, splice_records
+from ads_broker.protocol.apis import decode_request
+from ads_broker.protocol.codec import SendfileSlice, encode_response, splice_records
 
 PartitionData = FetchResponse.FetchableTopicResponse.PartitionData
 

@@ -24,7 +24,7 @@ from ads_broker.log.config import LogConfig
 from ads_broker.log.records import Record, build_batch
 from ads_broker.log.segment import read_synced_length
 from ads_broker.producer_ids import ProducerIdManager
-from ads_broker.replica_manager import ReplicaManager
+from ads_broker.replication.replica_manager import ReplicaManager
 from tests.unit.log.helpers import batch, offsets_in, open_log, read_all
 
 # -- the fault file ------------------------------------------------------------------------------

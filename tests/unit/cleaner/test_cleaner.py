@@ -29,7 +29,7 @@ Row = tuple[int, bytes | None, bytes | None]  # offset, key, value
 
 @dataclass
 class FakePartition:
-    """The cleaner's view of a partition (replica_manager.Partition without the network parts)."""
+    """The cleaner's view of a partition (replication.partition.Partition without the network parts)."""
 
     log: Log
     topic: str = "t"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from ads_broker.coordinator import errors
+from ads_broker import errors
 from ads_broker.coordinator.group import GroupCoordinator
 
 from .support import (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ads_broker.coordinator import errors
+from ads_broker import errors
 
 from .support import FakeClock, make_coordinator
 

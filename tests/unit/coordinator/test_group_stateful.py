@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from ads_broker.coordinator import errors
+from ads_broker import errors
 from ads_broker.coordinator.group import JoinResult, SyncResult
 
 from .support import FakeClock, join, make_coordinator, settle, sync

@@ -22,7 +22,7 @@ from ads_broker.coordinator.offsets import OFFSETS_TOPIC, OffsetManager
 from ads_broker.coordinator.transaction import TRANSACTION_STATE_TOPIC, TransactionCoordinator
 from ads_broker.log.records import Record, build_batch
 from ads_broker.producer_ids import ProducerIdManager
-from ads_broker.replica_manager import ReplicaManager
+from ads_broker.replication.replica_manager import ReplicaManager
 
 CONFIG = BrokerConfig.load(None, {"offsets.topic.num.partitions": "1", "transaction.state.log.num.partitions": "1"})
 VALID_KEY = om.encode_key("g", "t", 0)

@@ -16,8 +16,9 @@ import pytest
 
 from ads_broker.config import BrokerConfig
 from ads_broker.log.config import LogConfig
+from ads_broker.log.manager import CLEAN_SHUTDOWN_FILE
 from ads_broker.log.txn_index import AbortedTxn, TxnIndex
-from ads_broker.replica_manager import CLEAN_SHUTDOWN_FILE, ReplicaManager
+from ads_broker.replication.replica_manager import ReplicaManager
 from tests.unit.log.helpers import batch, open_log
 
 
@@ -92,7 +93,7 @@ def test_consuming_the_clean_shutdown_marker_is_fsynced(tmp_path: Path, synced: 
     second = ReplicaManager(data, BrokerConfig.load())
     second.open()
     try:
-        assert second.clean_start
+        assert second.logs.clean_start
         assert False in seen  # the data dir was fsynced after the marker was gone
     finally:
         second.close()

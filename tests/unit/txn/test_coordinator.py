@@ -22,7 +22,7 @@ from ads_broker.coordinator.transaction import TransactionCoordinator, TxnState
 from ads_broker.log.cleaner import LogCleaner
 from ads_broker.log.records import Record, build_batch
 from ads_broker.producer_ids import ProducerIdManager
-from ads_broker.replica_manager import ReplicaManager
+from ads_broker.replication.replica_manager import ReplicaManager
 from tests.unit.log.helpers import Clock
 
 TOPIC = "data"
@@ -278,7 +278,7 @@ def test_compacted_internal_topics_reload_the_same_state_after_cleaning(tmp_path
     cleaner = LogCleaner(lambda: [], now_ms=clock)
     removed = 0
     for topic in (OFFSETS_TOPIC, tx.TRANSACTION_STATE_TOPIC):
-        for p in node.replicas.get_topic(topic).partitions:
+        for p in node.replicas.partitions_of(topic):
             with p.lock:
                 p.log.roll()
             size = p.log.size_bytes

@@ -1,0 +1,125 @@
+"""The one table of the Kafka APIs this broker serves: request class, the version range it
+implements and advertises in ApiVersions, and the handler.
+
+Each range is exercised by librdkafka in the integration tests. SaslHandshake and
+SaslAuthenticate have no handler here: the connection serves them before any other request
+(:mod:`ads_broker.server`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kafka.protocol.admin import (
+    AlterUserScramCredentialsRequest,
+    CreateAclsRequest,
+    CreatePartitionsRequest,
+    CreateTopicsRequest,
+    DeleteAclsRequest,
+    DeleteRecordsRequest,
+    DeleteTopicsRequest,
+    DescribeAclsRequest,
+    DescribeConfigsRequest,
+    DescribeGroupsRequest,
+    DescribeUserScramCredentialsRequest,
+    ListGroupsRequest,
+)
+from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.consumer import (
+    FetchRequest,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    ListOffsetsRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    SyncGroupRequest,
+)
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, FindCoordinatorRequest, MetadataRequest
+from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest,
+    EndTxnRequest,
+    InitProducerIdRequest,
+    ProduceRequest,
+    TxnOffsetCommitRequest,
+)
+from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
+
+from ads_broker.protocol import admin, fetch, groups, metadata, produce, txn
+from ads_broker.protocol.codec import Chunk, DecodedRequest
+from ads_broker.protocol.codec import decode_request as _decode_request
+from ads_broker.security import acl_api, users_api
+
+if TYPE_CHECKING:
+    from ads_broker.protocol.context import HandlerContext
+
+Handler = Callable[["HandlerContext", DecodedRequest], Awaitable[ApiMessage | list[Chunk] | None]]
+
+
+@dataclass(frozen=True)
+class Api:
+    """One API: its request class, the versions served, and the handler (None: the connection's)."""
+
+    request: type[ApiMessage]
+    min_version: int
+    max_version: int
+    handler: Handler | None
+
+
+async def handle_api_versions(ctx: HandlerContext, req: DecodedRequest) -> ApiVersionsResponse:
+    return api_versions_response()
+
+
+_APIS = (
+    Api(ProduceRequest, 3, 9, produce.handle_produce),
+    Api(FetchRequest, 4, 12, fetch.handle_fetch),
+    Api(ListOffsetsRequest, 1, 7, fetch.handle_list_offsets),
+    Api(MetadataRequest, 1, 12, metadata.handle_metadata),
+    Api(OffsetCommitRequest, 2, 8, groups.handle_offset_commit),
+    Api(OffsetFetchRequest, 1, 8, groups.handle_offset_fetch),
+    Api(FindCoordinatorRequest, 0, 4, metadata.handle_find_coordinator),
+    Api(JoinGroupRequest, 0, 9, groups.handle_join_group),
+    Api(HeartbeatRequest, 0, 4, groups.handle_heartbeat),
+    Api(LeaveGroupRequest, 0, 5, groups.handle_leave_group),
+    Api(SyncGroupRequest, 0, 5, groups.handle_sync_group),
+    Api(DescribeGroupsRequest, 0, 5, groups.handle_describe_groups),
+    Api(ListGroupsRequest, 0, 4, groups.handle_list_groups),
+    Api(ApiVersionsRequest, 0, 3, handle_api_versions),
+    Api(CreateTopicsRequest, 2, 7, admin.handle_create_topics),
+    Api(DeleteTopicsRequest, 1, 6, admin.handle_delete_topics),
+    Api(DeleteRecordsRequest, 0, 2, fetch.handle_delete_records),
+    Api(InitProducerIdRequest, 0, 4, produce.handle_init_producer_id),
+    Api(DescribeConfigsRequest, 1, 4, admin.handle_describe_configs),
+    Api(SaslHandshakeRequest, 1, 1, None),  # v0 (raw tokens after the handshake) is not served
+    Api(SaslAuthenticateRequest, 0, 2, None),
+    Api(DescribeUserScramCredentialsRequest, 0, 0, users_api.handle_describe_user_scram_credentials),
+    Api(AlterUserScramCredentialsRequest, 0, 0, users_api.handle_alter_user_scram_credentials),
+    Api(CreatePartitionsRequest, 0, 3, admin.handle_create_partitions),
+    Api(DescribeAclsRequest, 1, 3, acl_api.handle_describe_acls),
+    Api(CreateAclsRequest, 1, 3, acl_api.handle_create_acls),
+    Api(DeleteAclsRequest, 1, 3, acl_api.handle_delete_acls),
+    Api(AddPartitionsToTxnRequest, 0, 3, txn.handle_add_partitions_to_txn),
+    Api(AddOffsetsToTxnRequest, 0, 3, txn.handle_add_offsets_to_txn),
+    Api(EndTxnRequest, 0, 3, txn.handle_end_txn),
+    Api(TxnOffsetCommitRequest, 0, 3, txn.handle_txn_offset_commit),
+)
+
+#: API key -> :class:`Api`.
+APIS: dict[int, Api] = {api.request.API_KEY: api for api in _APIS}
+#: API key -> (request class, min version, max version): what is decoded and advertised.
+SUPPORTED_APIS: dict[int, tuple[type[ApiMessage], int, int]] = {
+    key: (api.request, api.min_version, api.max_version) for key, api in APIS.items()}
+
+
+def decode_request(frame: bytes | bytearray) -> DecodedRequest:
+    """Decode one request frame of an API in the table (see :func:`codec.decode_request`)."""
+    return _decode_request(frame, SUPPORTED_APIS)
+
+
+def api_versions_response(error_code: int = 0) -> ApiVersionsResponse:
+    keys = [ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+            for k, (_, lo, hi) in sorted(SUPPORTED_APIS.items())]
+    return ApiVersionsResponse(error_code=error_code, api_keys=keys, throttle_time_ms=0)

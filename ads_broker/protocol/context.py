@@ -1,0 +1,128 @@
+"""What a request handler may use of the broker (:class:`HandlerContext`).
+
+Handlers get this, never the :class:`~ads_broker.broker.Broker`: they reach partitions only
+through the replica manager's append and read APIs, and neither start, stop nor schedule
+anything. Per-request facts (the client's address, its principal, the listener it came in on)
+are context variables set for the task serving the connection.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from pathlib import Path
+from typing import Any
+
+from ads_broker.config import BrokerConfig
+from ads_broker.coordinator.group import GroupCoordinator
+from ads_broker.coordinator.offsets import OffsetManager
+from ads_broker.coordinator.transaction import TransactionCoordinator
+from ads_broker.exceptions import AuthorizationError, BrokerError
+from ads_broker.faults import BrokerFaults
+from ads_broker.producer_ids import ProducerIdManager
+from ads_broker.protocol.codec import DecodedRequest
+from ads_broker.rejections import RejectionLog
+from ads_broker.replication.replica_manager import ReplicaManager
+from ads_broker.security.acl import DENIED_CODE, NAMES, Authorizer
+from ads_broker.security.context import ANONYMOUS, current_advertised, current_session
+
+_client_host: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
+_rejections = RejectionLog()
+
+
+def set_client_host(client_host: str) -> None:
+    """The address of the client whose request the current task handles."""
+    _client_host.set(client_host)
+
+
+class HandlerContext:
+    """The broker as request handlers see it: settings, identity, the replica manager, the
+    coordinators, producer ids and the authorizer, plus authorization and rejection logging for
+    the current request."""
+
+    def __init__(self, *, config: BrokerConfig, data_dir: Path, replicas: ReplicaManager, groups: GroupCoordinator,
+                 offsets: OffsetManager, txn: TransactionCoordinator, producer_ids: ProducerIdManager,
+                 authorizer: Authorizer | None, faults: BrokerFaults | None) -> None:
+        self.config = config
+        self.data_dir = data_dir
+        self.node_id = config.settings.broker_id
+        self.cluster_id = config.settings.cluster_id
+        self._advertised = config.advertised
+        self.replicas = replicas
+        self.groups = groups
+        self.offsets = offsets
+        self.txn = txn
+        self.producer_ids = producer_ids
+        #: None when ``authorizer.class.name`` is empty: every request is allowed (Kafka without an authorizer).
+        self.authorizer = authorizer
+        #: The chaos tests' fault hook (faults.py, ADS_BROKER_FAULT_FILE); None in normal operation.
+        self.faults = faults
+        self.messages_in = 0
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        """HOST, PORT of the listener the request being handled came in on (issue 12, listeners)."""
+        return current_advertised(self._advertised)
+
+    @property
+    def stopping(self) -> bool:
+        """The broker is shutting down."""
+        return self.replicas.stopping
+
+    def current_client_host(self) -> str:
+        return _client_host.get()
+
+    def metrics_appended(self, records: int) -> None:
+        self.messages_in += records
+
+    # -- authorization (docs/SECURITY.md, "ACLs") -----------------------------------------------
+
+    def _who(self) -> tuple[str, str]:
+        """(principal, client IP) of the current request; the IP without the port, as ACL hosts name it."""
+        session = current_session()
+        principal = session.principal if session is not None else ANONYMOUS
+        peer = (session.client_host if session is not None else "") or _client_host.get()
+        return principal, peer.rpartition(":")[0] or peer
+
+    def allowed(self, operation: int, resource_type: int, name: str) -> bool:
+        """Whether the current request's principal may do ``operation`` on the resource; silent
+        (for filtering what a client sees, as Kafka's ``logIfDenied = false``)."""
+        if self.authorizer is None:
+            return True
+        principal, host = self._who()
+        return self.authorizer.authorize(principal, host, operation, resource_type, name)
+
+    def allowed_any(self, operation: int, resource_type: int) -> bool:
+        """Whether the principal may do ``operation`` on some resource of the type (Kafka's
+        ``authorizeByResourceType``)."""
+        if self.authorizer is None:
+            return True
+        principal, host = self._who()
+        return self.authorizer.authorize_any(principal, host, operation, resource_type)
+
+    def denial(self, operation: int, resource_type: int, name: str) -> AuthorizationError | None:
+        """None if allowed, else the error to answer (Kafka's code for the resource type); the
+        caller logs it through :meth:`log_client_error` (or uses :meth:`authorize`)."""
+        if self.allowed(operation, resource_type, name):
+            return None
+        principal, host = self._who()
+        return AuthorizationError(
+            f"Principal = {principal} is not authorized to {NAMES['operation'][operation]} "
+            f"{NAMES['resource'][resource_type]}:{name} from host = {host}", DENIED_CODE[resource_type])
+
+    def authorize(self, req: DecodedRequest, api: str, operation: int, resource_type: int, name: str,
+                  **fields: Any) -> int:
+        """0 if allowed, else Kafka's error code for the resource type, with one aggregated log line."""
+        error = self.denial(operation, resource_type, name)
+        if error is None:
+            return 0
+        self.log_client_error(req, api, error, principal=self._who()[0], **fields)
+        return error.error_code
+
+    def log_client_error(self, req: DecodedRequest, api: str, error: BrokerError | None, **fields: Any) -> None:
+        """One log line naming the client and the reason for every request-level error."""
+        # Aggregated per (client, api, error code): one request naming 100,000 bad topics, or a
+        # client retrying one all day, writes one line per interval with a count (issue 12, hole 5).
+        code = fields.pop("error_code", error.error_code if error else None)
+        _rejections.warn(_client_host.get(), "request rejected", aggregate_as=f"{api} error {code}", api=api,
+                         client_id=req.client_id, correlation_id=req.correlation_id, error_code=code,
+                         reason=str(error) if error else None, **fields)

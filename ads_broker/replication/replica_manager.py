@@ -1,0 +1,584 @@
+"""The partitions this broker holds, and the topic operations that create and remove them.
+
+Invariants this class keeps:
+
+- Topic metadata is written to the topic store (:mod:`ads_broker.cluster.topics`) *before* a
+  change is visible in the metadata cache, so a crash never leaves a topic that clients saw but the
+  broker forgets.
+- Creating a topic or partitions is all or nothing: if opening any new log fails (EMFILE, ENOSPC,
+  ...) every log opened for it is closed and its directory removed before the error is answered
+  (KAFKA_STORAGE_ERROR), so a failed request leaks no file descriptor and leaves no directory.
+  Requests that would exceed ``max.partitions.per.topic``, ``max.partitions.per.request``,
+  ``max.broker.partitions`` or the process's open-file limit are refused before any file is
+  opened (POLICY_VIOLATION). Internal topics, created by the broker from its own settings, are
+  exempt.
+- The logs themselves (data dir lock, recovery, checkpoints, retention) belong to the
+  :class:`~ads_broker.log.manager.LogManager`.
+- Every append goes through :meth:`ReplicaManager.append_records` (or its client form
+  :meth:`ReplicaManager.append_client_records`), under the partition's lock, stamped with the
+  partition's leader epoch; the :class:`AppendOrigin` decides which checks the log applies. Every
+  read of records goes through :meth:`ReplicaManager.fetch_messages` (long poll included),
+  :meth:`ReplicaManager.list_offset`, :meth:`ReplicaManager.delete_records` or, for coordinators
+  loading their state, :meth:`ReplicaManager.read_all`. Nothing else takes a partition's lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import enum
+import shutil
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+
+from ads_broker.cluster.metadata_cache import MetadataCache
+from ads_broker.cluster.topics import Topic, TopicStore, validate_topic_name
+from ads_broker.config import BrokerConfig, validate_topic_configs
+from ads_broker.exceptions import (
+    BrokerError,
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    PolicyViolationError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from ads_broker.log.cleaner import CleanablePartition
+from ads_broker.log.config import TOPIC_CONFIG_KEYS, LogConfig
+from ads_broker.log.log import AppendInfo, FileSlice, TxnVerifier, ValidatedBatch
+from ads_broker.log.manager import FDS_PER_NEW_PARTITION, MIN_FD_RESERVE, LogManager, fd_headroom
+from ads_broker.log.records import ATTRIBUTES_OFFSET, COMPRESSION_CODEC_MASK, RECORD_BATCH_OVERHEAD
+from ads_broker.log.txn_index import AbortedTxn
+from ads_broker.replication.partition import Partition
+
+log = structlog.get_logger("ads_broker.replica_manager")
+
+#: Batches up to this size are appended on the event loop when their partition is idle (see
+#: ReplicaManager.append_client_records); a page-cache write of 32 KiB costs ~20-50 µs here, a
+#: writer-thread round trip more.
+INLINE_APPEND_BYTES = 32 * 1024
+#: Uncompressed client batches up to this size are validated on the event loop (see _validate).
+INLINE_VALIDATE_BYTES = 32 * 1024
+#: Bytes a coordinator reads per step while loading its state (:meth:`ReplicaManager.read_all`).
+LOAD_CHUNK_BYTES = 1 << 20
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+READ_COMMITTED = 1
+
+
+class AppendOrigin(enum.Enum):
+    """Who appends (Kafka's ``AppendOrigin``); it decides which checks the log applies."""
+
+    #: Produce: every client rule (validation, idempotent dedupe, transaction verification).
+    CLIENT = "client"
+    #: The group and transaction coordinators' own batches and transaction markers (CRC only).
+    COORDINATOR = "coordinator"
+    #: A follower copying its leader's batches (replication; not accepted yet).
+    REPLICATION = "replication"
+
+
+@dataclass(frozen=True)
+class EndTxnMarker:
+    """A COMMIT or ABORT control batch for ``producer_id`` (the coordinator's WriteTxnMarkers)."""
+
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    coordinator_epoch: int
+
+
+@dataclass(frozen=True)
+class FetchPartition:
+    """What a fetch asks of one partition; ``error`` set: answered with it, not read."""
+
+    topic: str
+    partition: int
+    fetch_offset: int
+    max_bytes: int
+    error: BrokerError | None = None
+
+
+@dataclass
+class PartitionRead:
+    """One partition's part of a fetch: its offsets and the batches read, or the error."""
+
+    error: BrokerError | None = None
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    slices: list[FileSlice] = field(default_factory=list)
+    #: Aborted transactions overlapping the batches read (read_committed only, else None).
+    aborted: list[AbortedTxn] | None = None
+
+
+class ReplicaManager:
+    """Owns every partition of this broker; topic metadata lives in :attr:`metadata` and
+    :attr:`topic_store`, logs in :attr:`logs`."""
+
+    def __init__(self, data_dir: Path, config: BrokerConfig, *, record_synced_length: bool = False) -> None:
+        self.data_dir = data_dir
+        self.config = config
+        self.metadata = MetadataCache()
+        self.topic_store = TopicStore(data_dir)
+        #: Topic name -> its partitions on this broker, by index (the same topics as ``metadata``).
+        self._partitions: dict[str, list[Partition]] = {}
+        self.logs = LogManager(data_dir, config, self.partitions_snapshot, record_synced_length=record_synced_length)
+        #: Re-checks a transactional batch against its coordinator under the partition lock
+        #: (the transaction coordinator's ``verify_append``); None: no transactions to check.
+        self.verify_txn: TxnVerifier | None = None
+        #: Writer threads for large appends and log maintenance (the event loop never waits on a
+        #: large write or an fsync).
+        self.writers = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="log-append")
+        self.fetch_waiters: set[asyncio.Future[None]] = set()
+        #: Set at shutdown: long polls return at once.
+        self.stopping = False
+
+    @property
+    def topics(self) -> dict[str, Topic]:
+        return self.metadata.topics
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def open(self) -> None:
+        self.logs.start_loading()
+        started = time.monotonic()
+        for topic in self.topic_store.read():
+            self._load_topic(topic)
+        self.logs.finish_loading()
+        log.info("logs loaded", topics=len(self.topics), clean_shutdown=self.logs.clean_start,
+                 seconds=round(time.monotonic() - started, 3), data_dir=str(self.data_dir))
+
+    def close(self) -> None:
+        self.writers.shutdown(wait=True)
+        self.logs.shutdown()
+
+    def begin_shutdown(self) -> None:
+        """Answer every long-polling fetch now; new ones do not wait."""
+        self.stopping = True
+        for fut in list(self.fetch_waiters):
+            if not fut.done():
+                fut.set_result(None)
+
+    def _load_topic(self, topic: Topic) -> None:
+        config = self.logs.log_config(topic.configs, internal=topic.internal)
+        self._partitions[topic.name] = [Partition(topic.name, index, self.logs.load_log(topic.name, index, config))
+                                        for index in range(topic.num_partitions)]
+        self.metadata.add(topic)
+
+    def _write_topic_metadata(self) -> None:
+        self.topic_store.write(self.metadata.all_topics())
+
+    # -- topic operations --------------------------------------------------------------------
+
+    def create_topic(self, name: str, num_partitions: int, replication_factor: int,
+                     configs: dict[str, str | None], *, validate_only: bool = False,
+                     internal: bool = False, in_request: int = 0) -> Topic | None:
+        """Create a topic (all or nothing, see the module docstring); ``in_request`` is the number
+        of partitions the same request created before this topic (``max.partitions.per.request``)."""
+        validate_topic_name(name)
+        if name in self.metadata:
+            raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+        if num_partitions == -1:
+            num_partitions = self.config.settings.num_partitions
+        if num_partitions < 1:
+            raise InvalidPartitionsError(f"number of partitions must be at least 1, got {num_partitions}")
+        if replication_factor == -1:
+            replication_factor = self.config.settings.default_replication_factor
+        if replication_factor != 1:
+            raise InvalidReplicationFactorError(
+                f"replication factor {replication_factor} is larger than the 1 available broker")
+        overrides = validate_topic_configs(configs, TOPIC_CONFIG_KEYS)
+        config = self.logs.log_config(overrides, internal=internal)  # raises InvalidConfigurationError on bad values
+        if not internal:
+            self.check_partition_limits(name, 0, num_partitions, in_request=in_request)
+        if validate_only:
+            return None
+        partitions: list[Partition] = []
+        self._open_new_partitions(name, partitions, num_partitions, config)
+        topic = Topic(name, uuid.uuid4(), overrides, num_partitions, internal)
+        self.metadata.add(topic)
+        self._partitions[name] = partitions
+        try:
+            self._write_topic_metadata()
+        except BaseException:
+            # Not in the metadata file means gone after a restart: never serve (or ack) it.
+            self.metadata.remove(name)
+            del self._partitions[name]
+            self._discard_partitions(partitions)
+            raise
+        log.info("topic created", topic=name, partitions=num_partitions, configs=overrides)
+        return topic
+
+    def check_partition_limits(self, name: str, current: int, total: int, *, in_request: int = 0) -> None:
+        """Refuse growing ``name`` from ``current`` to ``total`` partitions beyond the broker's
+        partition limits or its open-file limit (POLICY_VIOLATION), before any file is opened."""
+        new = total - current
+        per_topic = self.config.settings.max_partitions_per_topic
+        if total > per_topic:
+            raise PolicyViolationError(
+                f"topic {name!r} would have {total} partitions; max.partitions.per.topic is {per_topic}")
+        per_request = self.config.settings.max_partitions_per_request
+        if in_request + new > per_request:
+            raise PolicyViolationError(
+                f"this request would create {in_request + new} partitions (topic {name!r}: {new}); "
+                f"max.partitions.per.request is {per_request}: send fewer per request")
+        held = self.metadata.partition_count()
+        per_broker = self.config.settings.max_broker_partitions
+        if held + new > per_broker:
+            raise PolicyViolationError(
+                f"the broker holds {held} partitions and {new} more for topic {name!r} would exceed "
+                f"max.broker.partitions={per_broker}")
+        fds = fd_headroom()
+        if fds is None:
+            return
+        in_use, limit = fds
+        needed = new * FDS_PER_NEW_PARTITION
+        reserve = max(MIN_FD_RESERVE, limit // 10)
+        if in_use + needed + reserve > limit:
+            raise PolicyViolationError(
+                f"{new} new partitions for topic {name!r} need about {needed} file descriptors; {in_use} of the "
+                f"broker's RLIMIT_NOFILE={limit} are in use and {reserve} are kept free: raise the open-file "
+                "limit (ulimit -n) or create fewer partitions")
+
+    def _open_new_partitions(self, name: str, partitions: list[Partition], total: int, config: LogConfig) -> None:
+        """Append partitions ``len(partitions) .. total-1`` of topic ``name`` to ``partitions``; if any
+        fails to open, close and remove the ones opened here (and the failed one's directory) first."""
+        first = len(partitions)
+        try:
+            for index in range(first, total):
+                partitions.append(Partition(name, index, self.logs.create_log(name, index, config)))
+        except Exception as e:
+            failed = len(partitions)
+            self._discard_partitions(partitions[first:])
+            del partitions[first:]
+            shutil.rmtree(self.logs.log_dir(name, failed), ignore_errors=True)
+            log.warning("partition creation failed; removed the partitions opened for it", topic=name,
+                        failed_partition=failed, removed=failed - first, error=str(e))
+            if isinstance(e, OSError):
+                raise KafkaStorageError(f"could not create partition {failed} of topic {name!r}: {e}; "
+                                        "nothing was created") from e
+            raise
+
+    def _discard_partitions(self, partitions: Iterable[Partition]) -> None:
+        """Close and delete the logs of partitions no client has seen, whatever each one raises."""
+        for partition in partitions:
+            try:
+                self.logs.delete_log(partition)
+            except Exception:
+                log.exception("removing a partially created partition failed", topic=partition.topic,
+                              partition=partition.index, dir=str(partition.log.dir))
+
+    def ensure_not_internal(self, name: str, action: str) -> None:
+        self.metadata.ensure_not_internal(name, action)
+
+    def delete_topic(self, name: str) -> None:
+        self.get_topic(name)
+        self.ensure_not_internal(name, "delete")
+        self.metadata.remove(name)
+        partitions = self._partitions.pop(name)
+        self._write_topic_metadata()
+        for partition in partitions:
+            partition.notify()
+            self.logs.delete_log(partition)
+        log.info("topic deleted", topic=name)
+
+    def create_partitions(self, name: str, count: int, *, validate_only: bool = False, in_request: int = 0) -> None:
+        """Grow ``name`` to ``count`` partitions (all or nothing); ``in_request`` as in ``create_topic``."""
+        topic = self.get_topic(name)
+        self.ensure_not_internal(name, "change the partition count of")
+        current = topic.num_partitions
+        if count <= current:
+            raise InvalidPartitionsError(
+                f"topic {name!r} has {current} partitions; the new count {count} must be larger")
+        self.check_partition_limits(name, current, count, in_request=in_request)
+        if validate_only:
+            return
+        partitions = self._partitions[name]
+        self._open_new_partitions(name, partitions, count, self.logs.log_config(topic.configs))
+        topic.num_partitions = count
+        try:
+            self._write_topic_metadata()
+        except BaseException:
+            topic.num_partitions = current
+            self._discard_partitions(partitions[current:])
+            del partitions[current:]
+            raise
+        log.info("partitions created", topic=name, old=current, new=count)
+
+    def get_topic(self, name: str) -> Topic:
+        return self.metadata.get_topic(name)
+
+    def partitions_of(self, topic: str) -> list[Partition]:
+        """The partitions of ``topic`` on this broker, by index."""
+        self.get_topic(topic)  # UNKNOWN_TOPIC_OR_PARTITION, as for every other lookup
+        return self._partitions[topic]
+
+    def get_partition(self, topic: str, index: int) -> Partition:
+        partitions = self.partitions_of(topic)
+        if not 0 <= index < len(partitions):
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {index}")
+        return partitions[index]
+
+    def get_or_create_topic(self, name: str) -> Topic:
+        """The topic, auto-created with broker defaults when ``auto.create.topics.enable``."""
+        topic = self.metadata.get(name)
+        if topic is not None:
+            return topic
+        if not self.config.settings.auto_create_topics_enable:
+            raise UnknownTopicOrPartitionError(f"unknown topic {name!r} (auto.create.topics.enable=false)")
+        created = self.create_topic(name, -1, -1, {})
+        assert created is not None
+        return created
+
+    def all_partitions(self) -> Iterator[Partition]:
+        """Every partition, iterating copies: maintenance runs on writer threads while the event
+        loop may create or delete topics."""
+        for partitions in list(self._partitions.values()):
+            yield from list(partitions)
+
+    def partitions_snapshot(self) -> list[CleanablePartition]:
+        """Every partition, as a list (the log manager's and the cleaner's view)."""
+        return list(self.all_partitions())
+
+    def effective_configs(self, name: str) -> tuple[dict[str, str], set[str]]:
+        """(config values, names that were set explicitly on the topic)."""
+        topic = self.get_topic(name)
+        return self.logs.log_config(topic.configs).to_topic_config(), set(topic.configs)
+
+    # -- appends -----------------------------------------------------------------------------
+
+    def append_records(self, partition: Partition, records: bytes | EndTxnMarker, origin: AppendOrigin,
+                       validated: ValidatedBatch | None = None) -> AppendInfo:
+        """Append ``records`` (or a transaction marker) to ``partition`` on the caller's thread, under
+        its lock, at its leader epoch; then wake long polls on it. The coordinators call this on
+        the event loop, so their state change and its record are one step for other requests."""
+        with partition.lock:
+            info = self._append_locked(partition, records, origin, validated)
+        self._appended(partition, info)
+        return info
+
+    async def append_client_records(self, partition: Partition, records: bytes) -> AppendInfo:
+        """Validate and append a client's batch (:data:`AppendOrigin.CLIENT`).
+
+        A small batch whose partition lock is free is appended right on the event loop: its
+        ``write()`` costs less than handing it to a writer thread and back (~0.1 ms), which is
+        what a small request pays per partition (a transactional producer flushing at each commit
+        sends many). Anything larger, or a partition busy on a writer thread, goes to the writer
+        threads, so a large ``write()`` never stalls the loop.
+        """
+        validated = await self._validate(partition, records)
+        origin = AppendOrigin.CLIENT
+        if len(records) <= INLINE_APPEND_BYTES and partition.lock.acquire(blocking=False):
+            try:
+                info = self._append_locked(partition, records, origin, validated)
+            finally:
+                partition.lock.release()
+        else:
+            def locked_append() -> AppendInfo:
+                with partition.lock:
+                    return self._append_locked(partition, records, origin, validated)
+
+            info = await asyncio.get_running_loop().run_in_executor(self.writers, locked_append)
+        self._appended(partition, info)
+        return info
+
+    @staticmethod
+    async def _validate(partition: Partition, records: bytes) -> ValidatedBatch:
+        """Check the batch's records before the partition lock is taken, off the event loop when that
+        means decompressing or walking many records (issue 12: a decompression bomb must neither stall
+        other clients nor hold a partition lock). Small uncompressed batches are checked inline: a
+        thread round trip costs more than walking 32 KiB of records."""
+        if len(records) > INLINE_VALIDATE_BYTES or (
+            len(records) >= RECORD_BATCH_OVERHEAD and records[ATTRIBUTES_OFFSET + 1] & COMPRESSION_CODEC_MASK
+        ):
+            return await asyncio.get_running_loop().run_in_executor(None, partition.log.validate_client_batch,
+                                                                    records)
+        return partition.log.validate_client_batch(records)
+
+    def _append_locked(self, partition: Partition, records: bytes | EndTxnMarker, origin: AppendOrigin,
+                       validated: ValidatedBatch | None) -> AppendInfo:
+        """The one place a partition's log is appended to (caller holds the lock)."""
+        plog, epoch = partition.log, partition.leader_epoch
+        if isinstance(records, EndTxnMarker):
+            if origin is not AppendOrigin.COORDINATOR:
+                raise ValueError(f"transaction markers come from the coordinator, not {origin.value}")
+            return plog.append_end_txn_marker(records.producer_id, records.producer_epoch, records.commit,
+                                              records.coordinator_epoch, epoch)
+        if origin is AppendOrigin.CLIENT:
+            return plog.append_as_leader(records, epoch, self.verify_txn, validated)
+        if origin is AppendOrigin.COORDINATOR:
+            return plog.append_internal(records, epoch)
+        raise NotImplementedError(f"{origin.value} appends need replication (issue 13)")
+
+    @staticmethod
+    def _appended(partition: Partition, info: AppendInfo) -> None:
+        if not info.duplicate:
+            partition.notify()
+
+    # -- reads -------------------------------------------------------------------------------
+
+    async def fetch_messages(self, wanted: list[FetchPartition], *, max_bytes: int, min_bytes: int,
+                             max_wait_ms: int, isolation_level: int) -> list[PartitionRead]:
+        """Read ``wanted`` (Kafka's ``fetchMessages``), waiting up to ``max_wait_ms`` until at least
+        ``min_bytes`` (at least 1) are there; an error in any partition answers at once.
+
+        The long poll wakes on the first append to any wanted partition, at the deadline, or at
+        shutdown, and then reads everything again.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(max_wait_ms, 0) / 1000.0
+        while True:
+            results, total, errors = self._read_partitions(wanted, max_bytes, isolation_level)
+            timeout = deadline - loop.time()
+            if total >= max(min_bytes, 1) or errors or timeout <= 0 or self.stopping:
+                return results
+            await self._wait_for_append(self._existing(wanted), timeout)
+
+    def _read_partitions(self, wanted: list[FetchPartition], max_bytes: int,
+                         isolation_level: int) -> tuple[list[PartitionRead], int, bool]:
+        """One pass over the wanted partitions: (results, bytes found, any error)."""
+        remaining = max_bytes
+        total = 0
+        errors = False
+        first_with_data = True
+        results = []
+        for want in wanted:
+            read: PartitionRead | None = None
+            try:
+                if want.error is not None:
+                    raise want.error
+                partition = self.get_partition(want.topic, want.partition)
+                read = self._read(partition, want.fetch_offset, min(want.max_bytes, remaining), isolation_level,
+                                  first_with_data)
+                if read.error is not None:
+                    raise read.error
+                size = sum(s.size for s in read.slices)
+                if size:
+                    first_with_data = False
+                    remaining -= size
+                    total += size
+            except BrokerError as e:
+                if read is None or read.error is not e:
+                    read = PartitionRead(error=e)
+                errors = True
+            results.append(read)
+        return results, total, errors
+
+    @staticmethod
+    def _read(partition: Partition, fetch_offset: int, limit: int, isolation_level: int,
+              first_with_data: bool) -> PartitionRead:
+        """Read one partition; an error (OFFSET_OUT_OF_RANGE) still carries its offsets, as in Kafka."""
+        with partition.lock:
+            plog = partition.log
+            read = PartitionRead(high_watermark=partition.high_watermark,
+                                 last_stable_offset=partition.last_stable_offset,
+                                 log_start_offset=plog.log_start_offset)
+            try:
+                upper = _upper_bound(partition, isolation_level)
+                if limit > 0 or first_with_data:
+                    read.slices = list(plog.read(fetch_offset, max(limit, 0), max_offset=upper,
+                                                 min_one_batch=first_with_data))
+                if isolation_level == READ_COMMITTED:
+                    read.aborted = plog.collect_aborted_txns(fetch_offset, upper) if read.slices else []
+            except BrokerError as e:
+                read.error = e
+        return read
+
+    def _existing(self, wanted: list[FetchPartition]) -> list[Partition]:
+        out = []
+        for want in wanted:
+            try:
+                out.append(self.get_partition(want.topic, want.partition))
+            except BrokerError:
+                continue
+        return out
+
+    async def _wait_for_append(self, partitions: list[Partition], timeout: float) -> None:
+        """Wait for the first append to any of ``partitions``, ``timeout`` seconds, or shutdown."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for partition in partitions:
+            partition.waiters.add(waiter)
+        self.fetch_waiters.add(waiter)
+        try:
+            await asyncio.wait_for(waiter, timeout)
+        except TimeoutError:
+            pass
+        finally:
+            self.fetch_waiters.discard(waiter)
+            for partition in partitions:
+                partition.waiters.discard(waiter)
+
+    async def list_offset(self, partition: Partition, timestamp: int, isolation_level: int) -> tuple[int, int]:
+        """ListOffsets: (timestamp, offset) for ``timestamp``, EARLIEST, LATEST or MAX_TIMESTAMP;
+        (-1, -1) if no record matches, timestamp -1 for EARLIEST and LATEST."""
+        if timestamp in (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP):
+            with partition.lock:
+                return -1, (partition.log.log_start_offset if timestamp == EARLIEST_TIMESTAMP
+                            else _upper_bound(partition, isolation_level))
+        # A timestamp lookup decodes a batch: on a thread, so the lock is never held by the
+        # event loop while a (bounded, but possibly large) batch is decompressed.
+        return await asyncio.get_running_loop().run_in_executor(None, _offset_for_timestamp, partition, timestamp)
+
+    @staticmethod
+    def delete_records(partition: Partition, offset: int) -> int:
+        """DeleteRecords: raise the log start offset to ``offset`` (-1: the high watermark);
+        returns the new low watermark."""
+        with partition.lock:
+            high_watermark = partition.high_watermark
+            # -1 means "up to the high watermark" (Kafka's DeleteRecordsRequest.HIGH_WATERMARK).
+            target = high_watermark if offset == -1 else offset
+            if target < 0 or target > high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"cannot delete records of {partition.topic}-{partition.index} before offset "
+                    f"{offset}: the high watermark is {high_watermark}")
+            return partition.log.delete_records_before(target)
+
+    @staticmethod
+    def read_all(partition: Partition) -> Iterator[bytes]:
+        """Every batch from the log start to the log end, in chunks of whole batches (a
+        coordinator loading its state from an internal topic). The lock is held per chunk."""
+        with partition.lock:
+            offset = partition.log.log_start_offset
+        while True:
+            with partition.lock:
+                end = partition.log.log_end_offset
+                if offset >= end:
+                    return
+                slices = partition.log.read(offset, LOAD_CHUNK_BYTES, max_offset=end)
+                if not slices:
+                    return
+                data = b"".join(s.read_bytes() for s in slices)
+            yield data
+            offset = _next_offset(data, offset)
+
+
+def _upper_bound(partition: Partition, isolation_level: int) -> int:
+    return partition.last_stable_offset if isolation_level == READ_COMMITTED else partition.high_watermark
+
+
+def _offset_for_timestamp(partition: Partition, ts: int) -> tuple[int, int]:
+    """(timestamp, offset) for ListOffsets by timestamp or MAX_TIMESTAMP; (-1, -1) if none."""
+    with partition.lock:
+        if ts == MAX_TIMESTAMP:
+            return partition.log.max_timestamp_and_offset()
+        found = partition.log.offset_for_timestamp(ts)
+    return (-1, -1) if found is None else (found[1], found[0])
+
+
+def _next_offset(data: bytes, offset: int) -> int:
+    """The offset after the last batch in ``data`` (whole batches), or ``offset`` if none."""
+    pos = 0
+    while pos + 12 <= len(data):
+        size = 12 + int.from_bytes(data[pos + 8 : pos + 12], "big")
+        offset = int.from_bytes(data[pos : pos + 8], "big", signed=True) + \
+            int.from_bytes(data[pos + 23 : pos + 27], "big", signed=True) + 1
+        pos += size
+    return offset
