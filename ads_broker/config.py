@@ -274,6 +274,12 @@ class BrokerSettings:
     super_users: str
     allow_everyone_if_no_acl_found: bool
     request_max_array_elements: int
+    # cluster mode (ZooKeeper)
+    zookeeper_connect: str
+    zookeeper_session_timeout_ms: int
+    zookeeper_connection_timeout_ms: int
+    unclean_leader_election_enable: bool
+    controlled_shutdown_enable: bool
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> BrokerSettings:

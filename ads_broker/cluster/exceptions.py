@@ -6,6 +6,7 @@ client would see if the error reached a request handler.
 
 from __future__ import annotations
 
+from ads_broker import errors
 from ads_broker.exceptions import BrokerError
 
 
@@ -20,7 +21,7 @@ class ZooKeeperUnavailableError(ClusterError):
 class InconsistentClusterIdError(ClusterError):
     """This broker's ``cluster.id`` differs from the one stored in ZooKeeper (INCONSISTENT_CLUSTER_ID)."""
 
-    error_code = 104
+    error_code = errors.INCONSISTENT_CLUSTER_ID
 
 
 class BrokerIdInUseError(ClusterError):
@@ -31,11 +32,11 @@ class ControllerMovedError(ClusterError):
     """The write came from a controller whose epoch is no longer current: it must step down
     (NOT_CONTROLLER to clients; STALE_CONTROLLER_EPOCH between brokers)."""
 
-    error_code = 41
+    error_code = errors.NOT_CONTROLLER
 
 
 class PartitionEpochError(ClusterError):
     """A partition-state write based on an old znode version (partition epoch): someone wrote the
     state since it was read (INVALID_UPDATE_VERSION, as Kafka's AlterPartition answers)."""
 
-    error_code = 95
+    error_code = errors.INVALID_UPDATE_VERSION

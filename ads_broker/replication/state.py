@@ -51,6 +51,7 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from ads_broker import errors
 from ads_broker.replication.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET, LeaderEpochFileCache
 
 __all__ = [
@@ -89,21 +90,22 @@ ACKS_ALL = -1
 
 
 class Errors(enum.IntEnum):
-    """The Kafka error codes these rules answer with (values are Kafka's)."""
+    """The Kafka error codes these rules answer with: a typed subset of the broker's one table,
+    :mod:`ads_broker.errors`."""
 
-    NONE = 0
-    OFFSET_OUT_OF_RANGE = 1
-    LEADER_NOT_AVAILABLE = 5
-    NOT_LEADER_OR_FOLLOWER = 6
-    STALE_CONTROLLER_EPOCH = 11
-    NOT_ENOUGH_REPLICAS = 19
-    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
-    OPERATION_NOT_ATTEMPTED = 55
-    OFFSET_NOT_AVAILABLE = 78
-    FENCED_LEADER_EPOCH = 74
-    UNKNOWN_LEADER_EPOCH = 75
-    INVALID_UPDATE_VERSION = 95
-    INELIGIBLE_REPLICA = 107
+    NONE = errors.NONE
+    OFFSET_OUT_OF_RANGE = errors.OFFSET_OUT_OF_RANGE
+    LEADER_NOT_AVAILABLE = errors.LEADER_NOT_AVAILABLE
+    NOT_LEADER_OR_FOLLOWER = errors.NOT_LEADER_OR_FOLLOWER
+    STALE_CONTROLLER_EPOCH = errors.STALE_CONTROLLER_EPOCH
+    NOT_ENOUGH_REPLICAS = errors.NOT_ENOUGH_REPLICAS
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    OPERATION_NOT_ATTEMPTED = errors.OPERATION_NOT_ATTEMPTED
+    OFFSET_NOT_AVAILABLE = errors.OFFSET_NOT_AVAILABLE
+    FENCED_LEADER_EPOCH = errors.FENCED_LEADER_EPOCH
+    UNKNOWN_LEADER_EPOCH = errors.UNKNOWN_LEADER_EPOCH
+    INVALID_UPDATE_VERSION = errors.INVALID_UPDATE_VERSION
+    INELIGIBLE_REPLICA = errors.INELIGIBLE_REPLICA
 
 
 @dataclass(frozen=True)
