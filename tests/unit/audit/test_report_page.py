@@ -92,7 +92,7 @@ def _chromium() -> str:
 
 def _headless(chromium: str, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     # --no-sandbox: the tests run as root in CI; the page is our own file.
-    return subprocess.run(  # noqa: S603 - fixed argv, our own file
+    return subprocess.run(
         [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
          "--no-first-run", f"--user-data-dir={home}", "--window-size=1280,2400", *args],
         capture_output=True, text=True, timeout=120, check=False, env={**os.environ, "HOME": str(home)})
