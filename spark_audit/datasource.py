@@ -34,7 +34,7 @@ Options (all strings, as Spark passes them):
   the task (:func:`spark_audit.message_ids.classify_arrow`): the audit reads a topic once, with no
   second scan for keyless records (default ``false``: the raw key).
 - ``kafka.<name>``: any other librdkafka consumer setting, passed through (it wins over the fetch
-  sizes each task sets for its range, :func:`range_fetch_config`).
+  prefetch limit each task sets for its range, :func:`range_fetch_config`).
 """
 
 from __future__ import annotations
@@ -209,23 +209,18 @@ class KafkaReader(DataSourceReader):
         return read_range(self.options, partition)
 
 
-#: Bytes per partition in one fetch response (librdkafka's default is 1 MiB: ~4,000 events of
-#: ~250 bytes, one broker round trip each; with 16 MiB the broker spent about half the CPU per
-#: event, docs/BENCHMARKS.md).
-FETCH_PARTITION_BYTES = 16 << 20
-#: librdkafka keeps fetching ahead until this many records are queued (its default 100,000).
-_PREFETCH_RECORDS = 100_000
+#: How far a task's consumer fetches ahead (librdkafka's ``queued.min.messages``, default 100,000):
+#: two ``consume()`` batches keep the pipeline full, and a split that ends inside a partition does
+#: not read and parse up to 100,000 records of the next split for nothing (16 % of a 625k split).
+_PREFETCH_RECORDS = 2 * _ARROW_BATCH_ROWS
 
 
 def range_fetch_config(part: OffsetRangePartition) -> dict[str, Any]:
-    """librdkafka fetch settings for reading ``part`` alone: large fetches (few round trips to the
-    broker), and no prefetch past the range's end (the consumer would read and parse up to 100,000
-    records of the next split for nothing)."""
-    return {
-        "max.partition.fetch.bytes": FETCH_PARTITION_BYTES,
-        "fetch.max.bytes": 4 * FETCH_PARTITION_BYTES,
-        "queued.min.messages": max(1, min(_PREFETCH_RECORDS, part.end - part.start)),
-    }
+    """librdkafka settings for reading ``part`` alone: no prefetch far past the range's end.
+
+    Fetch sizes stay librdkafka's (1 MiB per partition): 16 MiB fetches cost the consumer ~0.3
+    CPU-s more per 1M events and were not faster (docs/BENCHMARKS.md)."""
+    return {"queued.min.messages": max(1, min(_PREFETCH_RECORDS, part.end - part.start))}
 
 
 def read_range(options: Mapping[str, str], part: OffsetRangePartition) -> Iterator[Any]:
