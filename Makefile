@@ -6,8 +6,9 @@ PIP    := $(VENV)/bin/pip
 # System packages the test suite starts for real (ZooKeeper for cluster mode, a JRE for Spark).
 APT_PACKAGES := openjdk-17-jre-headless
 # The tests add Debian's Prometheus: promtool checks and unit-tests ops/prometheus, and a real
-# server scrapes a live worker in tests/ops; kcat drives ads-broker in tests/integration/compat.
-APT_TEST_PACKAGES := $(APT_PACKAGES) prometheus zookeeper kcat
+# server scrapes a live worker in tests/ops; kcat drives ads-broker in tests/integration/compat;
+# chromium renders the audit report.
+APT_TEST_PACKAGES := $(APT_PACKAGES) prometheus zookeeper kcat chromium
 # checkov pins its own `hcl2` fork, which clashes with python-hcl2 in .venv: it gets a venv of its own.
 CHECKOV_VENV := .venv-checkov
 
@@ -38,9 +39,9 @@ apt-deps:
 	  SUDO=$$(command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq $(APT_PACKAGES); }
 
-# The same, plus what only the tests start (promtool, prometheus, ZooKeeper); installed when one is missing.
+# The same, plus what only the tests start (promtool, prometheus, ZooKeeper, kcat, chromium); installed when one is missing.
 apt-test-deps:
-	@{ command -v java && command -v promtool && command -v prometheus && command -v kcat && [ -e /usr/share/java/zookeeper.jar ]; } >/dev/null 2>&1 || { \
+	@{ command -v java && command -v promtool && command -v prometheus && command -v kcat && command -v chromium && [ -e /usr/share/java/zookeeper.jar ]; } >/dev/null 2>&1 || { \
 	  SUDO=$$(command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends $(APT_TEST_PACKAGES); }
 

@@ -1,14 +1,18 @@
 """Benchmark: the duplicate audit reading its topics from a broker (the ``kafka_confluent`` source).
 
-    .venv/bin/python bench/audit_kafka_throughput.py --events 300000
+    .venv/bin/python bench/audit_kafka_throughput.py --events 1000000 --data-dir /tmp/akb-1m
 
 The headline benchmark (bench/audit_throughput.py) audits Parquet exports; this one measures the
-broker read path, which is bound by Python (each Spark task runs a confluent-kafka consumer and
-builds Arrow batches in a Python worker). It starts an ads-broker (or uses ``--bootstrap``),
-produces N events with the same shape as the Parquet benchmark (0.6 % retries, gaps 5 s to 2 h)
-to an input topic and the deduplicated copy to an output topic, then audits the day on
-``local[2]``. Reported: events/s of the whole audit, and of reading the input topic alone (a count
-over the source, which reads every record through the Python workers).
+broker read path. It starts an ads-broker (or uses ``--bootstrap``), produces N events with the
+same shape as the Parquet benchmark (0.6 % retries, gaps 5 s to 2 h) to an input topic and the
+deduplicated copy to an output topic (``--data-dir``: kept, and reused by the next run), writes
+the input topic to Parquet once, then, in one Spark session on ``local[2]``, reads the input topic
+from the broker and the same records from Parquet side by side, ``--rounds`` times (round 1 is
+the session's first query: it pays the JIT and the Python workers' start), and audits the day.
+
+Reported per read: wall time, events/s, CPU seconds of the driver JVM (the executors run in it),
+of the Python workers (the consumers and the Arrow batches) and of the broker, the Parquet/broker
+time ratio, and the load average (the machine is shared: CPU seconds are the steadier number).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -23,6 +28,8 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+from audit_throughput import cpu_s, driver_jvm_pid, python_workers_cpu_s
 
 from ads_broker.embedded import ads_broker_process
 from spark_audit.api import run_config
@@ -84,65 +91,105 @@ def touch(df: Any) -> int:
     return int(row["n"])
 
 
+def _read(name: str, df: Any, cpu: Any) -> dict[str, Any]:
+    """Read every record of ``df`` (key, value, timestamp), timed, with the CPU each process spent."""
+    before, load0, t0 = cpu(), os.getloadavg()[0], time.monotonic()
+    n = touch(df)
+    wall = time.monotonic() - t0
+    spent = [round(b - a, 1) for a, b in zip(before, cpu(), strict=True)]
+    return {"read": name, "events": n, "wall_s": round(wall, 2), "events_per_s": round(n / wall),
+            "cpu_s": dict(zip(("jvm", "python_workers", "broker"), spent, strict=True)),
+            "cpu_s_per_million": round(sum(spent) / n * 1e6, 2),
+            "load_avg_1m": [round(load0, 1), round(os.getloadavg()[0], 1)]}
+
+
+def _produced(data_dir: Path, bootstrap: str, events: int) -> tuple[str, str, int]:
+    """(input, output, retries): produced now, or by an earlier run into the same data dir."""
+    marker = data_dir / "bench-topics.json"
+    if marker.exists():
+        known = json.loads(marker.read_text())
+        if known["events"] == events:
+            return known["input"], known["output"], known["retries"]
+        sys.exit(f"{data_dir} holds {known['events']} events, not {events}: use another --data-dir")
+    suffix = uuid.uuid4().hex[:8]
+    inp, out = f"bench-events-{suffix}", f"bench-events-{suffix}.deduped"
+    t0 = time.monotonic()
+    retries = produce(bootstrap, inp, out, events)
+    logging.info("produced %d events in %.1fs", events, time.monotonic() - t0)
+    marker.write_text(json.dumps({"events": events, "input": inp, "output": out, "retries": retries}))
+    return inp, out, retries
+
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--events", type=int, default=300_000)
+    parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--driver-memory", default="2g")
-    parser.add_argument("--bootstrap", default=None, help="Use this broker instead of starting an ads-broker.")
+    parser.add_argument("--rounds", type=int, default=2, help="Broker and Parquet reads, side by side, this often.")
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help="Keep the broker's data (and the Parquet copy) here and reuse them on the next run.")
+    parser.add_argument("--no-audit", action="store_true", help="Only the reads, not the whole audit.")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="audit-kafka-bench-") as tmp:
-        root = Path(tmp)
-        broker = None
-        if args.bootstrap is None:
-            broker = ads_broker_process(root / "broker", log_path=root / "broker.log").start()
-        bootstrap = args.bootstrap or broker.bootstrap  # type: ignore[union-attr]
+        root = args.data_dir or Path(tmp)
+        root.mkdir(parents=True, exist_ok=True)
+        broker = ads_broker_process(root / "broker", log_path=root / "broker.log").start()
         try:
-            suffix = uuid.uuid4().hex[:8]
-            inp, out = f"bench-events-{suffix}", f"bench-events-{suffix}.deduped"
-            t0 = time.monotonic()
-            retries = produce(bootstrap, inp, out, args.events)
-            produce_s = time.monotonic() - t0
+            inp, out, retries = _produced(root, broker.bootstrap, args.events)
             spark = build_session(args.master, shuffle_partitions=8, conf={"spark.driver.memory": args.driver_memory})
-            start, end = DAY, DAY + timedelta(days=1)
-            source = (spark.read.format("kafka_confluent").option("bootstrap", bootstrap).option("topic", inp)
-                      .option("starting_offsets", "earliest").option("ending_offsets", "latest")
-                      .option("headers", "false"))
-            t1 = time.monotonic()
-            read_n = touch(source.load())
-            read_s = time.monotonic() - t1
-            # The same records from Parquet, read the same way, in the same run: the ratio is the price
-            # of reading the log instead of an archive.
-            parquet = str(root / "parquet")
-            source.load().write.parquet(parquet)
-            t3 = time.monotonic()
-            parquet_n = touch(spark.read.parquet(parquet))
-            parquet_s = time.monotonic() - t3
-            cfg = AuditConfig(input=KafkaSource(bootstrap, inp), output=KafkaSource(bootstrap, out), dlq=None,
-                              start=start, end=end, out_dir=root / "report", dedupe_window=timedelta(days=7))
-            t2 = time.monotonic()
-            result = run_config(cfg, spark=spark)
-            audit_s = time.monotonic() - t2
-            report = result.report
-            print(json.dumps({
-                "events": args.events, "master": args.master, "produce_s": round(produce_s, 1),
-                "read_input_s": round(read_s, 1), "read_input_events_per_s": round(read_n / read_s),
-                "read_parquet_s": round(parquet_s, 1), "read_parquet_events_per_s": round(parquet_n / parquet_s),
-                "parquet_over_kafka_read_time": round(read_s / parquet_s, 2),
-                "audit_s": round(audit_s, 1), "audit_events_per_s": round(args.events / audit_s),
-                "steps_s": result.timings,
-                "check": {"input_messages": report["input_messages"], "input_duplicates": report["input_duplicates"],
-                          "expected_duplicates": retries, "output_duplicates": report["output_duplicates"],
-                          "missing": report["missing"]},
-            }, indent=2))
+            jvm = driver_jvm_pid()
+            assert jvm is not None, "no driver JVM found"
+
+            def cpu() -> tuple[float, float, float]:
+                return cpu_s(jvm), python_workers_cpu_s(jvm), cpu_s(broker.pid)
+
+            source = (spark.read.format("kafka_confluent").option("bootstrap", broker.bootstrap).option("topic", inp)
+                      .option("headers", "false")
+                      .option("min_partitions", str(spark.sparkContext.defaultParallelism)))
+            parquet = root / "parquet"
+            if not (parquet / "_SUCCESS").exists():
+                # Written once, with the writing session's own reads: not timed.
+                spark.read.format("kafka_confluent").option("bootstrap", broker.bootstrap).option("topic", inp) \
+                    .load().write.mode("overwrite").parquet(str(parquet))
+            rounds = []
+            for i in range(args.rounds):
+                kafka = _read("ads-broker", source.load(), cpu)
+                files = _read("parquet", spark.read.parquet(str(parquet)), cpu)
+                rounds.append({"round": i + 1, "reads": [kafka, files],
+                               "broker_over_parquet_time": round(kafka["wall_s"] / files["wall_s"], 2),
+                               "broker_over_parquet_cpu": round(kafka["cpu_s_per_million"]
+                                                                / files["cpu_s_per_million"], 2)})
+                print(json.dumps(rounds[-1]), flush=True)
+            result = None
+            if not args.no_audit:
+                start, end = DAY, DAY + timedelta(days=1)
+                cfg = AuditConfig(input=KafkaSource(broker.bootstrap, inp), output=KafkaSource(broker.bootstrap, out),
+                                  dlq=None, start=start, end=end, out_dir=root / "report",
+                                  dedupe_window=timedelta(days=7))
+                before, t2 = cpu(), time.monotonic()
+                result = run_config(cfg, spark=spark)
+                audit_s = time.monotonic() - t2
+                spent = [round(b - a, 1) for a, b in zip(before, cpu(), strict=True)]
+                report = result.report
+                print(json.dumps({
+                    "events": args.events, "master": args.master,
+                    "audit_s": round(audit_s, 1), "audit_events_per_s": round(args.events / audit_s),
+                    "audit_cpu_s": dict(zip(("jvm", "python_workers", "broker"), spent, strict=True)),
+                    "steps_s": result.timings, "load_avg_1m": round(os.getloadavg()[0], 1),
+                    "check": {"input_messages": report["input_messages"],
+                              "input_duplicates": report["input_duplicates"], "expected_duplicates": retries,
+                              "output_duplicates": report["output_duplicates"], "missing": report["missing"]},
+                }, indent=2))
             spark.stop()
         finally:
-            if broker is not None:
-                broker.stop()
-    if (report["input_messages"] != args.events or report["input_duplicates"] != retries
-            or report["missing"] or report["output_duplicates"]):
+            broker.stop()
+    if any(r["events"] != args.events for rnd in rounds for r in rnd["reads"]):
+        sys.exit("a read did not return every produced event")
+    if result is not None and (result.report["input_messages"] != args.events
+                               or result.report["input_duplicates"] != retries
+                               or result.report["missing"] or result.report["output_duplicates"]):
         sys.exit("benchmark audit disagrees with the produced data (see check above)")
 
 

@@ -24,15 +24,23 @@ Options (all strings, as Spark passes them):
 - ``starting_offsets`` / ``ending_offsets``: ``earliest``, ``latest`` or JSON ``{"0": 42, ...}``.
   Defaults: ``earliest`` and ``latest``. Timestamps win over offsets when both are given.
 - ``max_records_per_split``: default 1,000,000.
+- ``min_partitions``: at least this many splits (default 1; the audit passes Spark's default
+  parallelism, the number of cores of ``local[N]``), so every core gets work; see :func:`split_ranges`.
 - ``isolation_level``: ``read_committed`` (default) or ``read_uncommitted``.
 - ``poll_timeout_s``: how long a task waits without progress before failing (default 60).
 - ``headers``: ``false`` leaves the ``headers`` column null and skips reading them (default ``true``).
-- ``kafka.<name>``: any other librdkafka consumer setting, passed through.
+- ``message_ids``: ``true`` puts each record's messageId by the worker's contract in ``key`` (its
+  UTF-8 bytes; null when the worker would dead-letter the record), computed on the Arrow batch in
+  the task (:func:`spark_audit.message_ids.classify_arrow`): the audit reads a topic once, with no
+  second scan for keyless records (default ``false``: the raw key).
+- ``kafka.<name>``: any other librdkafka consumer setting, passed through (it wins over the fetch
+  prefetch limit each task sets for its range, :func:`range_fetch_config`).
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 import json
 import operator
 import uuid
@@ -150,14 +158,30 @@ def _resolve(consumer: Any, topic: str, bounds: Mapping[int, tuple[int, int]], t
     return {p: min(max(o, bounds[p][0]), bounds[p][1]) for p, o in resolved.items()}
 
 
-def split_ranges(ranges: Sequence[OffsetRangePartition], max_records: int) -> list[OffsetRangePartition]:
-    """Cut every range into pieces of at most ``max_records`` offsets, in offset order."""
+def split_ranges(ranges: Sequence[OffsetRangePartition], max_records: int,
+                 min_partitions: int = 1) -> list[OffsetRangePartition]:
+    """Cut the ranges into pieces of at most ``max_records`` offsets, in offset order, sized so the
+    cores stay busy: at least ``min_partitions`` pieces in all (when there are that many offsets),
+    about equal within a range, a range's share of pieces following its length. (Cutting at
+    ``max_records`` alone left a short last piece per range: at 10M events in 8 partitions,
+    8 tasks of 1M and 8 of 250k.)"""
     if max_records < 1:
         raise AuditError(f"max_records_per_split must be >= 1, got {max_records}")
+    if min_partitions < 1:
+        raise AuditError(f"min_partitions must be >= 1, got {min_partitions}")
+    total = sum(r.end - r.start for r in ranges)
+    if not total:
+        return []
+    # A piece size that gives at least min_partitions pieces, and never more than max_records.
+    target = min(max_records, max(1, total // min_partitions))
     out: list[OffsetRangePartition] = []
     for r in ranges:
-        out.extend(OffsetRangePartition(r.topic, r.partition, lo, min(lo + max_records, r.end))
-                   for lo in range(r.start, r.end, max_records))
+        length = r.end - r.start
+        if length <= 0:
+            continue
+        pieces = -(-length // target)
+        bounds = [r.start + length * i // pieces for i in range(pieces + 1)]
+        out.extend(OffsetRangePartition(r.topic, r.partition, lo, hi) for lo, hi in itertools.pairwise(bounds))
     return out
 
 
@@ -173,8 +197,10 @@ class KafkaReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         ranges = plan_offset_ranges(self.options["bootstrap"], self.options["topic"], self.options)
         max_records = int(self.options.get("max_records_per_split", DEFAULT_MAX_RECORDS_PER_SPLIT))
+        min_partitions = int(self.options.get("min_partitions", "1"))
         # Spark needs at least one partition; an empty range reads nothing.
-        return split_ranges(ranges, max_records) or [OffsetRangePartition(self.options["topic"], 0, 0, 0)]
+        return (split_ranges(ranges, max_records, min_partitions)
+                or [OffsetRangePartition(self.options["topic"], 0, 0, 0)])
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, OffsetRangePartition)
@@ -183,22 +209,39 @@ class KafkaReader(DataSourceReader):
         return read_range(self.options, partition)
 
 
+#: How far a task's consumer fetches ahead (librdkafka's ``queued.min.messages``, default 100,000):
+#: two ``consume()`` batches keep the pipeline full, and a split that ends inside a partition does
+#: not read and parse up to 100,000 records of the next split for nothing (16 % of a 625k split).
+_PREFETCH_RECORDS = 2 * _ARROW_BATCH_ROWS
+
+
+def range_fetch_config(part: OffsetRangePartition) -> dict[str, Any]:
+    """librdkafka settings for reading ``part`` alone: no prefetch far past the range's end.
+
+    Fetch sizes stay librdkafka's (1 MiB per partition): 16 MiB fetches cost the consumer ~0.3
+    CPU-s more per 1M events and were not faster (docs/BENCHMARKS.md)."""
+    return {"queued.min.messages": max(1, min(_PREFETCH_RECORDS, part.end - part.start))}
+
+
 def read_range(options: Mapping[str, str], part: OffsetRangePartition) -> Iterator[Any]:
     """Yield Arrow record batches holding exactly the records of ``part``.
 
     Columns are taken from whole ``consume()`` batches with C-level ``map`` calls (no Python call
     per record, no ``datetime``: timestamps stay int64 until :func:`timestamps_ms`); headers are read
-    only when the ``headers`` option is not ``false`` (the audit needs them on dead letters only).
+    only when the ``headers`` option is not ``false`` (the audit needs them on dead letters only);
+    with ``message_ids`` the key column becomes the messageId column, classified per batch.
     """
     import pyarrow as pa
     from confluent_kafka import Consumer, TopicPartition
 
-    extra = {k[len("kafka."):]: v for k, v in options.items() if k.startswith("kafka.")}
+    extra = {**range_fetch_config(part),
+             **{k[len("kafka."):]: v for k, v in options.items() if k.startswith("kafka.")}}
     timeout_s = float(options.get("poll_timeout_s", "60"))
     consumer = Consumer(consumer_config(options["bootstrap"], extra,
                                         options.get("isolation_level", "read_committed")))
     with_headers = options.get("headers", "true").lower() != "false"
-    rows = _Columns(part.topic, part.partition, with_headers)
+    message_ids = options.get("message_ids", "false").lower() == "true"
+    rows = _Columns(part.topic, part.partition, with_headers, message_ids)
     try:
         consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
         position = part.start
@@ -214,7 +257,7 @@ def read_range(options: Mapping[str, str], part: OffsetRangePartition) -> Iterat
             rows.extend(msgs, offsets)
             if len(rows) >= _ARROW_BATCH_ROWS:
                 yield rows.to_batch(pa)
-                rows = _Columns(part.topic, part.partition, with_headers)
+                rows = _Columns(part.topic, part.partition, with_headers, message_ids)
         if len(rows):
             yield rows.to_batch(pa)
     finally:
@@ -248,10 +291,11 @@ def _in_range(msgs: list[Any], part: OffsetRangePartition, position: int) -> tup
 class _Columns:
     """Column buffers for one Arrow batch of records of one topic-partition."""
 
-    def __init__(self, topic: str, partition: int, with_headers: bool = True) -> None:
+    def __init__(self, topic: str, partition: int, with_headers: bool = True, message_ids: bool = False) -> None:
         self.topic = topic
         self.partition = partition
         self.with_headers = with_headers
+        self.message_ids = message_ids
         self.offset: list[int] = []
         self.timestamp: list[int] = []
         self.key: list[bytes | None] = []
@@ -277,14 +321,19 @@ class _Columns:
 
         n = len(self.offset)
         headers_type = pa.map_(pa.string(), pa.binary())
+        key, value = pa.array(self.key, pa.binary()), pa.array(self.value, pa.binary())
+        if self.message_ids:
+            from spark_audit.message_ids import classify_arrow
+
+            key, _ = classify_arrow(key, value)  # the worker's contract, vectorised (keyless: per record)
         return pa.RecordBatch.from_arrays(
             [
                 pa.array([self.topic] * n, pa.string()),
                 pa.array(np.full(n, self.partition, dtype=np.int32)),
                 pa.array(self.offset, pa.int64()),
                 timestamps_ms(self.timestamp, pa),
-                pa.array(self.key, pa.binary()),
-                pa.array(self.value, pa.binary()),
+                key,
+                value,
                 pa.array(self.headers, headers_type) if self.with_headers else pa.nulls(n, headers_type),
             ],
             names=["topic", "partition", "offset", "timestamp", "key", "value", "headers"],

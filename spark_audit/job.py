@@ -556,6 +556,30 @@ def _step(name: str, timings: dict[str, float]) -> Iterator[None]:
     log.info("audit step %s took %.1fs", name, timings[name])
 
 
+def read_source(spark: Any, source: Source, role: str, cfg: AuditConfig) -> tuple[Any | None, str | None]:
+    """Every record of ``source`` from the lookback on (Kafka: planned by offsets, to the log end),
+    with ``key`` replaced by its messageId by the worker's contract (null: none); ``(None,
+    problem)`` when the source does not exist.
+
+    A broker topic is read by Python workers (the slow part): once, in one scan, with the messageIds
+    computed in the source on each Arrow batch (``message_ids``; ``with_message_ids`` on top of the
+    source would scan it twice, keyed and keyless records apart), and kept on local disk
+    (``DISK_ONLY``) for every pass: the caller unpersists it.
+    """
+    from pyspark import StorageLevel
+
+    if isinstance(source, KafkaSource):
+        # Only dead letters' headers are used: the others are not read (a Python list per record).
+        options = {"message_ids": "true", **({} if role == "dead-letter" else {"headers": "false"})}
+        source = dataclasses.replace(source, options={**options, **source.options})
+    df, problem = load(spark, source, cfg.lookback_start - cfg.timestamp_skew, None)
+    if problem is not None or df is None:
+        return None, problem
+    if isinstance(source, KafkaSource):
+        return df.persist(StorageLevel.DISK_ONLY), None
+    return with_message_ids(df), None
+
+
 def audit(spark: Any, cfg: AuditConfig) -> AuditResult:
     """Run every aggregation and assemble the report dictionary (not yet written).
 
@@ -578,22 +602,14 @@ def audit(spark: Any, cfg: AuditConfig) -> AuditResult:
     timings: dict[str, float] = {}
 
     def read(source: Source | None, role: str) -> Any:
-        """Every record of ``source`` from the lookback on (Kafka: planned by offsets, to the log end),
-        with ``key`` replaced by its messageId by the worker's contract (null: none)."""
         if source is None:
             return None
-        if isinstance(source, KafkaSource) and role != "dead-letter":
-            # Only dead letters' headers are used: the others are not read (a Python list per record).
-            source = dataclasses.replace(source, options={"headers": "false", **source.options})
-        df, problem = load(spark, source, cfg.lookback_start - cfg.timestamp_skew, None)
+        df, problem = read_source(spark, source, role, cfg)
         if problem is not None or df is None:
             problems.append(f"{role}: {problem}")
             missing_sources.append(role)
             return None
-        df = with_message_ids(df)
         if isinstance(source, KafkaSource):
-            # The broker is read by Python workers (the slow part): read it once, keep it on local disk.
-            df = df.persist(StorageLevel.DISK_ONLY)
             cached.append(df)
         return df
 

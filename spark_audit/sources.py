@@ -89,7 +89,9 @@ def _load_kafka(spark: Any, source: KafkaSource, start: datetime,
         return None, problem
     reader = (spark.read.format("kafka_confluent").option("bootstrap", source.bootstrap)
               .option("topic", source.topic)
-              .option("starting_timestamp", str(int(start.timestamp() * 1000))))
+              .option("starting_timestamp", str(int(start.timestamp() * 1000)))
+              # One split per core at least: a topic with fewer partitions than cores keeps them busy.
+              .option("min_partitions", str(spark.sparkContext.defaultParallelism)))
     if end is not None:
         reader = reader.option("ending_timestamp", str(int(end.timestamp() * 1000)))
     for key, value in source.options.items():

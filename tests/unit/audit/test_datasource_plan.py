@@ -15,14 +15,30 @@ from spark_audit.exceptions import AuditError
 ranges = st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 3_000)), max_size=6)
 
 
-@given(ranges, st.integers(1, 2_000))
-def test_splits_cover_each_offset_exactly_once(spec: list[tuple[int, int]], max_records: int) -> None:
+@given(ranges, st.integers(1, 2_000), st.integers(1, 16))
+def test_splits_cover_each_offset_exactly_once(spec: list[tuple[int, int]], max_records: int,
+                                               min_partitions: int) -> None:
     parts = [OffsetRangePartition("t", p, start, start + length) for p, (start, length) in enumerate(spec)]
-    splits = split_ranges(parts, max_records)
+    splits = split_ranges(parts, max_records, min_partitions)
     assert all(0 < s.end - s.start <= max_records for s in splits)
+    total = sum(length for _, length in spec)
+    assert len(splits) >= min(min_partitions, total)  # every core gets a task when there is work
     for original in parts:
-        covered = [o for s in splits if s.partition == original.partition for o in range(s.start, s.end)]
+        mine = [s for s in splits if s.partition == original.partition]
+        covered = [o for s in mine for o in range(s.start, s.end)]
         assert covered == list(range(original.start, original.end))
+        sizes = [s.end - s.start for s in mine]
+        assert not sizes or max(sizes) - min(sizes) <= 1  # no short tail piece: equal shares
+
+
+def test_splits_keep_both_cores_busy() -> None:
+    # 10M events in 8 partitions, 1M records per split at most: 16 equal tasks, not 8 of 1M and 8 of 250k.
+    big = [OffsetRangePartition("t", p, 0, 1_250_000) for p in range(8)]
+    assert {s.end - s.start for s in split_ranges(big, 1_000_000, 2)} == {625_000}
+    assert len(split_ranges(big, 1_000_000, 2)) == 16
+    # One partition on local[2]: two tasks, not one core idle.
+    one = split_ranges([OffsetRangePartition("t", 0, 10, 1_010)], 1_000_000, 2)
+    assert [(s.start, s.end) for s in one] == [(10, 510), (510, 1_010)]
 
 
 def test_partitions_survive_pickling() -> None:

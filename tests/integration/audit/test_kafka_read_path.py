@@ -1,0 +1,88 @@
+"""Issue 15 item 5: the audit reads each broker topic once, and the messageIds it computes in the
+source (on each Arrow batch) are the ones ``with_message_ids`` gives on the raw rows, for every
+odd record a topic can hold. Against a real ads-broker process on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ads_broker.embedded import BrokerProcess
+from spark_audit.job import AuditConfig, read_source
+from spark_audit.message_ids import with_message_ids
+from spark_audit.sources import KafkaSource
+from tests.integration.audit.test_audit_hostile import TEN_YEARS_MS, Rec, at, create_topics, ev, produce
+from tests.unit.audit import scenario as sc
+
+#: Keys and values the worker's contract must classify: keyed, keyless with a JSON id, empty keys,
+#: keys it rejects, values it rejects, and the timestamps that once crashed or fooled the audit.
+EDGE_RECORDS = [
+    Rec(b"k-1", ev("k-1", 1), at(1), 0),
+    Rec(None, ev("json-id", 2), at(2), 1),
+    Rec(b"", ev("empty-key-id", 3), at(3), 0),
+    Rec(b"", b"", at(4), 1),
+    Rec(None, None, at(5), 0),
+    Rec(None, b"null", at(6), 1),
+    Rec(None, b"{not json", at(7), 0),
+    Rec(None, b'{"messageId": ""}', at(8), 1),
+    Rec(None, b'{"messageId": 42}', at(9), 0),
+    Rec(None, b'{"messageId": "\\ud800"}', at(10), 1),
+    Rec(None, json.dumps({"messageId": "\u00e9" * 101}).encode(), at(11), 0),  # 202 UTF-8 bytes
+    Rec(None, json.dumps({"messageId": "\u00e9" * 100}).encode(), at(12), 1),  # 200 bytes: an id
+    Rec(None, b"[" * 100_000, at(13), 0),
+    Rec(None, b"\xff\xfe{}", at(14), 1),
+    Rec(b"\xff\xfe", ev("x", 4), at(15), 0),
+    Rec(b"x" * 201, ev("x", 5), at(16), 1),
+    Rec("\u00e9".encode() * 100, ev("x", 6), at(17), 0),
+    Rec(b"k-micro", ev("k-micro", 7), at(18) * 1000, 1),  # a timestamp in microseconds
+    Rec(b"k-future", ev("k-future", 8), at(19) + TEN_YEARS_MS, 0),
+    Rec(b"k-1", ev("k-1", 1), at(20), 1),  # a retry, in the other partition
+]
+
+
+def _config(source: KafkaSource, tmp_path: Path) -> AuditConfig:
+    return AuditConfig(input=source, output=source, dlq=None, start=sc.START, end=sc.END, out_dir=tmp_path,
+                       lookback=sc.LOOKBACK)
+
+
+def _rows(df: Any) -> list[tuple[Any, ...]]:
+    return sorted((r["partition"], r["offset"], r["timestamp"], r["key"], r["value"]) for r in df.collect())
+
+
+def test_ids_from_the_source_equal_with_message_ids_on_edge_records(spark: Any, ads_broker: BrokerProcess,
+                                                                    topic_name: str, tmp_path: Path) -> None:
+    create_topics(ads_broker.bootstrap, topic_name)
+    produce(ads_broker.bootstrap, topic_name, EDGE_RECORDS)
+    source = KafkaSource(ads_broker.bootstrap, topic_name)
+    df, problem = read_source(spark, source, "input", _config(source, tmp_path))
+    assert problem is None and df is not None
+    try:
+        raw = (spark.read.format("kafka_confluent").option("bootstrap", ads_broker.bootstrap)
+               .option("topic", topic_name).load())
+        expected = _rows(with_message_ids(raw))  # the contract applied by Spark to the raw keys
+        got = _rows(df)
+    finally:
+        df.unpersist()
+    assert len(got) == len(EDGE_RECORDS)
+    assert got == expected
+    ids = sorted(r[3] for r in got if r[3] is not None)
+    assert ids == sorted([b"k-1", b"k-1", b"json-id", b"empty-key-id", "\u00e9".encode() * 100,
+                          "\u00e9".encode() * 100, b"k-micro", b"k-future"])
+
+
+def test_a_topic_is_scanned_once_per_audit(spark: Any, ads_broker: BrokerProcess, topic_name: str,
+                                           tmp_path: Path) -> None:
+    """The frame every pass reads holds one scan of the broker: the keyless records' ids do not
+    need a second scan (a union of keyed and keyless rows of the source read the topic twice)."""
+    create_topics(ads_broker.bootstrap, topic_name)
+    produce(ads_broker.bootstrap, topic_name, EDGE_RECORDS[:3])
+    source = KafkaSource(ads_broker.bootstrap, topic_name)
+    df, _ = read_source(spark, source, "input", _config(source, tmp_path))
+    assert df is not None
+    try:
+        assert df.count() == 3
+        plan = df._jdf.queryExecution().optimizedPlan().toString()
+    finally:
+        df.unpersist()
+    assert plan.count("kafka_confluent") == 1, plan
