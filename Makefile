@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
-# System packages the test suite starts for real (ZooKeeper for cluster mode, a JRE for Spark).
+# System packages the main job needs (a JRE for Spark).
 APT_PACKAGES := openjdk-17-jre-headless
 # The tests add Debian's Prometheus: promtool checks and unit-tests ops/prometheus, and a real
 # server scrapes a live worker in tests/ops; kcat drives ads-broker in tests/integration/compat;
