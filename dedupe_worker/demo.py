@@ -219,8 +219,10 @@ def audit_demo(res: DemoResult, out_dir: Path | None = None) -> dict[str, Any]:
     out_dir = out_dir or Path("reports") / time.strftime("demo-%Y%m%d-%H%M%S")
     window = (datetime.fromtimestamp(res.start_ms / 1000 - 1, tz=UTC),
               datetime.fromtimestamp(res.end_ms / 1000 + 1, tz=UTC))
-    report_path = run_audit(res.bootstrap, res.input_topic, res.output_topic, out_dir, window=window,
-                            dlq_topic=res.dlq_topic, master="local[2]")
+    with Console().status(f"audit: Spark local[2] reads {res.input_topic}, {res.output_topic} and {res.dlq_topic} "
+                          "and compares them (a minute or two)"):
+        report_path = run_audit(res.bootstrap, res.input_topic, res.output_topic, out_dir, window=window,
+                                dlq_topic=res.dlq_topic, master="local[2]")
     report: dict[str, Any] = json.loads(report_path.read_text())
     print(f"audit: input {report['input_messages']:,} ({report['input_duplicates']:,} duplicates), "
           f"output {report['output_messages']:,}, leaked duplicates {report['output_duplicates']}, "

@@ -98,6 +98,9 @@ def run(
         help="Report input records stamped further than this from their neighbours.")] = 24.0,
     min_client_messages: Annotated[int, typer.Option(help="Smallest client ranked by duplicate rate.")] = 10,
     master: Annotated[str, typer.Option(help="Spark master.")] = "local[*]",
+    metrics_file: Annotated[Path | None, typer.Option(
+        help="Also write the verdict as Prometheus metrics to this file (node_exporter's textfile "
+             "collector directory, e.g. /var/lib/node_exporter/textfile/spark_audit.prom).")] = None,
 ) -> None:
     """Audit one day (or window) of the input topic against the output; write the report."""
     from spark_audit.api import run_config
@@ -126,6 +129,11 @@ def run(
         raise typer.Exit(1) from exc
     report = result.report
     typer.echo(f"report: {out / 'report.json'} and {out / 'index.html'}")
+    if metrics_file is not None:
+        from spark_audit.metrics import write_metrics_file
+
+        write_metrics_file(report, metrics_file)
+        typer.echo(f"metrics: {metrics_file}")
     typer.echo(f"input {report['input_messages']} (duplicates {report['input_duplicates']}), "
                f"output {report['output_messages']} (duplicates {report['output_duplicates']}), "
                f"missing {report['missing']}, dead-lettered {report['dead_lettered']} "

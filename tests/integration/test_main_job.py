@@ -33,3 +33,7 @@ def test_the_main_job_dedupes_and_its_audit_agrees(tmp_path: Path) -> None:
     assert report["output_messages"] == 50_000
     # librdkafka warns about settings that do not apply to a client (CONFWARN): none may be given.
     assert "CONFWARN" not in out
+    # Spark's start-up noise stays in its JVM log (issue 17 item 6): no log4j banner, no loopback
+    # host warning, no JVM module warning, no native-hadoop warning.
+    for noise in ("log4j", "SPARK_LOCAL_IP", "incubator", "NativeCodeLoader", "Setting default log level"):
+        assert noise not in out, noise

@@ -138,15 +138,29 @@ def test_cli_exit_code_alerts_over_thresholds(spark: Any, parquet_day: Path, tmp
             "--dlq-path", str(parquet_day / "dlq"), "--date", sc.DAY, "--dedupe-window-hours", "192",
             "--lookback-hours", "336", "--master", "local[2]"]
     runner = CliRunner()
-    alert = runner.invoke(app, [*args, "--out", str(tmp_path / "a")])
+    alert = runner.invoke(app, [*args, "--out", str(tmp_path / "a"), "--metrics-file", str(tmp_path / "a.prom")])
     assert alert.exit_code == EXIT_THRESHOLD, alert.output
     assert "missing 2" in alert.output and "ALERT: missing 2 > threshold 0" in alert.output
     ok = runner.invoke(app, [*args, "--out", str(tmp_path / "b"), "--max-missing", "2",
-                             "--max-output-duplicates", "1"])
+                             "--max-output-duplicates", "1", "--metrics-file", str(tmp_path / "b.prom")])
     assert ok.exit_code == 0, ok.output
     assert json.loads((tmp_path / "b" / "report.json").read_text())["status"] == "ok"
+    # the verdict as metrics for the alert rules (node_exporter's textfile collector format)
+    a, b = _samples(tmp_path / "a.prom"), _samples(tmp_path / "b.prom")
+    assert a[("spark_audit_missing_events", "in", "out")] == 2.0 and a[("spark_audit_alert", "in", "out")] == 1.0
+    assert b[("spark_audit_alert", "in", "out")] == 0.0
+    report = json.loads((tmp_path / "a" / "report.json").read_text())
+    assert a[("spark_audit_output_duplicates", "in", "out")] == report["output_duplicates"]
+    assert a[("spark_audit_last_run_timestamp_seconds", "in", "out")] > 1.7e9
     bad = runner.invoke(app, [*args, "--out", str(tmp_path / "c"), "--start", "2026-11-20T00:00:00Z"])
     assert bad.exit_code == 2 and "not both" in bad.output
+
+
+def _samples(path: Path) -> dict[tuple[str, str, str], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {(s.name, s.labels["input"], s.labels["output"]): s.value
+            for family in text_string_to_metric_families(path.read_text()) for s in family.samples}
 
 
 def test_tied_first_copies_break_by_partition_then_offset(spark: Any, tmp_path: Path) -> None:
