@@ -47,6 +47,9 @@ from dedupe_worker.chaos.monitor import LagMonitor
 from dedupe_worker.chaos.profiles import FAULT_KINDS, Profile
 from dedupe_worker.faults import POINTS
 
+#: How long a crash-point fault waits for the restarted worker to reach its point.
+CRASH_POINT_WAIT_S = 150.0
+
 log = structlog.get_logger("dedupe_worker.chaos.nemesis")
 
 SNAPSHOT = "snapshot"  # a preparation action of stale_restore, not a fault
@@ -268,7 +271,9 @@ class Nemesis:
             w.stop()
             time.sleep(spec.params.get("down_s", 0.0))
             w.start({"DEDUPE_FAULT": fault, "DEDUPE_FAULT_MARKER": str(marker)})
-            deadline = time.time() + 60
+            # A restarted worker must start, fence, reconcile and run N batches before the point:
+            # on a loaded 2-core machine (load 15) 60 s left two of six points unreached.
+            deadline = time.time() + CRASH_POINT_WAIT_S
             while w.running() and time.time() < deadline:
                 time.sleep(0.05)
             reached = marker.exists()
