@@ -9,6 +9,7 @@ run (broker unreachable, ...); 2 bad command line (typer's usage error).
 from __future__ import annotations
 
 import logging
+import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Literal
@@ -18,6 +19,7 @@ import typer
 from spark_audit import __version__
 from spark_audit.exceptions import AuditError
 from spark_audit.job import AuditConfig, day_window
+from spark_audit.publish import is_s3, run_label, split_s3, upload_report
 from spark_audit.sources import ExportSource, KafkaSource, Source
 
 app = typer.Typer(help="""Nightly duplicate audit of the input and output topics on PySpark.""", no_args_is_help=True)
@@ -72,7 +74,9 @@ def _source(bootstrap: str | None, topic: str | None, path: str | None, fmt: str
 
 @app.command()
 def run(
-    out: Annotated[Path, typer.Option(help="Report directory (report.json, index.html, PNGs, details/).")],
+    out: Annotated[str, typer.Option(
+        help="Report directory (report.json, index.html, PNGs, details/), or s3://BUCKET/PREFIX/: the "
+             "report is then uploaded under PREFIX/date=YYYY-MM-DD/ (or window=START_END/).")],
     bootstrap: Annotated[str | None, typer.Option(help="Kafka-protocol broker HOST:PORT.")] = None,
     input: Annotated[str, typer.Option("--input", help="Input topic.")] = "events",
     output: Annotated[str, typer.Option("--output", help="Deduplicated output topic.")] = "events.deduped",
@@ -107,6 +111,12 @@ def run(
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     window_start, window_end = _window(date, start, end)
+    s3_uri = out if is_s3(out) else None
+    if s3_uri is not None:
+        split_s3(s3_uri)  # a bad URI fails before the audit runs
+        report_dir = Path(tempfile.mkdtemp(prefix="spark-audit-report-"))
+    else:
+        report_dir = Path(out)
     input_source = _source(bootstrap, input, input_path, export_format, "input")
     output_source = _source(bootstrap, output, output_path, export_format, "output")
     if input_source is None or output_source is None:
@@ -115,7 +125,7 @@ def run(
     cfg = AuditConfig(
         input=input_source, output=output_source,
         dlq=_source(bootstrap, dlq or None, dlq_path, export_format, "dead-letter"),
-        start=window_start, end=window_end, out_dir=out,
+        start=window_start, end=window_end, out_dir=report_dir,
         dedupe_window=timedelta(hours=dedupe_window_hours),
         lookback=timedelta(hours=lookback_hours) if lookback_hours is not None else None,
         max_output_duplicates=max_output_duplicates, max_missing=max_missing,
@@ -128,7 +138,16 @@ def run(
         typer.echo(f"spark-audit: {exc}", err=True)
         raise typer.Exit(1) from exc
     report = result.report
-    typer.echo(f"report: {out / 'report.json'} and {out / 'index.html'}")
+    if s3_uri is not None:
+        day = date if date is not None else None if (start or end) else window_start.strftime("%Y-%m-%d")
+        try:
+            where = upload_report(report_dir, s3_uri, run_label(window_start, window_end, day))
+        except AuditError as exc:
+            typer.echo(f"spark-audit: {exc}", err=True)
+            raise typer.Exit(1) from exc
+        typer.echo(f"report: {where} (and index.html beside it)")
+    else:
+        typer.echo(f"report: {report_dir / 'report.json'} and {report_dir / 'index.html'}")
     if metrics_file is not None:
         from spark_audit.metrics import write_metrics_file
 

@@ -204,3 +204,43 @@ def test_fast_pass_counts_exactly_what_from_json_counts(spark: Any, tmp_path: Pa
 
 def test_missing_export_gives_no_counts(spark: Any, tmp_path: Path) -> None:
     assert load_input_counts(spark, ExportSource(str(tmp_path / "no-such-export")), sc.START, sc.END) is None
+
+
+def test_cli_uploads_the_report_to_s3_under_the_audited_day(spark: Any, parquet_day: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--out s3://bucket/reports/`` as the Terraform schedule passes it: every report file lands
+    under reports/date=DAY/ (moto's server on loopback stands in for S3; boto3 finds it through
+    AWS_ENDPOINT_URL, as it would any S3-compatible endpoint)."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+    from typer.testing import CliRunner
+
+    from ads_broker.embedded import free_port
+    from spark_audit.cli import EXIT_THRESHOLD, app
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                           "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+                           "AWS_EC2_METADATA_DISABLED": "true"}.items():
+            monkeypatch.setenv(key, value)
+        s3 = boto3.client("s3")
+        s3.create_bucket(Bucket="audit-reports")
+        args = ["run", "--input-path", str(parquet_day / "in"), "--output-path", str(parquet_day / "out"),
+                "--dlq-path", str(parquet_day / "dlq"), "--date", sc.DAY, "--dedupe-window-hours", "192",
+                "--lookback-hours", "336", "--master", "local[2]"]
+        done = CliRunner().invoke(app, [*args, "--out", "s3://audit-reports/reports/"])
+        assert done.exit_code == EXIT_THRESHOLD, done.output  # the scenario has missing events
+        assert f"s3://audit-reports/reports/date={sc.DAY}/report.json" in done.output
+        keys = {o["Key"] for o in s3.list_objects_v2(Bucket="audit-reports")["Contents"]}
+        assert {f"reports/date={sc.DAY}/report.json", f"reports/date={sc.DAY}/index.html"} <= keys
+        body = s3.get_object(Bucket="audit-reports", Key=f"reports/date={sc.DAY}/report.json")["Body"].read()
+        assert json.loads(body)["missing"] == 2
+        missing_bucket = CliRunner().invoke(app, [*args, "--out", "s3://no-such-bucket/r/"])
+        assert missing_bucket.exit_code == 1, missing_bucket.output
+        assert "uploading the report to s3://no-such-bucket/r/" in missing_bucket.output
+        assert "the report is kept in" in missing_bucket.output
+    finally:
+        server.stop()
