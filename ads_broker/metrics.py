@@ -66,27 +66,30 @@ class BrokerCollector(Collector):
         under_min_isr = [s for s in led if len(s.isr) < s.min_insync_replicas]
         offline = [s for s in states if s.leader is None]
 
-        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
-            return GaugeMetricFamily(name, doc, value=value)
-
-        yield gauge("kafka_server_replicamanager_partitioncount", "Partitions this broker holds a replica of",
-                    len(states))
-        yield gauge("kafka_server_replicamanager_leadercount", "Partitions this broker leads", len(led))
-        yield gauge("kafka_server_replicamanager_underreplicatedpartitions",
-                    "Partitions led here whose ISR is smaller than their replica set", len(under_replicated))
-        yield gauge("kafka_server_replicamanager_underminisrpartitioncount",
-                    "Partitions led here whose ISR is smaller than min.insync.replicas (acks=all writes fail)",
-                    len(under_min_isr))
-        yield gauge("kafka_server_replicamanager_offlinereplicacount",
-                    "Replicas on this broker whose log directory is offline", 0)
-        yield gauge("kafka_controller_kafkacontroller_activecontrollercount",
-                    "1 on the active controller (one node: itself); the cluster's sum must be 1", 1)
-        yield gauge("kafka_controller_kafkacontroller_offlinepartitionscount",
-                    "Partitions without a live leader (reported by the active controller)", len(offline))
-        yield gauge("kafka_controller_kafkacontroller_globalpartitioncount", "Partitions in the cluster",
-                    len(states))
-        yield gauge("kafka_controller_kafkacontroller_globaltopiccount", "Topics in the cluster",
-                    len({s.topic for s in states}))
+        # One GaugeMetricFamily call per name, each a literal: tests/ops/test_prometheus.py reads the
+        # exported names from these calls.
+        yield GaugeMetricFamily("kafka_server_replicamanager_partitioncount",
+                                "Partitions this broker holds a replica of", value=len(states))
+        yield GaugeMetricFamily("kafka_server_replicamanager_leadercount", "Partitions this broker leads",
+                                value=len(led))
+        yield GaugeMetricFamily("kafka_server_replicamanager_underreplicatedpartitions",
+                                "Partitions led here whose ISR is smaller than their replica set",
+                                value=len(under_replicated))
+        yield GaugeMetricFamily("kafka_server_replicamanager_underminisrpartitioncount",
+                                "Partitions led here whose ISR is smaller than min.insync.replicas",
+                                value=len(under_min_isr))
+        yield GaugeMetricFamily("kafka_server_replicamanager_offlinereplicacount",
+                                "Replicas on this broker whose log directory is offline", value=0)
+        yield GaugeMetricFamily("kafka_controller_kafkacontroller_activecontrollercount",
+                                "1 on the active controller (one node: itself); the cluster's sum must be 1",
+                                value=1)
+        yield GaugeMetricFamily("kafka_controller_kafkacontroller_offlinepartitionscount",
+                                "Partitions without a live leader (reported by the active controller)",
+                                value=len(offline))
+        yield GaugeMetricFamily("kafka_controller_kafkacontroller_globalpartitioncount",
+                                "Partitions in the cluster", value=len(states))
+        yield GaugeMetricFamily("kafka_controller_kafkacontroller_globaltopiccount", "Topics in the cluster",
+                                value=len({s.topic for s in states}))
 
         labels = ["topic", "partition"]
         replicas = GaugeMetricFamily("kafka_cluster_partition_replicascount", "Replicas of the partition",
