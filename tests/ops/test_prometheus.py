@@ -250,3 +250,63 @@ def test_prometheus_evaluates_the_rules_on_a_live_worker(ads_broker: Any, tmp_pa
         prom.terminate()
         prom.wait(30)
         stop_worker(worker)
+
+
+@pytest.mark.timeout(180)
+def test_prometheus_evaluates_the_broker_rules_on_a_live_broker(tmp_path: Path) -> None:
+    """A real Prometheus scrapes a real ads-broker's ``metrics.port``: every broker rule evaluates on
+    its samples, a topic with ``min.insync.replicas=2`` on one node trips KafkaUnderMinIsrPartitions
+    (pending: its ``for`` is not served yet), and nothing else fires (one controller, no offline or
+    under-replicated partition)."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+
+    from ads_broker.embedded import ads_broker_process, free_port
+
+    prometheus = require_tool("prometheus")
+    metrics_port, web_port = free_port(), free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(yaml.safe_dump({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(BROKER_RULES)],
+        "scrape_configs": [{"job_name": "ads-broker", "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}]}],
+    }))
+    api = f"http://127.0.0.1:{web_port}/api/v1"
+
+    def query(expr: str) -> list[Any]:
+        try:
+            return list(_get(f"{api}/query?query={urllib.parse.quote(expr)}")["result"])
+        except OSError:
+            return []
+
+    with ads_broker_process(tmp_path / "broker-data", config={"metrics.port": str(metrics_port)},
+                            log_path=tmp_path / "broker.log") as broker:
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        try:
+            admin.create_topics([NewTopic("acks-all", 2, 1, topic_configs={"min.insync.replicas": "2"}),
+                                 NewTopic("plain", 1, 1)])
+        finally:
+            admin.close()
+        with open(tmp_path / "prometheus.log", "wb") as log:
+            prom = subprocess.Popen([prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                                     f"--web.listen-address=127.0.0.1:{web_port}"], stdout=log,
+                                    stderr=subprocess.STDOUT)
+        try:
+            _wait_for("a scrape of the broker", lambda: query('up{job="ads-broker"} == 1'), 60, prom)
+            under = _wait_for("the under-min-ISR partitions",
+                              lambda: query("kafka_cluster_partition_underminisr == 1"), 60, prom)
+            assert {(s["metric"]["topic"], s["metric"]["partition"]) for s in under} == {("acks-all", "0"),
+                                                                                          ("acks-all", "1")}
+            alerts = _wait_for("KafkaUnderMinIsrPartitions pending", lambda: [
+                a for a in _get(f"{api}/alerts")["alerts"] if a["labels"]["alertname"] == "KafkaUnderMinIsrPartitions"],
+                60, prom)
+            assert alerts[0]["state"] == "pending" and float(alerts[0]["value"]) == 2
+            evaluated = [r for g in _get(f"{api}/rules")["groups"] for r in g["rules"]]
+            assert len(evaluated) == len(rules(BROKER_RULES))
+            assert all(r["health"] == "ok" and r.get("lastEvaluation", "").startswith("2")
+                       for r in evaluated), [(r["name"], r.get("lastError")) for r in evaluated]
+            firing = {a["labels"]["alertname"] for a in _get(f"{api}/alerts")["alerts"]}
+            assert firing == {"KafkaUnderMinIsrPartitions"}, firing
+        finally:
+            prom.terminate()
+            prom.wait(30)
