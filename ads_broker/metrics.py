@@ -56,8 +56,15 @@ class BrokerCollector(Collector):
         (Reads immutable configs and one int per log, without the partition lock: a scrape may see
         an offset one append old, never a torn value.)"""
         me = frozenset({self.node_id})
-        return [PartitionState(p.topic, p.index, me, me, self.node_id, p.log.config.min_insync_replicas,
-                               p.log.log_end_offset) for p in self.replicas.all_partitions()]
+        states = []
+        for p in self.replicas.all_partitions():
+            try:
+                end = p.log.log_end_offset
+            except IndexError:  # a log DeleteTopics emptied after the snapshot: gone by the next scrape
+                continue
+            states.append(PartitionState(p.topic, p.index, me, me, self.node_id, p.log.config.min_insync_replicas,
+                                         end))
+        return states
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         states = self.partition_states()
