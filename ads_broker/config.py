@@ -39,6 +39,13 @@ def _listen(value: str) -> str:
     return validate_listeners(value)
 
 
+def _port(value: str) -> int:
+    port = int(value)
+    if not 0 <= port <= 65535:
+        raise ValueError("expected a TCP port, 0 to 65535")
+    return port
+
+
 def _authorizer_class(value: str) -> str:
     if value and value not in AUTHORIZER_CLASSES:
         raise ValueError(f"unknown authorizer {value!r}: use one of {', '.join(sorted(AUTHORIZER_CLASSES))}")
@@ -187,7 +194,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("min.insync.replicas", int, 1, 1, topic_name="min.insync.replicas",
             doc="in-sync replicas an acks=all write needs; a partition with fewer is under its minimum ISR "
                 "(kafka_cluster_partition_underminisr). One node has one in-sync replica"),
-    Setting("metrics.port", int, 0, 0,
+    Setting("metrics.port", _port, 0, 0,
             doc="not a Kafka setting (Kafka serves JMX; its exporters map it): serve Prometheus /metrics on this "
                 "port under the JMX exporter's names; 0 (the default): no endpoint"),
     Setting("metrics.host", str, "127.0.0.1", doc="address the metrics endpoint binds (loopback by default)"),

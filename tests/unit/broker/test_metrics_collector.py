@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from ads_broker.config import BrokerConfig
+from ads_broker.exceptions import ConfigError
 from ads_broker.metrics import BrokerCollector
 from ads_broker.replication.replica_manager import ReplicaManager
 
@@ -52,3 +54,10 @@ def test_a_scrape_after_a_log_was_deleted_under_it_skips_the_partition(tmp_path:
         replicas.delete_topic("gone")  # the rest of the deletion
     finally:
         replicas.close()
+
+
+def test_metrics_port_must_be_a_tcp_port() -> None:
+    assert BrokerConfig.load(overrides={"metrics.port": "9404"}).settings.metrics_port == 9404
+    assert BrokerConfig.load().settings.metrics_port == 0  # off by default
+    with pytest.raises(ConfigError, match=r"metrics\.port='65536' is invalid"):
+        BrokerConfig.load(overrides={"metrics.port": "65536"})
