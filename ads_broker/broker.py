@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from wsgiref.simple_server import WSGIServer
 
 import structlog
 from kafka.protocol.api_message import ApiMessage
@@ -22,6 +23,7 @@ from ads_broker.coordinator.offsets import OffsetManager
 from ads_broker.coordinator.transaction import TransactionCoordinator
 from ads_broker.faults import BrokerFaults
 from ads_broker.log.manager import now_ms
+from ads_broker.metrics import serve_metrics
 from ads_broker.producer_ids import ProducerIdManager
 from ads_broker.protocol.apis import APIS
 from ads_broker.protocol.codec import Chunk, DecodedRequest
@@ -63,6 +65,8 @@ class Broker:
                                       offsets=self.offsets, txn=self.txn, producer_ids=self.producer_ids,
                                       authorizer=authorizer, faults=faults)
         self._tasks: list[asyncio.Task[None]] = []
+        #: The metrics endpoint (``metrics.port``), when served.
+        self._metrics: WSGIServer | None = None
 
     async def start(self) -> None:
         self.replicas.open()
@@ -70,6 +74,11 @@ class Broker:
         self.txn.load()
         await self.groups.start()
         self.replicas.logs.start_cleaner()
+        if self.config.settings.metrics_port:
+            self._metrics = serve_metrics(self.replicas, self.node_id, self.config.settings.metrics_port,
+                                          self.config.settings.metrics_host)
+            log.info("metrics endpoint serving", listen=f"{self.config.settings.metrics_host}:"
+                     f"{self.config.settings.metrics_port}")
         self._tasks = [
             # Log maintenance fsyncs and unlinks under partition locks: run it on the writer threads so
             # the event loop (fetches, heartbeats) never waits on the disk.
@@ -118,6 +127,9 @@ class Broker:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.groups.stop()
+        if self._metrics is not None:  # shutdown() waits for the serving thread's next poll
+            await asyncio.get_running_loop().run_in_executor(None, self._metrics.shutdown)
+            self._metrics.server_close()
         await asyncio.get_running_loop().run_in_executor(None, self.replicas.logs.stop_cleaner)
         self.replicas.close()
 

@@ -39,6 +39,13 @@ def _listen(value: str) -> str:
     return validate_listeners(value)
 
 
+def _port(value: str) -> int:
+    port = int(value)
+    if not 0 <= port <= 65535:
+        raise ValueError("expected a TCP port, 0 to 65535")
+    return port
+
+
 def _authorizer_class(value: str) -> str:
     if value and value not in AUTHORIZER_CLASSES:
         raise ValueError(f"unknown authorizer {value!r}: use one of {', '.join(sorted(AUTHORIZER_CLASSES))}")
@@ -183,6 +190,14 @@ SETTINGS: tuple[Setting, ...] = (
                 "lacks are lost (docs/CLUSTER.md)"),
     Setting("controlled.shutdown.enable", _bool, True,
             doc="on SIGTERM, ask the controller to move this broker's leaderships away before stopping"),
+    # -- metrics: the Prometheus endpoint (ads_broker/metrics.py, docs/BROKER.md "Metrics") --
+    Setting("min.insync.replicas", int, 1, 1, topic_name="min.insync.replicas",
+            doc="in-sync replicas an acks=all write needs; a partition with fewer is under its minimum ISR "
+                "(kafka_cluster_partition_underminisr). One node has one in-sync replica"),
+    Setting("metrics.port", _port, 0, 0,
+            doc="not a Kafka setting (Kafka serves JMX; its exporters map it): serve Prometheus /metrics on this "
+                "port under the JMX exporter's names; 0 (the default): no endpoint"),
+    Setting("metrics.host", str, "127.0.0.1", doc="address the metrics endpoint binds (loopback by default)"),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 
@@ -280,6 +295,10 @@ class BrokerSettings:
     zookeeper_connection_timeout_ms: int
     unclean_leader_election_enable: bool
     controlled_shutdown_enable: bool
+    # metrics
+    min_insync_replicas: int
+    metrics_port: int
+    metrics_host: str
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> BrokerSettings:

@@ -30,6 +30,7 @@ _INT_KEYS: dict[str, tuple[str, int, int]] = {
     "max.compaction.lag.ms": ("max_compaction_lag_ms", 1, _LONG_MAX),
     "message.timestamp.before.max.ms": ("message_timestamp_before_max_ms", 0, _LONG_MAX),
     "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", 0, _LONG_MAX),
+    "min.insync.replicas": ("min_insync_replicas", 1, _INT_MAX),
 }
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 _CLEANUP_POLICIES = frozenset({"delete", "compact"})
@@ -63,6 +64,9 @@ class LogConfig:
     #: broker's clock is refused with INVALID_TIMESTAMP; Kafka 4.0's defaults (KIP-1030).
     message_timestamp_before_max_ms: int = _LONG_MAX
     message_timestamp_after_max_ms: int = 3600000
+    #: In-sync replicas an acks=all write needs; one node has one, so a value above 1 leaves every
+    #: partition of the topic under its minimum ISR (exported by ads_broker/metrics.py).
+    min_insync_replicas: int = 1
     #: Not a Kafka config: record each segment's fsynced length in ``.log.synced`` (the fault hook,
     #: ads_broker/faults.py; set by the broker when ADS_BROKER_FAULT_FILE is set, never by a topic).
     record_synced_length: bool = False

@@ -3,8 +3,9 @@ accepts and unit-tests the rules, and a real Prometheus evaluates them on a live
 
 The exported names are read from the code itself: every prometheus_client metric constructed in
 ads_broker, dedupe_worker, ebs_ops and spark_audit (counters gain `_total`, histograms `_bucket`,
-`_sum`, `_count`). Today only dedupe_worker exports metrics; ads-broker has no metrics endpoint,
-so no broker rule exists yet (docs/RUNBOOK.md lists what is pending).
+`_sum`, `_count`), and every metric family a custom collector yields (ads_broker/metrics.py serves
+Kafka's JMX-exporter names at scrape time). dedupe.rules.yml covers the workers,
+ads-broker.rules.yml the broker.
 """
 
 from __future__ import annotations
@@ -27,10 +28,17 @@ from tests.ops.conftest import OPS, ROOT, require_tool
 
 RULES = OPS / "prometheus" / "dedupe.rules.yml"
 RULE_TESTS = OPS / "prometheus" / "tests" / "dedupe_test.yml"
+BROKER_RULES = OPS / "prometheus" / "ads-broker.rules.yml"
+BROKER_RULE_TESTS = OPS / "prometheus" / "tests" / "ads_broker_test.yml"
+#: Every rule file and its promtool unit tests.
+RULE_FILES = ((RULES, RULE_TESTS), (BROKER_RULES, BROKER_RULE_TESTS))
 DASHBOARD = OPS / "grafana" / "dedupe-workers.json"
 PACKAGES = ("ads_broker", "dedupe_worker", "ebs_ops", "spark_audit")
 SUFFIXES = {"Counter": ("_total", "_created"), "Gauge": ("",), "Histogram": ("_bucket", "_sum", "_count", "_created"),
-            "Summary": ("", "_sum", "_count", "_created"), "Info": ("_info",), "Enum": ("",)}
+            "Summary": ("", "_sum", "_count", "_created"), "Info": ("_info",), "Enum": ("",),
+            # metric families a custom collector yields (prometheus_client.core)
+            "GaugeMetricFamily": ("",), "CounterMetricFamily": ("_total", "_created")}
+CLIENT_MODULES = ("prometheus_client", "prometheus_client.core", "prometheus_client.metrics_core")
 PROMETHEUS_OWN = {"up", "scrape_duration_seconds", "scrape_samples_scraped", "ALERTS", "ALERTS_FOR_STATE"}
 PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "bool",
                 "offset", "inf", "nan"}
@@ -43,7 +51,7 @@ def exported_metrics() -> set[str]:
         for path in (ROOT / package).rglob("*.py"):
             tree = ast.parse(path.read_text())
             imported = {a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
-                        and node.module == "prometheus_client" for a in node.names}
+                        and node.module in CLIENT_MODULES for a in node.names}
             for node in ast.walk(tree):
                 if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in imported
                         and node.func.id in SUFFIXES and node.args and isinstance(node.args[0], ast.Constant)):
@@ -62,8 +70,10 @@ def series_in(expr: str) -> set[str]:
     return {m.group(1) for m in tokens if not m.group(2) and m.group(1).lower() not in PROMQL_WORDS}
 
 
-def rules() -> list[dict[str, Any]]:
-    return [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
+def rules(*files: Path) -> list[dict[str, Any]]:
+    """The rules of ``files`` (default: every rule file)."""
+    paths = files or tuple(f for f, _ in RULE_FILES)
+    return [r for path in paths for g in yaml.safe_load(path.read_text())["groups"] for r in g["rules"]]
 
 
 def dashboard_exprs() -> list[str]:
@@ -89,13 +99,23 @@ def test_rules_and_dashboard_name_only_exported_series() -> None:
     for i, expr in enumerate(dashboard_exprs()):
         unknown[f"dashboard query {i}: {expr}"] = series_in(expr) - allowed
     assert not {k: v for k, v in unknown.items() if v}
-    # The check bites: a Strimzi broker series is not exported by ads-broker (yet).
-    assert series_in("kafka_server_replicamanager_underreplicatedpartitions > 0") - allowed
+    # The check bites: a Strimzi broker series ads-broker does not serve (one data dir, no offline dirs).
+    assert series_in("kafka_log_logmanager_offlinelogdirectorycount > 0") - allowed
+
+
+def test_the_extractor_sees_the_brokers_collector() -> None:
+    """The broker's names come from its collector's metric families, so a renamed family fails the
+    rules check above."""
+    assert {"kafka_server_replicamanager_underreplicatedpartitions", "kafka_cluster_partition_underminisr",
+            "kafka_server_replicamanager_underminisrpartitioncount",
+            "kafka_controller_kafkacontroller_offlinepartitionscount",
+            "kafka_controller_kafkacontroller_activecontrollercount", "kafka_server_replicamanager_partitioncount",
+            "kafka_server_replicamanager_leadercount"} <= exported_metrics()
 
 
 def test_every_alert_has_a_runbook_section_and_a_unit_test() -> None:
     runbook = (ROOT / "docs" / "RUNBOOK.md").read_text().lower()
-    tested = set(re.findall(r"alertname: (\w+)", RULE_TESTS.read_text()))
+    tested = {name for _, t in RULE_FILES for name in re.findall(r"alertname: (\w+)", t.read_text())}
     for r in rules():
         if "alert" not in r:
             continue
@@ -107,12 +127,13 @@ def test_every_alert_has_a_runbook_section_and_a_unit_test() -> None:
 
 def test_promtool_checks_and_unit_tests_the_rules() -> None:
     promtool = require_tool("promtool")
-    check = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60,
-                           check=False)
-    assert check.returncode == 0, check.stdout + check.stderr
-    test = subprocess.run([promtool, "test", "rules", str(RULE_TESTS)], capture_output=True, text=True,
-                          timeout=120, check=False)
-    assert test.returncode == 0 and "SUCCESS" in test.stdout, test.stdout + test.stderr
+    for rule_file, rule_tests in RULE_FILES:
+        check = subprocess.run([promtool, "check", "rules", str(rule_file)], capture_output=True, text=True,
+                               timeout=60, check=False)
+        assert check.returncode == 0, check.stdout + check.stderr
+        test = subprocess.run([promtool, "test", "rules", str(rule_tests)], capture_output=True, text=True,
+                              timeout=120, check=False)
+        assert test.returncode == 0 and "SUCCESS" in test.stdout, test.stdout + test.stderr
 
 
 def test_promtool_unit_tests_can_fail(tmp_path: Path) -> None:
@@ -124,6 +145,24 @@ def test_promtool_unit_tests_can_fail(tmp_path: Path) -> None:
     out = subprocess.run([promtool, "test", "rules", str(tmp_path / "tests" / "dedupe_test.yml")],
                          capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode != 0 and "DedupeDuplicateRateSpike" in out.stdout + out.stderr
+
+
+@pytest.mark.parametrize(("before", "after", "alert"), [
+    ("underminisrpartitioncount > 0", "underminisrpartitioncount > 3", "KafkaUnderMinIsrPartitions"),
+    ("activecontrollercount) != 1", "activecontrollercount) > 1", "KafkaAbnormalControllerState"),
+])
+def test_broker_unit_tests_can_fail(tmp_path: Path, before: str, after: str, alert: str) -> None:
+    """The broker rules' unit tests bite: a raised threshold (under-min-ISR) or a rule that forgets the
+    no-controller case fails them."""
+    promtool = require_tool("promtool")
+    text = BROKER_RULES.read_text()
+    assert before in text
+    (tmp_path / BROKER_RULES.name).write_text(text.replace(before, after))
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / BROKER_RULE_TESTS.name).write_text(BROKER_RULE_TESTS.read_text())
+    out = subprocess.run([promtool, "test", "rules", str(tmp_path / "tests" / BROKER_RULE_TESTS.name)],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode != 0 and alert in out.stdout + out.stderr
 
 
 def test_dashboard_json_is_the_builders_output() -> None:
@@ -203,7 +242,7 @@ def test_prometheus_evaluates_the_rules_on_a_live_worker(ads_broker: Any, tmp_pa
         assert alerts[0]["state"] == "pending"  # `for: 10m` not yet served: the expression matched real samples
         groups = _get(f"{api}/rules")["groups"]
         evaluated = [r for g in groups for r in g["rules"]]
-        assert len(evaluated) == len(rules())
+        assert len(evaluated) == len(rules(RULES))
         assert all(r["health"] == "ok" for r in evaluated), [(r["name"], r.get("lastError")) for r in evaluated]
         firing = {a["labels"]["alertname"] for a in _get(f"{api}/alerts")["alerts"]}
         assert firing == {"DedupeDuplicateRateSpike"}, firing  # a healthy worker trips nothing else
@@ -211,3 +250,63 @@ def test_prometheus_evaluates_the_rules_on_a_live_worker(ads_broker: Any, tmp_pa
         prom.terminate()
         prom.wait(30)
         stop_worker(worker)
+
+
+@pytest.mark.timeout(180)
+def test_prometheus_evaluates_the_broker_rules_on_a_live_broker(tmp_path: Path) -> None:
+    """A real Prometheus scrapes a real ads-broker's ``metrics.port``: every broker rule evaluates on
+    its samples, a topic with ``min.insync.replicas=2`` on one node trips KafkaUnderMinIsrPartitions
+    (pending: its ``for`` is not served yet), and nothing else fires (one controller, no offline or
+    under-replicated partition)."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+
+    from ads_broker.embedded import ads_broker_process, free_port
+
+    prometheus = require_tool("prometheus")
+    metrics_port, web_port = free_port(), free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(yaml.safe_dump({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(BROKER_RULES)],
+        "scrape_configs": [{"job_name": "ads-broker", "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}]}],
+    }))
+    api = f"http://127.0.0.1:{web_port}/api/v1"
+
+    def query(expr: str) -> list[Any]:
+        try:
+            return list(_get(f"{api}/query?query={urllib.parse.quote(expr)}")["result"])
+        except OSError:
+            return []
+
+    with ads_broker_process(tmp_path / "broker-data", config={"metrics.port": str(metrics_port)},
+                            log_path=tmp_path / "broker.log") as broker:
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        try:
+            admin.create_topics([NewTopic("acks-all", 2, 1, topic_configs={"min.insync.replicas": "2"}),
+                                 NewTopic("plain", 1, 1)])
+        finally:
+            admin.close()
+        with open(tmp_path / "prometheus.log", "wb") as log:
+            prom = subprocess.Popen([prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                                     f"--web.listen-address=127.0.0.1:{web_port}"], stdout=log,
+                                    stderr=subprocess.STDOUT)
+        try:
+            _wait_for("a scrape of the broker", lambda: query('up{job="ads-broker"} == 1'), 60, prom)
+            under = _wait_for("the under-min-ISR partitions",
+                              lambda: query("kafka_cluster_partition_underminisr == 1"), 60, prom)
+            assert {(s["metric"]["topic"], s["metric"]["partition"]) for s in under} == {("acks-all", "0"),
+                                                                                          ("acks-all", "1")}
+            alerts = _wait_for("KafkaUnderMinIsrPartitions pending", lambda: [
+                a for a in _get(f"{api}/alerts")["alerts"] if a["labels"]["alertname"] == "KafkaUnderMinIsrPartitions"],
+                60, prom)
+            assert alerts[0]["state"] == "pending" and float(alerts[0]["value"]) == 2
+            evaluated = [r for g in _get(f"{api}/rules")["groups"] for r in g["rules"]]
+            assert len(evaluated) == len(rules(BROKER_RULES))
+            assert all(r["health"] == "ok" and r.get("lastEvaluation", "").startswith("2")
+                       for r in evaluated), [(r["name"], r.get("lastError")) for r in evaluated]
+            firing = {a["labels"]["alertname"] for a in _get(f"{api}/alerts")["alerts"]}
+            assert firing == {"KafkaUnderMinIsrPartitions"}, firing
+        finally:
+            prom.terminate()
+            prom.wait(30)
