@@ -73,10 +73,10 @@ class StoreConfig(BaseModel):
     key_filter_bits_per_key: float = Field(default=10.0, ge=0, le=32)
     block_cache_mb: int = Field(default=64, gt=0)
     # small memtables: a random-key skiplist insert is mostly cache misses (docs/WORKER.md)
-    write_buffer_mb: int = Field(default=4, gt=0)
-    # L0 files that start a compaction: a generation is written once in random key order, so more
-    # data per compaction (trigger x memtable) means fewer rewrites of its L1 (docs/WORKER.md)
-    level0_compaction_trigger: int = Field(default=16, ge=2, le=16)
+    write_buffer_mb: int = Field(default=8, gt=0)
+    # L0 files that start a compaction: a generation is written once in random key order, so a
+    # higher trigger means fewer rewrites of its L1 (docs/WORKER.md)
+    level0_compaction_trigger: int = Field(default=8, ge=2, le=16)
     compression: Literal["none", "snappy", "lz4", "zstd"] = "lz4"
     sync_writes: bool = False
     # keys per generation column family (aging drops whole generations; every live generation

@@ -100,16 +100,12 @@ class RocksDBOptions:
     #: the memtable, and its bloom costs ~0.4 µs per insert).
     memtable_bloom_ratio: float | None = None
     block_cache_mb: int = 64
-    #: Memtable size. A random-key skiplist insert is mostly cache misses, so a smaller skiplist is
-    #: cheaper per insert: a batch's lookup + record cost ~0.15 µs/key less on the main thread at 4
-    #: than at 8 (64 MB cost ~1.2 µs/key more); each flush writes a smaller L0 file instead.
-    write_buffer_mb: int = 4
+    write_buffer_mb: int = 8
     #: L0 files that trigger a compaction (RocksDB's default is 4). A generation is written once,
-    #: in random key order, so every L0 -> L1 compaction rewrites all of its L1: what counts is the
-    #: data per compaction (trigger x memtable), 64 MB here as with 8 MB x 8 (at 32 MB the
-    #: background CPU of filling a generation was 0.87 µs per key, at 64 MB 0.49), at ~2 B/key more
-    #: until the generation's last compaction (bench/dedupe_throughput.py measures the compacted size).
-    level0_compaction_trigger: int = 16
+    #: in random key order, so every L0 -> L1 compaction rewrites all of its L1; at 8 the background
+    #: CPU of filling a generation fell from 0.87 to 0.49 µs per key, at ~2 B/key more until the
+    #: generation's last compaction (bench/dedupe_throughput.py measures the compacted size).
+    level0_compaction_trigger: int = 8
     compression: str = "lz4"
     statistics: bool = True
     sync_writes: bool = False
@@ -136,11 +132,6 @@ class RocksDBOptions:
             opts.set_memtable_whole_key_filtering(True)
         opts.set_write_buffer_size(self.write_buffer_mb * 1024 * 1024)
         opts.set_level_zero_file_num_compaction_trigger(self.level0_compaction_trigger)
-        # RocksDB slows writes at 20 L0 files and stops them at 36: keep the same headroom past a
-        # high trigger (a compaction of 16 files and the generation's L1 takes seconds on a loaded
-        # machine, while flushes go on)
-        opts.set_level_zero_slowdown_writes_trigger(max(20, self.level0_compaction_trigger + 12))
-        opts.set_level_zero_stop_writes_trigger(max(36, self.level0_compaction_trigger + 28))
         opts.set_compression_type(_compression(self.compression))
         if self.statistics:
             opts.enable_statistics()
