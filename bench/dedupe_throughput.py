@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import shutil
 import statistics
 import tempfile
@@ -231,6 +232,7 @@ def main() -> None:
     results: dict[str, list[tuple[float, float]]] = {"raw": [], "raw_txn": [], "ours": [], "pipelined": [],
                                                      "naive": []}
     extra: dict[str, float] = {}
+    loads: list[float] = []  # 1-minute load average before each round and at the end (a shared machine)
     with proc:
         bs = proc.bootstrap
         create_topics(bs, {INPUT: 1})
@@ -249,6 +251,7 @@ def main() -> None:
         extra["aging_keys_per_s"] = deleted / t_age
         aging.close()
         for r in range(args.rounds):
+            loads.append(os.getloadavg()[0])
             tag = f"{r}-{uuid.uuid4().hex[:6]}"
             results["raw"].append(isolated(raw_pipe, bs, args.messages, tag)[:2])
             results["raw_txn"].append(isolated(raw_pipe, bs, args.messages, f"t{tag}", True)[:2])
@@ -271,11 +274,13 @@ def main() -> None:
             results["naive"].append(isolated(naive_run, bs, args.messages, tag, ndata)[:2])
             shutil.rmtree(data)
             shutil.rmtree(ndata)
+    loads.append(os.getloadavg()[0])
     shutil.rmtree(tmp, ignore_errors=True)
-    report(args, results, extra)
+    report(args, results, extra, loads)
 
 
-def report(args: argparse.Namespace, results: dict[str, list[tuple[float, float]]], extra: dict[str, float]) -> None:
+def report(args: argparse.Namespace, results: dict[str, list[tuple[float, float]]], extra: dict[str, float],
+           loads: list[float]) -> None:
     n = args.messages
     rate = {k: statistics.median(n / w for w, _ in v) for k, v in results.items()}
     cpu_us = {k: statistics.median(c / n * 1e6 for _, c in v) for k, v in results.items()}
@@ -293,6 +298,9 @@ def report(args: argparse.Namespace, results: dict[str, list[tuple[float, float]
           f"(a1)/(a) = {cpu_us['raw_txn'] / cpu_us['raw']:.2f}x")
     print("per round, process CPU µs/msg: " + "; ".join(
         f"{name} " + " ".join(f"{c / n * 1e6:.2f}" for _, c in v) for name, v in results.items()))
+    print("CPU per message (b)/(a) per round: " + " ".join(
+        f"{o / r:.2f}x" for (_, o), (_, r) in zip(results["ours"], results["raw"], strict=True)))
+    print("1-minute load average before each round and at the end: " + " ".join(f"{x:.1f}" for x in loads))
     for k, v in extra.items():
         print(f"{k:<28}{v:>12,.1f}")
     if args.json:

@@ -43,8 +43,10 @@ import contextlib
 import gc
 import re
 import struct
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -412,8 +414,6 @@ class RocksDBStore:
                     new_filters[gens[-1].id] = self._new_filter(limit)
             gen = gens[-1]
             take = min(limit - gen.count, len(keys) - done)
-            handle = self._handles[gen.cf]
-            put = wb.put
             chunk = keys[done:done + take]
             if hashes is None:
                 ordered: Sequence[bytes] = sorted(chunk)
@@ -422,8 +422,11 @@ class RocksDBStore:
                 # before the write: a filter may over-report, never under-report
                 (new_filters.get(gen.id) or self._filters[gen.id]).add(part)
                 ordered = part.sorted_keys(chunk)
-            for key in ordered:  # in key order: cheaper memtable inserts (Probe.sorted_keys)
-                put(key, b"", handle)
+            # In key order (cheaper memtable inserts, Probe.sorted_keys), and called from C with the
+            # generation as the batch's default column family: a Python loop passing the handle to
+            # every put cost 0.16 µs per key, this 0.06 (pyo3 extracts each argument per call).
+            wb.set_default_column_family(self._handles[gen.cf])
+            deque(map(wb.put, ordered, repeat(b"")), maxlen=0)
             stamps = first_seen_ms[done:done + take]
             oldest, newest = min(stamps), max(stamps)
             if gen.count:

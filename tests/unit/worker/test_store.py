@@ -69,6 +69,9 @@ def test_records_roll_into_generations_and_lookups_span_them(tmp_path: Path) -> 
     gens = store.generations()
     assert [(g.first_seq, g.count, g.oldest_ms, g.newest_ms) for g in gens] == [
         (0, 100, 0, 99), (100, 100, 100, 199), (200, 50, 200, 249)]
+    # each key in its own generation's column family (the batch's default column family is switched
+    # per generation, and meta stays in its own)
+    assert [set(store.generation_keys(g)) for g in gens] == [set(keys[:100]), set(keys[100:200]), set(keys[200:])]
     store.close()
     store = _open(tmp_path, generation_keys=100)
     assert store.generations() == gens
