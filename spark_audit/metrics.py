@@ -14,18 +14,6 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
 
-#: report.json field -> (metric name, help)
-REPORT_GAUGES: dict[str, tuple[str, str]] = {
-    "input_messages": ("spark_audit_input_messages", "Input events in the audited window"),
-    "input_duplicates": ("spark_audit_input_duplicates", "Input events whose messageId was seen before"),
-    "output_messages": ("spark_audit_output_messages", "Output events in the audited window"),
-    "output_duplicates": ("spark_audit_output_duplicates", "Duplicates leaked to the output"),
-    "missing": ("spark_audit_missing_events", "Unique input events missing from the output"),
-    "dead_lettered": ("spark_audit_dead_lettered", "Dead letters in the audited window"),
-    "dead_letters_missing": ("spark_audit_dead_letters_missing",
-                             "Malformed input events without a dead letter"),
-}
-
 
 def audit_registry(report: dict[str, Any], *, now: float | None = None) -> CollectorRegistry:
     """The metrics of one audit ``report`` (report.json's content), labelled with the input's and
@@ -33,13 +21,29 @@ def audit_registry(report: dict[str, Any], *, now: float | None = None) -> Colle
     registry = CollectorRegistry()
     sources = report.get("sources", {})
     labels = {side: str(sources.get(side, "")).rstrip("/").rsplit("/", 1)[-1] for side in ("input", "output")}
-    for field, (name, doc) in REPORT_GAUGES.items():
-        Gauge(name, doc, list(labels), registry=registry).labels(**labels).set(float(report[field]))
-    Gauge("spark_audit_alert", "1 when the audit found leaked duplicates, missing events or dead letters "
-          "missing above its thresholds", list(labels), registry=registry).labels(**labels).set(
-        1.0 if report["status"] == "alert" else 0.0)
-    Gauge("spark_audit_last_run_timestamp_seconds", "When this audit finished (Unix time)", list(labels),
-          registry=registry).labels(**labels).set(time.time() if now is None else now)
+    names = list(labels)
+
+    def put(gauge: Gauge, value: float) -> None:
+        gauge.labels(**labels).set(value)
+
+    put(Gauge("spark_audit_input_messages", "Input events in the audited window", names, registry=registry),
+        report["input_messages"])
+    put(Gauge("spark_audit_input_duplicates", "Input events whose messageId was seen before", names,
+              registry=registry), report["input_duplicates"])
+    put(Gauge("spark_audit_output_messages", "Output events in the audited window", names, registry=registry),
+        report["output_messages"])
+    put(Gauge("spark_audit_output_duplicates", "Duplicates leaked to the output", names, registry=registry),
+        report["output_duplicates"])
+    put(Gauge("spark_audit_missing_events", "Unique input events missing from the output", names,
+              registry=registry), report["missing"])
+    put(Gauge("spark_audit_dead_lettered", "Dead letters in the audited window", names, registry=registry),
+        report["dead_lettered"])
+    put(Gauge("spark_audit_dead_letters_missing", "Malformed input events without a dead letter", names,
+              registry=registry), report["dead_letters_missing"])
+    put(Gauge("spark_audit_alert", "1 when the audit found leaked duplicates, missing events or dead letters "
+              "missing above its thresholds", names, registry=registry), 1.0 if report["status"] == "alert" else 0.0)
+    put(Gauge("spark_audit_last_run_timestamp_seconds", "When this audit finished (Unix time)", names,
+              registry=registry), time.time() if now is None else now)
     return registry
 
 
