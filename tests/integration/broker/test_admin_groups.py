@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AclOperation, AdminClient, NewTopic
 from kafka.protocol.admin import DeleteGroupsRequest, DescribeClusterRequest
 from kafka.protocol.consumer import OffsetDeleteRequest
@@ -180,7 +180,7 @@ def test_offset_delete_codes_and_the_deletion_survives_a_restart(tmp_path: Path)
 
 def test_describe_cluster(tmp_path: Path) -> None:
     """The cluster id Metadata reports, this node as controller and only broker, every cluster
-    operation when there is no authorizer; a controllers' DescribeCluster is MISMATCHED_ENDPOINT_TYPE."""
+    (and topic) operation when there is no authorizer; a controllers' DescribeCluster is MISMATCHED_ENDPOINT_TYPE."""
     node = Node(tmp_path)
     with node.running():
         admin = AdminClient(node.conf())
@@ -192,6 +192,14 @@ def test_describe_cluster(tmp_path: Path) -> None:
         assert set(described.authorized_operations) == {
             AclOperation.CREATE, AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS,
             AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE, AclOperation.ALTER, AclOperation.DESCRIBE}
+        # librdkafka reads authorized operations from Metadata v8+: a topic's are all 8 of Kafka's.
+        topic = uid("t")
+        create(admin, topic)
+        [described_topic] = admin.describe_topics(TopicCollection([topic]), include_authorized_operations=True,
+                                                  request_timeout=30).values()
+        assert set(described_topic.result(60).authorized_operations) == {
+            AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DESCRIBE, AclOperation.DELETE,
+            AclOperation.ALTER, AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS}
         with RawClient(f"127.0.0.1:{node.port}") as client:
             for version in (0, 1, 2):
                 resp = client.request(DescribeClusterRequest(include_cluster_authorized_operations=False,
