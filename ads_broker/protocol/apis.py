@@ -25,6 +25,7 @@ from kafka.protocol.admin import (
     DescribeClusterRequest,
     DescribeConfigsRequest,
     DescribeGroupsRequest,
+    DescribeProducersRequest,
     DescribeUserScramCredentialsRequest,
     ListGroupsRequest,
 )
@@ -51,7 +52,7 @@ from kafka.protocol.producer import (
 )
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
-from ads_broker.protocol import admin, fetch, groups, groups_admin, metadata, produce, txn
+from ads_broker.protocol import admin, fetch, groups, groups_admin, metadata, produce, txn, txn_admin
 from ads_broker.protocol.codec import Chunk, DecodedRequest
 from ads_broker.protocol.codec import decode_request as _decode_request
 from ads_broker.security import acl_api, users_api
@@ -111,6 +112,7 @@ _APIS = (
     Api(DeleteGroupsRequest, 0, 2, groups_admin.handle_delete_groups),
     Api(OffsetDeleteRequest, 0, 0, groups_admin.handle_offset_delete),
     Api(DescribeClusterRequest, 0, 2, groups_admin.handle_describe_cluster),
+    Api(DescribeProducersRequest, 0, 0, txn_admin.handle_describe_producers),
 )
 
 #: API key -> :class:`Api`.

@@ -390,7 +390,7 @@ def test_describe_topic_partitions_75(admin: KafkaAdminClient, topic_name: str) 
 @pytest.mark.parametrize("api", [
     pytest.param("ListTransactions-66", marks=NOT_SERVED),
     pytest.param("DescribeTransactions-65", marks=NOT_SERVED),
-    pytest.param("DescribeProducers-61", marks=NOT_SERVED)])
+    pytest.param("DescribeProducers-61")])
 def test_transaction_admin_apis_see_an_open_transaction(compat_broker: BrokerProcess, admin: KafkaAdminClient,
                                                         topic_name: str, api: str) -> None:
     create(admin, topic_name, 1)
