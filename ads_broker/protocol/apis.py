@@ -26,8 +26,10 @@ from kafka.protocol.admin import (
     DescribeConfigsRequest,
     DescribeGroupsRequest,
     DescribeProducersRequest,
+    DescribeTransactionsRequest,
     DescribeUserScramCredentialsRequest,
     ListGroupsRequest,
+    ListTransactionsRequest,
 )
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer import (
@@ -113,6 +115,8 @@ _APIS = (
     Api(OffsetDeleteRequest, 0, 0, groups_admin.handle_offset_delete),
     Api(DescribeClusterRequest, 0, 2, groups_admin.handle_describe_cluster),
     Api(DescribeProducersRequest, 0, 0, txn_admin.handle_describe_producers),
+    Api(DescribeTransactionsRequest, 0, 0, txn_admin.handle_describe_transactions),
+    Api(ListTransactionsRequest, 0, 1, txn_admin.handle_list_transactions),  # v2: a Java regex filter
 )
 
 #: API key -> :class:`Api`.
