@@ -1079,6 +1079,71 @@ class GroupCoordinator:
         return errors.NONE
 
 
+    def validate_offset_delete(self, group_id: str) -> int:
+        """May OffsetDelete remove offsets of ``group_id``? (Kafka 4.x ``ClassicGroup.validateOffsetDelete``.)
+
+        A group with members may only lose offsets of topics its members do not consume, and only
+        if it uses the consumer protocol (see :meth:`subscribed_topics`); any other group with
+        members is NON_EMPTY_GROUP. A group this coordinator does not know is GROUP_ID_NOT_FOUND
+        (the caller accepts a group that only has committed offsets, which Kafka loads as Empty).
+        """
+        if self._stopped:
+            return errors.NOT_COORDINATOR
+        if not group_id:
+            return errors.INVALID_GROUP_ID
+        group = self._groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            return errors.GROUP_ID_NOT_FOUND
+        if group.state is not GroupState.EMPTY and group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return errors.NON_EMPTY_GROUP
+        return errors.NONE
+
+    def subscribed_topics(self, group_id: str) -> frozenset[str] | None:
+        """Topics the members of a consumer-protocol group subscribe to (from their
+        ``ConsumerProtocolSubscription`` metadata); empty for a group without members, None when
+        unknown (a member's metadata does not decode): then every topic counts as subscribed, as
+        in Kafka's ``ClassicGroup.isSubscribedToTopic``."""
+        group = self._groups.get(group_id)
+        if group is None or not group.members:
+            return frozenset()
+        if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return None
+        topics: set[str] = set()
+        for member in group.members.values():
+            blobs = ([member.metadata(group.protocol_name)] if group.protocol_name
+                     else [meta for _, meta in member.protocols])
+            for blob in blobs:
+                parsed = subscription_topics(blob)
+                if parsed is None:
+                    return None
+                topics.update(parsed)
+        return frozenset(topics)
+
+
+CONSUMER_PROTOCOL_TYPE = "consumer"
+
+
+def subscription_topics(metadata: bytes) -> list[str] | None:
+    """The topics of a ``ConsumerProtocolSubscription`` (int16 version, then an array of
+    int16-length strings; every version starts so); None if it does not decode."""
+    try:
+        if len(metadata) < 6:
+            return None
+        count = int.from_bytes(metadata[2:6], "big", signed=True)
+        if count < 0 or count > len(metadata):
+            return None
+        pos, topics = 6, []
+        for _ in range(count):
+            n = int.from_bytes(metadata[pos:pos + 2], "big", signed=True)
+            if n < 0 or pos + 2 + n > len(metadata):
+                return None
+            topics.append(metadata[pos + 2:pos + 2 + n].decode("utf-8"))
+            pos += 2 + n
+        return topics
+    except UnicodeDecodeError:
+        return None
+
+
 @dataclass(frozen=True, slots=True)
 class _JoinRequest:
     member_id: str

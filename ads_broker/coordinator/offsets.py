@@ -24,7 +24,15 @@ import structlog
 
 from ads_broker.errors import INVALID_COMMIT_OFFSET_SIZE, OFFSET_METADATA_TOO_LARGE
 from ads_broker.exceptions import BrokerError
-from ads_broker.log.records import BatchHeader, Record, build_batch, decode_batch, read_header
+from ads_broker.log.records import (
+    RECORD_BATCH_OVERHEAD,
+    BatchHeader,
+    Record,
+    build_batch,
+    decode_batch,
+    read_header,
+)
+from ads_broker.replication.partition import Partition
 from ads_broker.replication.replica_manager import AppendOrigin, ReplicaManager
 
 log = structlog.get_logger("ads_broker.offsets")
@@ -34,6 +42,9 @@ OFFSET_KEY_VERSION = 1
 OFFSET_VALUE_VERSION = 3
 GROUP_METADATA_KEY_VERSION = 2
 OFFSET_METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes default
+# Upper bound on one tombstone record's framing (varints, attributes, headers count), for
+# splitting tombstones into batches under max.message.bytes.
+_RECORD_OVERHEAD = 24
 
 
 def java_string_hash(s: str) -> int:
@@ -63,6 +74,11 @@ def encode_key(group: str, topic: str, partition: int) -> bytes:
 def encode_value(offset: int, leader_epoch: int, metadata: str, commit_ts: int) -> bytes:
     return (struct.pack(">hqi", OFFSET_VALUE_VERSION, offset, leader_epoch) + _string(metadata)
             + struct.pack(">q", commit_ts))
+
+
+def encode_group_key(group: str) -> bytes:
+    """Kafka's ``GroupMetadataKey`` (version 2): a null value deletes the group's metadata."""
+    return struct.pack(">h", GROUP_METADATA_KEY_VERSION) + _string(group)
 
 
 def _read_string(buf: bytes, pos: int) -> tuple[str, int]:
@@ -318,14 +334,49 @@ class OffsetManager:
         return [g for g, offsets in self._cache.items() if offsets]
 
     def delete_group(self, group: str) -> None:
-        offsets = self._cache.pop(group, {})
-        if not offsets:
-            return
-        now = int(time.time() * 1000)
-        records = [Record(offset=i, timestamp=now, key=encode_key(group, t, p), value=None, headers=[])
-                   for i, (t, p) in enumerate(offsets)]
-        self._append(group, records)
+        """DeleteGroups: tombstone every committed offset of ``group`` and its group metadata
+        (Kafka's ``GroupMetadataKey`` v2 with a null value), so the deletion survives a restart."""
+        offsets = list(self._cache.get(group, {}))
+        records = [self._tombstone(encode_key(group, t, p)) for t, p in offsets]
+        records.append(self._tombstone(encode_group_key(group)))
+        self._append_tombstones(group, records)
+        self._cache.pop(group, None)
 
-    def _append(self, group: str, records: list[Record]) -> None:
-        partition = self.replicas.get_partition(OFFSETS_TOPIC, partition_for_group(group, self.num_partitions))
+    def delete_offsets(self, group: str, partitions: Iterable[tuple[str, int]]) -> None:
+        """OffsetDelete: tombstone the committed offsets of ``group`` for ``partitions`` (those
+        without one are left alone: Kafka answers NONE for them and writes nothing)."""
+        cache = self._cache.get(group, {})
+        wanted = [tp for tp in dict.fromkeys(partitions) if tp in cache]
+        if not wanted:
+            return
+        self._append_tombstones(group, [self._tombstone(encode_key(group, t, p)) for t, p in wanted])
+        for tp in wanted:
+            cache.pop(tp, None)
+        if not cache:
+            self._cache.pop(group, None)
+
+    @staticmethod
+    def _tombstone(key: bytes) -> Record:
+        return Record(offset=0, timestamp=int(time.time() * 1000), key=key, value=None, headers=[])
+
+    def _append_tombstones(self, group: str, records: list[Record]) -> None:
+        """Append tombstones to the group's partition before the cache forgets anything, in
+        batches that fit the log's ``max.message.bytes`` (a group can have offsets for more
+        partitions than one batch holds)."""
+        partition = self.replicas.get_partition(OFFSETS_TOPIC, self.partition_for(group))
+        limit = max(partition.max_message_bytes - RECORD_BATCH_OVERHEAD, 1)
+        chunk: list[Record] = []
+        size = 0
+        for record in records:
+            record_size = len(record.key or b"") + _RECORD_OVERHEAD
+            if chunk and size + record_size > limit:
+                self._append_batch(partition, chunk)
+                chunk, size = [], 0
+            chunk.append(Record(offset=len(chunk), timestamp=record.timestamp, key=record.key, value=None,
+                                headers=[]))
+            size += record_size
+        if chunk:
+            self._append_batch(partition, chunk)
+
+    def _append_batch(self, partition: Partition, records: list[Record]) -> None:
         self.replicas.append_records(partition, build_batch(records), AppendOrigin.COORDINATOR)

@@ -97,6 +97,14 @@ VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
 }
 
 
+#: Kafka's ``TransactionState.stateName``, as ListTransactions and DescribeTransactions report them.
+STATE_NAMES: dict[TxnState, str] = {
+    TxnState.EMPTY: "Empty", TxnState.ONGOING: "Ongoing", TxnState.PREPARE_COMMIT: "PrepareCommit",
+    TxnState.PREPARE_ABORT: "PrepareAbort", TxnState.COMPLETE_COMMIT: "CompleteCommit",
+    TxnState.COMPLETE_ABORT: "CompleteAbort", TxnState.DEAD: "Dead", TxnState.PREPARE_EPOCH_FENCE: "PrepareEpochFence",
+}
+
+
 REASONS: dict[int, str] = {
     UNKNOWN_TOPIC_OR_PARTITION: "a partition of the request does not exist; create the topic first",
     INVALID_TOPIC_EXCEPTION: "internal topics cannot be part of a transaction (offsets join one through "

@@ -18,13 +18,18 @@ from kafka.protocol.admin import (
     CreatePartitionsRequest,
     CreateTopicsRequest,
     DeleteAclsRequest,
+    DeleteGroupsRequest,
     DeleteRecordsRequest,
     DeleteTopicsRequest,
     DescribeAclsRequest,
+    DescribeClusterRequest,
     DescribeConfigsRequest,
     DescribeGroupsRequest,
+    DescribeProducersRequest,
+    DescribeTransactionsRequest,
     DescribeUserScramCredentialsRequest,
     ListGroupsRequest,
+    ListTransactionsRequest,
 )
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer import (
@@ -34,6 +39,7 @@ from kafka.protocol.consumer import (
     LeaveGroupRequest,
     ListOffsetsRequest,
     OffsetCommitRequest,
+    OffsetDeleteRequest,
     OffsetFetchRequest,
     SyncGroupRequest,
 )
@@ -48,7 +54,7 @@ from kafka.protocol.producer import (
 )
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
-from ads_broker.protocol import admin, fetch, groups, metadata, produce, txn
+from ads_broker.protocol import admin, fetch, groups, groups_admin, metadata, produce, txn, txn_admin
 from ads_broker.protocol.codec import Chunk, DecodedRequest
 from ads_broker.protocol.codec import decode_request as _decode_request
 from ads_broker.security import acl_api, users_api
@@ -105,6 +111,12 @@ _APIS = (
     Api(AddOffsetsToTxnRequest, 0, 3, txn.handle_add_offsets_to_txn),
     Api(EndTxnRequest, 0, 3, txn.handle_end_txn),
     Api(TxnOffsetCommitRequest, 0, 3, txn.handle_txn_offset_commit),
+    Api(DeleteGroupsRequest, 0, 2, groups_admin.handle_delete_groups),
+    Api(OffsetDeleteRequest, 0, 0, groups_admin.handle_offset_delete),
+    Api(DescribeClusterRequest, 0, 2, groups_admin.handle_describe_cluster),
+    Api(DescribeProducersRequest, 0, 0, txn_admin.handle_describe_producers),
+    Api(DescribeTransactionsRequest, 0, 0, txn_admin.handle_describe_transactions),
+    Api(ListTransactionsRequest, 0, 1, txn_admin.handle_list_transactions),  # v2: a Java regex filter
 )
 
 #: API key -> :class:`Api`.

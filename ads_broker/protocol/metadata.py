@@ -10,16 +10,42 @@ from ads_broker.cluster.topics import Topic, validate_topic_name
 from ads_broker.errors import UNKNOWN_TOPIC_OR_PARTITION
 from ads_broker.exceptions import BrokerError, InvalidRequestError
 from ads_broker.protocol.codec import DecodedRequest
-from ads_broker.security.acl import CLUSTER, CLUSTER_NAME, CREATE, DESCRIBE, GROUP, TOPIC, TRANSACTIONAL_ID
+from ads_broker.protocol.groups_admin import CLUSTER_OPERATIONS
+from ads_broker.security.acl import (
+    ALTER,
+    ALTER_CONFIGS,
+    CLUSTER,
+    CLUSTER_NAME,
+    CREATE,
+    DELETE,
+    DESCRIBE,
+    DESCRIBE_CONFIGS,
+    GROUP,
+    READ,
+    TOPIC,
+    TRANSACTIONAL_ID,
+    WRITE,
+)
 
 if TYPE_CHECKING:
     from ads_broker.protocol.context import HandlerContext
 
 COORDINATOR_GROUP = 0
 COORDINATOR_TRANSACTION = 1
+#: The operations Kafka defines on a TOPIC (``AclEntry.supportedOperations``), reported in
+#: Metadata v8+'s topic authorized-operations bitfield when asked for.
+TOPIC_OPERATIONS = (READ, WRITE, CREATE, DESCRIBE, DELETE, ALTER, DESCRIBE_CONFIGS, ALTER_CONFIGS)
 
 
-def _topic_metadata(ctx: HandlerContext, topic: Topic) -> MetadataResponse.MetadataResponseTopic:
+def authorized_operations(ctx: HandlerContext, operations: tuple[int, ...], resource_type: int,
+                          name: str) -> set[int]:
+    """The operations of ``operations`` the principal may do on the resource (Kafka's
+    ``authorizedOperations``; the codec turns the set into the int32 bitfield)."""
+    return {op for op in operations if ctx.allowed(op, resource_type, name)}
+
+
+def _topic_metadata(ctx: HandlerContext, topic: Topic,
+                    with_operations: bool = False) -> MetadataResponse.MetadataResponseTopic:
     node = ctx.node_id
     partitions = [
         MetadataResponse.MetadataResponseTopic.MetadataResponsePartition(
@@ -29,7 +55,9 @@ def _topic_metadata(ctx: HandlerContext, topic: Topic) -> MetadataResponse.Metad
     ]
     return MetadataResponse.MetadataResponseTopic(
         error_code=0, name=topic.name, topic_id=topic.topic_id, is_internal=topic.internal,
-        partitions=partitions, authorized_operations=None)
+        partitions=partitions,
+        authorized_operations=authorized_operations(ctx, TOPIC_OPERATIONS, TOPIC, topic.name)
+        if with_operations else None)
 
 
 def _error_topic(name: str, error_code: int) -> MetadataResponse.MetadataResponseTopic:
@@ -42,10 +70,12 @@ async def handle_metadata(ctx: HandlerContext, req: DecodedRequest) -> MetadataR
     replicas = ctx.replicas
     # v4+ carries allow_auto_topic_creation; older versions always allowed it.
     allow_create = bool(body.allow_auto_topic_creation) if req.api_version >= 4 else True
+    # v8+: the authorized operations, only when asked for (else Kafka's INT32_MIN, None here).
+    topic_ops = req.api_version >= 8 and bool(body.include_topic_authorized_operations)
     topics = []
     if body.topics is None:
         # Kafka lists only the topics the principal may DESCRIBE.
-        topics = [_topic_metadata(ctx, t) for t in list(replicas.topics.values())
+        topics = [_topic_metadata(ctx, t, topic_ops) for t in list(replicas.topics.values())
                   if ctx.allowed(DESCRIBE, TOPIC, t.name)]
     else:
         for requested in body.topics:
@@ -70,16 +100,21 @@ async def handle_metadata(ctx: HandlerContext, req: DecodedRequest) -> MetadataR
                 if topic is None:
                     topics.append(_error_topic(name, UNKNOWN_TOPIC_OR_PARTITION))
                 else:
-                    topics.append(_topic_metadata(ctx, topic))
+                    topics.append(_topic_metadata(ctx, topic, topic_ops))
             except BrokerError as e:
                 ctx.log_client_error(req, "metadata", e, topic=name)
                 topics.append(_error_topic(name, e.error_code))
+    cluster_ops: set[int] | None = None
+    if 8 <= req.api_version <= 10 and body.include_cluster_authorized_operations:
+        # Kafka: DESCRIBE on the cluster to see any (v11 dropped the field for DescribeCluster).
+        cluster_ops = (authorized_operations(ctx, CLUSTER_OPERATIONS, CLUSTER, CLUSTER_NAME)
+                       if ctx.allowed(DESCRIBE, CLUSTER, CLUSTER_NAME) else set())
     host, port = ctx.advertised
     return MetadataResponse(
         throttle_time_ms=0,
         brokers=[MetadataResponse.MetadataResponseBroker(node_id=ctx.node_id, host=host, port=port, rack=None)],
         cluster_id=ctx.cluster_id, controller_id=ctx.node_id, topics=topics,
-        authorized_operations=None)
+        authorized_operations=cluster_ops)
 
 
 async def handle_find_coordinator(ctx: HandlerContext, req: DecodedRequest) -> FindCoordinatorResponse:

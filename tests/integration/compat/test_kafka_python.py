@@ -258,9 +258,6 @@ def test_admin_groups_list_describe_and_offsets(compat_broker: BrokerProcess, ad
     assert admin.describe_groups([group])[group]["group_state"] == "Empty"
 
 
-@pytest.mark.xfail(strict=True, raises=IncompatibleBrokerVersion,
-                   reason="ads-broker: DeleteGroups (API 42) is not implemented; Kafka deletes an Empty group "
-                          "with error NONE (and GROUP_ID_NOT_FOUND 69 / NON_EMPTY_GROUP 68 otherwise)")
 def test_admin_delete_groups(compat_broker: BrokerProcess, admin: KafkaAdminClient, topic_name: str) -> None:
     create(admin, topic_name, 1)
     group = f"g-{uuid.uuid4().hex[:8]}"
@@ -270,7 +267,7 @@ def test_admin_delete_groups(compat_broker: BrokerProcess, admin: KafkaAdminClie
     consumer.commit({tp: OffsetAndMetadata(0, "", -1)})
     consumer.close()
     assert group in [g["group_id"] for g in admin.list_groups()]
-    assert admin.delete_groups([group]) == [(group, "OK")]  # kafka-python's form of error NONE
+    assert admin.delete_groups([group]) == {group: "OK"}  # kafka-python 3.0's form of error NONE
     assert group not in [g["group_id"] for g in admin.list_groups()]
 
 
@@ -361,7 +358,6 @@ def test_alter_topic_configs(admin: KafkaAdminClient, topic_name: str, increment
         ("1000000", "DYNAMIC_TOPIC_CONFIG")
 
 
-@NOT_SERVED
 def test_delete_group_offsets_offset_delete_47(compat_broker: BrokerProcess, admin: KafkaAdminClient,
                                                topic_name: str) -> None:
     create(admin, topic_name, 1)
@@ -392,9 +388,9 @@ def test_describe_topic_partitions_75(admin: KafkaAdminClient, topic_name: str) 
 
 
 @pytest.mark.parametrize("api", [
-    pytest.param("ListTransactions-66", marks=NOT_SERVED),
-    pytest.param("DescribeTransactions-65", marks=NOT_SERVED),
-    pytest.param("DescribeProducers-61", marks=NOT_SERVED)])
+    pytest.param("ListTransactions-66"),
+    pytest.param("DescribeTransactions-65"),
+    pytest.param("DescribeProducers-61")])
 def test_transaction_admin_apis_see_an_open_transaction(compat_broker: BrokerProcess, admin: KafkaAdminClient,
                                                         topic_name: str, api: str) -> None:
     create(admin, topic_name, 1)
@@ -405,7 +401,8 @@ def test_transaction_admin_apis_see_an_open_transaction(compat_broker: BrokerPro
     producer.send(topic_name, value=b"open", partition=0).get(30)
     try:
         if api.startswith("ListTransactions"):
-            listed = {t.transactional_id: t.state for t in admin.list_transactions()}
+            # kafka-python 3.0: {broker id: [TransactionListing]}
+            listed = {t.transactional_id: t.state for ts in admin.list_transactions().values() for t in ts}
             assert listed[txn_id].name == "ONGOING"
         elif api.startswith("DescribeTransactions"):
             described = admin.describe_transactions([txn_id])[txn_id]
