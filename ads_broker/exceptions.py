@@ -35,6 +35,13 @@ class RecordTooLargeError(BrokerError):
     error_code = errors.MESSAGE_TOO_LARGE
 
 
+class NotEnoughReplicasError(BrokerError):
+    """acks=all to a partition whose in-sync replicas are fewer than its ``min.insync.replicas``
+    (refused before the append, as Kafka's ``Partition.appendRecordsToLeader``)."""
+
+    error_code = errors.NOT_ENOUGH_REPLICAS
+
+
 class OffsetOutOfRangeError(BrokerError):
     """A fetch or delete offset outside [log_start_offset, log_end_offset] (OFFSET_OUT_OF_RANGE)."""
 

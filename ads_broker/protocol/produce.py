@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 log = structlog.get_logger("ads_broker.produce")
 
 
-async def _append_one(ctx: HandlerContext, req: DecodedRequest, topic: str, pdata: Any, resp: Any) -> None:
+async def _append_one(ctx: HandlerContext, req: DecodedRequest, topic: str, pdata: Any, resp: Any,
+                      acks: int) -> None:
     try:
         partition = ctx.replicas.get_partition(topic, pdata.index)
         if ctx.replicas.get_topic(topic).internal:
@@ -46,7 +47,7 @@ async def _append_one(ctx: HandlerContext, req: DecodedRequest, topic: str, pdat
             raise InvalidRecordError("produce request carries null records")
         if ctx.faults is not None:
             await _hold(ctx, ctx.faults.append_delay_s(topic), topic, pdata.index)
-        info = await ctx.replicas.append_client_records(partition, pdata.records)
+        info = await ctx.replicas.append_client_records(partition, pdata.records, acks)
         resp.base_offset = info.first_offset
         resp.log_append_time_ms = info.log_append_time_ms
         resp.log_start_offset = info.log_start_offset
@@ -100,7 +101,7 @@ async def handle_produce(ctx: HandlerContext, req: DecodedRequest) -> ProduceRes
                                      partition=pdata.index, transactional_id=body.transactional_id,
                                      error_code=code)
             else:
-                appends.append(_append_one(ctx, req, topic_data.name, pdata, resp))
+                appends.append(_append_one(ctx, req, topic_data.name, pdata, resp, acks))
             partition_responses.append(resp)
         topic_responses.append(ProduceResponse.TopicProduceResponse(
             name=topic_data.name, partition_responses=partition_responses))

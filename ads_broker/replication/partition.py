@@ -12,6 +12,7 @@ import asyncio
 import threading
 from dataclasses import dataclass, field
 
+from ads_broker.exceptions import NotEnoughReplicasError
 from ads_broker.log.log import Log
 
 
@@ -38,6 +39,20 @@ class Partition:
         """The end of the committed prefix (caller holds the lock). One replica: everything
         appended is on every in-sync replica, so it is the log end offset."""
         return self.log.log_end_offset
+
+    @property
+    def in_sync_replicas(self) -> int:
+        """The ISR's size. One replica: this broker, always in sync."""
+        return 1
+
+    def check_min_isr(self, required_acks: int) -> None:
+        """Refuse an acks=all append when the ISR is smaller than ``min.insync.replicas``
+        (Kafka's message and NOT_ENOUGH_REPLICAS; nothing is written)."""
+        min_isr = self.log.config.min_insync_replicas
+        if required_acks == -1 and self.in_sync_replicas < min_isr:
+            raise NotEnoughReplicasError(
+                f"The size of the current ISR {self.in_sync_replicas} is insufficient to satisfy the min.isr "
+                f"requirement of {min_isr} for partition {self.topic}-{self.index}")
 
     @property
     def max_message_bytes(self) -> int:

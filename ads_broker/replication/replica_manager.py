@@ -365,8 +365,9 @@ class ReplicaManager:
         self._appended(partition, info)
         return info
 
-    async def append_client_records(self, partition: Partition, records: bytes) -> AppendInfo:
-        """Validate and append a client's batch (:data:`AppendOrigin.CLIENT`).
+    async def append_client_records(self, partition: Partition, records: bytes, required_acks: int = 1) -> AppendInfo:
+        """Validate and append a client's batch (:data:`AppendOrigin.CLIENT`); ``required_acks`` -1
+        (acks=all) is refused when the ISR is below ``min.insync.replicas``.
 
         A small batch whose partition lock is free is appended right on the event loop: its
         ``write()`` costs less than handing it to a writer thread and back (~0.1 ms), which is
@@ -374,6 +375,7 @@ class ReplicaManager:
         sends many). Anything larger, or a partition busy on a writer thread, goes to the writer
         threads, so a large ``write()`` never stalls the loop.
         """
+        partition.check_min_isr(required_acks)
         validated = await self._validate(partition, records)
         origin = AppendOrigin.CLIENT
         if len(records) <= INLINE_APPEND_BYTES and partition.lock.acquire(blocking=False):

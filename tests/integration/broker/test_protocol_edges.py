@@ -21,6 +21,7 @@ from tests.kafka_helpers import consume_partition, create_topic, produce_all
 CORRUPT_MESSAGE = 2
 UNKNOWN_TOPIC_OR_PARTITION = 3
 MESSAGE_TOO_LARGE = 10
+NOT_ENOUGH_REPLICAS = 19
 INVALID_REQUIRED_ACKS = 21
 UNSUPPORTED_VERSION = 35
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
@@ -40,6 +41,18 @@ def produce(client: RawClient, topic: str, partition: int, records: bytes, acks:
     resp = client.request(req, 9)
     p = resp.responses[0].partition_responses[0]
     return p.error_code, p.base_offset
+
+
+def test_acks_all_below_min_insync_replicas_is_refused_and_writes_nothing(ads_broker: BrokerProcess,
+                                                                           topic_name: str) -> None:
+    """One broker is one in-sync replica: a topic asking for two refuses acks=all with
+    NOT_ENOUGH_REPLICAS (19) before the append, as Kafka does; acks=1 still appends."""
+    create_topic(ads_broker.bootstrap, topic_name, 1, {"min.insync.replicas": "2"})
+    with RawClient(ads_broker.bootstrap) as client:
+        code, offset = produce(client, topic_name, 0, batch([b"all"]), acks=-1)
+        assert (code, offset) == (NOT_ENOUGH_REPLICAS, -1)
+        assert produce(client, topic_name, 0, batch([b"one"]), acks=1) == (0, 0)
+    assert [m.value() for m in consume_partition(ads_broker.bootstrap, topic_name, 0)] == [b"one"]
 
 
 def end_offset(broker: BrokerProcess, topic: str) -> int:
