@@ -1061,16 +1061,24 @@ class GroupCoordinator:
         group = self._groups.get(group_id)
         return group is not None and group.state is not GroupState.DEAD
 
+    def _live_group(self, group_id: str) -> tuple[int, _Group | None]:
+        """The checks DeleteGroups and OffsetDelete start with: (error, None) unless this
+        coordinator runs and knows ``group_id`` as a live group, else (NONE, the group)."""
+        if self._stopped:
+            return errors.NOT_COORDINATOR, None
+        if not group_id:
+            return errors.INVALID_GROUP_ID, None
+        group = self._groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            return errors.GROUP_ID_NOT_FOUND, None
+        return errors.NONE, group
+
     def delete_group(self, group_id: str) -> int:
         """DeleteGroups for one group: only an Empty group can be deleted (the caller then deletes
         its committed offsets)."""
-        if self._stopped:
-            return errors.NOT_COORDINATOR
-        if not group_id:
-            return errors.INVALID_GROUP_ID
-        group = self._groups.get(group_id)
-        if group is None or group.state is GroupState.DEAD:
-            return errors.GROUP_ID_NOT_FOUND
+        code, group = self._live_group(group_id)
+        if group is None:
+            return code
         if group.state is not GroupState.EMPTY:
             return errors.NON_EMPTY_GROUP
         group.state = GroupState.DEAD
@@ -1087,13 +1095,9 @@ class GroupCoordinator:
         members is NON_EMPTY_GROUP. A group this coordinator does not know is GROUP_ID_NOT_FOUND
         (the caller accepts a group that only has committed offsets, which Kafka loads as Empty).
         """
-        if self._stopped:
-            return errors.NOT_COORDINATOR
-        if not group_id:
-            return errors.INVALID_GROUP_ID
-        group = self._groups.get(group_id)
-        if group is None or group.state is GroupState.DEAD:
-            return errors.GROUP_ID_NOT_FOUND
+        code, group = self._live_group(group_id)
+        if group is None:
+            return code
         if group.state is not GroupState.EMPTY and group.protocol_type != CONSUMER_PROTOCOL_TYPE:
             return errors.NON_EMPTY_GROUP
         return errors.NONE
