@@ -296,8 +296,10 @@ class Ec2VolumeBackend:
     def snapshot(self, partition: int, *, dry_run: bool = False) -> SnapshotInfo:
         volume = self._attached_volume(partition)
         vol_id = volume["VolumeId"]
-        if dry_run:
-            self._dry_run(f"create snapshot of {vol_id}", self.ec2.create_snapshot, VolumeId=vol_id)
+        if dry_run:  # the same request as below, offsets aside: the policy requires the tags
+            self._dry_run(f"create snapshot of {vol_id}", self.ec2.create_snapshot, VolumeId=vol_id,
+                          Description=f"dedupe partition {partition}",
+                          TagSpecifications=[self._tag_spec("snapshot", partition, None)])
             return self._dry_info(partition, vol_id)
         with self._paused(partition) as position:
             self._freeze(partition, vol_id)

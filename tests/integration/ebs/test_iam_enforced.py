@@ -42,6 +42,7 @@ class IamGate:
         self.policy = render(TEMPLATE.read_text(), instance_id=instance_id, partitions=partitions)
         self.requests: list[dict[str, Any]] = []
         client.meta.events.register("before-parameter-build.ec2.CreateSnapshots", self.create_snapshots)
+        client.meta.events.register("before-parameter-build.ec2.CreateSnapshot", self.create_snapshot)
         client.meta.events.register("before-parameter-build.ec2.CreateTags", self.create_tags)
 
     def _tags(self, resource: dict[str, Any]) -> dict[str, str]:
@@ -70,6 +71,13 @@ class IamGate:
                         self._tags(vol))
         request = {t["Key"]: t["Value"] for s in params.get("TagSpecifications", []) for t in s["Tags"]}
         self._check("ec2:CreateSnapshots", f"arn:aws:ec2:{REGION}::snapshot/snap-new", request_tags=request)
+
+    def create_snapshot(self, params: dict[str, Any], **_: Any) -> None:
+        self.requests.append(params)
+        vol = self.client.describe_volumes(VolumeIds=[params["VolumeId"]])["Volumes"][0]
+        self._check("ec2:CreateSnapshot", f"arn:aws:ec2:{REGION}:{ACCOUNT}:volume/{vol['VolumeId']}", self._tags(vol))
+        request = {t["Key"]: t["Value"] for s in params.get("TagSpecifications", []) for t in s["Tags"]}
+        self._check("ec2:CreateSnapshot", f"arn:aws:ec2:{REGION}::snapshot/snap-new", request_tags=request)
 
     def create_tags(self, params: dict[str, Any], **_: Any) -> None:
         request = {t["Key"]: t["Value"] for t in params["Tags"]}
@@ -123,3 +131,19 @@ def test_the_gate_denies_what_the_policy_denies(fleet: Fleet) -> None:
         assert exc.response["Error"]["Code"] == "UnauthorizedOperation"
     else:
         raise AssertionError("rewriting an offset tag was allowed")
+
+
+def test_a_partition_snapshot_dry_run_sends_what_the_policy_requires(fleet: Fleet, tmp_path: Path) -> None:
+    """`ebs-ops snapshot --dry-run` asks EC2 the same question the real snapshot will, tags
+    included: the policy only lets this tool create snapshots tagged as its own, so a dry run
+    without the tags was denied where the real call is allowed."""
+    client = boto3.client("ec2", endpoint_url=fleet.url, region_name=REGION)
+    gate = IamGate(client, fleet.a, ("0",))
+    with WorkerDouble(tmp_path / "data", 0) as worker:
+        worker.write(["a"])
+        backend = Ec2VolumeBackend(region=REGION, endpoint_url=fleet.url, waiter_delay_s=1, step_timeout_s=10,
+                                   control=WorkerControlClient(worker.url), client=client)
+        dry = backend.snapshot(0, dry_run=True)
+        real = backend.snapshot(0)
+    assert dry.source == real.source == fleet.volume
+    assert [r["VolumeId"] for r in gate.requests] == [fleet.volume, fleet.volume]
