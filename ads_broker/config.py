@@ -400,7 +400,7 @@ def validate_topic_configs(configs: Mapping[str, str | None], known: frozenset[s
     out: dict[str, str] = {}
     for key, value in configs.items():
         if key not in known:
-            raise InvalidConfigurationError(f"unknown topic config {key!r}")
+            raise InvalidConfigurationError(f"Unknown topic config name: {key}")  # Kafka's LogConfig text
         if value is None:
             raise InvalidConfigurationError(f"topic config {key!r} has a null value")
         out[key] = value

@@ -284,9 +284,6 @@ def test_create_topics_with_an_unknown_config_is_invalid_config_naming_the_key(a
     assert topic_name not in admin.list_topics()
 
 
-@pytest.mark.xfail(strict=True, reason="ads-broker: the message text is \"unknown topic config 'no.such.config'\"; "
-                                       "Kafka's (LogConfig.validateNames) is \"Unknown topic config name: "
-                                       "no.such.config\" (issue 14 'Bad input': Kafka's message text style)")
 def test_create_topics_unknown_config_message_is_kafkas(admin: KafkaAdminClient, topic_name: str) -> None:
     assert create_error(admin, topic_name, {"no.such.config": "1"}) == (
         40, "Unknown topic config name: no.such.config")
