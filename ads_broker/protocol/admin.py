@@ -117,19 +117,22 @@ def _create_one(ctx: HandlerContext, topic: Any, validate_only: bool, in_request
 
 async def handle_create_topics(ctx: HandlerContext, req: DecodedRequest) -> CreateTopicsResponse:
     body = req.body
-    seen: set[str] = set()
+    counts = Counter(topic.name for topic in body.topics)
     results = []
     in_request = 0  # partitions created (or validated) so far: max.partitions.per.request
     rejected = Rejections("create_topics")
     for topic in body.topics:
-        if topic.name in seen:
-            duplicate = InvalidRequestError("topic appears twice in one request")
+        if counts[topic.name] > 1:
+            # Kafka (KafkaApis.handleCreateTopicsRequest): every entry of a repeated name fails and
+            # none is created.
+            client = (req.client_id or "")[:256]
+            duplicate = InvalidRequestError(f"Create topics request from client {client!r} contains multiple "
+                                            f"entries for the following topics: {topic.name}")
             rejected.add(topic.name, duplicate)
             results.append(CreatableTopicResult(name=topic.name, error_code=duplicate.error_code,
                                                 error_message=str(duplicate), num_partitions=-1,
                                                 replication_factor=-1, configs=[]))
             continue
-        seen.add(topic.name)
         result = _create_one(ctx, topic, bool(body.validate_only), in_request, rejected)
         if result.error_code == 0:
             in_request += result.num_partitions

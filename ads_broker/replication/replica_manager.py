@@ -43,6 +43,7 @@ from ads_broker.exceptions import (
     BrokerError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
+    InvalidTopicError,
     KafkaStorageError,
     OffsetOutOfRangeError,
     PolicyViolationError,
@@ -186,6 +187,10 @@ class ReplicaManager:
         validate_topic_name(name)
         if name in self.metadata:
             raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+        # Kafka's Topic.hasCollision: '.' and '_' map to one metric name, so they may not differ alone.
+        unified = name.replace(".", "_")
+        if clash := next((t for t in self.metadata.topics if t.replace(".", "_") == unified), None):
+            raise InvalidTopicError(f"Topic '{name}' collides with existing topic: {clash}")
         if num_partitions == -1:
             num_partitions = self.config.settings.num_partitions
         if num_partitions < 1:

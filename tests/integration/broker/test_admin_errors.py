@@ -42,3 +42,32 @@ def test_delete_topics_by_id(ads_broker: BrokerProcess, topic_name: str) -> None
             DeleteTopicsRequest.DeleteTopicState(name=None, topic_id=created.topic_id)], timeout_ms=10000), 6)
         assert [(r.name, r.error_code) for r in resp.responses] == [(None, UNKNOWN_TOPIC_ID), (topic_name, 0)]
         assert create_topics(client, {topic_name: 1})[topic_name] == 0  # the name is free again
+
+
+def test_a_name_repeated_in_one_create_topics_creates_nothing(ads_broker: BrokerProcess, topic_name: str) -> None:
+    """Kafka answers INVALID_REQUEST (42) for every entry of a repeated name and creates none of
+    them (before, the first copy was created and only the second refused); other topics of the
+    request are created."""
+    other = f"{topic_name}-other"
+    with RawClient(ads_broker.bootstrap) as client:
+        resp = client.request(CreateTopicsRequest(topics=[CreateTopicsRequest.CreatableTopic(
+            name=name, num_partitions=1, replication_factor=1, assignments=[], configs=[])
+            for name in (topic_name, other, topic_name)], timeout_ms=10000, validate_only=False), 7)
+        assert [(t.name, t.error_code) for t in resp.topics] == [(topic_name, 42), (other, 0), (topic_name, 42)]
+        assert "multiple entries for the following topics" in (resp.topics[0].error_message or "")
+        assert partition_count(client, topic_name) == 0 and partition_count(client, other) == 1
+
+
+def test_names_differing_only_in_dot_and_underscore_collide(ads_broker: BrokerProcess) -> None:
+    """Kafka's Topic.hasCollision: 'a.b' and 'a_b' share a metric name, so the second is refused
+    with INVALID_TOPIC_EXCEPTION (17) naming the first."""
+    base = f"t{uuid.uuid4().hex[:8]}"
+    with RawClient(ads_broker.bootstrap) as client:
+        assert create_topics(client, {f"{base}.x": 1}) == {f"{base}.x": 0}
+        req = CreateTopicsRequest(topics=[CreateTopicsRequest.CreatableTopic(
+            name=f"{base}_x", num_partitions=1, replication_factor=1, assignments=[], configs=[])],
+            timeout_ms=10000, validate_only=False)
+        [result] = client.request(req, 7).topics
+        assert (result.error_code, result.error_message) == (
+            17, f"Topic '{base}_x' collides with existing topic: {base}.x")
+        assert partition_count(client, f"{base}_x") == 0
