@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from kazoo.client import KazooClient
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry
 
 from ads_broker.cluster.member import ClusterMember
 from ads_broker.cluster.zkserver import ZooKeeperServer, zookeeper_available
@@ -25,11 +27,8 @@ SESSION_TIMEOUT_MS = 4000
 
 def wait_until(condition: Callable[[], object], what: str, timeout_s: float = 60.0) -> None:
     """Poll ``condition`` until truthy; fail naming ``what`` after a generous deadline (not a timing check)."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {what}")
-        time.sleep(0.05)
+    if not _poll(condition, timeout_s):
+        pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {what}")
 
 
 def _require_zookeeper() -> None:
@@ -52,15 +51,39 @@ def zk_connect(zk_server: ZooKeeperServer) -> str:
     return zk_server.connect_string(f"t-{uuid.uuid4().hex[:12]}")
 
 
+def _poll(condition: Callable[[], object], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def expire_session(zk: KafkaZkClient) -> None:
     """End ``zk``'s session on the server as a timeout would: a second client attaches to the same
-    session and closes it. ``zk`` sees SESSION_EXPIRED (LOST) and kazoo opens a new session."""
+    session and closes it. ``zk`` sees SESSION_EXPIRED (LOST) and kazoo opens a new session.
+
+    One attempt is not enough: attaching moves the session to the intruder's connection, ``zk``
+    reconnects at once and moves it back, and an intruder whose connection was taken before its
+    ``stop()`` closes nothing (seen in CI: ``zk`` kept its session). So attach and close until
+    ``zk`` is on a new session."""
     session_id, password = zk.client.client_id
-    intruder = KazooClient(hosts=zk.hosts, client_id=(session_id, password))
-    intruder.start(timeout=30)
-    intruder.stop()
-    intruder.close()
-    wait_until(lambda: zk.session_id not in (0, session_id) and zk.connected, "a new session after expiry")
+    deadline = time.monotonic() + 60
+    while True:
+        intruder = KazooClient(hosts=zk.hosts, client_id=(session_id, password),
+                               connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=0.2))
+        try:
+            intruder.start(timeout=10)
+        except KazooTimeoutError:
+            pass  # the server is busy: close what we have and try again
+        finally:
+            intruder.stop()
+            intruder.close()
+        if _poll(lambda: zk.session_id not in (0, session_id) and zk.connected, 10.0):
+            return
+        if time.monotonic() > deadline:
+            pytest.fail("timed out after 60s waiting for a new session after expiry")
 
 
 class Node:
