@@ -20,13 +20,13 @@ from kafka.protocol.admin import (
 from ads_broker.errors import INVALID_REPLICA_ASSIGNMENT, TOPIC_DELETION_DISABLED, UNKNOWN_TOPIC_ID
 from ads_broker.exceptions import BrokerError, InvalidRequestError
 from ads_broker.protocol.codec import DecodedRequest
+from ads_broker.protocol.configs import describe_topic
+from ads_broker.protocol.rejected import Rejections
 from ads_broker.security.acl import ALTER, CLUSTER, CLUSTER_NAME, CREATE, DELETE, TOPIC
 
 if TYPE_CHECKING:
     from ads_broker.protocol.context import HandlerContext
 
-SOURCE_DYNAMIC_TOPIC = 1
-SOURCE_DEFAULT = 5
 CreatableTopicResult: Any = CreateTopicsResponse.CreatableTopicResult
 class TopicDeletionDisabledError(BrokerError):
     """DeleteTopics v3+ while ``delete.topic.enable=false`` (TOPIC_DELETION_DISABLED; INVALID_REQUEST
@@ -39,34 +39,6 @@ class InvalidReplicaAssignmentError(BrokerError):
     """A replica assignment naming brokers other than this one (INVALID_REPLICA_ASSIGNMENT)."""
 
     error_code = INVALID_REPLICA_ASSIGNMENT
-
-
-#: Names of rejected topics quoted in a request's one log line.
-LOGGED_NAMES = 5
-
-
-class Rejections:
-    """The rejected items of one request, for a single log line naming the client, how many were
-    rejected with which codes, the first few names and the first reason."""
-
-    def __init__(self, api: str) -> None:
-        self.api = api
-        self.codes: Counter[int] = Counter()
-        self.names: list[str | None] = []
-        self.first: BrokerError | None = None
-
-    def add(self, name: str | None, error: BrokerError, error_code: int | None = None) -> None:
-        self.codes[error.error_code if error_code is None else error_code] += 1
-        if len(self.names) < LOGGED_NAMES:
-            self.names.append(name)
-        if self.first is None:
-            self.first = error
-
-    def log(self, ctx: HandlerContext, req: DecodedRequest) -> None:
-        if not self.codes:
-            return
-        ctx.log_client_error(req, self.api, self.first, error_code=self.codes.most_common(1)[0][0],
-                             rejected=sum(self.codes.values()), error_codes=dict(self.codes), topics=self.names)
 
 
 def _create_one(ctx: HandlerContext, topic: Any, validate_only: bool, in_request: int, rejected: Rejections) -> Any:
@@ -98,11 +70,10 @@ def _create_one(ctx: HandlerContext, topic: Any, validate_only: bool, in_request
         result.replication_factor = 1
         if t is not None:
             result.topic_id = t.topic_id
-            values, explicit = ctx.replicas.effective_configs(name)
+            # Kafka answers with the entries DescribeConfigs would give (ConfigHelper.createTopicConfigEntry).
             result.configs = [CreatableTopicResult.CreatableTopicConfigs(
-                name=k, value=v, read_only=False,
-                config_source=SOURCE_DYNAMIC_TOPIC if k in explicit else SOURCE_DEFAULT,
-                is_sensitive=False) for k, v in sorted(values.items())]
+                name=e.name, value=e.value, read_only=e.read_only, config_source=e.config_source,
+                is_sensitive=e.is_sensitive) for e in describe_topic(ctx, name, include_synonyms=False)]
     except BrokerError as e:
         rejected.add(name, e)
         result.error_code = e.error_code

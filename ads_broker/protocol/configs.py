@@ -36,8 +36,8 @@ from kafka.protocol.admin import (
 from ads_broker.config import SETTINGS, BrokerConfig, Setting
 from ads_broker.exceptions import BrokerError, InvalidConfigurationError, InvalidRequestError
 from ads_broker.log.config import TOPIC_CONFIG_KEYS, TOPIC_CONFIG_TYPES
-from ads_broker.protocol.admin import Rejections
 from ads_broker.protocol.codec import DecodedRequest
+from ads_broker.protocol.rejected import Rejections
 from ads_broker.security.acl import ALTER_CONFIGS, CLUSTER, CLUSTER_NAME, DESCRIBE_CONFIGS, TOPIC
 
 if TYPE_CHECKING:
@@ -179,7 +179,8 @@ async def handle_describe_configs(ctx: HandlerContext, req: DecodedRequest) -> D
         res = DescribeConfigsResponse.DescribeConfigsResult(
             error_code=0, error_message=None, resource_type=resource.resource_type,
             resource_name=resource.resource_name, configs=[])
-        wanted = set(resource.configuration_keys) if resource.configuration_keys is not None else None
+        # Kafka's ConfigHelperUtils: a null or an empty list of keys describes every config.
+        wanted = set(resource.configuration_keys) if resource.configuration_keys else None
         try:
             kind, name = resource.resource_type, resource.resource_name
             if kind == RESOURCE_TOPIC:

@@ -154,6 +154,27 @@ def test_broker_retention_settings_as_kafka_describes_them(client: RawClient, to
     assert synonyms_of(broker["log.retention.hours"]) == [("log.retention.hours", "168", DEFAULT_CONFIG)]
 
 
+@pytest.mark.parametrize("overrides", [{}, {"retention.ms": "3600000", "compression.type": "zstd"}])
+def test_create_topics_reports_the_configs_describe_configs_reports(client: RawClient, topic_name: str,
+                                                                    overrides: dict[str, str]) -> None:
+    req = CreateTopicsRequest(topics=[CreateTopicsRequest.CreatableTopic(
+        name=topic_name, num_partitions=1, replication_factor=1, assignments=[],
+        configs=[CreateTopicsRequest.CreatableTopic.CreatableTopicConfig(name=k, value=v)
+                 for k, v in overrides.items()])], timeout_ms=10000, validate_only=False)
+    [result] = client.request(req, 7).topics
+    created = {c.name: (c.value, c.config_source) for c in result.configs}
+    assert created == {k: (e.value, e.config_source) for k, e in describe(client, topic_name).items()}
+    assert created["retention.ms"] == (overrides.get("retention.ms", "86400000"),
+                                       TOPIC_CONFIG if overrides else STATIC_BROKER_CONFIG)
+
+
+def test_an_empty_key_list_describes_every_config(client: RawClient, topic_name: str) -> None:
+    create(client, topic_name)
+    everything = describe(client, topic_name, [])
+    assert everything.keys() == describe(client, topic_name, None).keys()
+    assert {"retention.ms", "cleanup.policy", "compression.type"} <= everything.keys()
+
+
 def test_describe_broker_resource_names_as_kafka(client: RawClient) -> None:
     assert describe(client, "", resource_type=BROKER) == {}  # the dynamic cluster-wide defaults: none
     for name, message in (("7", "Unexpected broker id, expected 0 or empty string, but received 7"),
