@@ -94,7 +94,8 @@ def configs() -> None:
     from ads_broker.config import SETTINGS
 
     for s in SETTINGS:
-        typer.echo(f"{s.name}={s.default}" + (f"    # {s.doc}" if s.doc else ""))
+        default = "null" if s.default is None else s.default  # Kafka's word for an unset default
+        typer.echo(f"{s.name}={default}" + (f"    # {s.doc}" if s.doc else ""))
 
 
 @app.command("dump-log")

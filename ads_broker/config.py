@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ads_broker.exceptions import ConfigError, InvalidConfigurationError
+from ads_broker.log.config import COMPRESSION_TYPES
 from ads_broker.security.acl import AUTHORIZER_CLASSES
 from ads_broker.security.listeners import (
     DEFAULT_PROTOCOL_MAP,
@@ -52,6 +53,12 @@ def _authorizer_class(value: str) -> str:
     return value
 
 
+def _compression_type(value: str) -> str:
+    if value not in COMPRESSION_TYPES:
+        raise ValueError(f"expected one of {', '.join(COMPRESSION_TYPES)}")
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class Setting:
     name: str
@@ -76,7 +83,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("message.max.bytes", int, 1048588, 0, topic_name="max.message.bytes"),
     Setting("log.segment.bytes", int, 1073741824, 14, topic_name="segment.bytes"),
     Setting("log.roll.ms", int, 604800000, 1, topic_name="segment.ms"),
-    Setting("log.retention.ms", int, 604800000, -1, topic_name="retention.ms"),
+    # Kafka's precedence: log.retention.ms, else log.retention.minutes, else log.retention.hours
+    # (BrokerConfig.log_retention_time_ms); the first two are null unless set.
+    Setting("log.retention.ms", int, None, topic_name="retention.ms",
+            doc="retention of a topic's data (default: log.retention.minutes, else log.retention.hours)"),
+    Setting("log.retention.minutes", int, None, doc="retention in minutes, if log.retention.ms is not set"),
+    Setting("log.retention.hours", int, 168,
+            doc="retention in hours, if neither log.retention.ms nor log.retention.minutes is set"),
     Setting("log.retention.bytes", int, -1, -1, topic_name="retention.bytes"),
     Setting("log.retention.check.interval.ms", int, 300000, 1),
     Setting("log.flush.interval.messages", int, LONG_MAX, 1, topic_name="flush.messages"),
@@ -85,6 +98,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("log.index.interval.bytes", int, 4096, 0, topic_name="index.interval.bytes"),
     Setting("log.index.size.max.bytes", int, 10485760, 4, topic_name="segment.index.bytes"),
     Setting("log.message.timestamp.type", str, "CreateTime", topic_name="message.timestamp.type"),
+    Setting("compression.type", _compression_type, "producer", topic_name="compression.type",
+            doc="codec client batches are stored with: producer (as sent), uncompressed, gzip, snappy, lz4 or zstd; "
+                "other than producer, the broker recompresses batches sent with another codec"),
     # -- log: record validation and segment files (issue 12: timestamps, file descriptors) --
     Setting("log.message.timestamp.before.max.ms", int, LONG_MAX, 0, topic_name="message.timestamp.before.max.ms",
             doc="a CreateTime record older than this (vs the broker clock) is refused with INVALID_TIMESTAMP"),
@@ -224,7 +240,9 @@ class BrokerSettings:
     message_max_bytes: int
     log_segment_bytes: int
     log_roll_ms: int
-    log_retention_ms: int
+    log_retention_ms: int | None
+    log_retention_minutes: int | None
+    log_retention_hours: int
     log_retention_bytes: int
     log_retention_check_interval_ms: int
     log_flush_interval_messages: int
@@ -233,6 +251,7 @@ class BrokerSettings:
     log_index_interval_bytes: int
     log_index_size_max_bytes: int
     log_message_timestamp_type: str
+    compression_type: str
     log_message_timestamp_before_max_ms: int
     log_message_timestamp_after_max_ms: int
     log_open_segment_files_max: int
@@ -336,6 +355,9 @@ class BrokerConfig:
     attributes in :attr:`settings` (``config.settings.log_segment_bytes``)."""
 
     values: Mapping[str, Any]
+    #: Names given in the properties file or as overrides (Kafka's STATIC_BROKER_CONFIG source);
+    #: every other setting has its default (DEFAULT_CONFIG).
+    explicit: frozenset[str] = frozenset()
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
@@ -365,7 +387,17 @@ class BrokerConfig:
             values[key] = _parse_setting(setting, value, source)
         if not values["advertised.listeners"]:
             values["advertised.listeners"] = values["listeners"]
-        return cls(values)
+        return cls(values, frozenset(raw))
+
+    @property
+    def log_retention_time_ms(self) -> int:
+        """Kafka's ``logRetentionTimeMillis``: log.retention.ms, else log.retention.minutes, else
+        log.retention.hours, in milliseconds; any negative value is -1 (no time limit)."""
+        ms = self.values["log.retention.ms"]
+        if ms is None:
+            minutes = self.values["log.retention.minutes"]
+            ms = minutes * 60_000 if minutes is not None else self.values["log.retention.hours"] * 3_600_000
+        return -1 if ms < 0 else int(ms)
 
     @property
     def listen(self) -> tuple[str, int]:
@@ -385,6 +417,7 @@ class BrokerConfig:
         for setting in SETTINGS:
             if setting.topic_name:
                 out[setting.topic_name] = str(self.values[setting.name])
+        out["retention.ms"] = str(self.log_retention_time_ms)
         return out
 
 

@@ -34,10 +34,26 @@ _INT_KEYS: dict[str, tuple[str, int, int]] = {
 }
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 _CLEANUP_POLICIES = frozenset({"delete", "compact"})
+#: Kafka's ``compression.type`` values (``BrokerCompressionType``) -> the codec id batches are
+#: stored with; ``producer`` (None) keeps each batch as the producer compressed it.
+COMPRESSION_TYPES: dict[str, int | None] = {"producer": None, "uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3,
+                                            "zstd": 4}
 
 TOPIC_CONFIG_KEYS: frozenset[str] = frozenset(
-    [*_INT_KEYS, "message.timestamp.type", "cleanup.policy", "min.cleanable.dirty.ratio"]
+    [*_INT_KEYS, "message.timestamp.type", "cleanup.policy", "min.cleanable.dirty.ratio", "compression.type"]
 )
+
+#: Kafka's ``ConfigDef.Type`` of each topic config (``LogConfig``'s definitions), as DescribeConfigs
+#: v3+ reports it: the names of ``DescribeConfigsResponse.ConfigType``.
+TOPIC_CONFIG_TYPES: dict[str, str] = {
+    "segment.bytes": "INT", "segment.ms": "LONG", "retention.ms": "LONG", "retention.bytes": "LONG",
+    "flush.messages": "LONG", "flush.ms": "LONG", "index.interval.bytes": "INT", "segment.index.bytes": "INT",
+    "max.message.bytes": "INT", "file.delete.delay.ms": "LONG", "delete.retention.ms": "LONG",
+    "min.compaction.lag.ms": "LONG", "max.compaction.lag.ms": "LONG", "message.timestamp.before.max.ms": "LONG",
+    "message.timestamp.after.max.ms": "LONG", "min.insync.replicas": "INT", "message.timestamp.type": "STRING",
+    "cleanup.policy": "LIST", "min.cleanable.dirty.ratio": "DOUBLE", "compression.type": "STRING",
+}
+assert set(TOPIC_CONFIG_TYPES) == TOPIC_CONFIG_KEYS
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,9 +83,18 @@ class LogConfig:
     #: In-sync replicas an acks=all write needs; one node has one, so a value above 1 leaves every
     #: partition of the topic under its minimum ISR (exported by ads_broker/metrics.py).
     min_insync_replicas: int = 1
+    #: Kafka's ``compression.type``: ``producer`` keeps batches as sent; a codec name (or
+    #: ``uncompressed``) makes the broker store every client batch with that codec, recompressing
+    #: those that differ (Kafka's ``LogValidator``).
+    compression_type: str = "producer"
     #: Not a Kafka config: record each segment's fsynced length in ``.log.synced`` (the fault hook,
     #: ads_broker/faults.py; set by the broker when ADS_BROKER_FAULT_FILE is set, never by a topic).
     record_synced_length: bool = False
+
+    @property
+    def target_codec(self) -> int | None:
+        """The codec id client batches are stored with; None: as the producer sent them."""
+        return COMPRESSION_TYPES[self.compression_type]
 
     @property
     def compact(self) -> bool:
@@ -88,6 +113,8 @@ class LogConfig:
             values["cleanup_policy"] = _parse_cleanup_policy(props["cleanup.policy"])
         if "min.cleanable.dirty.ratio" in props:
             values["min_cleanable_dirty_ratio"] = _parse_ratio(props["min.cleanable.dirty.ratio"])
+        if "compression.type" in props:
+            values["compression_type"] = parse_compression_type(props["compression.type"])
         return cls(**values)
 
     def to_topic_config(self) -> dict[str, str]:
@@ -96,6 +123,7 @@ class LogConfig:
         out["message.timestamp.type"] = self.message_timestamp_type
         out["cleanup.policy"] = self.cleanup_policy
         out["min.cleanable.dirty.ratio"] = str(self.min_cleanable_dirty_ratio)
+        out["compression.type"] = self.compression_type
         return out
 
     @property
@@ -142,5 +170,15 @@ def _parse_ratio(raw: str) -> float:
     if not 0.0 <= value <= 1.0:
         raise InvalidConfigurationError(
             f"Invalid value {raw!r} for configuration min.cleanable.dirty.ratio: must be a number in [0, 1]"
+        )
+    return value
+
+
+def parse_compression_type(raw: str, key: str = "compression.type") -> str:
+    """Kafka's ``compression.type`` values, case as Kafka writes them (lower case)."""
+    value = str(raw).strip()
+    if value not in COMPRESSION_TYPES:
+        raise InvalidConfigurationError(
+            f"Invalid value {raw!r} for configuration {key}: String must be one of: {', '.join(COMPRESSION_TYPES)}"
         )
     return value

@@ -32,6 +32,7 @@ from ads_broker.exceptions import (
     InvalidRecordError,
     InvalidTimestampError,
     OffsetOutOfRangeError,
+    RecordTooLargeError,
     TxnVerificationError,
 )
 from ads_broker.log.compression import decompressed_limit
@@ -48,6 +49,7 @@ from ads_broker.log.records import (
     decode_batch,
     iter_batches,
     read_header,
+    recompress_batch,
     stamp_log_append_time,
     stamp_max_timestamp,
     stamp_offsets,
@@ -99,6 +101,9 @@ class ValidatedBatch:
     header: BatchHeader
     records: RecordsSummary
     config: LogConfig
+    #: The batch rewritten with the topic's ``compression.type`` codec (``header`` describes it);
+    #: None: stored as the client sent it.
+    rewritten: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,7 +320,19 @@ class Log:
             )
         if not config.log_append_time:
             self._check_timestamps(summary, self._now_ms())
-        return ValidatedBatch(header, summary, config)
+        target = config.target_codec
+        if target is None or target == header.compression:
+            return ValidatedBatch(header, summary, config)
+        rewritten = recompress_batch(records, header, target, max_decompressed=decompressed_limit(
+            config.max_message_bytes))
+        new_header = read_header(rewritten)
+        if new_header.size > config.max_message_bytes:
+            # Kafka's UnifiedLog.append re-checks the size when recompression may have changed it.
+            raise RecordTooLargeError(
+                f"Record batch of {new_header.size} bytes after recompression to {config.compression_type} "
+                f"(compression.type of {self.topic}) exceeds max.message.bytes={config.max_message_bytes}; "
+                "send smaller batches or raise the topic's max.message.bytes")
+        return ValidatedBatch(new_header, summary, config, rewritten)
 
     def _check_timestamps(self, summary: RecordsSummary, now: int) -> None:
         """KIP-937 (Kafka's ``LogValidator.validateTimestamp`` for CreateTime): every record's
@@ -362,7 +379,7 @@ class Log:
                 )
             if verify_txn is not None and header.is_transactional:
                 self._verify_txn(verify_txn, header)
-        buf = bytearray(records)
+        buf = bytearray(records if validated.rewritten is None else validated.rewritten)
         true_max = validated.records.max_timestamp
         if not self.config.log_append_time and header.max_timestamp != true_max:
             # Kafka's LogValidator sets maxTimestamp from the records: a header claiming another

@@ -20,6 +20,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import crc32c
+from kafka import codec
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from ads_broker.exceptions import CorruptRecordError, InvalidRecordError, RecordTooLargeError
@@ -686,3 +687,32 @@ def decode_batch(buf: Buffer, *, max_decompressed: int = DEFAULT_MAX_DECOMPRESSE
     """Header plus every record (decompressed within ``max_decompressed`` bytes). For small batches
     (internal topics, tests, dump-log); readers of client data use :func:`iter_records`."""
     return read_header(buf, 0), list(iter_records(buf, max_decompressed=max_decompressed))
+
+
+#: Kafka's codecs on the write side (kafka-python's encoders: snappy in the xerial framing Kafka's
+#: ``SnappyOutputStream`` writes, lz4 as one LZ4 frame), by codec id.
+_ENCODERS = {1: codec.gzip_encode, 2: codec.snappy_encode, 3: codec.lz4_encode, 4: codec.zstd_encode}
+
+
+def recompress_batch(buf: Buffer, header: BatchHeader, target: int, *, max_decompressed: int) -> bytes:
+    """The client batch ``buf`` rewritten with codec ``target`` (0: uncompressed), as Kafka's
+    ``LogValidator.buildRecordsAndAssignOffsets`` does for a topic whose ``compression.type``
+    differs from the batch's codec: the same records (offset deltas, timestamps, keys, values,
+    headers), producer id, epoch, base sequence and transactional flag; the body compressed with
+    ``target`` even where that makes it larger (Kafka's builder does not fall back)."""
+    records = iter_records(buf, max_decompressed=max_decompressed)
+    plain = bytearray(build_batch(list(records), base_offset=header.base_offset, producer_id=header.producer_id,
+                                  producer_epoch=header.producer_epoch, base_sequence=header.base_sequence,
+                                  is_transactional=header.is_transactional,
+                                  partition_leader_epoch=header.partition_leader_epoch))
+    if header.timestamp_type == TIMESTAMP_TYPE_LOG_APPEND_TIME:
+        (attributes,) = _I16.unpack_from(plain, ATTRIBUTES_OFFSET)
+        _I16.pack_into(plain, ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_MASK)
+    if target:
+        body = _ENCODERS[target](bytes(plain[RECORD_BATCH_OVERHEAD:]))
+        plain[RECORD_BATCH_OVERHEAD:] = body
+        _I32.pack_into(plain, LENGTH_OFFSET, len(plain) - LOG_OVERHEAD)
+        (attributes,) = _I16.unpack_from(plain, ATTRIBUTES_OFFSET)
+        _I16.pack_into(plain, ATTRIBUTES_OFFSET, (attributes & ~COMPRESSION_CODEC_MASK) | target)
+    _U32.pack_into(plain, CRC_OFFSET, compute_crc(plain, 0, len(plain)))
+    return bytes(plain)

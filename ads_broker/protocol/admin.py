@@ -1,4 +1,4 @@
-"""CreateTopics, DeleteTopics, CreatePartitions and DescribeConfigs.
+"""CreateTopics, DeleteTopics and CreatePartitions (the config APIs: :mod:`ads_broker.protocol.configs`).
 
 A request names any number of topics, so each handler yields to the event loop after every topic
 (creating or deleting one fsyncs the topic metadata, ~20 ms: 200 topics held every other client
@@ -15,23 +15,18 @@ from kafka.protocol.admin import (
     CreatePartitionsResponse,
     CreateTopicsResponse,
     DeleteTopicsResponse,
-    DescribeConfigsResponse,
 )
 
-from ads_broker.config import SETTINGS
 from ads_broker.errors import INVALID_REPLICA_ASSIGNMENT, TOPIC_DELETION_DISABLED, UNKNOWN_TOPIC_ID
 from ads_broker.exceptions import BrokerError, InvalidRequestError
 from ads_broker.protocol.codec import DecodedRequest
-from ads_broker.security.acl import ALTER, CLUSTER, CLUSTER_NAME, CREATE, DELETE, DESCRIBE_CONFIGS, TOPIC
+from ads_broker.protocol.configs import describe_topic
+from ads_broker.protocol.rejected import Rejections
+from ads_broker.security.acl import ALTER, CLUSTER, CLUSTER_NAME, CREATE, DELETE, TOPIC
 
 if TYPE_CHECKING:
     from ads_broker.protocol.context import HandlerContext
 
-RESOURCE_TOPIC = 2
-RESOURCE_BROKER = 4
-SOURCE_DYNAMIC_TOPIC = 1
-SOURCE_STATIC_BROKER = 4
-SOURCE_DEFAULT = 5
 CreatableTopicResult: Any = CreateTopicsResponse.CreatableTopicResult
 class TopicDeletionDisabledError(BrokerError):
     """DeleteTopics v3+ while ``delete.topic.enable=false`` (TOPIC_DELETION_DISABLED; INVALID_REQUEST
@@ -44,34 +39,6 @@ class InvalidReplicaAssignmentError(BrokerError):
     """A replica assignment naming brokers other than this one (INVALID_REPLICA_ASSIGNMENT)."""
 
     error_code = INVALID_REPLICA_ASSIGNMENT
-
-
-#: Names of rejected topics quoted in a request's one log line.
-LOGGED_NAMES = 5
-
-
-class Rejections:
-    """The rejected items of one request, for a single log line naming the client, how many were
-    rejected with which codes, the first few names and the first reason."""
-
-    def __init__(self, api: str) -> None:
-        self.api = api
-        self.codes: Counter[int] = Counter()
-        self.names: list[str | None] = []
-        self.first: BrokerError | None = None
-
-    def add(self, name: str | None, error: BrokerError, error_code: int | None = None) -> None:
-        self.codes[error.error_code if error_code is None else error_code] += 1
-        if len(self.names) < LOGGED_NAMES:
-            self.names.append(name)
-        if self.first is None:
-            self.first = error
-
-    def log(self, ctx: HandlerContext, req: DecodedRequest) -> None:
-        if not self.codes:
-            return
-        ctx.log_client_error(req, self.api, self.first, error_code=self.codes.most_common(1)[0][0],
-                             rejected=sum(self.codes.values()), error_codes=dict(self.codes), topics=self.names)
 
 
 def _create_one(ctx: HandlerContext, topic: Any, validate_only: bool, in_request: int, rejected: Rejections) -> Any:
@@ -103,11 +70,10 @@ def _create_one(ctx: HandlerContext, topic: Any, validate_only: bool, in_request
         result.replication_factor = 1
         if t is not None:
             result.topic_id = t.topic_id
-            values, explicit = ctx.replicas.effective_configs(name)
+            # Kafka answers with the entries DescribeConfigs would give (ConfigHelper.createTopicConfigEntry).
             result.configs = [CreatableTopicResult.CreatableTopicConfigs(
-                name=k, value=v, read_only=False,
-                config_source=SOURCE_DYNAMIC_TOPIC if k in explicit else SOURCE_DEFAULT,
-                is_sensitive=False) for k, v in sorted(values.items())]
+                name=e.name, value=e.value, read_only=e.read_only, config_source=e.config_source,
+                is_sensitive=e.is_sensitive) for e in describe_topic(ctx, name, include_synonyms=False)]
     except BrokerError as e:
         rejected.add(name, e)
         result.error_code = e.error_code
@@ -201,55 +167,3 @@ async def handle_create_partitions(ctx: HandlerContext, req: DecodedRequest) -> 
         results.append(res)
     rejected.log(ctx, req)
     return CreatePartitionsResponse(throttle_time_ms=0, results=results)
-
-
-def _config_value(value: object) -> str:
-    """Kafka renders booleans as true/false."""
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-#: Kafka's PASSWORD-type settings: described as sensitive, with a null value, never their content.
-SENSITIVE_SETTINGS = frozenset({"ssl.key.password", "ssl.keystore.key", "ssl.keystore.password",
-                                "ssl.truststore.password"})
-
-
-def _config_entry(name: str, value: str | None, source: int, *, read_only: bool = False) -> object:
-    sensitive = name in SENSITIVE_SETTINGS
-    return DescribeConfigsResponse.DescribeConfigsResult.DescribeConfigsResourceResult(
-        name=name, value=None if sensitive else value, read_only=read_only, config_source=source,
-        is_default=source == SOURCE_DEFAULT, is_sensitive=sensitive, synonyms=[], config_type=0, documentation=None)
-
-
-async def handle_describe_configs(ctx: HandlerContext, req: DecodedRequest) -> DescribeConfigsResponse:
-    results = []
-    rejected = Rejections("describe_configs")
-    for resource in req.body.resources:
-        await asyncio.sleep(0)
-        res = DescribeConfigsResponse.DescribeConfigsResult(
-            error_code=0, error_message=None, resource_type=resource.resource_type,
-            resource_name=resource.resource_name, configs=[])
-        wanted = set(resource.configuration_keys) if resource.configuration_keys is not None else None
-        try:
-            if denied := ctx.denial(DESCRIBE_CONFIGS, TOPIC, resource.resource_name) \
-                    if resource.resource_type == RESOURCE_TOPIC else \
-                    ctx.denial(DESCRIBE_CONFIGS, CLUSTER, CLUSTER_NAME) \
-                    if resource.resource_type == RESOURCE_BROKER else None:
-                raise denied
-            if resource.resource_type == RESOURCE_TOPIC:
-                values, explicit = ctx.replicas.effective_configs(resource.resource_name)
-                entries = [(k, v, SOURCE_DYNAMIC_TOPIC if k in explicit else SOURCE_DEFAULT)
-                           for k, v in sorted(values.items())]
-            elif resource.resource_type == RESOURCE_BROKER:
-                if resource.resource_name not in ("", str(ctx.node_id)):
-                    raise InvalidRequestError(f"unknown broker {resource.resource_name!r}")
-                entries = [(s.name, _config_value(ctx.config[s.name]), SOURCE_STATIC_BROKER) for s in SETTINGS]
-            else:
-                raise InvalidRequestError(f"resource type {resource.resource_type} is not supported")
-            res.configs = [_config_entry(k, v, src) for k, v, src in entries if wanted is None or k in wanted]
-        except BrokerError as e:
-            rejected.add(resource.resource_name, e)
-            res.error_code = e.error_code
-            res.error_message = str(e)
-        results.append(res)
-    rejected.log(ctx, req)
-    return DescribeConfigsResponse(throttle_time_ms=0, results=results)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kafka.protocol.admin import (
+    AlterConfigsRequest,
     AlterUserScramCredentialsRequest,
     CreateAclsRequest,
     CreatePartitionsRequest,
@@ -25,9 +26,11 @@ from kafka.protocol.admin import (
     DescribeClusterRequest,
     DescribeConfigsRequest,
     DescribeGroupsRequest,
+    DescribeLogDirsRequest,
     DescribeProducersRequest,
     DescribeTransactionsRequest,
     DescribeUserScramCredentialsRequest,
+    IncrementalAlterConfigsRequest,
     ListGroupsRequest,
     ListTransactionsRequest,
 )
@@ -54,7 +57,7 @@ from kafka.protocol.producer import (
 )
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
-from ads_broker.protocol import admin, fetch, groups, groups_admin, metadata, produce, txn, txn_admin
+from ads_broker.protocol import admin, configs, fetch, groups, groups_admin, log_dirs, metadata, produce, txn, txn_admin
 from ads_broker.protocol.codec import Chunk, DecodedRequest
 from ads_broker.protocol.codec import decode_request as _decode_request
 from ads_broker.security import acl_api, users_api
@@ -98,7 +101,9 @@ _APIS = (
     Api(DeleteTopicsRequest, 1, 6, admin.handle_delete_topics),
     Api(DeleteRecordsRequest, 0, 2, fetch.handle_delete_records),
     Api(InitProducerIdRequest, 0, 4, produce.handle_init_producer_id),
-    Api(DescribeConfigsRequest, 1, 4, admin.handle_describe_configs),
+    Api(DescribeConfigsRequest, 1, 4, configs.handle_describe_configs),
+    Api(AlterConfigsRequest, 0, 2, configs.handle_alter_configs),
+    Api(DescribeLogDirsRequest, 1, 4, log_dirs.handle_describe_log_dirs),
     Api(SaslHandshakeRequest, 1, 1, None),  # v0 (raw tokens after the handshake) is not served
     Api(SaslAuthenticateRequest, 0, 2, None),
     Api(DescribeUserScramCredentialsRequest, 0, 0, users_api.handle_describe_user_scram_credentials),
@@ -112,6 +117,7 @@ _APIS = (
     Api(EndTxnRequest, 0, 3, txn.handle_end_txn),
     Api(TxnOffsetCommitRequest, 0, 3, txn.handle_txn_offset_commit),
     Api(DeleteGroupsRequest, 0, 2, groups_admin.handle_delete_groups),
+    Api(IncrementalAlterConfigsRequest, 0, 1, configs.handle_incremental_alter_configs),
     Api(OffsetDeleteRequest, 0, 0, groups_admin.handle_offset_delete),
     Api(DescribeClusterRequest, 0, 2, groups_admin.handle_describe_cluster),
     Api(DescribeProducersRequest, 0, 0, txn_admin.handle_describe_producers),

@@ -353,6 +353,33 @@ class ReplicaManager:
         """Every partition, as a list (the log manager's and the cleaner's view)."""
         return list(self.all_partitions())
 
+    def alter_topic_configs(self, name: str, overrides: dict[str, str | None], *, validate_only: bool = False) -> None:
+        """Replace the explicit configs of topic ``name`` with ``overrides`` (AlterConfigs and
+        IncrementalAlterConfigs compute the new set): validated as at CreateTopics, written to the
+        topic store, then applied to every partition's log under its lock, so retention, cleanup,
+        size limits and compression follow at once and after a restart."""
+        topic = self.get_topic(name)
+        checked = validate_topic_configs(overrides, TOPIC_CONFIG_KEYS)
+        config = self.logs.log_config(checked, internal=topic.internal)  # InvalidConfigurationError on bad values
+        if validate_only:
+            return
+        previous = topic.configs
+        topic.configs = checked
+        try:
+            self._write_topic_metadata()
+        except BaseException:
+            topic.configs = previous
+            raise
+        for partition in self._partitions[name]:
+            with partition.lock:
+                partition.log.update_config(config)
+        log.info("topic configs altered", topic=name, configs=checked, previous=previous)
+
+    def partition_size(self, partition: Partition) -> int:
+        """Bytes of the partition's segments (DescribeLogDirs)."""
+        with partition.lock:
+            return partition.log.size_bytes
+
     def effective_configs(self, name: str) -> tuple[dict[str, str], set[str]]:
         """(config values, names that were set explicitly on the topic)."""
         topic = self.get_topic(name)
@@ -403,9 +430,9 @@ class ReplicaManager:
         means decompressing or walking many records (issue 12: a decompression bomb must neither stall
         other clients nor hold a partition lock). Small uncompressed batches are checked inline: a
         thread round trip costs more than walking 32 KiB of records."""
-        if len(records) > INLINE_VALIDATE_BYTES or (
+        if len(records) > INLINE_VALIDATE_BYTES or partition.log.config.target_codec or (
             len(records) >= RECORD_BATCH_OVERHEAD and records[ATTRIBUTES_OFFSET + 1] & COMPRESSION_CODEC_MASK
-        ):
+        ):  # (a topic compression.type codec: every batch may be recompressed)
             return await asyncio.get_running_loop().run_in_executor(None, partition.log.validate_client_batch,
                                                                     records)
         return partition.log.validate_client_batch(records)

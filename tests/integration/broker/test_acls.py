@@ -495,6 +495,48 @@ def test_every_api_answers_kafkas_code(broker: AclBroker) -> None:
                                         AclOperation.ANY, AclPermissionType.ANY)])
 
 
+def test_config_apis_need_alter_configs_and_log_dirs_need_cluster_describe(broker: AclBroker) -> None:
+    """AlterConfigs/IncrementalAlterConfigs: ALTER_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED) or
+    the cluster for the BROKER resource (CLUSTER_AUTHORIZATION_FAILED), per resource; ALTER_CONFIGS
+    implies DESCRIBE_CONFIGS; DescribeLogDirs: DESCRIBE on the cluster (Kafka's ConfigAdminManager,
+    ConfigHelper and KafkaApis)."""
+    from kafka.protocol.admin import (
+        AlterConfigsRequest,
+        DescribeConfigsRequest,
+        DescribeLogDirsRequest,
+        IncrementalAlterConfigsRequest,
+    )
+
+    topic = f"anon-cfg-{uuid.uuid4().hex[:6]}"
+    admin = broker.admin()
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    allow = AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:ANONYMOUS", "*",
+                       AclOperation.ALTER_CONFIGS, AclPermissionType.ALLOW)
+    admin.create_acls([allow])[allow].result(30)
+    inc, legacy = IncrementalAlterConfigsRequest.AlterConfigsResource, AlterConfigsRequest.AlterConfigsResource
+    with RawClient(f"127.0.0.1:{broker.plain}") as raw:
+        resp = raw.request(IncrementalAlterConfigsRequest(resources=[
+            inc(resource_type=t, resource_name=n, configs=[inc.AlterableConfig(name=k, config_operation=0, value="7")])
+            for t, n, k in ((2, "secret", "retention.ms"), (2, topic, "retention.ms"), (4, "0", "log.retention.ms"))],
+            validate_only=False), 1)
+        assert [r.error_code for r in resp.responses] == [TOPIC_AUTHORIZATION_FAILED, 0, CLUSTER_AUTHORIZATION_FAILED]
+        resp = raw.request(AlterConfigsRequest(resources=[
+            legacy(resource_type=t, resource_name=n, configs=[legacy.AlterableConfig(name="segment.ms", value="9")])
+            for t, n in ((2, "secret"), (2, topic))], validate_only=False), 2)
+        assert [r.error_code for r in resp.responses] == [TOPIC_AUTHORIZATION_FAILED, 0]
+        dc = raw.request(DescribeConfigsRequest(resources=[DescribeConfigsRequest.DescribeConfigsResource(
+            resource_type=2, resource_name=topic, configuration_keys=["segment.ms", "retention.ms"])],
+            include_synonyms=False, include_documentation=False), 4)
+        assert [(e.name, e.value, e.config_source) for e in dc.results[0].configs] == [
+            ("retention.ms", "604800000", 5), ("segment.ms", "9", 1)]  # AlterConfigs replaced the whole set
+        ld = raw.request(DescribeLogDirsRequest(topics=None), 4)
+        assert (ld.error_code, ld.results) == (CLUSTER_AUTHORIZATION_FAILED, [])
+    [secret] = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, "secret")]).values()
+    assert secret.result(30)["retention.ms"].value == "604800000"  # nothing changed where it was refused
+    admin.delete_acls([AclBindingFilter(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, None, None,
+                                        AclOperation.ANY, AclPermissionType.ANY)])
+
+
 def test_acls_cli_add_list_remove_and_errors(tmp_path: Path) -> None:
     d = tmp_path / "data"
     acl_add(d, "--allow-principal", "User:a", "--operation", "READ", "--topic", "t", "--group", "g")

@@ -289,17 +289,12 @@ def test_create_topics_unknown_config_message_is_kafkas(admin: KafkaAdminClient,
         40, "Unknown topic config name: no.such.config")
 
 
-@pytest.mark.xfail(strict=True, reason="ads-broker: CreateTopics rejects the topic config compression.type with "
-                                       "INVALID_CONFIG (40); Kafka accepts it (producer|uncompressed|gzip|snappy|"
-                                       "lz4|zstd) and reports it in DescribeConfigs")
 def test_create_topics_accepts_compression_type(admin: KafkaAdminClient, topic_name: str) -> None:
     assert create_error(admin, topic_name, {"compression.type": "zstd"}) == (0, None)
     configs = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic_name)])["topic"][topic_name]
     assert configs["compression.type"]["value"] == "zstd"
 
 
-@pytest.mark.xfail(strict=True, reason="ads-broker: DescribeConfigs reports config_type UNKNOWN (0); Kafka "
-                                       "returns each config's type (v3+: retention.ms LONG, cleanup.policy LIST)")
 def test_describe_configs_reports_config_types(admin: KafkaAdminClient, topic_name: str) -> None:
     create(admin, topic_name, 1, {"retention.ms": "3600000"})
     wanted = {"retention.ms": None, "cleanup.policy": None}
@@ -315,9 +310,6 @@ def test_describe_broker_configs(admin: KafkaAdminClient) -> None:
     assert {k: v["value"] for k, v in configs.items()} == {"num.partitions": "1", "auto.create.topics.enable": "true"}
 
 
-@pytest.mark.xfail(strict=True, reason="ads-broker: DescribeConfigs on BROKER '0' has no log.retention.hours (it "
-                                       "knows log.retention.ms only); Kafka reports log.retention.hours=168 and "
-                                       "log.retention.ms null by default")
 def test_describe_broker_configs_has_log_retention_hours(admin: KafkaAdminClient) -> None:
     configs = admin.describe_configs([ConfigResource(ConfigResourceType.BROKER, "0", {"log.retention.hours": None})],
                                      config_filter="all")["broker"]["0"]
@@ -344,8 +336,8 @@ NOT_SERVED = pytest.mark.xfail(strict=True, raises=IncompatibleBrokerVersion,
 
 
 @pytest.mark.parametrize("incremental", [
-    pytest.param(True, id="IncrementalAlterConfigs-44", marks=NOT_SERVED),
-    pytest.param(False, id="AlterConfigs-33", marks=NOT_SERVED)])
+    pytest.param(True, id="IncrementalAlterConfigs-44"),
+    pytest.param(False, id="AlterConfigs-33")])
 def test_alter_topic_configs(admin: KafkaAdminClient, topic_name: str, incremental: bool) -> None:
     create(admin, topic_name, 1)
     admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic_name, {"retention.ms": "1000000"})],
@@ -367,14 +359,17 @@ def test_delete_group_offsets_offset_delete_47(compat_broker: BrokerProcess, adm
     assert admin.list_group_offsets({group: None})[group] == {}
 
 
-@NOT_SERVED
 def test_describe_log_dirs_35(compat_broker: BrokerProcess, admin: KafkaAdminClient, topic_name: str) -> None:
     create(admin, topic_name, 1)
     producer = KafkaProducer(bootstrap_servers=compat_broker.bootstrap)
     producer.send(topic_name, value=b"x" * 100, partition=0).get(30)
     producer.close(10)
     [per_broker] = admin.describe_log_dirs([topic_name])
-    assert topic_name in repr(per_broker)
+    [log_dir] = per_broker["log_dirs"]
+    [topic] = [t for t in log_dir["topics"] if t["name"] == topic_name]
+    [partition] = topic["partitions"]
+    assert (partition["partition_index"], partition["offset_lag"], partition["is_future_key"]) == (0, 0, False)
+    assert partition["partition_size"] > 100
 
 
 @NOT_SERVED

@@ -1,0 +1,321 @@
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs, as Kafka's ``ConfigHelper`` and
+``ConfigAdminManager`` answer them.
+
+What DescribeConfigs reports for each entry (Kafka's rules, ``ConfigHelper.createTopicConfigEntry``
+and ``createBrokerConfigEntry``):
+
+- ``config_type`` (v3+): the ``ConfigDef.Type`` Kafka defines the config with (LONG, LIST, ...).
+- ``synonyms``: the names a value may come from, most specific first: the topic's own override
+  (TOPIC_CONFIG), then the broker synonyms of the config (``log.retention.ms``,
+  ``log.retention.minutes``, ``log.retention.hours`` for ``retention.ms``) where the broker has
+  them, dynamic ones first (none here), then static ones (server.properties or ``--override``,
+  STATIC_BROKER_CONFIG), then defaults that are not null (DEFAULT_CONFIG); as Kafka, the list
+  starts at the config's own broker name (``dropWhile(name != ...)``).
+- ``config_source``: the first synonym's source, DEFAULT_CONFIG when there is none. Synonyms
+  themselves are sent only when the request asks (``include_synonyms``).
+
+Topic configs are altered per topic and persisted in the topic store (:meth:`ReplicaManager.
+alter_topic_configs`); broker configs are static here: every change to the BROKER resource is
+refused with Kafka's answer for a config that cannot be updated dynamically (INVALID_REQUEST,
+"Cannot update these configs dynamically: Set(...)"), see docs/BROKER.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from kafka.protocol.admin import (
+    AlterConfigsResponse,
+    DescribeConfigsResponse,
+    IncrementalAlterConfigsResponse,
+)
+
+from ads_broker.config import SETTINGS, BrokerConfig, Setting
+from ads_broker.exceptions import BrokerError, InvalidConfigurationError, InvalidRequestError
+from ads_broker.log.config import TOPIC_CONFIG_KEYS, TOPIC_CONFIG_TYPES
+from ads_broker.protocol.codec import DecodedRequest
+from ads_broker.protocol.rejected import Rejections
+from ads_broker.security.acl import ALTER_CONFIGS, CLUSTER, CLUSTER_NAME, DESCRIBE_CONFIGS, TOPIC
+
+if TYPE_CHECKING:
+    from ads_broker.protocol.context import HandlerContext
+
+# ConfigResource.Type
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+# DescribeConfigsResponse.ConfigSource
+SOURCE_TOPIC_CONFIG = 1
+SOURCE_STATIC_BROKER_CONFIG = 4
+SOURCE_DEFAULT_CONFIG = 5
+# DescribeConfigsResponse.ConfigType
+CONFIG_TYPES = {"UNKNOWN": 0, "BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6, "LIST": 7,
+                "CLASS": 8, "PASSWORD": 9}
+# AlterConfigOp.OpType
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+
+#: Broker settings Kafka defines as LONG (the other integers are INT).
+_LONG_SETTINGS = frozenset({
+    "log.roll.ms", "log.retention.ms", "log.retention.bytes", "log.retention.check.interval.ms",
+    "log.flush.interval.messages", "log.flush.interval.ms", "log.flush.scheduler.interval.ms",
+    "log.message.timestamp.before.max.ms", "log.message.timestamp.after.max.ms", "log.segment.delete.delay.ms",
+    "log.cleaner.dedupe.buffer.size", "log.cleaner.backoff.ms", "log.cleaner.delete.retention.ms",
+    "log.cleaner.min.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms", "connections.max.idle.ms",
+    "queued.max.request.bytes",
+})
+#: Broker settings Kafka defines with another type than their Python value suggests.
+_SETTING_TYPES = {
+    "log.cleanup.policy": "LIST", "sasl.enabled.mechanisms": "LIST", "ssl.enabled.protocols": "LIST",
+    "ssl.cipher.suites": "LIST", "authorizer.class.name": "CLASS",
+    # PASSWORD: described as sensitive, value null (Kafka's KafkaConfig.maybeSensitive)
+    "ssl.key.password": "PASSWORD", "ssl.keystore.key": "PASSWORD", "ssl.keystore.certificate.chain": "PASSWORD",
+    "ssl.truststore.certificates": "PASSWORD",
+}
+#: Kafka's ``DynamicBrokerConfig.brokerConfigSynonyms``, for the names this broker knows.
+_RETENTION_SYNONYMS = ("log.retention.ms", "log.retention.minutes", "log.retention.hours")
+
+ResourceResult: Any = DescribeConfigsResponse.DescribeConfigsResult.DescribeConfigsResourceResult
+Synonym: Any = ResourceResult.DescribeConfigsSynonym
+
+
+def broker_config_type(setting: Setting) -> str:
+    """Kafka's ``ConfigDef.Type`` name of a broker setting."""
+    if setting.name in _SETTING_TYPES:
+        return _SETTING_TYPES[setting.name]
+    if setting.parse is int:
+        return "LONG" if setting.name in _LONG_SETTINGS else "INT"
+    if setting.parse is float:
+        return "DOUBLE"
+    default = setting.default
+    return "BOOLEAN" if isinstance(default, bool) else "INT" if isinstance(default, int) else "STRING"
+
+
+_BY_NAME = {s.name: s for s in SETTINGS}
+#: Topic config -> its broker default's name (Kafka's ``ServerTopicConfigSynonyms``).
+TOPIC_CONFIG_SYNONYMS = {s.topic_name: s.name for s in SETTINGS if s.topic_name}
+
+
+def _render(value: object) -> str | None:
+    """Kafka's ``ConfigDef.convertToString``: null stays null, booleans are true/false."""
+    if value is None:
+        return None
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def broker_synonyms(name: str) -> tuple[str, ...]:
+    return _RETENTION_SYNONYMS if name in _RETENTION_SYNONYMS else (name,)
+
+
+def config_synonyms(config: BrokerConfig, name: str, sensitive: bool) -> list[Any]:
+    """Kafka's ``ConfigHelper.configSynonyms`` for broker setting ``name`` (no dynamic configs here)."""
+    names = broker_synonyms(name)
+    found = [(n, config[n], SOURCE_STATIC_BROKER_CONFIG) for n in names if n in config.explicit]
+    found += [(n, _BY_NAME[n].default, SOURCE_DEFAULT_CONFIG) for n in names if _BY_NAME[n].default is not None]
+    while found and found[0][0] != name:
+        found.pop(0)  # Kafka: allSynonyms.dropWhile(s => s.name != name)
+    return [Synonym(name=n, value=None if sensitive else _render(v), source=src) for n, v, src in found]
+
+
+def _entry(name: str, value: str | None, synonyms: list[Any], *, config_type: str, read_only: bool,
+           include_synonyms: bool, documentation: str | None) -> Any:
+    source = synonyms[0].source if synonyms else SOURCE_DEFAULT_CONFIG
+    sensitive = config_type == "PASSWORD"
+    return ResourceResult(name=name, value=None if sensitive else value, read_only=read_only, config_source=source,
+                          is_default=source == SOURCE_DEFAULT_CONFIG, is_sensitive=sensitive,
+                          synonyms=synonyms if include_synonyms else [], config_type=CONFIG_TYPES[config_type],
+                          documentation=documentation)
+
+
+def describe_topic(ctx: HandlerContext, name: str, include_synonyms: bool) -> list[Any]:
+    values, explicit = ctx.replicas.effective_configs(name)
+    entries = []
+    for key, value in sorted(values.items()):
+        broker_name = TOPIC_CONFIG_SYNONYMS.get(key)
+        synonyms = config_synonyms(ctx.config, broker_name, False) if broker_name else []
+        if key in explicit:
+            synonyms.insert(0, Synonym(name=key, value=value, source=SOURCE_TOPIC_CONFIG))
+        entries.append(_entry(key, value, synonyms, config_type=TOPIC_CONFIG_TYPES[key], read_only=False,
+                              include_synonyms=include_synonyms, documentation=None))
+    return entries
+
+
+def _broker_id(ctx: HandlerContext, name: str) -> int | None:
+    """The broker a BROKER resource names (None: the empty name, the cluster-wide defaults)."""
+    if not name:
+        return None
+    try:
+        broker_id = int(name)
+    except ValueError:
+        raise InvalidRequestError(f"Broker id must be an integer, but it is: {name}") from None
+    if broker_id != ctx.node_id:
+        raise InvalidRequestError(f"Unexpected broker id, expected {ctx.node_id} or empty string, but received {name}")
+    return broker_id
+
+
+def describe_broker(ctx: HandlerContext, name: str, include_synonyms: bool, include_docs: bool) -> list[Any]:
+    if _broker_id(ctx, name) is None:
+        return []  # Kafka: the empty name describes the dynamic cluster-wide defaults; there are none
+    entries = []
+    for setting in SETTINGS:
+        config_type = broker_config_type(setting)
+        synonyms = config_synonyms(ctx.config, setting.name, config_type == "PASSWORD")
+        # Every setting is read-only: none can be changed without a restart (module docstring).
+        entries.append(_entry(setting.name, _render(ctx.config[setting.name]), synonyms, config_type=config_type,
+                              read_only=True, include_synonyms=include_synonyms,
+                              documentation=(setting.doc or None) if include_docs else None))
+    return entries
+
+
+async def handle_describe_configs(ctx: HandlerContext, req: DecodedRequest) -> DescribeConfigsResponse:
+    body = req.body
+    include_synonyms = bool(getattr(body, "include_synonyms", False))
+    include_docs = bool(getattr(body, "include_documentation", False))
+    results = []
+    rejected = Rejections("describe_configs")
+    for resource in body.resources:
+        await asyncio.sleep(0)
+        res = DescribeConfigsResponse.DescribeConfigsResult(
+            error_code=0, error_message=None, resource_type=resource.resource_type,
+            resource_name=resource.resource_name, configs=[])
+        # Kafka's ConfigHelperUtils: a null or an empty list of keys describes every config.
+        wanted = set(resource.configuration_keys) if resource.configuration_keys else None
+        try:
+            kind, name = resource.resource_type, resource.resource_name
+            if kind == RESOURCE_TOPIC:
+                if denied := ctx.denial(DESCRIBE_CONFIGS, TOPIC, name):
+                    raise denied
+                entries = describe_topic(ctx, name, include_synonyms)
+            elif kind == RESOURCE_BROKER:
+                if denied := ctx.denial(DESCRIBE_CONFIGS, CLUSTER, CLUSTER_NAME):
+                    raise denied
+                entries = describe_broker(ctx, name, include_synonyms, include_docs)
+            else:
+                raise InvalidRequestError(f"Unsupported resource type: {kind} (TOPIC 2 and BROKER 4 are served)")
+            res.configs = [e for e in entries if wanted is None or e.name in wanted]
+        except BrokerError as e:
+            rejected.add(resource.resource_name, e)
+            res.error_code = e.error_code
+            res.error_message = str(e)
+        results.append(res)
+    rejected.log(ctx, req)
+    return DescribeConfigsResponse(throttle_time_ms=0, results=results)
+
+
+# -- AlterConfigs (33) and IncrementalAlterConfigs (44) -----------------------------------------
+
+#: Computes a topic's new explicit configs from its current ones and one resource's entries.
+NewConfigs = Callable[["HandlerContext", str, dict[str, str], list[Any]], dict[str, str | None]]
+
+
+def _check_unique(entries: list[Any]) -> None:
+    counts = Counter(e.name for e in entries)
+    if duplicates := sorted(k for k, n in counts.items() if n > 1):
+        raise InvalidRequestError(f"Error due to duplicate config keys : {', '.join(duplicates)}")
+
+
+def _known(key: str) -> None:
+    if key not in TOPIC_CONFIG_KEYS:
+        raise InvalidConfigurationError(f"Unknown topic config name: {key}")  # Kafka's LogConfig text
+
+
+def legacy_configs(ctx: HandlerContext, topic: str, current: dict[str, str],
+                   entries: list[Any]) -> dict[str, str | None]:
+    """AlterConfigs replaces the topic's whole set of overrides: configs not named return to their
+    defaults (Kafka's legacy semantics)."""
+    _check_unique(entries)
+    return {e.name: e.value for e in entries}
+
+
+def incremental_configs(ctx: HandlerContext, topic: str, current: dict[str, str],
+                        entries: list[Any]) -> dict[str, str | None]:
+    """Kafka's ``prepareIncrementalConfigs``: SET, DELETE, and APPEND/SUBTRACT on LIST configs."""
+    _check_unique(entries)
+    out: dict[str, str | None] = dict(current)
+    for e in entries:
+        key, op = e.name, e.config_operation
+        _known(key)
+        if op == OP_SET:
+            if e.value is None:
+                raise InvalidRequestError(f"Null value not supported for SET of config key: {key}; use DELETE "
+                                          "to return it to its default")
+            out[key] = e.value
+        elif op == OP_DELETE:
+            out.pop(key, None)
+        elif op in (OP_APPEND, OP_SUBTRACT):
+            verb = "append" if op == OP_APPEND else "subtract"
+            if TOPIC_CONFIG_TYPES[key] != "LIST":
+                raise InvalidRequestError(f"Config value {verb} is not allowed for config key: {key}")
+            old = out.get(key)
+            if old is None:
+                old = ctx.replicas.effective_configs(topic)[0][key]
+            values = [v for v in old.split(",") if v]
+            given = [v for v in (e.value or "").split(",") if v]
+            merged = values + [v for v in given if v not in values] if op == OP_APPEND else \
+                [v for v in values if v not in given]
+            out[key] = ",".join(merged)
+        else:
+            raise InvalidRequestError(f"Unknown config operation {op} for config key: {key} "
+                                      "(0 SET, 1 DELETE, 2 APPEND, 3 SUBTRACT)")
+    return out
+
+
+def _alter_broker(ctx: HandlerContext, name: str, entries: list[Any]) -> None:
+    _broker_id(ctx, name)
+    _check_unique(entries)
+    names = ", ".join(e.name for e in entries)
+    # Kafka's DynamicBrokerConfig.validateConfigs text for configs it cannot update without a restart,
+    # answered as INVALID_REQUEST (ConfigAdminManager, KAFKA-13609).
+    message = f"Cannot update these configs dynamically: Set({names})"
+    raise InvalidRequestError(f"{message}; ads-broker has no dynamic broker configs: set them in server.properties "
+                              "(or --override) and restart")
+
+
+async def _handle_alter(ctx: HandlerContext, req: DecodedRequest, api: str, new_configs: NewConfigs) -> list[Any]:
+    body = req.body
+    validate_only = bool(body.validate_only)
+    seen = Counter((r.resource_type, r.resource_name) for r in body.resources)
+    results = []
+    rejected = Rejections(api)
+    for resource in body.resources:
+        await asyncio.sleep(0)
+        kind, name = resource.resource_type, resource.resource_name
+        error: BrokerError | None = None
+        try:
+            if seen[(kind, name)] > 1:
+                raise InvalidRequestError(f"Duplicate resource in request: type {kind}, name {name!r}")
+            if kind == RESOURCE_TOPIC:
+                if denied := ctx.denial(ALTER_CONFIGS, TOPIC, name):
+                    raise denied
+                current = dict(ctx.replicas.get_topic(name).configs)
+                ctx.replicas.alter_topic_configs(name, new_configs(ctx, name, current, list(resource.configs)),
+                                                 validate_only=validate_only)
+            elif kind == RESOURCE_BROKER:
+                if denied := ctx.denial(ALTER_CONFIGS, CLUSTER, CLUSTER_NAME):
+                    raise denied
+                _alter_broker(ctx, name, list(resource.configs))
+            else:
+                raise InvalidRequestError(f"Unsupported resource type: {kind} (TOPIC 2 and BROKER 4 are served)")
+        except BrokerError as e:
+            rejected.add(name, e)
+            error = e
+        results.append((error.error_code if error else 0, str(error) if error else None, kind, name))
+    rejected.log(ctx, req)
+    return results
+
+
+async def handle_alter_configs(ctx: HandlerContext, req: DecodedRequest) -> AlterConfigsResponse:
+    results = await _handle_alter(ctx, req, "alter_configs", legacy_configs)
+    return AlterConfigsResponse(throttle_time_ms=0, responses=[
+        AlterConfigsResponse.AlterConfigsResourceResponse(error_code=code, error_message=message, resource_type=kind,
+                                                          resource_name=name)
+        for code, message, kind, name in results])
+
+
+async def handle_incremental_alter_configs(ctx: HandlerContext, req: DecodedRequest) -> IncrementalAlterConfigsResponse:
+    results = await _handle_alter(ctx, req, "incremental_alter_configs", incremental_configs)
+    return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=[
+        IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(
+            error_code=code, error_message=message, resource_type=kind, resource_name=name)
+        for code, message, kind, name in results])
