@@ -20,15 +20,31 @@ docs/BROKER.md ("Metrics") and docs/RUNBOOK.md.
 
 from __future__ import annotations
 
+import io
+import socket
+import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from wsgiref.simple_server import WSGIServer
+from socketserver import ThreadingMixIn
+from typing import Any, TextIO
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from ads_broker.rejections import RejectionLog
 from ads_broker.replication.replica_manager import ReplicaManager
+
+#: Connections the endpoint serves at once; one more is closed at accept. Each holds a thread and a
+#: file descriptor of the broker's own process, so this bounds what a client that opens connections
+#: and never sends, or never reads, takes from the broker (Prometheus' Java HTTP server, which the
+#: JMX exporter runs inside Kafka, also serves from a fixed pool of threads).
+METRICS_MAX_CONNECTIONS = 16
+#: Seconds a connection may take to send its request and read the answer (a scrape on loopback
+#: takes milliseconds; Prometheus' default scrape timeout is 10 s).
+METRICS_CONNECTION_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,10 +136,86 @@ class BrokerCollector(Collector):
         yield from (replicas, isr, urp, umi, leo)
 
 
+_rejections = RejectionLog()
+_rejections_lock = threading.Lock()  # RejectionLog is not thread-safe; every connection has its thread
+
+
+def _reject(client_address: Any, event: str, **fields: Any) -> None:
+    """One aggregated, rate-limited line per client address and event (as the Kafka listener's
+    rejections), never a traceback per connection on the broker's log."""
+    client = str(client_address[0]) if isinstance(client_address, tuple) else str(client_address)
+    with _rejections_lock:
+        _rejections.warn(client, event, **fields)
+
+
+class _MetricsRequestHandler(WSGIRequestHandler):
+    """One HTTP request per connection, with a deadline; scrapes are not logged, and what wsgiref
+    would print to stderr (an error inside the app) becomes an aggregated rejection line."""
+
+    timeout = METRICS_CONNECTION_TIMEOUT_S  # StreamRequestHandler: the socket's timeout
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Successful scrapes and 4xx answers are not logged (as prometheus_client's handler)."""
+
+    def get_stderr(self) -> TextIO:
+        self._errors = io.StringIO()
+        return self._errors
+
+    def handle(self) -> None:
+        super().handle()
+        errors = getattr(self, "_errors", None)
+        if errors is not None and errors.getvalue():
+            lines = errors.getvalue().strip().splitlines()
+            _reject(self.client_address, "metrics request failed", error=lines[-1] if lines else "")
+
+
+class MetricsServer(ThreadingMixIn, WSGIServer):
+    """prometheus_client's thread-per-connection WSGI server, bounded: at most
+    ``METRICS_MAX_CONNECTIONS`` connections (threads) at once, each with a deadline, and errors of a
+    connection (a client that resets or times out) logged as aggregated lines, not tracebacks."""
+
+    daemon_threads = True
+    block_on_close = False  # stopping the broker does not wait for a slow client
+    max_connections = METRICS_MAX_CONNECTIONS
+
+    def __init__(self, address: tuple[str, int], handler: type[WSGIRequestHandler],
+                 family: socket.AddressFamily = socket.AF_INET) -> None:
+        self.address_family = family  # TCPServer creates its socket with it (IPv6 for metrics.host=::1)
+        self._slots = threading.BoundedSemaphore(self.max_connections)
+        super().__init__(address, handler)
+
+    def verify_request(self, request: Any, client_address: Any) -> bool:
+        if self._slots.acquire(blocking=False):
+            return True
+        _reject(client_address, "metrics connection refused",
+                reason=f"{self.max_connections} connections already open (closed at accept)")
+        return False
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # no thread started: its slot is free again
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        error = sys.exc_info()[1]
+        _reject(client_address, "metrics request failed", error=f"{type(error).__name__}: {error}")
+
+
 def serve_metrics(replicas: ReplicaManager, node_id: int, port: int, host: str = "127.0.0.1") -> WSGIServer:
     """Serve ``/metrics`` on ``host:port`` from a daemon thread (its own registry: no process or
     Python collectors, which Kafka dashboards do not read); ``shutdown()`` the result to stop."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(BrokerCollector(replicas, node_id))
-    server, _ = start_http_server(port, addr=host, registry=registry)
+    family, _, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    server = MetricsServer((str(sockaddr[0]), port), _MetricsRequestHandler, family)
+    server.set_app(make_wsgi_app(registry))
+    threading.Thread(target=server.serve_forever, name="metrics-endpoint", daemon=True).start()
     return server
