@@ -34,6 +34,7 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from ads_broker.exceptions import ConfigError
 from ads_broker.rejections import RejectionLog
 from ads_broker.replication.replica_manager import ReplicaManager
 
@@ -227,8 +228,14 @@ def _one_render_at_a_time(app: Callable[..., Any]) -> Callable[..., Any]:
 def serve_registry(registry: CollectorRegistry, port: int, host: str = "127.0.0.1") -> WSGIServer:
     """Serve ``registry`` on ``host:port`` from a daemon thread (bounded: :class:`MetricsServer`);
     ``shutdown()`` the result to stop."""
-    family, _, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-    server = MetricsServer((str(sockaddr[0]), port), _MetricsRequestHandler, family)
+    try:
+        family, _, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                       flags=socket.AI_PASSIVE)[0]
+        server = MetricsServer((str(sockaddr[0]), port), _MetricsRequestHandler, family)
+    except OSError as e:  # a bare "Address already in use" could be the Kafka listener's
+        raise ConfigError(f"metrics.host={host} metrics.port={port}: cannot serve the metrics endpoint: "
+                          f"{e.strerror or e}; set metrics.port to a free port and metrics.host to an "
+                          "address of this host") from e
     server.set_app(_one_render_at_a_time(make_wsgi_app(registry)))
     threading.Thread(target=server.serve_forever, name="metrics-endpoint", daemon=True).start()
     return server

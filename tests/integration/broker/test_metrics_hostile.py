@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import socket
 import struct
+import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -142,3 +144,22 @@ def test_broken_off_requests_do_not_write_a_traceback_each(tmp_path: Path) -> No
     assert log.count("Traceback") == 0, log[-3000:]
     assert "Exception occurred during processing of request" not in log
     assert "metrics request failed" in log  # the aggregated line says what happened
+
+
+def test_a_metrics_address_that_cannot_be_served_is_named_at_start(tmp_path: Path) -> None:
+    """A ``metrics.port`` another process holds, or a ``metrics.host`` that does not resolve: the
+    broker stops at start with the setting and its value, not a bare OS error that could be the
+    Kafka listener's."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for host, error in (("127.0.0.1", "Address already in use"), ("no-such-host.invalid", "")):
+            argv = [sys.executable, "-m", "ads_broker", "serve", "--data-dir", str(tmp_path / "data"),
+                    "--listen", f"127.0.0.1:{free_port()}", "--override", f"metrics.port={port}",
+                    "--override", f"metrics.host={host}", "--override", "offsets.topic.num.partitions=1",
+                    "--override", "transaction.state.log.num.partitions=1"]
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+            assert out.returncode == 1, out.stderr[-2000:]
+            last = out.stderr.strip().splitlines()[-1]
+            assert f"metrics.host={host}" in last and f"metrics.port={port}" in last and error in last, last
