@@ -43,6 +43,9 @@ from ads_broker.replication.replica_manager import ReplicaManager
 #: and never sends, or never reads, takes from the broker (Prometheus' Java HTTP server, which the
 #: JMX exporter runs inside Kafka, also serves from a fixed pool of threads).
 METRICS_MAX_CONNECTIONS = 16
+#: Bytes of a request head (request line and headers) the endpoint reads; a GET from Prometheus
+#: sends well under 1 KiB, while http.server alone would read 100 header lines of 64 KiB each.
+METRICS_MAX_REQUEST_BYTES = 16 * 1024
 #: Seconds a connection may take to send its request and read the answer (a scrape on loopback
 #: takes milliseconds; Prometheus' default scrape timeout is 10 s).
 METRICS_CONNECTION_TIMEOUT_S = 10.0
@@ -149,14 +152,48 @@ def _reject(client_address: Any, event: str, **fields: Any) -> None:
         _rejections.warn(client, event, **fields)
 
 
+class _BoundedReader:
+    """A connection's input as the request handler reads it: after ``limit`` bytes it reads as the
+    end of the stream, so a request head is cut there (the headers end, the request is answered)."""
+
+    def __init__(self, raw: Any, limit: int) -> None:
+        self._raw = raw
+        self._left = limit
+
+    def _size(self, size: int | None) -> int:
+        return self._left if size is None or size < 0 else min(size, self._left)
+
+    def readline(self, size: int | None = -1) -> bytes:
+        if self._left <= 0:
+            return b""
+        line: bytes = self._raw.readline(self._size(size))
+        self._left -= len(line)
+        return line
+
+    def read(self, size: int | None = -1) -> bytes:
+        if self._left <= 0:
+            return b""
+        data: bytes = self._raw.read(self._size(size))
+        self._left -= len(data)
+        return data
+
+    def close(self) -> None:
+        self._raw.close()
+
+
 class _MetricsRequestHandler(WSGIRequestHandler):
-    """One HTTP request per connection, with a deadline; scrapes are not logged, and what wsgiref
+    """One HTTP request per connection, with a deadline and at most METRICS_MAX_REQUEST_BYTES of
+    request head read; scrapes are not logged, and what wsgiref
     would print to stderr (an error inside the app) becomes an aggregated rejection line."""
 
     timeout = METRICS_CONNECTION_TIMEOUT_S  # StreamRequestHandler: the socket's timeout
 
     def log_message(self, format: str, *args: Any) -> None:
         """Successful scrapes and 4xx answers are not logged (as prometheus_client's handler)."""
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile = _BoundedReader(self.rfile, METRICS_MAX_REQUEST_BYTES)  # type: ignore[assignment]
 
     def get_stderr(self) -> TextIO:
         self._errors = io.StringIO()

@@ -6,6 +6,7 @@ to the broker's log."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import struct
@@ -163,3 +164,38 @@ def test_a_metrics_address_that_cannot_be_served_is_named_at_start(tmp_path: Pat
             assert out.returncode == 1, out.stderr[-2000:]
             last = out.stderr.strip().splitlines()[-1]
             assert f"metrics.host={host}" in last and f"metrics.port={port}" in last and error in last, last
+
+
+def test_an_oversized_request_head_is_cut_and_answered(tmp_path: Path) -> None:
+    """METRICS_MAX_CONNECTIONS clients each send a request head of ~1 MiB (header lines of 60 KB,
+    never the blank line that ends it): http.server would keep reading up to 100 such lines
+    (6.5 MB per connection, all held in memory) and wait for the end; the endpoint reads at most
+    16 KiB of a head (what the bytes a connection pins are bounded by), answers what it has, and
+    closes."""
+    pad = b"X-Pad: " + b"a" * 60_000 + b"\r\n"
+    with metrics_broker(tmp_path) as (broker, port):
+        scrape(port)
+        conns = []
+        for _ in range(METRICS_MAX_CONNECTIONS):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=20)
+            sock.settimeout(5)
+            with contextlib.suppress(TimeoutError):  # the broker stopped reading: the rest stays unread
+                sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n" + pad * 16)
+            conns.append(sock)
+        for sock in conns:
+            sock.settimeout(20)
+            answer = bytearray()
+            try:
+                while chunk := sock.recv(65536):
+                    answer += chunk
+            except TimeoutError:
+                pytest.fail(f"no answer to an unfinished {len(pad) * 16}-byte request head: the endpoint "
+                            "is still reading it")
+            except ConnectionResetError:  # the broker closed with unread bytes; the answer came before
+                pass
+            finally:
+                sock.close()
+            # An answer, not a close when the connection's deadline passes while the head is unfinished.
+            assert answer.startswith(b"HTTP/1.0 "), bytes(answer[:200])
+        assert "kafka_server_replicamanager_partitioncount" in scrape(port)
+        assert broker.proc is not None and broker.proc.poll() is None
