@@ -24,6 +24,7 @@ import io
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from socketserver import ThreadingMixIn
@@ -220,6 +221,7 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
                  family: socket.AddressFamily = socket.AF_INET) -> None:
         self.address_family = family  # TCPServer creates its socket with it (IPv6 for metrics.host=::1)
         self._slots = threading.BoundedSemaphore(self.max_connections)
+        self._flushed = time.monotonic()
         super().__init__(address, handler)
 
     def verify_request(self, request: Any, client_address: Any) -> bool:
@@ -241,6 +243,16 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
             super().process_request_thread(request, client_address)
         finally:
             self._slots.release()
+
+    def service_actions(self) -> None:
+        """Called by ``serve_forever`` between polls (every 0.5 s): write the aggregated counts of
+        failed connections every ``interval_s``, as the Kafka listener's reaper does, so a burst's
+        count reaches the log without waiting for the next failure."""
+        now = time.monotonic()
+        if now - self._flushed >= _rejections.interval_s:
+            self._flushed = now
+            with _rejections_lock:
+                _rejections.flush(now)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         error = sys.exc_info()[1]
