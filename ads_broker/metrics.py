@@ -20,15 +20,36 @@ docs/BROKER.md ("Metrics") and docs/RUNBOOK.md.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import io
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from wsgiref.simple_server import WSGIServer
+from socketserver import ThreadingMixIn
+from typing import Any, TextIO
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from ads_broker.exceptions import ConfigError
+from ads_broker.rejections import RejectionLog
 from ads_broker.replication.replica_manager import ReplicaManager
+
+#: Connections the endpoint serves at once; one more is closed at accept. Each holds a thread and a
+#: file descriptor of the broker's own process, so this bounds what a client that opens connections
+#: and never sends, or never reads, takes from the broker (Prometheus' Java HTTP server, which the
+#: JMX exporter runs inside Kafka, also serves from a fixed pool of threads).
+METRICS_MAX_CONNECTIONS = 16
+#: Bytes of a request head (request line and headers) the endpoint reads; a GET from Prometheus
+#: sends well under 1 KiB, while http.server alone would read 100 header lines of 64 KiB each.
+METRICS_MAX_REQUEST_BYTES = 16 * 1024
+#: Seconds a connection may take to send its request and read the answer (a scrape on loopback
+#: takes milliseconds; Prometheus' default scrape timeout is 10 s).
+METRICS_CONNECTION_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,10 +141,158 @@ class BrokerCollector(Collector):
         yield from (replicas, isr, urp, umi, leo)
 
 
+_rejections = RejectionLog()
+_rejections_lock = threading.Lock()  # RejectionLog is not thread-safe; every connection has its thread
+
+
+def _reject(client_address: Any, event: str, **fields: Any) -> None:
+    """One aggregated, rate-limited line per client address and event (as the Kafka listener's
+    rejections), never a traceback per connection on the broker's log."""
+    client = str(client_address[0]) if isinstance(client_address, tuple) else str(client_address)
+    with _rejections_lock:
+        _rejections.warn(client, event, **fields)
+
+
+class _BoundedReader:
+    """A connection's input as the request handler reads it: after ``limit`` bytes it reads as the
+    end of the stream, so a request head is cut there (the headers end, the request is answered)."""
+
+    def __init__(self, raw: Any, limit: int) -> None:
+        self._raw = raw
+        self._left = limit
+
+    def _size(self, size: int | None) -> int:
+        return self._left if size is None or size < 0 else min(size, self._left)
+
+    def readline(self, size: int | None = -1) -> bytes:
+        if self._left <= 0:
+            return b""
+        line: bytes = self._raw.readline(self._size(size))
+        self._left -= len(line)
+        return line
+
+    def read(self, size: int | None = -1) -> bytes:
+        if self._left <= 0:
+            return b""
+        data: bytes = self._raw.read(self._size(size))
+        self._left -= len(data)
+        return data
+
+    def close(self) -> None:
+        self._raw.close()
+
+
+class _MetricsRequestHandler(WSGIRequestHandler):
+    """One HTTP request per connection, with a deadline and at most METRICS_MAX_REQUEST_BYTES of
+    request head read; scrapes are not logged, and what wsgiref
+    would print to stderr (an error inside the app) becomes an aggregated rejection line."""
+
+    timeout = METRICS_CONNECTION_TIMEOUT_S  # StreamRequestHandler: the socket's timeout
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Successful scrapes and 4xx answers are not logged (as prometheus_client's handler)."""
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile = _BoundedReader(self.rfile, METRICS_MAX_REQUEST_BYTES)  # type: ignore[assignment]
+
+    def get_stderr(self) -> TextIO:
+        self._errors = io.StringIO()
+        return self._errors
+
+    def handle(self) -> None:
+        super().handle()
+        errors = getattr(self, "_errors", None)
+        if errors is not None and errors.getvalue():
+            lines = errors.getvalue().strip().splitlines()
+            _reject(self.client_address, "metrics request failed", error=lines[-1] if lines else "")
+
+
+class MetricsServer(ThreadingMixIn, WSGIServer):
+    """prometheus_client's thread-per-connection WSGI server, bounded: at most
+    ``METRICS_MAX_CONNECTIONS`` connections (threads) at once, each with a deadline, and errors of a
+    connection (a client that resets or times out) logged as aggregated lines, not tracebacks."""
+
+    daemon_threads = True
+    block_on_close = False  # stopping the broker does not wait for a slow client
+    max_connections = METRICS_MAX_CONNECTIONS
+
+    def __init__(self, address: tuple[str, int], handler: type[WSGIRequestHandler],
+                 family: socket.AddressFamily = socket.AF_INET) -> None:
+        self.address_family = family  # TCPServer creates its socket with it (IPv6 for metrics.host=::1)
+        self._slots = threading.BoundedSemaphore(self.max_connections)
+        self._flushed = time.monotonic()
+        super().__init__(address, handler)
+
+    def verify_request(self, request: Any, client_address: Any) -> bool:
+        if self._slots.acquire(blocking=False):
+            return True
+        _reject(client_address, "metrics connection refused",
+                reason=f"{self.max_connections} connections already open (closed at accept)")
+        return False
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # no thread started: its slot is free again
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def service_actions(self) -> None:
+        """Called by ``serve_forever`` between polls (every 0.5 s): write the aggregated counts of
+        failed connections every ``interval_s``, as the Kafka listener's reaper does, so a burst's
+        count reaches the log without waiting for the next failure."""
+        now = time.monotonic()
+        if now - self._flushed >= _rejections.interval_s:
+            self._flushed = now
+            with _rejections_lock:
+                _rejections.flush(now)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        error = sys.exc_info()[1]
+        _reject(client_address, "metrics request failed", error=f"{type(error).__name__}: {error}")
+
+
+def _one_render_at_a_time(app: Callable[..., Any]) -> Callable[..., Any]:
+    """The metrics app, rendering for one request at a time: a render reads every partition and
+    formats thousands of lines in Python, holding the GIL the broker's event loop needs, so parallel
+    scrapes would each add a render's CPU (8 parallel scrapers of 3,000 partitions made the event
+    loop's median answer 10 times slower). The body is sent outside the lock: a slow reader holds
+    only its own connection."""
+    lock = threading.Lock()
+
+    def serialized(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        with lock:
+            return app(environ, start_response)
+
+    return serialized
+
+
+def serve_registry(registry: CollectorRegistry, port: int, host: str = "127.0.0.1") -> WSGIServer:
+    """Serve ``registry`` on ``host:port`` from a daemon thread (bounded: :class:`MetricsServer`);
+    ``shutdown()`` the result to stop."""
+    try:
+        family, _, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                       flags=socket.AI_PASSIVE)[0]
+        server = MetricsServer((str(sockaddr[0]), port), _MetricsRequestHandler, family)
+    except OSError as e:  # a bare "Address already in use" could be the Kafka listener's
+        raise ConfigError(f"metrics.host={host} metrics.port={port}: cannot serve the metrics endpoint: "
+                          f"{e.strerror or e}; set metrics.port to a free port and metrics.host to an "
+                          "address of this host") from e
+    server.set_app(_one_render_at_a_time(make_wsgi_app(registry)))
+    threading.Thread(target=server.serve_forever, name="metrics-endpoint", daemon=True).start()
+    return server
+
+
 def serve_metrics(replicas: ReplicaManager, node_id: int, port: int, host: str = "127.0.0.1") -> WSGIServer:
-    """Serve ``/metrics`` on ``host:port`` from a daemon thread (its own registry: no process or
-    Python collectors, which Kafka dashboards do not read); ``shutdown()`` the result to stop."""
+    """Serve ``/metrics`` on ``host:port`` (its own registry: no process or Python collectors,
+    which Kafka dashboards do not read); ``shutdown()`` the result to stop."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(BrokerCollector(replicas, node_id))
-    server, _ = start_http_server(port, addr=host, registry=registry)
-    return server
+    return serve_registry(registry, port, host)
