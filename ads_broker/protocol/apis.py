@@ -41,6 +41,7 @@ from kafka.protocol.consumer import (
     OffsetCommitRequest,
     OffsetDeleteRequest,
     OffsetFetchRequest,
+    OffsetForLeaderEpochRequest,
     SyncGroupRequest,
 )
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, FindCoordinatorRequest, MetadataRequest
@@ -54,7 +55,7 @@ from kafka.protocol.producer import (
 )
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
-from ads_broker.protocol import admin, fetch, groups, groups_admin, metadata, produce, txn, txn_admin
+from ads_broker.protocol import admin, fetch, groups, groups_admin, metadata, produce, replica, txn, txn_admin
 from ads_broker.protocol.codec import Chunk, DecodedRequest
 from ads_broker.protocol.codec import decode_request as _decode_request
 from ads_broker.security import acl_api, users_api
@@ -99,6 +100,7 @@ _APIS = (
     Api(DeleteRecordsRequest, 0, 2, fetch.handle_delete_records),
     Api(InitProducerIdRequest, 0, 4, produce.handle_init_producer_id),
     Api(DescribeConfigsRequest, 1, 4, admin.handle_describe_configs),
+    Api(OffsetForLeaderEpochRequest, 2, 4, replica.handle_offset_for_leader_epoch),
     Api(SaslHandshakeRequest, 1, 1, None),  # v0 (raw tokens after the handshake) is not served
     Api(SaslAuthenticateRequest, 0, 2, None),
     Api(DescribeUserScramCredentialsRequest, 0, 0, users_api.handle_describe_user_scram_credentials),
