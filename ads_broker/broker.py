@@ -17,6 +17,7 @@ from wsgiref.simple_server import WSGIServer
 import structlog
 from kafka.protocol.api_message import ApiMessage
 
+from ads_broker.cluster.node import ClusterNode
 from ads_broker.config import BrokerConfig
 from ads_broker.coordinator.group import GroupCoordinator
 from ads_broker.coordinator.offsets import OffsetManager
@@ -60,10 +61,14 @@ class Broker:
         if config.settings.authorizer_class_name:
             authorizer = Authorizer(AclStore(data_dir), parse_super_users(config.settings.super_users),
                                     config.settings.allow_everyone_if_no_acl_found)
+        #: Cluster mode (``zookeeper.connect`` set): this broker's membership; None on a single node.
+        self.cluster = ClusterNode(config, self.replicas) if config.settings.zookeeper_connect else None
+        if self.cluster is not None:
+            self.producer_ids.block_source = self.cluster.allocate_producer_ids
         #: What request handlers see of this broker.
         self.context = HandlerContext(config=config, data_dir=data_dir, replicas=self.replicas, groups=self.groups,
                                       offsets=self.offsets, txn=self.txn, producer_ids=self.producer_ids,
-                                      authorizer=authorizer, faults=faults)
+                                      authorizer=authorizer, faults=faults, cluster=self.cluster)
         self._tasks: list[asyncio.Task[None]] = []
         #: The metrics endpoint (``metrics.port``), when served.
         self._metrics: WSGIServer | None = None
@@ -94,6 +99,9 @@ class Broker:
                 self.txn.abort_timed_out)),
             asyncio.create_task(self._every(3600000, self.txn.expire_ids)),
         ]
+        if self.cluster is not None:  # Kafka's isr-expiration task
+            self._tasks.append(asyncio.create_task(self._every(
+                max(self.config.settings.replica_lag_time_max_ms // 2, 1), self.replicas.maybe_shrink_isrs)))
 
     async def _every(self, interval_ms: int, job: Callable[[], Any], *, off_loop: bool = False) -> None:
         loop = asyncio.get_running_loop()
@@ -110,6 +118,21 @@ class Broker:
     def _flush_due(self) -> None:
         self.replicas.logs.flush_due(now_ms())
 
+    async def join_cluster(self) -> None:
+        """Cluster mode: register in ZooKeeper and take part in controller election (after the
+        listeners are bound: the registration advertises them). A no-op on a single node."""
+        if self.cluster is not None:
+            await self.cluster.join()
+
+    async def leave_cluster(self) -> None:
+        """Cluster mode: controlled shutdown (leaderships move away while this broker still
+        serves), then the session closes. A no-op on a single node."""
+        if self.cluster is not None:
+            try:
+                await self.cluster.leave()
+            except Exception:
+                log.exception("leaving the cluster failed; the session ends with the process")
+
     @property
     def stopping(self) -> bool:
         """Shutting down: long polls and held produces return at once."""
@@ -121,6 +144,8 @@ class Broker:
 
     async def stop(self) -> None:
         self.begin_stop()
+        if self.cluster is not None:
+            await self.cluster.stop_fetchers()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

@@ -156,6 +156,8 @@ def _result(future: Any, what: str) -> Any:
 def topics_create(
     topic: str, bootstrap: Bootstrap = "127.0.0.1:9092",
     partitions: Annotated[int, typer.Option(help="number of partitions")] = 1,
+    replication_factor: Annotated[int, typer.Option(help="replicas per partition (cluster mode); -1: the "
+                                                         "broker's default.replication.factor")] = -1,
     config: Annotated[list[str] | None, typer.Option(help="KEY=VALUE topic config; repeatable")] = None,
 ) -> None:
     """Create a topic."""
@@ -168,7 +170,8 @@ def topics_create(
     except BrokerError as e:
         fail(str(e))
     admin = _admin(bootstrap)  # must outlive its futures: a destroyed client fails them
-    futures = admin.create_topics([NewTopic(topic, partitions, 1, config=cfg)], request_timeout=30)
+    futures = admin.create_topics([NewTopic(topic, partitions, replication_factor, config=cfg)],
+                                  request_timeout=30)
     _result(futures[topic], f"create topic {topic!r}")
     typer.echo(f"Created topic {topic} with {partitions} partition(s).")
 

@@ -206,6 +206,15 @@ SETTINGS: tuple[Setting, ...] = (
                 "lacks are lost (docs/CLUSTER.md)"),
     Setting("controlled.shutdown.enable", _bool, True,
             doc="on SIGTERM, ask the controller to move this broker's leaderships away before stopping"),
+    # -- replication (ads_broker/replication/, docs/REPLICATION.md) --
+    Setting("replica.lag.time.max.ms", int, 30000, 1,
+            doc="a follower not caught up to the leader's log end for this long leaves the ISR"),
+    Setting("replica.fetch.wait.max.ms", int, 500, 0,
+            doc="how long a follower's fetch waits at the leader for new records"),
+    Setting("replica.fetch.max.bytes", int, 1048576, 1,
+            doc="bytes a follower asks per partition per fetch (a larger first batch is still sent whole)"),
+    Setting("replica.fetch.backoff.ms", int, 1000, 0,
+            doc="how long a follower waits after a failed fetch (leader unreachable, error) before the next"),
     # -- metrics: the Prometheus endpoint (ads_broker/metrics.py, docs/BROKER.md "Metrics") --
     Setting("min.insync.replicas", int, 1, 1, topic_name="min.insync.replicas",
             doc="in-sync replicas an acks=all write needs; a partition with fewer is under its minimum ISR "
@@ -314,6 +323,11 @@ class BrokerSettings:
     zookeeper_connection_timeout_ms: int
     unclean_leader_election_enable: bool
     controlled_shutdown_enable: bool
+    # replication
+    replica_lag_time_max_ms: int
+    replica_fetch_wait_max_ms: int
+    replica_fetch_max_bytes: int
+    replica_fetch_backoff_ms: int
     # metrics
     min_insync_replicas: int
     metrics_port: int

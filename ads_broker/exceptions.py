@@ -42,6 +42,20 @@ class NotEnoughReplicasError(BrokerError):
     error_code = errors.NOT_ENOUGH_REPLICAS
 
 
+class NotEnoughReplicasAfterAppendError(BrokerError):
+    """An acks=all batch was written but the ISR shrank below ``min.insync.replicas`` before it was
+    replicated (NOT_ENOUGH_REPLICAS_AFTER_APPEND; retriable, an idempotent retry is deduplicated)."""
+
+    error_code = errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+
+
+class RequestTimedOutError(BrokerError):
+    """An acks=all batch was written but not replicated to the ISR within the request's timeout
+    (REQUEST_TIMED_OUT; retriable)."""
+
+    error_code = errors.REQUEST_TIMED_OUT
+
+
 class OffsetOutOfRangeError(BrokerError):
     """A fetch or delete offset outside [log_start_offset, log_end_offset] (OFFSET_OUT_OF_RANGE)."""
 
@@ -148,6 +162,34 @@ class BrokerNotAvailableError(BrokerError):
     """The broker is shutting down and did not apply the request (BROKER_NOT_AVAILABLE, retriable)."""
 
     error_code = errors.BROKER_NOT_AVAILABLE
+
+
+class LeaderNotAvailableError(BrokerError):
+    """The partition has no leader right now: being created, or no in-sync replica is alive
+    (LEADER_NOT_AVAILABLE, retriable: the client refreshes its metadata and retries)."""
+
+    error_code = errors.LEADER_NOT_AVAILABLE
+
+
+class NotLeaderOrFollowerError(BrokerError):
+    """This broker does not lead the partition (NOT_LEADER_OR_FOLLOWER, retriable: the client
+    refreshes its metadata and goes to the leader)."""
+
+    error_code = errors.NOT_LEADER_OR_FOLLOWER
+
+
+class FencedLeaderEpochError(BrokerError):
+    """The request names an older leader epoch than the partition's (FENCED_LEADER_EPOCH: the
+    client's metadata is stale)."""
+
+    error_code = errors.FENCED_LEADER_EPOCH
+
+
+class UnknownLeaderEpochError(BrokerError):
+    """The request names a newer leader epoch than this broker knows (UNKNOWN_LEADER_EPOCH: this
+    broker has not yet seen the controller's change; retriable)."""
+
+    error_code = errors.UNKNOWN_LEADER_EPOCH
 
 
 class ConfigError(BrokerError):

@@ -2,11 +2,14 @@
 
 Ids are reserved in blocks (Kafka reserves blocks of 1000 through ZooKeeper/KRaft): the end of
 the current block is persisted *before* any id in it is handed out, so after a crash the broker
-continues from the next block and at most the rest of one block is skipped.
+continues from the next block and at most the rest of one block is skipped. In cluster mode the
+blocks come from ZooKeeper (``block_source``, Kafka's ``/latest_producer_id_block``), so no two
+brokers hand out the same id; the local file then only records the last block.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from ads_broker.exceptions import ConfigError
@@ -17,10 +20,12 @@ FILE_NAME = "producer-id-block"
 
 
 class ProducerIdManager:
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, block_source: Callable[[int], tuple[int, int]] | None = None) -> None:
         self._path = data_dir / FILE_NAME
         self._next = self._read_block_end()
         self._block_end = self._next
+        #: Cluster mode: ``block_source(size)`` reserves [start, end) for this broker cluster-wide.
+        self.block_source = block_source
 
     def _read_block_end(self) -> int:
         if not self._path.exists():
@@ -32,7 +37,10 @@ class ProducerIdManager:
         return int(text)
 
     def generate(self) -> int:
-        if self._next >= self._block_end:
+        if self._next >= self._block_end and self.block_source is not None:
+            self._next, self._block_end = self.block_source(BLOCK_SIZE)
+            atomic_write(self._path, str(self._block_end).encode("ascii"))
+        elif self._next >= self._block_end:
             end = self._next + BLOCK_SIZE
             atomic_write(self._path, str(end).encode("ascii"))  # persisted before any id of it is used
             self._block_end = end

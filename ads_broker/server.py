@@ -33,7 +33,7 @@ from ads_broker.errors import (
     UNSUPPORTED_SASL_MECHANISM,
     UNSUPPORTED_VERSION,
 )
-from ads_broker.exceptions import ConfigError, MalformedFrameError
+from ads_broker.exceptions import BrokerError, ConfigError, MalformedFrameError
 from ads_broker.faults import BrokerFaults
 from ads_broker.protocol.apis import api_versions_response, decode_request
 from ads_broker.protocol.codec import (
@@ -570,6 +570,7 @@ class BrokerServer:
         self._reaper: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
         self._shutdown_task: asyncio.Future[None] | None = None
+        self._leaving = False
 
     async def start(self) -> None:
         await self.broker.start()
@@ -584,6 +585,7 @@ class BrokerServer:
                      advertised=f"{listener.advertised_host}:{listener.advertised_port}",
                      node_id=self.broker.node_id, data_dir=str(self.broker.replicas.data_dir))
         self._reaper = asyncio.create_task(self._reap_idle())
+        await self.broker.join_cluster()
 
     def admit(self, receiver: FrameReceiver) -> str | None:
         """Count a new connection in, or the reason it is refused (then it is not counted)."""
@@ -617,10 +619,14 @@ class BrokerServer:
             self.rejections.flush()
 
     async def shutdown(self, reason: str) -> None:
-        if self.closing:
+        if self.closing or self._leaving:
             return
-        self.closing = True
+        self._leaving = True
         log.info("shutting down", reason=reason)
+        # Cluster mode: the controller moves this broker's leaderships away while it still serves
+        # (clients and followers follow the new leaders), then the registration goes.
+        await self.broker.leave_cluster()
+        self.closing = True
         for server in self._servers:
             server.close()
         if self._reaper is not None:
@@ -645,7 +651,12 @@ class BrokerServer:
         self._shutdown_task = asyncio.ensure_future(self.shutdown(sig.name))
 
     async def run_until_signalled(self) -> None:
-        await self.start()
+        try:
+            await self.start()
+        except BrokerError:
+            # E.g. ZooKeeper unreachable or another cluster's id: close the logs cleanly, then say why.
+            await self.shutdown("start-up failed")
+            raise
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)

@@ -14,6 +14,8 @@ Znodes, with Kafka's JSON encodings (so Kafka's tools can read them):
 ``/admin/preferred_replica_election``                       ``{"version":1,"partitions":[{"topic":..}]}``
 ``/admin/controlled_shutdown/<id>`` (ephemeral; not Kafka)  a broker asks the controller to move its
                                                             leaderships away (Kafka: an RPC)
+``/config/topics/<t>``                                      ``{"version":1,"config":{"k":"v"}}`` (the
+                                                            topic's config overrides)
 =========================================================  =========================================
 
 Fencing. The znode version of a partition's state is its *partition epoch*: every write names the
@@ -56,7 +58,9 @@ CONTROLLER_PATH = "/controller"
 CONTROLLER_EPOCH_PATH = "/controller_epoch"
 PREFERRED_ELECTION_PATH = "/admin/preferred_replica_election"
 CONTROLLED_SHUTDOWN_PATH = "/admin/controlled_shutdown"
-PERSISTENT_PATHS = ("/cluster", BROKER_IDS_PATH, TOPICS_PATH, "/admin", CONTROLLED_SHUTDOWN_PATH)
+TOPIC_CONFIG_PATH = "/config/topics"
+PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
+PERSISTENT_PATHS = ("/cluster", BROKER_IDS_PATH, TOPICS_PATH, "/admin", CONTROLLED_SHUTDOWN_PATH, TOPIC_CONFIG_PATH)
 
 
 class TopicPartition(NamedTuple):
@@ -264,6 +268,15 @@ class KafkaZkClient:
             return None
         return BrokerRegistration.from_json(broker_id, data)
 
+    def get_live_brokers(self) -> dict[int, BrokerRegistration]:
+        """Every registered broker's registration (a broker leaving between the two reads is skipped)."""
+        out: dict[int, BrokerRegistration] = {}
+        for broker_id in sorted(self.get_live_broker_ids()):
+            registration = self.get_broker(broker_id)
+            if registration is not None:
+                out[broker_id] = registration
+        return out
+
     def get_live_broker_ids(self) -> frozenset[int]:
         return frozenset(int(c) for c in self.client.get_children(BROKER_IDS_PATH))
 
@@ -328,8 +341,11 @@ class KafkaZkClient:
         self.client.DataWatch(CONTROLLER_PATH, on_data)
 
     # -- topics and their assignment --
-    def create_topic(self, topic: str, assignment: Mapping[int, Iterable[int]], topic_id: str | None = None) -> None:
-        """Write ``/brokers/topics/<t>`` (replica lists per partition; the first is the preferred leader).
+    def create_topic(self, topic: str, assignment: Mapping[int, Iterable[int]], topic_id: str | None = None,
+                     configs: Mapping[str, str] | None = None) -> None:
+        """Write ``/config/topics/<t>`` and ``/brokers/topics/<t>`` (replica lists per partition; the
+        first is the preferred leader) in one multi-op, as Kafka's ``AdminZkClient.createTopic``
+        writes the config before the assignment: whoever sees the topic sees its config.
 
         The controller sees it and creates the partitions' states. Raises kazoo's NodeExistsError
         if the topic exists.
@@ -338,7 +354,35 @@ class KafkaZkClient:
                                "adding_replicas": {}, "removing_replicas": {}}
         if topic_id is not None:
             obj["version"], obj["topic_id"] = 3, topic_id
-        self.client.create(f"{TOPICS_PATH}/{topic}", json.dumps(obj).encode())
+        config_path = f"{TOPIC_CONFIG_PATH}/{topic}"
+        body = json.dumps({"version": 1, "config": dict(configs or {})}).encode()
+        txn = self.client.transaction()
+        if self.client.exists(config_path) is None:
+            txn.create(config_path, body)
+        else:  # left by a topic deleted by hand: replaced, the new topic's config is ours
+            txn.set_data(config_path, body)
+        txn.create(f"{TOPICS_PATH}/{topic}", json.dumps(obj).encode())
+        results = txn.commit()
+        for result in results:
+            if isinstance(result, Exception) and not isinstance(result, RolledBackError):
+                raise result
+
+    def get_topic_config(self, topic: str) -> dict[str, str]:
+        """The topic's config overrides (``/config/topics/<t>``); {} if none were written."""
+        try:
+            data, _ = self.client.get(f"{TOPIC_CONFIG_PATH}/{topic}")
+        except NoNodeError:
+            return {}
+        return {str(k): str(v) for k, v in dict(json.loads(data).get("config") or {}).items()}
+
+    def get_topic_id(self, topic: str) -> str | None:
+        """The ``topic_id`` of a version-3 assignment znode; None for an older one or no topic."""
+        try:
+            data, _ = self.client.get(f"{TOPICS_PATH}/{topic}")
+        except NoNodeError:
+            return None
+        topic_id = json.loads(data).get("topic_id")
+        return None if topic_id is None else str(topic_id)
 
     def get_topics(self) -> list[str]:
         return sorted(self.client.get_children(TOPICS_PATH))
@@ -432,6 +476,35 @@ class KafkaZkClient:
             return callback(state)
 
         self.client.DataWatch(self.state_path(tp), on_data)
+
+    # -- producer ids --
+    def allocate_producer_id_block(self, broker_id: int, size: int) -> tuple[int, int]:
+        """Reserve the next ``size`` producer ids for ``broker_id``: [start, end). Kafka's
+        ``ZkProducerIdManager``: a conditional write of ``/latest_producer_id_block``, retried when
+        another broker took a block in between, so no id is ever handed out twice in the cluster."""
+        while True:
+            try:
+                data, stat = self.client.get(PRODUCER_ID_BLOCK_PATH)
+            except NoNodeError:
+                start = 0
+                body = self._producer_id_block(broker_id, start, size)
+                with contextlib.suppress(NodeExistsError):
+                    self.client.create(PRODUCER_ID_BLOCK_PATH, body)
+                    return start, start + size
+                continue
+            start = int(json.loads(data)["block_end"]) + 1
+            try:
+                self.client.set(PRODUCER_ID_BLOCK_PATH, self._producer_id_block(broker_id, start, size),
+                                version=stat.version)
+            except BadVersionError:
+                continue
+            return start, start + size
+
+    @staticmethod
+    def _producer_id_block(broker_id: int, start: int, size: int) -> bytes:
+        # Kafka's ProducerIdBlockZNode: block_end is inclusive.
+        return json.dumps({"version": 1, "broker": broker_id, "block_start": str(start),
+                           "block_end": str(start + size - 1)}).encode()
 
     # -- admin requests to the controller --
     def request_preferred_election(self, partitions: Iterable[TopicPartition]) -> None:

@@ -479,6 +479,70 @@ class Log:
             first_offset, last_offset, now if log_append_time else -1, self.log_start_offset, False, count
         )
 
+    def truncate_to(self, offset: int) -> bool:
+        """Remove every batch at or after ``offset``: a follower cutting the records its leader does
+        not hold (KIP-101 / KIP-279; Kafka's ``UnifiedLog.truncateTo``). Segments wholly above are
+        deleted, the one holding ``offset`` is cut at the batch boundary with its indexes rebuilt,
+        and the producer state and aborted-transaction index are reloaded from a snapshot at or below
+        the new end and the batches after it, as at start-up. True if anything was cut.
+
+        Only ever called with an offset at a batch boundary of the leader's lineage, which is one of
+        this log's batch boundaries too; an offset inside a batch cuts the whole batch.
+        """
+        if offset >= self.log_end_offset:
+            return False
+        if offset <= self.log_start_offset:
+            self._truncate_fully_and_start_at(max(offset, 0))
+            self.log_start_offset = max(offset, 0)
+            self._write_log_start_offset()
+        else:
+            i = self._segment_index_for(offset)
+            for segment in self._segments[i + 1 :]:
+                segment.delete()
+            del self._segments[i + 1 :]
+            self._segments[i].truncate_to(offset)
+            self._dir_dirty = True
+            for snapshot in self.producer_state.snapshot_offsets():
+                if snapshot > self.log_end_offset:
+                    self.producer_state.snapshot_path(snapshot).unlink(missing_ok=True)
+            self._load_producer_state()
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self._unflushed = 0
+        return True
+
+    def append_as_follower(self, records: bytes | bytearray) -> AppendInfo | None:
+        """Append a leader's batches as they are: offsets, leader epochs and timestamps unchanged
+        (Kafka's ``appendAsFollower``; CRC-checked, no client rules, no offset assignment). Batches
+        below the log end offset are skipped (an answer overlapping what is already here); None if
+        nothing was appended."""
+        leo = self.log_end_offset
+        batches = [(pos, h) for pos, h in iter_batches(records, validate=True) if h.base_offset >= leo]
+        if not batches:
+            return None
+        now = self._now_ms()
+        first_offset = batches[0][1].base_offset
+        last_offset = batches[-1][1].last_offset
+        self._maybe_roll(sum(h.size for _, h in batches), max(h.max_timestamp for _, h in batches), last_offset, now)
+        segment = self.active_segment
+        view = memoryview(records)
+        try:
+            for pos, header in batches:
+                data = view[pos : pos + header.size]
+                segment.append(header.last_offset, header.max_timestamp, data)
+                if header.has_producer_id:
+                    control = _control_type(bytes(data)) if header.is_control else None
+                    completed = self.producer_state.update(header, header.base_offset, header.max_timestamp, control)
+                    if completed is not None:
+                        self._record_completed(completed, segment.base_offset)
+        finally:
+            view.release()
+        self.producer_state.map_end_offset = self.log_end_offset
+        count = sum(h.records_count for _, h in batches)
+        self._unflushed += count
+        if self._unflushed >= self.config.flush_interval_messages:
+            self.flush()
+        return AppendInfo(first_offset, last_offset, -1, self.log_start_offset, False, count)
+
     def _maybe_roll(self, size: int, max_timestamp: int, max_offset: int, now: int) -> None:
         if self.active_segment.should_roll(size, max_timestamp, max_offset, now):
             self.roll()

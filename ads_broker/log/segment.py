@@ -360,7 +360,7 @@ class LogSegment:
 
     # -- append ----------------------------------------------------------------------------
 
-    def append(self, largest_offset: int, max_timestamp: int, records: bytes | bytearray) -> None:
+    def append(self, largest_offset: int, max_timestamp: int, records: bytes | bytearray | memoryview) -> None:
         """Append whole batches (already stamped); index them every ``index.interval.bytes``."""
         position = self.size
         view = memoryview(records)
@@ -377,6 +377,16 @@ class LogSegment:
         self.size = position + len(records)
         self.next_offset = largest_offset + 1
         self.dirty = True
+
+    def truncate_to(self, offset: int) -> int:
+        """Cut every batch at or after ``offset`` and rebuild the indexes from what is left (a
+        follower's truncation by leader epoch); the segment takes appends again. Returns the bytes cut."""
+        position = self.position_of_first_batch_at_or_after(offset)
+        cut = self.size - position
+        os.ftruncate(self._writer(), position)
+        self.inactive = False
+        self.recover()
+        return cut
 
     def _index_batch(self, position: int, size: int, largest_offset: int, max_timestamp: int) -> None:
         if self._rolling_based_timestamp is None:

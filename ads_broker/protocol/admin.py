@@ -81,6 +81,23 @@ def _create_one(ctx: HandlerContext, topic: Any, validate_only: bool, in_request
     return result
 
 
+async def _create_one_in_cluster(ctx: HandlerContext, topic: Any, validate_only: bool, timeout_ms: int,
+                                 in_request: int, rejected: Rejections) -> Any:
+    """Cluster mode: the assignment goes to ZooKeeper (:func:`ads_broker.protocol.cluster.create_one`)."""
+    from ads_broker.protocol import cluster
+
+    assert ctx.cluster is not None
+    try:
+        if not ctx.allowed(CREATE, CLUSTER, CLUSTER_NAME) and (denied := ctx.denial(CREATE, TOPIC, topic.name)):
+            raise denied
+        result = await cluster.create_one(ctx, ctx.cluster, topic, validate_only, timeout_ms, in_request)
+    except BrokerError as e:
+        rejected.add(topic.name, e)
+        return CreatableTopicResult(name=topic.name, error_code=e.error_code, error_message=str(e),
+                                    num_partitions=-1, replication_factor=-1, configs=[])
+    return result
+
+
 async def handle_create_topics(ctx: HandlerContext, req: DecodedRequest) -> CreateTopicsResponse:
     body = req.body
     counts = Counter(topic.name for topic in body.topics)
@@ -99,7 +116,11 @@ async def handle_create_topics(ctx: HandlerContext, req: DecodedRequest) -> Crea
                                                 error_message=str(duplicate), num_partitions=-1,
                                                 replication_factor=-1, configs=[]))
             continue
-        result = _create_one(ctx, topic, bool(body.validate_only), in_request, rejected)
+        if ctx.cluster is not None:
+            result = await _create_one_in_cluster(ctx, topic, bool(body.validate_only), body.timeout_ms, in_request,
+                                                  rejected)
+        else:
+            result = _create_one(ctx, topic, bool(body.validate_only), in_request, rejected)
         if result.error_code == 0:
             in_request += result.num_partitions
         results.append(result)
@@ -129,6 +150,8 @@ async def handle_delete_topics(ctx: HandlerContext, req: DecodedRequest) -> Dele
             if not ctx.config.settings.delete_topic_enable:
                 raise (TopicDeletionDisabledError if req.api_version >= 3 else InvalidRequestError)(
                     "topic deletion is disabled (delete.topic.enable=false)")
+            if ctx.cluster is not None:
+                raise ctx.cluster.refuse("DeleteTopics")
             topic = ctx.replicas.get_topic(name)
             res.topic_id = topic.topic_id
             ctx.replicas.delete_topic(name)
@@ -152,6 +175,8 @@ async def handle_create_partitions(ctx: HandlerContext, req: DecodedRequest) -> 
         try:
             if denied := ctx.denial(ALTER, TOPIC, topic.name):
                 raise denied
+            if ctx.cluster is not None:
+                raise ctx.cluster.refuse("CreatePartitions")
             for a in topic.assignments or []:
                 if list(a.broker_ids) != [ctx.node_id]:
                     raise InvalidReplicaAssignmentError(

@@ -44,6 +44,7 @@ from kafka.protocol.consumer import (
     OffsetCommitRequest,
     OffsetDeleteRequest,
     OffsetFetchRequest,
+    OffsetForLeaderEpochRequest,
     SyncGroupRequest,
 )
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, FindCoordinatorRequest, MetadataRequest
@@ -57,7 +58,19 @@ from kafka.protocol.producer import (
 )
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
-from ads_broker.protocol import admin, configs, fetch, groups, groups_admin, log_dirs, metadata, produce, txn, txn_admin
+from ads_broker.protocol import (
+    admin,
+    configs,
+    fetch,
+    groups,
+    groups_admin,
+    log_dirs,
+    metadata,
+    produce,
+    replica,
+    txn,
+    txn_admin,
+)
 from ads_broker.protocol.codec import Chunk, DecodedRequest
 from ads_broker.protocol.codec import decode_request as _decode_request
 from ads_broker.security import acl_api, users_api
@@ -104,6 +117,7 @@ _APIS = (
     Api(DescribeConfigsRequest, 1, 4, configs.handle_describe_configs),
     Api(AlterConfigsRequest, 0, 2, configs.handle_alter_configs),
     Api(DescribeLogDirsRequest, 1, 4, log_dirs.handle_describe_log_dirs),
+    Api(OffsetForLeaderEpochRequest, 2, 4, replica.handle_offset_for_leader_epoch),
     Api(SaslHandshakeRequest, 1, 1, None),  # v0 (raw tokens after the handshake) is not served
     Api(SaslAuthenticateRequest, 0, 2, None),
     Api(DescribeUserScramCredentialsRequest, 0, 0, users_api.handle_describe_user_scram_credentials),

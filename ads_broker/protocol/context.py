@@ -12,6 +12,7 @@ import contextvars
 from pathlib import Path
 from typing import Any
 
+from ads_broker.cluster.node import ClusterNode
 from ads_broker.config import BrokerConfig
 from ads_broker.coordinator.group import GroupCoordinator
 from ads_broker.coordinator.offsets import OffsetManager
@@ -41,7 +42,8 @@ class HandlerContext:
 
     def __init__(self, *, config: BrokerConfig, data_dir: Path, replicas: ReplicaManager, groups: GroupCoordinator,
                  offsets: OffsetManager, txn: TransactionCoordinator, producer_ids: ProducerIdManager,
-                 authorizer: Authorizer | None, faults: BrokerFaults | None) -> None:
+                 authorizer: Authorizer | None, faults: BrokerFaults | None,
+                 cluster: ClusterNode | None = None) -> None:
         self.config = config
         self.data_dir = data_dir
         self.node_id = config.settings.broker_id
@@ -56,6 +58,8 @@ class HandlerContext:
         self.authorizer = authorizer
         #: The chaos tests' fault hook (faults.py, ADS_BROKER_FAULT_FILE); None in normal operation.
         self.faults = faults
+        #: Cluster mode (``zookeeper.connect``): topics, leaders and brokers come from ZooKeeper.
+        self.cluster = cluster
         self.messages_in = 0
 
     @property

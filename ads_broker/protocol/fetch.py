@@ -32,12 +32,17 @@ def _wanted(ctx: HandlerContext, body: FetchRequest) -> list[FetchPartition]:
         denied = ctx.denial(READ, TOPIC, ftopic.topic)
         for fpart in ftopic.partitions:
             wanted.append(FetchPartition(ftopic.topic, fpart.partition, fpart.fetch_offset,
-                                         fpart.partition_max_bytes, denied))
+                                         fpart.partition_max_bytes, denied,
+                                         getattr(fpart, "current_leader_epoch", None)))  # v9+
     return wanted
 
 
 async def handle_fetch(ctx: HandlerContext, req: DecodedRequest) -> list[Chunk]:
     body = req.body
+    if body.replica_id >= 0:  # a follower (cluster mode): ads_broker/protocol/replica.py
+        from ads_broker.protocol import replica
+
+        return await replica.handle_follower_fetch(ctx, req)
     wanted = _wanted(ctx, body)
     reads = await ctx.replicas.fetch_messages(
         wanted, max_bytes=min(body.max_bytes, ctx.config.settings.fetch_max_bytes),  # Kafka caps it by the broker's
@@ -116,6 +121,7 @@ async def handle_list_offsets(ctx: HandlerContext, req: DecodedRequest) -> ListO
                 if denied := ctx.denial(DESCRIBE, TOPIC, ltopic.name):
                     raise denied
                 partition = ctx.replicas.get_partition(ltopic.name, lpart.partition_index)
+                partition.check_leader(getattr(lpart, "current_leader_epoch", None))  # v4+
                 resp.timestamp, resp.offset = await ctx.replicas.list_offset(partition, lpart.timestamp, isolation)
                 if resp.offset >= 0:
                     resp.leader_epoch = partition.leader_epoch

@@ -66,6 +66,10 @@ def _error_topic(name: str, error_code: int) -> MetadataResponse.MetadataRespons
 
 
 async def handle_metadata(ctx: HandlerContext, req: DecodedRequest) -> MetadataResponse:
+    if ctx.cluster is not None:  # cluster mode: brokers, leaders and ISRs from ZooKeeper
+        from ads_broker.protocol import cluster
+
+        return await cluster.handle_metadata(ctx, ctx.cluster, req)
     body = req.body
     replicas = ctx.replicas
     # v4+ carries allow_auto_topic_creation; older versions always allowed it.

@@ -47,7 +47,7 @@ async def _append_one(ctx: HandlerContext, req: DecodedRequest, topic: str, pdat
             raise InvalidRecordError("produce request carries null records")
         if ctx.faults is not None:
             await _hold(ctx, ctx.faults.append_delay_s(topic), topic, pdata.index)
-        info = await ctx.replicas.append_client_records(partition, pdata.records, acks)
+        info = await ctx.replicas.append_client_records(partition, pdata.records, acks, req.body.timeout_ms)
         resp.base_offset = info.first_offset
         resp.log_append_time_ms = info.log_append_time_ms
         resp.log_start_offset = info.log_start_offset

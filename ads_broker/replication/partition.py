@@ -1,9 +1,14 @@
-"""One partition of a topic on this broker: its log, its lock, its high watermark.
+"""One partition of a topic on this broker: its log, its lock, its high watermark, its role.
 
-Today every partition has one replica, this broker, which is always the leader: the high
-watermark (the offset below which every in-sync replica holds the log, and so below which
-consumers may read) is the local log end offset. Replication changes :meth:`Partition.high_watermark`
-and the leader epoch; nothing else reads a partition's progress another way.
+In single-node mode every partition has one replica, this broker, which is always the leader: the
+high watermark (the offset below which every in-sync replica holds the log, and so below which
+consumers may read) is the local log end offset.
+
+In cluster mode (``zookeeper.connect`` set) a partition of a replicated topic has a role that the
+controller's state znode gives it (:meth:`Partition.become`, applied on the event loop in
+leader-epoch order): until the first state arrives, and whenever another broker leads, clients get
+NOT_LEADER_OR_FOLLOWER; a request naming another leader epoch gets FENCED_LEADER_EPOCH (older) or
+UNKNOWN_LEADER_EPOCH (newer), as Kafka's ``Partition.checkCurrentLeaderEpoch``.
 """
 
 from __future__ import annotations
@@ -12,8 +17,23 @@ import asyncio
 import threading
 from dataclasses import dataclass, field
 
-from ads_broker.exceptions import NotEnoughReplicasError
+from ads_broker.exceptions import (
+    FencedLeaderEpochError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    UnknownLeaderEpochError,
+)
 from ads_broker.log.log import Log
+from ads_broker.replication.leader_epoch import LeaderEpochCheckpointFile, LeaderEpochFileCache
+from ads_broker.replication.state import (
+    NO_LEADER,
+    Errors,
+    FollowerState,
+    LeaderAndIsr,
+    LeaderState,
+    ReplicationConfig,
+    check_current_leader_epoch,
+)
 
 
 @dataclass
@@ -33,22 +53,127 @@ class Partition:
     leader_epoch: int = 0
     waiters: set[asyncio.Future[None]] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: This broker's id (cluster mode; -1 in single-node mode).
+    broker_id: int = -1
+    #: Cluster mode: the controller's state as last applied, None until the first one arrives.
+    #: Single-node partitions (``replicated`` False) always lead.
+    state: LeaderAndIsr | None = None
+    replicated: bool = False
+    #: The controller epoch of the state's last write (kept for the leader's own ISR writes).
+    controller_epoch: int = 0
+    #: Replicated partitions: the leader-epoch cache (``leader-epoch-checkpoint`` in the log dir).
+    epoch_cache: LeaderEpochFileCache | None = None
+    #: While this broker leads: the leader's rules (follower positions, ISR changes, HW).
+    leader_state: LeaderState | None = None
+    #: While this broker follows: the follower's rules (truncation, fetching, the leader's HW).
+    follower_state: FollowerState | None = None
+    #: Counts the times this broker started leading (a follower period in between may have cut the
+    #: log: a write waiting for replication from an earlier leadership must not be acknowledged).
+    leader_generation: int = 0
+
+    def __post_init__(self) -> None:
+        if self.replicated:
+            self.epoch_cache = LeaderEpochFileCache(LeaderEpochCheckpointFile.in_dir(self.log.dir))
+            # Recovery may have cut the log: epochs starting beyond its end are gone too.
+            self.epoch_cache.truncate_from_end(self.log.log_end_offset)
+
+    @property
+    def is_leader(self) -> bool:
+        if not self.replicated:
+            return True
+        return self.state is not None and self.state.leader == self.broker_id
+
+    def become(self, state: LeaderAndIsr, controller_epoch: int, config: ReplicationConfig, now_ms: int) -> None:
+        """Apply the controller's state (the caller delivers them in leader-epoch order): lead with
+        ``LeaderState.make_leader`` (a new epoch starts at the log end) or follow with
+        ``FollowerState.make_follower`` (a new epoch starts by truncating). Long polls and waiting
+        acks=all writes on the partition wake, so a leader that stepped down answers them."""
+        assert self.epoch_cache is not None
+        hw = self.high_watermark
+        with self.lock:
+            leo = self.log.log_end_offset
+        if state.leader == self.broker_id:
+            if self.leader_state is None:
+                self.leader_generation += 1
+            self.leader_state = LeaderState.make_leader(self.broker_id, state, config, cache=self.epoch_cache,
+                                                        log_end_offset=leo, high_watermark=hw, now_ms=now_ms,
+                                                        previous=self.leader_state)
+            self.follower_state = None
+        else:
+            self.follower_state = FollowerState.make_follower(self.broker_id, state, high_watermark=hw,
+                                                              log_end_offset=leo, previous=self.follower_state)
+            self.leader_state = None
+        self.state = state
+        self.controller_epoch = controller_epoch
+        self.leader_epoch = state.leader_epoch
+        self.notify()
+
+    def truncate_to(self, offset: int) -> None:
+        """A follower's cut (by leader-epoch lineage, never to its HW): log, then epoch cache."""
+        assert self.epoch_cache is not None
+        with self.lock:
+            self.log.truncate_to(offset)
+            self.epoch_cache.truncate_from_end(self.log.log_end_offset)
+
+    def check_leader(self, current_leader_epoch: int | None = None) -> None:
+        """Refuse a client's request unless this broker leads the partition in the request's epoch
+        (``None`` or -1: the request names none). The epoch is checked first, as Kafka does."""
+        if not self.replicated:
+            return
+        state = self.state
+        if state is None:
+            raise NotLeaderOrFollowerError(f"broker {self.broker_id} has no leader for {self.topic}-{self.index} "
+                                           "yet; refresh the metadata and retry")
+        if current_leader_epoch is not None and current_leader_epoch >= 0:
+            error = check_current_leader_epoch(state.leader_epoch, current_leader_epoch)
+            if error is Errors.FENCED_LEADER_EPOCH:
+                raise FencedLeaderEpochError(
+                    f"{self.topic}-{self.index}: the request's leader epoch {current_leader_epoch} is older than "
+                    f"the current {state.leader_epoch}; refresh the metadata")
+            if error is Errors.UNKNOWN_LEADER_EPOCH:
+                raise UnknownLeaderEpochError(
+                    f"{self.topic}-{self.index}: the request's leader epoch {current_leader_epoch} is newer than "
+                    f"broker {self.broker_id} knows ({state.leader_epoch}); retry")
+        if state.leader == NO_LEADER:  # Kafka's Produce/Fetch answer too (Metadata says LEADER_NOT_AVAILABLE)
+            raise NotLeaderOrFollowerError(f"{self.topic}-{self.index} has no live in-sync replica to lead it; "
+                                           "retry once the controller elects one")
+        if state.leader != self.broker_id:
+            raise NotLeaderOrFollowerError(
+                f"broker {self.broker_id} is not the leader of {self.topic}-{self.index} (broker {state.leader} is, "
+                f"leader epoch {state.leader_epoch}); refresh the metadata")
 
     @property
     def high_watermark(self) -> int:
-        """The end of the committed prefix (caller holds the lock). One replica: everything
-        appended is on every in-sync replica, so it is the log end offset."""
-        return self.log.log_end_offset
+        """The end of the committed prefix. One replica: everything appended is on every in-sync
+        replica, so it is the log end offset. Replicated: the leader's HW (the smallest log end
+        offset over the maximal ISR, ``state.py``), or a follower's copy of it."""
+        if not self.replicated:
+            return self.log.log_end_offset
+        if self.leader_state is not None:
+            return self.leader_state.high_watermark
+        if self.follower_state is not None:
+            return min(self.follower_state.high_watermark, self.log.log_end_offset)
+        return 0  # no role yet (e.g. just restarted): nothing is known to be committed
 
     @property
     def in_sync_replicas(self) -> int:
-        """The ISR's size. One replica: this broker, always in sync."""
+        """The ISR's size. One replica: this broker, always in sync; a leader: its committed ISR."""
+        if self.leader_state is not None:
+            return len(self.leader_state.isr)
         return 1
 
     def check_min_isr(self, required_acks: int) -> None:
         """Refuse an acks=all append when the ISR is smaller than ``min.insync.replicas``
-        (Kafka's message and NOT_ENOUGH_REPLICAS; nothing is written)."""
+        (Kafka's message and NOT_ENOUGH_REPLICAS; nothing is written). A leader counts against
+        ``min(min.insync.replicas, replication factor)`` (``LeaderState.check_append``)."""
         min_isr = self.log.config.min_insync_replicas
+        if self.leader_state is not None:
+            if self.leader_state.check_append(required_acks) is not Errors.NONE:
+                raise NotEnoughReplicasError(
+                    f"The size of the current ISR {len(self.leader_state.isr)} is insufficient to satisfy the "
+                    f"min.isr requirement of {self.leader_state.effective_min_isr()} for partition "
+                    f"{self.topic}-{self.index}")
+            return
         if required_acks == -1 and self.in_sync_replicas < min_isr:
             raise NotEnoughReplicasError(
                 f"The size of the current ISR {self.in_sync_replicas} is insufficient to satisfy the min.isr "

@@ -30,7 +30,7 @@ import enum
 import shutil
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,18 +45,30 @@ from ads_broker.exceptions import (
     InvalidReplicationFactorError,
     InvalidTopicError,
     KafkaStorageError,
+    NotEnoughReplicasAfterAppendError,
+    NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
     PolicyViolationError,
+    RequestTimedOutError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
 from ads_broker.log.cleaner import CleanablePartition
 from ads_broker.log.config import TOPIC_CONFIG_KEYS, LogConfig
-from ads_broker.log.log import AppendInfo, FileSlice, TxnVerifier, ValidatedBatch
-from ads_broker.log.manager import FDS_PER_NEW_PARTITION, MIN_FD_RESERVE, LogManager, fd_headroom
-from ads_broker.log.records import ATTRIBUTES_OFFSET, COMPRESSION_CODEC_MASK, RECORD_BATCH_OVERHEAD
+from ads_broker.log.log import AppendInfo, FileSlice, Log, TxnVerifier, ValidatedBatch
+from ads_broker.log.manager import FDS_PER_NEW_PARTITION, MIN_FD_RESERVE, LogManager, fd_headroom, now_ms
+from ads_broker.log.records import ATTRIBUTES_OFFSET, COMPRESSION_CODEC_MASK, RECORD_BATCH_OVERHEAD, iter_batches
 from ads_broker.log.txn_index import AbortedTxn
+from ads_broker.replication.leader_epoch import EpochEntry, LeaderEpochFileCache
 from ads_broker.replication.partition import Partition
+from ads_broker.replication.state import (
+    AlterPartitionRequest,
+    EpochEndOffset,
+    Errors,
+    LeaderAndIsr,
+    ReplicationConfig,
+    should_apply_leader_and_isr,
+)
 
 log = structlog.get_logger("ads_broker.replica_manager")
 
@@ -82,7 +94,7 @@ class AppendOrigin(enum.Enum):
     CLIENT = "client"
     #: The group and transaction coordinators' own batches and transaction markers (CRC only).
     COORDINATOR = "coordinator"
-    #: A follower copying its leader's batches (replication; not accepted yet).
+    #: A follower copying its leader's batches as they are (offsets and leader epochs kept).
     REPLICATION = "replication"
 
 
@@ -105,6 +117,8 @@ class FetchPartition:
     fetch_offset: int
     max_bytes: int
     error: BrokerError | None = None
+    #: The leader epoch the client knows (Fetch v9+); None or -1: not checked.
+    current_leader_epoch: int | None = None
 
 
 @dataclass
@@ -118,6 +132,32 @@ class PartitionRead:
     slices: list[FileSlice] = field(default_factory=list)
     #: Aborted transactions overlapping the batches read (read_committed only, else None).
     aborted: list[AbortedTxn] | None = None
+
+
+@dataclass(frozen=True)
+class ReplicaFetchPartition:
+    """What a follower's fetch asks of one partition (Fetch with replica_id >= 0)."""
+
+    topic: str
+    partition: int
+    fetch_offset: int
+    max_bytes: int
+    current_leader_epoch: int | None
+    last_fetched_epoch: int | None
+    log_start_offset: int
+
+
+@dataclass
+class ReplicaRead:
+    """The leader's answer to a follower for one partition: records up to the log end (not the
+    HW), the HW, or a diverging epoch (the follower must truncate first), or an error code."""
+
+    error: int = 0
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    slices: list[FileSlice] = field(default_factory=list)
+    diverging_epoch: tuple[int, int] | None = None
 
 
 class ReplicaManager:
@@ -141,6 +181,12 @@ class ReplicaManager:
         self.fetch_waiters: set[asyncio.Future[None]] = set()
         #: Set at shutdown: long polls return at once.
         self.stopping = False
+        #: Cluster mode (``zookeeper.connect``): client topics are replicated, each partition's role
+        #: comes from the controller (:meth:`Partition.become`); internal topics stay local.
+        self.cluster_mode = bool(config.settings.zookeeper_connect)
+        self.broker_id = config.settings.broker_id
+        #: Cluster mode: called with each ISR change a leader proposes (the cluster writes it).
+        self.on_alter_partition: Callable[[Partition, AlterPartitionRequest], None] | None = None
 
     @property
     def topics(self) -> dict[str, Topic]:
@@ -170,9 +216,15 @@ class ReplicaManager:
 
     def _load_topic(self, topic: Topic) -> None:
         config = self.logs.log_config(topic.configs, internal=topic.internal)
-        self._partitions[topic.name] = [Partition(topic.name, index, self.logs.load_log(topic.name, index, config))
-                                        for index in range(topic.num_partitions)]
+        self._partitions[topic.name] = [
+            self._partition(topic.name, index, self.logs.load_log(topic.name, index, config), topic.internal)
+            for index in range(topic.num_partitions)]
         self.metadata.add(topic)
+
+    def _partition(self, topic: str, index: int, plog: Log, internal: bool) -> Partition:
+        """A partition object; in cluster mode a client topic's partition waits for its role."""
+        return Partition(topic, index, plog, broker_id=self.broker_id if self.cluster_mode else -1,
+                         replicated=self.cluster_mode and not internal)
 
     def _write_topic_metadata(self) -> None:
         self.topic_store.write(self.metadata.all_topics())
@@ -207,7 +259,7 @@ class ReplicaManager:
         if validate_only:
             return None
         partitions: list[Partition] = []
-        self._open_new_partitions(name, partitions, num_partitions, config)
+        self._open_new_partitions(name, partitions, num_partitions, config, internal)
         topic = Topic(name, uuid.uuid4(), overrides, num_partitions, internal)
         self.metadata.add(topic)
         self._partitions[name] = partitions
@@ -221,6 +273,37 @@ class ReplicaManager:
             raise
         log.info("topic created", topic=name, partitions=num_partitions, configs=overrides)
         return topic
+
+    def ensure_replica_topic(self, topic: Topic) -> None:
+        """Cluster mode: hold ``topic`` (read from ZooKeeper) locally, creating the logs of its
+        partitions it does not have yet; the local topic store remembers it for the next start.
+
+        Every broker opens every partition of a topic it replicates any partition of; the ones it
+        is not a replica of never get a role, so clients are refused there (NOT_LEADER_OR_FOLLOWER).
+        """
+        known = self.metadata.get(topic.name)
+        if known is not None and known.num_partitions >= topic.num_partitions:
+            return
+        partitions = self._partitions.setdefault(topic.name, [])
+        current = len(partitions)
+        config = self.logs.log_config(topic.configs)
+        self._open_new_partitions(topic.name, partitions, topic.num_partitions, config)
+        if known is None:
+            self.metadata.add(topic)
+        else:
+            known.num_partitions = topic.num_partitions
+        try:
+            self._write_topic_metadata()
+        except BaseException:
+            self._discard_partitions(partitions[current:])
+            del partitions[current:]
+            if known is None:
+                self.metadata.remove(topic.name)
+                del self._partitions[topic.name]
+            else:
+                known.num_partitions = current
+            raise
+        log.info("replica topic opened", topic=topic.name, partitions=topic.num_partitions, configs=topic.configs)
 
     def check_partition_limits(self, name: str, current: int, total: int, *, in_request: int = 0) -> None:
         """Refuse growing ``name`` from ``current`` to ``total`` partitions beyond the broker's
@@ -253,13 +336,14 @@ class ReplicaManager:
                 f"broker's RLIMIT_NOFILE={limit} are in use and {reserve} are kept free: raise the open-file "
                 "limit (ulimit -n) or create fewer partitions")
 
-    def _open_new_partitions(self, name: str, partitions: list[Partition], total: int, config: LogConfig) -> None:
+    def _open_new_partitions(self, name: str, partitions: list[Partition], total: int, config: LogConfig,
+                             internal: bool = False) -> None:
         """Append partitions ``len(partitions) .. total-1`` of topic ``name`` to ``partitions``; if any
         fails to open, close and remove the ones opened here (and the failed one's directory) first."""
         first = len(partitions)
         try:
             for index in range(first, total):
-                partitions.append(Partition(name, index, self.logs.create_log(name, index, config)))
+                partitions.append(self._partition(name, index, self.logs.create_log(name, index, config), internal))
         except Exception as e:
             failed = len(partitions)
             self._discard_partitions(partitions[first:])
@@ -397,7 +481,8 @@ class ReplicaManager:
         self._appended(partition, info)
         return info
 
-    async def append_client_records(self, partition: Partition, records: bytes, required_acks: int = 1) -> AppendInfo:
+    async def append_client_records(self, partition: Partition, records: bytes, required_acks: int = 1,
+                                    timeout_ms: int = 30000) -> AppendInfo:
         """Validate and append a client's batch (:data:`AppendOrigin.CLIENT`); ``required_acks`` -1
         (acks=all) is refused when the ISR is below ``min.insync.replicas``.
 
@@ -407,6 +492,7 @@ class ReplicaManager:
         sends many). Anything larger, or a partition busy on a writer thread, goes to the writer
         threads, so a large ``write()`` never stalls the loop.
         """
+        partition.check_leader()
         partition.check_min_isr(required_acks)
         validated = await self._validate(partition, records)
         origin = AppendOrigin.CLIENT
@@ -422,7 +508,53 @@ class ReplicaManager:
 
             info = await asyncio.get_running_loop().run_in_executor(self.writers, locked_append)
         self._appended(partition, info)
+        if partition.replicated:
+            await self._replicate(partition, info, required_acks, timeout_ms)
         return info
+
+    async def _replicate(self, partition: Partition, info: AppendInfo, required_acks: int, timeout_ms: int) -> None:
+        """A leader's append: move the HW (an ISR of one), then for acks=all wait until the HW
+        passed the batch (Kafka's DelayedProduce): NONE, NOT_ENOUGH_REPLICAS_AFTER_APPEND if the
+        ISR shrank below the minimum meanwhile, REQUEST_TIMED_OUT after ``timeout_ms``, and
+        NOT_LEADER_OR_FOLLOWER if this broker stopped leading (the client retries at the new
+        leader; an idempotent retry of a batch that did survive is deduplicated there)."""
+        leader = partition.leader_state
+        if leader is None:
+            if required_acks == -1:
+                raise NotLeaderOrFollowerError(f"broker {self.broker_id} stopped leading {partition.topic}-"
+                                               f"{partition.index} during the append; retry at the new leader")
+            return
+        if leader.after_append(partition.log.log_end_offset, now_ms()):
+            partition.notify()
+        if required_acks != -1:
+            return
+        generation = partition.leader_generation
+        required = info.last_offset + 1
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(timeout_ms, 0) / 1000
+        while True:
+            # A new leader epoch with this broker still leading (the controller bumps it on every
+            # ISR change it writes) keeps the batch in the log: keep waiting for the HW, as Kafka's
+            # DelayedProduce does while the partition stays led here.
+            leader = partition.leader_state
+            if leader is None or partition.leader_generation != generation or self.stopping:
+                raise NotLeaderOrFollowerError(
+                    f"broker {self.broker_id} stopped leading {partition.topic}-{partition.index} before offset "
+                    f"{info.last_offset} was replicated; retry at the new leader")
+            done, error = leader.check_enough_replicas_reach_offset(required)
+            if done:
+                if error is Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND:
+                    raise NotEnoughReplicasAfterAppendError(
+                        f"the ISR of {partition.topic}-{partition.index} shrank to {len(leader.isr)}, below "
+                        f"min.insync.replicas={leader.effective_min_isr()}, while offset {info.last_offset} was "
+                        "replicated (it is written)")
+                return
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise RequestTimedOutError(
+                    f"offset {info.last_offset} of {partition.topic}-{partition.index} was not replicated to the "
+                    f"ISR {sorted(leader.isr)} within {timeout_ms} ms (high watermark {leader.high_watermark})")
+            await self._wait_for_append([partition], remaining)
 
     @staticmethod
     async def _validate(partition: Partition, records: bytes) -> ValidatedBatch:
@@ -447,15 +579,120 @@ class ReplicaManager:
             return plog.append_end_txn_marker(records.producer_id, records.producer_epoch, records.commit,
                                               records.coordinator_epoch, epoch)
         if origin is AppendOrigin.CLIENT:
+            partition.check_leader()  # again under the lock: the role may have changed since the request came
             return plog.append_as_leader(records, epoch, self.verify_txn, validated)
         if origin is AppendOrigin.COORDINATOR:
             return plog.append_internal(records, epoch)
-        raise NotImplementedError(f"{origin.value} appends need replication (issue 13)")
+        start = plog.log_end_offset
+        info = plog.append_as_follower(records)
+        if info is None:  # everything in the answer was already here
+            return AppendInfo(start, start - 1, -1, plog.log_start_offset, True, 0)
+        cache = partition.epoch_cache
+        if cache is not None:  # each batch's epoch starts at its first offset (the follower's lineage)
+            for _, header in iter_batches(records, validate=False):
+                if header.base_offset >= start:
+                    cache.assign(header.partition_leader_epoch, header.base_offset)
+        return info
 
     @staticmethod
     def _appended(partition: Partition, info: AppendInfo) -> None:
         if not info.duplicate:
             partition.notify()
+
+    # -- replication (cluster mode) ----------------------------------------------------------
+
+    def replication_config(self, partition: Partition) -> ReplicationConfig:
+        return ReplicationConfig(min_insync_replicas=partition.log.config.min_insync_replicas,
+                                 replica_lag_time_max_ms=self.config.settings.replica_lag_time_max_ms)
+
+    def apply_state(self, partition: Partition, state: LeaderAndIsr, controller_epoch: int) -> bool:
+        """The controller's state for ``partition`` (on the event loop); False if stale (an older
+        leader epoch, or the same epoch and an older partition epoch), which changes nothing."""
+        if should_apply_leader_and_isr(partition.state, state) is not Errors.NONE:
+            return False
+        partition.become(state, controller_epoch, self.replication_config(partition), now_ms())
+        return True
+
+    async def fetch_for_follower(self, replica_id: int, wanted: list[ReplicaFetchPartition], *,
+                                 max_wait_ms: int) -> list[ReplicaRead]:
+        """Fetch from a follower (replica id >= 0), the leader's side: each partition's position is
+        recorded (ISR expansion, HW), records are read up to the log end. Waits up to
+        ``max_wait_ms`` for new records when there are none, like a consumer's long poll."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(max_wait_ms, 0) / 1000.0
+        while True:
+            reads = [self._read_for_follower(replica_id, want) for want in wanted]
+            timeout = deadline - loop.time()
+            found = any(r.slices for r in reads) or any(r.error or r.diverging_epoch for r in reads)
+            if found or timeout <= 0 or self.stopping:
+                return reads
+            partitions = [p for w in wanted if (p := self._find(w.topic, w.partition)) is not None]
+            await self._wait_for_append(partitions, timeout)
+
+    def _find(self, topic: str, index: int) -> Partition | None:
+        try:
+            return self.get_partition(topic, index)
+        except BrokerError:
+            return None
+
+    def _read_for_follower(self, replica_id: int, want: ReplicaFetchPartition) -> ReplicaRead:
+        try:
+            partition = self.get_partition(want.topic, want.partition)
+        except BrokerError as e:
+            return ReplicaRead(error=e.error_code)
+        leader = partition.leader_state
+        if leader is None or partition.epoch_cache is None:
+            return ReplicaRead(error=Errors.NOT_LEADER_OR_FOLLOWER.value)
+        with partition.lock:
+            leo, start = partition.log.log_end_offset, partition.log.log_start_offset
+        result = leader.handle_follower_fetch(
+            replica_id, current_leader_epoch=want.current_leader_epoch, fetch_offset=want.fetch_offset,
+            last_fetched_epoch=want.last_fetched_epoch, follower_log_start_offset=want.log_start_offset,
+            cache=partition.epoch_cache, log_start_offset=start, log_end_offset=leo, now_ms=now_ms())
+        if result.alter_partition is not None and self.on_alter_partition is not None:
+            self.on_alter_partition(partition, result.alter_partition)
+        if result.high_watermark_incremented:
+            partition.notify()  # acks=all writes and consumers waiting on the HW
+        read = ReplicaRead(error=result.error.value, high_watermark=result.high_watermark, log_start_offset=start)
+        if result.error is not Errors.NONE:
+            return read
+        if result.diverging_epoch is not None:
+            read.diverging_epoch = (result.diverging_epoch.leader_epoch, result.diverging_epoch.end_offset)
+            return read
+        with partition.lock:
+            read.last_stable_offset = partition.last_stable_offset
+            read.slices = list(partition.log.read(want.fetch_offset, want.max_bytes, max_offset=leo))
+        return read
+
+    def offset_for_leader_epoch(self, topic: str, index: int, current_leader_epoch: int | None,
+                                leader_epoch: int) -> EpochEndOffset:
+        """OffsetForLeaderEpoch at the leader (KIP-101/279): the largest epoch <= ``leader_epoch``
+        this leader has and where it ends. A single-node partition has written every batch in epoch 0."""
+        partition = self.get_partition(topic, index)
+        with partition.lock:
+            leo, start = partition.log.log_end_offset, partition.log.log_start_offset
+        if not partition.replicated:
+            cache = LeaderEpochFileCache(entries=[EpochEntry(partition.leader_epoch, start)])
+            epoch, end = cache.end_offset_for(leader_epoch, leo)
+            return EpochEndOffset(Errors.NONE, epoch, end)
+        leader = partition.leader_state
+        if leader is None or partition.epoch_cache is None:
+            return EpochEndOffset(Errors.NOT_LEADER_OR_FOLLOWER)
+        return leader.last_offset_for_leader_epoch(current_leader_epoch, leader_epoch, partition.epoch_cache, leo)
+
+    def maybe_shrink_isrs(self) -> None:
+        """Kafka's isr-expiration task (every ``replica.lag.time.max.ms`` / 2): each led partition
+        proposes dropping followers that were not caught up for longer than the lag limit."""
+        now = now_ms()
+        for partition in self.all_partitions():
+            leader = partition.leader_state
+            if leader is None:
+                continue
+            request = leader.maybe_shrink_isr(partition.log.log_end_offset, now)
+            if request is not None and self.on_alter_partition is not None:
+                log.info("shrinking the ISR", topic=partition.topic, partition=partition.index,
+                         isr=sorted(leader.isr), new_isr=list(request.new_isr))
+                self.on_alter_partition(partition, request)
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -490,6 +727,7 @@ class ReplicaManager:
                 if want.error is not None:
                     raise want.error
                 partition = self.get_partition(want.topic, want.partition)
+                partition.check_leader(want.current_leader_epoch)
                 read = self._read(partition, want.fetch_offset, min(want.max_bytes, remaining), isolation_level,
                                   first_with_data)
                 if read.error is not None:

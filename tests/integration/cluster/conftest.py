@@ -7,10 +7,13 @@ ZooKeeper skips these tests, unless ADS_OPS_REQUIRE_TOOLS=1 (set by ``make test`
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
@@ -20,6 +23,7 @@ from kazoo.retry import KazooRetry
 from ads_broker.cluster.member import ClusterMember
 from ads_broker.cluster.zkserver import ZooKeeperServer, zookeeper_available
 from ads_broker.cluster.zookeeper import BrokerRegistration, KafkaZkClient, LeaderAndIsr, TopicPartition
+from ads_broker.embedded import BrokerProcess, ads_broker_process
 
 # Short enough that a lost session expires within seconds, long enough for a loaded 2-core CI box.
 SESSION_TIMEOUT_MS = 4000
@@ -135,3 +139,55 @@ def admin(zk_connect: str) -> Iterator[KafkaZkClient]:
     yield zk
     zk.close()
 
+
+
+class BrokerCluster:
+    """Real ``ads-broker serve`` processes in one ZooKeeper chroot (cluster mode), each with its own
+    data dir and log; started and stopped by PID."""
+
+    def __init__(self, zk_connect: str, root: Path, session_timeout_ms: int = SESSION_TIMEOUT_MS) -> None:
+        self.zk_connect = zk_connect
+        self.root = root
+        self.cluster_id = f"c-{uuid.uuid4().hex[:8]}"
+        self.session_timeout_ms = session_timeout_ms
+        self.procs: dict[int, BrokerProcess] = {}
+
+    def start(self, broker_id: int, **config: str) -> BrokerProcess:
+        """Start broker ``broker_id`` (again, on the same port and data dir, after a stop or kill)."""
+        proc = self.procs.get(broker_id)
+        if proc is None:
+            settings = {"broker.id": str(broker_id), "cluster.id": self.cluster_id,
+                        "zookeeper.connect": self.zk_connect,
+                        "zookeeper.session.timeout.ms": str(self.session_timeout_ms), **config}
+            proc = ads_broker_process(self.root / f"broker-{broker_id}", config=settings,
+                                      log_path=self.root / f"broker-{broker_id}.log")
+            self.procs[broker_id] = proc
+        return proc.start()
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(p.bootstrap for p in self.procs.values())
+
+    def log_events(self, broker_id: int) -> list[dict[str, object]]:
+        """The broker's structured log lines (JSON), in order."""
+        out = []
+        for line in (self.root / f"broker-{broker_id}.log").read_text(errors="replace").splitlines():
+            with contextlib.suppress(ValueError):
+                event = json.loads(line)
+                if isinstance(event, dict):
+                    out.append(event)
+        return out
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            proc.kill()
+
+
+@pytest.fixture
+def brokers(zk_connect: str, tmp_path: Path) -> Iterator[BrokerCluster]:
+    """A :class:`BrokerCluster` in this test's chroot; every broker is killed at the end."""
+    cluster = BrokerCluster(zk_connect, tmp_path)
+    try:
+        yield cluster
+    finally:
+        cluster.stop_all()

@@ -1,0 +1,422 @@
+"""This broker as a member of a ZooKeeper cluster (``zookeeper.connect`` set).
+
+:class:`ClusterNode` is what the running broker uses of ``cluster/``:
+
+* :meth:`ClusterNode.join` at start-up, after the listeners are bound (the registration
+  advertises them), and :meth:`ClusterNode.leave` at shutdown: with ``controlled.shutdown.enable``
+  the controller first moves this broker's leaderships away while the broker still serves.
+* :meth:`ClusterNode.create_topic`: CreateTopics writes the topic's config and replica assignment
+  to ZooKeeper (Kafka's ``AdminZkClient.createTopic``); the controller then creates each
+  partition's state (leader, ISR, leader epoch).
+* :meth:`ClusterNode.snapshot`: Metadata answers from the cluster's state as ZooKeeper holds it
+  (live brokers, controller, assignment, leader and ISR per partition), never from a local guess.
+* Each state of a partition this broker is a replica of arrives on kazoo's event thread
+  (``BrokerMembership(on_partition_state=...)``, in leader-epoch order); it is handed to the event
+  loop with ``call_soon_threadsafe`` and applied there (:meth:`Partition.become`), so a request
+  handler sees a partition's role change between two of its steps, never during one.
+
+Every blocking ZooKeeper call made for a request runs on the default executor, never on the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import structlog
+from kazoo.exceptions import KazooException, NodeExistsError
+
+from ads_broker import errors
+from ads_broker.cluster.exceptions import PartitionEpochError
+from ads_broker.cluster.member import ClusterMember
+from ads_broker.cluster.topics import Topic, validate_topic_name
+from ads_broker.cluster.zookeeper import (
+    NO_LEADER,
+    BrokerRegistration,
+    KafkaZkClient,
+    LeaderAndIsr,
+    TopicPartition,
+)
+from ads_broker.config import BrokerConfig, validate_topic_configs
+from ads_broker.exceptions import (
+    BrokerError,
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    InvalidRequestError,
+    InvalidTopicError,
+    LeaderNotAvailableError,
+    TopicAlreadyExistsError,
+)
+from ads_broker.log.config import TOPIC_CONFIG_KEYS
+from ads_broker.replication import state as rules
+from ads_broker.replication.partition import Partition
+from ads_broker.replication.replica_fetcher import ReplicaFetcherManager
+from ads_broker.replication.replica_manager import ReplicaManager
+from ads_broker.security.listeners import parse_endpoints
+
+log = structlog.get_logger("ads_broker.cluster")
+
+#: How long a SIGTERM'd broker waits for the controller to move its leaderships away
+#: (Kafka retries its ControlledShutdown request ``controlled.shutdown.max.retries`` times).
+CONTROLLED_SHUTDOWN_TIMEOUT_S = 30.0
+#: Poll interval while CreateTopics waits for the controller to give every partition a leader.
+LEADER_POLL_S = 0.05
+
+
+class InvalidReplicaAssignmentError(BrokerError):
+    """A CreateTopics replica assignment that names unknown brokers or repeats one (INVALID_REPLICA_ASSIGNMENT)."""
+
+    error_code = errors.INVALID_REPLICA_ASSIGNMENT
+
+
+@dataclass(frozen=True)
+class PartitionView:
+    """One partition as ZooKeeper has it: replicas (assignment order) and its state, if created."""
+
+    partition: int
+    replicas: tuple[int, ...]
+    state: LeaderAndIsr | None
+
+    @property
+    def leader(self) -> int:
+        return NO_LEADER if self.state is None else self.state.leader
+
+
+@dataclass(frozen=True)
+class TopicView:
+    name: str
+    topic_id: uuid.UUID
+    partitions: tuple[PartitionView, ...]
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    """What Metadata answers from: live brokers, the controller (-1: none now), topics."""
+
+    brokers: Mapping[int, BrokerRegistration]
+    controller_id: int
+    topics: Mapping[str, TopicView]
+    #: False: ZooKeeper could not be read (not joined, leaving, connection lost); topics unknown.
+    complete: bool = True
+
+
+def assign_replicas(brokers: Iterable[int], num_partitions: int, replication_factor: int) -> dict[int, list[int]]:
+    """Round-robin replica placement (Kafka's rack-unaware ``assignReplicasToBrokers`` without its
+    random start): partition p's replicas are the brokers from position p on, so leaderships (the
+    first replica) spread evenly and no broker holds two replicas of one partition."""
+    ordered = sorted(brokers)
+    n = len(ordered)
+    return {p: [ordered[(p + i) % n] for i in range(replication_factor)] for p in range(num_partitions)}
+
+
+def topic_id_of(name: str, stored: str | None) -> uuid.UUID:
+    """The topic id from its znode; a topic written without one (Kafka before 2.8) gets a stable id."""
+    if stored:
+        try:
+            return uuid.UUID(stored)
+        except ValueError:
+            pass
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"ads-broker-topic:{name}")
+
+
+class ClusterNode:
+    """This broker's ZooKeeper membership, topic creation through ZooKeeper, and partition roles."""
+
+    def __init__(self, config: BrokerConfig, replicas: ReplicaManager) -> None:
+        self.config = config
+        self.replicas = replicas
+        self.broker_id = config.settings.broker_id
+        self.member: ClusterMember | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.fetchers = ReplicaFetcherManager(replicas, self.broker_address, config.settings)
+        replicas.on_alter_partition = self.alter_partition
+        self._isr_writes: set[asyncio.Task[None]] = set()
+        # States delivered while join() is still registering (before self.member is set) wait here.
+        self._joining = threading.Lock()
+        self._early: list[tuple[TopicPartition, tuple[int, ...], LeaderAndIsr]] | None = []
+
+    @property
+    def joined(self) -> bool:
+        return self.member is not None
+
+    @property
+    def zk(self) -> KafkaZkClient:
+        member = self.member
+        if member is None:
+            # Retriable for clients: the broker listens before it has registered (or while it leaves).
+            raise LeaderNotAvailableError(f"broker {self.broker_id} is not a cluster member right now "
+                                          "(joining or leaving); retry")
+        return member.zk
+
+    # -- life cycle --------------------------------------------------------------------------
+
+    def registration(self) -> BrokerRegistration:
+        """The ``/brokers/ids/<id>`` content: the advertised listeners, the first one as host/port."""
+        endpoints = parse_endpoints(str(self.config["advertised.listeners"]))
+        host, port = self.config.advertised
+        return BrokerRegistration(self.broker_id, host, port, self.config.settings.cluster_id,
+                                  endpoints=tuple(f"{e.name}://{e.host}:{e.port}" for e in endpoints))
+
+    async def join(self) -> None:
+        """Connect, register (refused for another cluster id or a broker id in use), run for controller."""
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        join = functools.partial(ClusterMember.from_config, self.config.values, self.registration(),
+                                 on_partition_state=self._on_partition_state)
+        member = await loop.run_in_executor(None, join)
+        with self._joining:
+            self.member = member
+            early, self._early = self._early or [], None
+        if early:  # the states of the partitions this broker already holds, read while it registered
+            await loop.run_in_executor(None, self._deliver, early)
+        log.info("joined the cluster", broker_id=self.broker_id, zookeeper=self.config.settings.zookeeper_connect,
+                 broker_epoch=member.membership.broker_epoch)
+
+    def _deliver(self, states: list[tuple[TopicPartition, tuple[int, ...], LeaderAndIsr]]) -> None:
+        for tp, replicas, state in states:
+            self._on_partition_state(tp, replicas, state)
+
+    async def leave(self) -> None:
+        """Controlled shutdown (if enabled): the controller moves this broker's leaderships away and
+        the broker waits until it applied each move (it no longer acknowledges as their leader);
+        then the session closes and the registration goes at once."""
+        member = self.member
+        if member is None:
+            return
+        loop = asyncio.get_running_loop()
+        started = time.monotonic()
+        remaining: list[TopicPartition] = []
+        if self.config.settings.controlled_shutdown_enable and member.zk.connected:
+            remaining = await loop.run_in_executor(None, member.membership.controlled_shutdown,
+                                                   CONTROLLED_SHUTDOWN_TIMEOUT_S)
+            await self._wait_demoted(set(remaining), started + CONTROLLED_SHUTDOWN_TIMEOUT_S)
+        with self._joining:
+            self.member = None
+        await loop.run_in_executor(None, member.leave, None)
+        log.info("left the cluster", broker_id=self.broker_id, seconds=round(time.monotonic() - started, 3),
+                 still_led=[str(tp) for tp in remaining])
+
+    async def _wait_demoted(self, remaining: set[TopicPartition], deadline: float) -> None:
+        """Until every partition the controller moved away is a follower here (its state arrived)."""
+        def still_leading() -> list[Partition]:
+            return [p for p in self.replicas.all_partitions()
+                    if p.replicated and p.is_leader and TopicPartition(p.topic, p.index) not in remaining]
+
+        while still_leading() and time.monotonic() < deadline:
+            await asyncio.sleep(LEADER_POLL_S)
+
+    def allocate_producer_ids(self, size: int) -> tuple[int, int]:
+        """A block of producer ids unique in the cluster (blocks the caller for one ZooKeeper write,
+        once every ``size`` InitProducerId requests)."""
+        return self.zk.allocate_producer_id_block(self.broker_id, size)
+
+    # -- partition roles ---------------------------------------------------------------------
+
+    def _on_partition_state(self, tp: TopicPartition, replicas: tuple[int, ...], state: LeaderAndIsr) -> None:
+        # kazoo's event thread. The topic's config and size are read here (blocking reads, as
+        # kazoo's own watches make) so that the loop only applies.
+        with self._joining:
+            if self._early is not None:
+                self._early.append((tp, replicas, state))
+                return
+        topic = self._read_topic(tp.topic)
+        loop = self._loop
+        if topic is None or loop is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: the broker is gone
+            loop.call_soon_threadsafe(self._apply, tp, replicas, state, topic)
+
+    def _read_topic(self, name: str) -> Topic | None:
+        member = self.member
+        if member is None:
+            return None
+        zk = member.zk
+        try:
+            assignment = zk.get_assignment(name)
+            if not assignment:
+                return None
+            return Topic(name, topic_id_of(name, zk.get_topic_id(name)), zk.get_topic_config(name), len(assignment))
+        except Exception:
+            log.exception("cannot read a topic's metadata from ZooKeeper", topic=name)
+            return None
+
+    def _apply(self, tp: TopicPartition, replicas: tuple[int, ...], state: LeaderAndIsr, topic: Topic) -> None:
+        """On the loop: hold the partition locally and take the role the state gives it."""
+        try:
+            self.replicas.ensure_replica_topic(topic)
+            partition = self.replicas.get_partition(tp.topic, tp.partition)
+        except BrokerError:
+            log.exception("cannot open a replica", topic=tp.topic, partition=tp.partition)
+            return
+        update = rules.LeaderAndIsr(state.leader, state.leader_epoch, tuple(sorted(state.isr)),
+                                    state.partition_epoch, tuple(replicas))
+        if not self.replicas.apply_state(partition, update, state.controller_epoch):
+            return
+        self.fetchers.update(partition)
+        log.info("partition state applied", topic=tp.topic, partition=tp.partition, leader=state.leader,
+                 leader_epoch=state.leader_epoch, partition_epoch=state.partition_epoch, isr=list(state.isr),
+                 role="leader" if partition.is_leader else "follower")
+
+    async def broker_address(self, broker_id: int) -> tuple[str, int] | None:
+        """HOST, PORT a broker registered (where its follower fetchers connect); None if not live."""
+        member = self.member
+        if member is None:
+            return None
+        registration = await asyncio.get_running_loop().run_in_executor(None, member.zk.get_broker, broker_id)
+        return None if registration is None else (registration.host, registration.port)
+
+    def alter_partition(self, partition: Partition, request: rules.AlterPartitionRequest) -> None:
+        """A leader's ISR change: written to the state znode, conditional on the partition epoch it
+        leads under (``KafkaZkClient.update_isr_as_leader``); the watch then brings the new state
+        back to every replica, this leader included, which commits the change."""
+        task = asyncio.ensure_future(self._write_isr(partition, request))
+        self._isr_writes.add(task)
+        task.add_done_callback(self._isr_writes.discard)
+
+    async def _write_isr(self, partition: Partition, request: rules.AlterPartitionRequest) -> None:
+        tp = TopicPartition(partition.topic, partition.index)
+        state = partition.state
+        member = self.member
+        if state is None or member is None:
+            return
+        current = LeaderAndIsr(request.broker_id, request.leader_epoch, state.isr, partition.controller_epoch,
+                               request.partition_epoch)
+        write = functools.partial(member.zk.update_isr_as_leader, tp, current, request.new_isr)
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, write)
+            log.info("ISR written", topic=tp.topic, partition=tp.partition, isr=list(request.new_isr),
+                     leader_epoch=request.leader_epoch)
+        except PartitionEpochError as e:
+            # Someone (the controller) wrote a newer state: the watch brings it; it replaces this change.
+            log.info("ISR change overtaken", topic=tp.topic, partition=tp.partition, reason=str(e))
+        except Exception as e:
+            # ZooKeeper unreachable: drop the change so the next fetch or expiry check proposes it again.
+            log.warning("ISR change not written", topic=tp.topic, partition=tp.partition, error=repr(e))
+            leader = partition.leader_state
+            if leader is not None:
+                leader.handle_alter_partition_response(request, rules.Errors.OPERATION_NOT_ATTEMPTED, None,
+                                                       partition.log.log_end_offset, int(time.time() * 1000))
+
+    async def stop_fetchers(self) -> None:
+        await self.fetchers.stop()
+
+    # -- topics --------------------------------------------------------------------------------
+
+    async def create_topic(self, name: str, num_partitions: int, replication_factor: int,
+                           configs: Mapping[str, str | None], assignments: Mapping[int, list[int]] | None,
+                           *, validate_only: bool = False, in_request: int = 0) -> Topic | None:
+        """CreateTopics in cluster mode (see :meth:`_create_topic`), off the event loop."""
+        create = functools.partial(self._create_topic, name, num_partitions, replication_factor, configs,
+                                   assignments, validate_only, in_request)
+        return await asyncio.get_running_loop().run_in_executor(None, create)
+
+    def _create_topic(self, name: str, num_partitions: int, replication_factor: int,
+                      configs: Mapping[str, str | None], assignments: Mapping[int, list[int]] | None,
+                      validate_only: bool, in_request: int) -> Topic | None:
+        """Validate as Kafka's ``AdminZkClient`` does, then write the config and the assignment."""
+        zk = self.zk
+        validate_topic_name(name)
+        existing = zk.get_topics()
+        if name in existing:
+            raise TopicAlreadyExistsError(f"Topic '{name}' already exists.")
+        unified = name.replace(".", "_")
+        if clash := next((t for t in existing if t.replace(".", "_") == unified), None):
+            raise InvalidTopicError(f"Topic '{name}' collides with existing topic: {clash}")
+        live = sorted(zk.get_live_broker_ids())
+        assignment = (self._check_assignment(assignments, live) if assignments
+                      else self._assignment(num_partitions, replication_factor, live))
+        overrides = validate_topic_configs(dict(configs), TOPIC_CONFIG_KEYS)
+        self.replicas.logs.log_config(overrides)  # InvalidConfigurationError on bad values
+        self.replicas.check_partition_limits(name, 0, len(assignment), in_request=in_request)
+        if validate_only:
+            return None
+        topic_id = uuid.uuid4()
+        try:
+            zk.create_topic(name, assignment, str(topic_id), overrides)
+        except NodeExistsError:
+            raise TopicAlreadyExistsError(f"Topic '{name}' already exists.") from None
+        log.info("topic created in the cluster", topic=name, assignment={p: r for p, r in assignment.items()},
+                 configs=overrides)
+        return Topic(name, topic_id, overrides, len(assignment))
+
+    def _assignment(self, num_partitions: int, replication_factor: int, live: list[int]) -> dict[int, list[int]]:
+        settings = self.config.settings
+        if num_partitions == -1:
+            num_partitions = settings.num_partitions
+        if num_partitions < 1:
+            raise InvalidPartitionsError(f"Number of partitions must be larger than 0, got {num_partitions}")
+        if replication_factor == -1:
+            replication_factor = settings.default_replication_factor
+        if replication_factor < 1:
+            raise InvalidReplicationFactorError("Replication factor must be larger than 0.")
+        if replication_factor > len(live):
+            # Kafka's text (AdminUtils.assignReplicasToBrokers).
+            raise InvalidReplicationFactorError(
+                f"Replication factor: {replication_factor} larger than available brokers: {len(live)}.")
+        return assign_replicas(live, num_partitions, replication_factor)
+
+    @staticmethod
+    def _check_assignment(assignments: Mapping[int, list[int]], live: list[int]) -> dict[int, list[int]]:
+        """A client's explicit assignment: partitions 0..n-1, each with distinct live brokers, one size."""
+        if sorted(assignments) != list(range(len(assignments))):
+            raise InvalidReplicaAssignmentError(
+                f"partitions {sorted(assignments)} must be numbered consecutively from 0")
+        sizes = {len(r) for r in assignments.values()}
+        if len(sizes) != 1 or 0 in sizes:
+            raise InvalidReplicaAssignmentError("every partition must have the same, non-zero number of replicas")
+        for p, brokers in assignments.items():
+            if len(set(brokers)) != len(brokers):
+                raise InvalidReplicaAssignmentError(f"partition {p} names a broker twice: {brokers}")
+            if unknown := [b for b in brokers if b not in live]:
+                raise InvalidReplicaAssignmentError(
+                    f"partition {p} is assigned to brokers {unknown} that are not registered (live: {live})")
+        return {p: list(r) for p, r in assignments.items()}
+
+    async def wait_for_leaders(self, name: str, timeout_ms: int) -> bool:
+        """Wait until the controller gave every partition of ``name`` a leader (Kafka's
+        DelayedCreatePartitions); False at the timeout."""
+        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+        loop = asyncio.get_running_loop()
+        while True:
+            snapshot = await loop.run_in_executor(None, self._snapshot, [name])
+            view = snapshot.topics.get(name)
+            if view is not None and all(p.leader != NO_LEADER for p in view.partitions):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(LEADER_POLL_S)
+
+    async def snapshot(self, names: list[str] | None = None) -> ClusterSnapshot:
+        """The cluster as ZooKeeper holds it now (``names`` None: every topic). Before this broker
+        joined (or once it left): itself alone, no controller, no topics."""
+        if self.joined:
+            try:
+                return await asyncio.get_running_loop().run_in_executor(None, self._snapshot, names)
+            except (BrokerError, KazooException) as e:
+                log.warning("cannot read the cluster's state from ZooKeeper", error=repr(e))
+        return ClusterSnapshot({self.broker_id: self.registration()}, -1, {}, complete=False)
+
+    def _snapshot(self, names: list[str] | None) -> ClusterSnapshot:
+        zk = self.zk
+        brokers = zk.get_live_brokers()
+        controller = zk.get_controller_id()
+        topics: dict[str, TopicView] = {}
+        for name in zk.get_topics() if names is None else names:
+            assignment = zk.get_assignment(name)
+            if not assignment:
+                continue
+            partitions = tuple(PartitionView(p, replicas, zk.get_partition_state(TopicPartition(name, p)))
+                               for p, replicas in sorted(assignment.items()))
+            topics[name] = TopicView(name, topic_id_of(name, zk.get_topic_id(name)), partitions)
+        return ClusterSnapshot(brokers, -1 if controller is None else controller, topics)
+
+    def refuse(self, what: str) -> InvalidRequestError:
+        """An admin operation cluster mode does not do yet: a clear answer instead of a local-only change."""
+        return InvalidRequestError(f"{what} is not supported in cluster mode yet (zookeeper.connect is set); "
+                                   "docs/CLUSTER.md lists what a cluster serves")

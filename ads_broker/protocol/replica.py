@@ -1,0 +1,98 @@
+"""The requests followers send their leader: Fetch with a replica id, and OffsetForLeaderEpoch.
+
+A follower's Fetch (``replica_id >= 0``) reads up to the leader's log end, not its high
+watermark, records the follower's position (which moves the HW and may add it to the ISR) and may
+answer a diverging epoch instead of records (the follower must truncate first, KIP-320's
+truncation on fetch). OffsetForLeaderEpoch answers, for a follower or a consumer validating its
+position, the largest leader epoch <= the one asked and the offset where it ends (KIP-101/279).
+Kafka requires CLUSTER_ACTION for both when an authorizer is on.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kafka.protocol.consumer import FetchResponse, OffsetForLeaderEpochResponse
+
+from ads_broker.exceptions import BrokerError
+from ads_broker.log.log import FileSlice
+from ads_broker.protocol.codec import Chunk, DecodedRequest
+from ads_broker.protocol.fetch import ReadResult, _encode_fetch
+from ads_broker.replication.replica_manager import ReplicaFetchPartition
+from ads_broker.security.acl import CLUSTER, CLUSTER_ACTION, CLUSTER_NAME, DESCRIBE, TOPIC
+
+if TYPE_CHECKING:
+    from ads_broker.protocol.context import HandlerContext
+
+PartitionData: Any = FetchResponse.FetchableTopicResponse.PartitionData
+EpochTopic: Any = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
+EpochPartition: Any = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.EpochEndOffset
+
+
+def _epoch(value: int | None) -> int | None:
+    """-1 (or a request version without the field) means "not given"."""
+    return None if value is None or value < 0 else value
+
+
+async def handle_follower_fetch(ctx: HandlerContext, req: DecodedRequest) -> list[Chunk]:
+    body = req.body
+    denied = ctx.denial(CLUSTER_ACTION, CLUSTER, CLUSTER_NAME)
+    wanted = [ReplicaFetchPartition(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes,
+                                    _epoch(getattr(p, "current_leader_epoch", None)),
+                                    _epoch(getattr(p, "last_fetched_epoch", None)), p.log_start_offset)
+              for t in body.topics for p in t.partitions]
+    if denied is None:
+        reads = await ctx.replicas.fetch_for_follower(body.replica_id, wanted, max_wait_ms=body.max_wait_ms)
+    results: ReadResult = []
+    index = 0
+    for ftopic in body.topics:
+        parts: list[tuple[Any, list[FileSlice]]] = []
+        for fpart in ftopic.partitions:
+            data = PartitionData(partition_index=fpart.partition, error_code=0, high_watermark=-1,
+                                 last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None,
+                                 preferred_read_replica=-1, records=b"")
+            if denied is not None:
+                data.error_code = denied.error_code
+                parts.append((data, []))
+                continue
+            read = reads[index]
+            index += 1
+            data.error_code = read.error
+            data.high_watermark = read.high_watermark
+            data.last_stable_offset = read.last_stable_offset
+            data.log_start_offset = read.log_start_offset
+            if read.diverging_epoch is not None:
+                data.diverging_epoch = PartitionData.EpochEndOffset(epoch=read.diverging_epoch[0],
+                                                                    end_offset=read.diverging_epoch[1])
+            parts.append((data, read.slices))
+        results.append((ftopic.topic, parts))
+    return _encode_fetch(req, results)
+
+
+async def handle_offset_for_leader_epoch(ctx: HandlerContext, req: DecodedRequest) -> OffsetForLeaderEpochResponse:
+    body = req.body
+    replica_id = getattr(body, "replica_id", -1)
+    topics = []
+    for etopic in body.topics:
+        parts = []
+        for epart in etopic.partitions:
+            resp = EpochPartition(error_code=0, partition=epart.partition, leader_epoch=-1, end_offset=-1)
+            try:
+                # Kafka: a follower needs CLUSTER_ACTION, a consumer DESCRIBE on the topic.
+                denied = (ctx.denial(CLUSTER_ACTION, CLUSTER, CLUSTER_NAME) if replica_id is not None
+                          and replica_id >= 0 else ctx.denial(DESCRIBE, TOPIC, etopic.topic))
+                if denied is not None:
+                    raise denied
+                answer = ctx.replicas.offset_for_leader_epoch(
+                    etopic.topic, epart.partition, _epoch(getattr(epart, "current_leader_epoch", None)),
+                    epart.leader_epoch)
+                resp.error_code = answer.error.value
+                resp.leader_epoch, resp.end_offset = answer.leader_epoch, answer.end_offset
+            except BrokerError as e:
+                ctx.log_client_error(req, "offset_for_leader_epoch", e, topic=etopic.topic,
+                                     partition=epart.partition)
+                resp.error_code = e.error_code
+            parts.append(resp)
+        topics.append(EpochTopic(topic=etopic.topic, partitions=parts))
+    return OffsetForLeaderEpochResponse(throttle_time_ms=0, topics=topics)
+

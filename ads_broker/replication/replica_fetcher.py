@@ -1,0 +1,276 @@
+"""The follower's side of replication: one fetcher per followed partition (Kafka's
+``ReplicaFetcherThread``; Kafka shares one thread per leader, here each partition has an asyncio
+task and a connection of its own, which is simple and enough for tens of partitions).
+
+A fetcher runs while its partition's ``follower_state`` exists and does what that state says
+(``state.py``'s ``FollowerState``, docs/REPLICATION.md "Using the rules in the broker"):
+
+* TRUNCATING: ask the leader OffsetForLeaderEpoch for this replica's latest epoch and cut the log
+  (and the epoch cache) where the two lineages part (KIP-101, KIP-279's iteration); never at the HW.
+* FETCHING: Fetch with ``replica_id`` = this broker from the log end, the current leader epoch and
+  the last fetched epoch; append the records as they are (:data:`AppendOrigin.REPLICATION`, which
+  also records each batch's epoch in the cache); take the leader's HW; a diverging epoch in the
+  answer cuts the log as above. An answer to a request sent in another epoch or from another log
+  end is dropped (``is_current_response``).
+* FENCED, or no leader: wait for the controller's next state (:meth:`ReplicaFetcher.poke`).
+
+Errors (leader unreachable, not yet leader, UNKNOWN_LEADER_EPOCH) back off ``replica.fetch.backoff.ms``
+and retry; the connection is re-opened to whoever leads next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import struct
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.consumer import FetchRequest, FetchResponse, OffsetForLeaderEpochRequest
+
+from ads_broker.config import BrokerSettings
+from ads_broker.replication.partition import Partition
+from ads_broker.replication.replica_manager import AppendOrigin, ReplicaManager
+from ads_broker.replication.state import EpochEndOffset, Errors, FetchState, FollowerFetchResult, FollowerState
+
+log = structlog.get_logger("ads_broker.replica_fetcher")
+
+FETCH_VERSION = 12  # current_leader_epoch, last_fetched_epoch, diverging_epoch
+OFFSET_FOR_LEADER_EPOCH_VERSION = 4
+Resolver = Callable[[int], Awaitable[tuple[str, int] | None]]
+
+
+class LeaderConnection:
+    """One Kafka-protocol connection to a leader (requests in order, one at a time)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client_id: str) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.client_id = client_id
+        self.correlation_id = 0
+
+    @classmethod
+    async def open(cls, host: str, port: int, client_id: str) -> LeaderConnection:
+        reader, writer = await asyncio.open_connection(host, port)
+        return cls(reader, writer, client_id)
+
+    def close(self) -> None:
+        self.writer.close()
+
+    async def request(self, request: ApiMessage, version: int, timeout_s: float) -> Any:
+        self.correlation_id += 1
+        request.API_VERSION = version
+        request.with_header(correlation_id=self.correlation_id, client_id=self.client_id)
+        self.writer.write(bytes(request.encode(version=version, header=True, framed=True)))
+        await self.writer.drain()
+        size = struct.unpack(">i", await asyncio.wait_for(self.reader.readexactly(4), timeout_s))[0]
+        frame = await asyncio.wait_for(self.reader.readexactly(size), timeout_s)
+        response_name = type(request).__name__.replace("Request", "Response")
+        module = __import__(type(request).__module__, fromlist=[response_name])
+        response_cls = getattr(module, response_name)
+        (correlation_id,) = struct.unpack_from(">i", frame, 0)
+        if correlation_id != self.correlation_id:
+            raise ConnectionError(f"correlation id {correlation_id} answered, {self.correlation_id} expected")
+        header = 4 + (1 if response_cls.flexible_version_q(version) else 0)
+        return response_cls[version].decode(frame[header:])
+
+
+def _error(code: int) -> Errors:
+    try:
+        return Errors(code)
+    except ValueError:
+        return Errors.NOT_LEADER_OR_FOLLOWER  # any other error: retry after the backoff
+
+
+class ReplicaFetcher:
+    """Keeps one followed partition in step with its leader (see the module docstring)."""
+
+    def __init__(self, replicas: ReplicaManager, partition: Partition, resolve: Resolver,
+                 settings: BrokerSettings) -> None:
+        self.replicas = replicas
+        self.partition = partition
+        self.resolve = resolve
+        self.settings = settings
+        self.broker_id = settings.broker_id
+        self._wake = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.task is not None and not self.task.done()
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._run(), name=f"fetcher-{self.partition.topic}-{self.partition.index}")
+
+    def poke(self) -> None:
+        """A new state arrived: stop waiting (fenced, backing off) and look again."""
+        self._wake.set()
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+
+    async def _pause(self, seconds: float | None) -> None:
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), seconds)
+
+    async def _run(self) -> None:
+        connection: LeaderConnection | None = None
+        connected_to = -1
+        backoff = self.settings.replica_fetch_backoff_ms / 1000
+        try:
+            while not self.replicas.stopping:
+                follower = self.partition.follower_state
+                if follower is None:
+                    return  # leading now, or no role: the fetcher's work is done
+                if follower.state is FetchState.FENCED or follower.leader < 0:
+                    await self._pause(None)
+                    continue
+                if connection is None or connected_to != follower.leader:
+                    if connection is not None:
+                        connection.close()
+                    connection = await self._connect(follower.leader)
+                    connected_to = follower.leader
+                    if connection is None:
+                        await self._pause(backoff)
+                        continue
+                try:
+                    ok = await (self._truncate(connection, follower) if follower.state is FetchState.TRUNCATING
+                                else self._fetch(connection, follower))
+                except (OSError, EOFError, asyncio.IncompleteReadError, TimeoutError, ConnectionError) as e:
+                    log.warning("fetch from the leader failed; reconnecting", topic=self.partition.topic,
+                                partition=self.partition.index, leader=follower.leader, error=repr(e))
+                    connection.close()
+                    connection = None
+                    ok = False
+                if not ok:
+                    await self._pause(backoff)
+        finally:
+            if connection is not None:
+                connection.close()
+
+    async def _connect(self, leader: int) -> LeaderConnection | None:
+        address = await self.resolve(leader)
+        if address is None:
+            return None
+        try:
+            return await LeaderConnection.open(address[0], address[1], f"ads-broker-{self.broker_id}-fetcher")
+        except OSError as e:
+            log.warning("cannot reach the leader", leader=leader, address=f"{address[0]}:{address[1]}", error=str(e))
+            return None
+
+    def _leo(self) -> int:
+        with self.partition.lock:
+            return self.partition.log.log_end_offset
+
+    def _cut(self, offset: int, reason: str) -> None:
+        leo = self._leo()
+        if offset < leo:
+            log.warning("truncating the follower's log", topic=self.partition.topic, partition=self.partition.index,
+                        log_end_offset=leo, truncate_to=offset, reason=reason)
+            self.partition.truncate_to(offset)
+
+    async def _truncate(self, connection: LeaderConnection, follower: FollowerState) -> bool:
+        cache = self.partition.epoch_cache
+        assert cache is not None
+        epoch = follower.offset_for_leader_epoch_request(cache)
+        if epoch is None:
+            follower.on_empty_lineage()
+            return True
+        sent_epoch = follower.leader_epoch
+        request = OffsetForLeaderEpochRequest(replica_id=self.broker_id, topics=[
+            OffsetForLeaderEpochRequest.OffsetForLeaderTopic(topic=self.partition.topic, partitions=[
+                OffsetForLeaderEpochRequest.OffsetForLeaderTopic.OffsetForLeaderPartition(
+                    partition=self.partition.index, current_leader_epoch=sent_epoch, leader_epoch=epoch)])])
+        response = await connection.request(request, OFFSET_FOR_LEADER_EPOCH_VERSION, self._timeout_s())
+        part = response.topics[0].partitions[0]
+        current = self.partition.follower_state
+        if current is None or current.leader_epoch != sent_epoch or current.state is not FetchState.TRUNCATING:
+            return True  # overtaken by a new state: look again
+        answer = EpochEndOffset(_error(part.error_code), part.leader_epoch, part.end_offset)
+        cut = current.on_truncation_answer(answer, cache, self._leo())
+        if cut is not None:
+            self._cut(cut.offset, f"leader epoch {epoch}: the leader answered epoch {part.leader_epoch} "
+                                  f"ending at {part.end_offset}")
+        return answer.error is Errors.NONE
+
+    async def _fetch(self, connection: LeaderConnection, follower: FollowerState) -> bool:
+        cache = self.partition.epoch_cache
+        assert cache is not None
+        with self.partition.lock:
+            leo, start = self.partition.log.log_end_offset, self.partition.log.log_start_offset
+        sent_epoch = follower.leader_epoch
+        last_epoch = cache.latest_epoch()
+        max_bytes = self.settings.replica_fetch_max_bytes
+        request = FetchRequest(
+            replica_id=self.broker_id, max_wait_ms=self.settings.replica_fetch_wait_max_ms, min_bytes=1,
+            max_bytes=max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
+            topics=[FetchRequest.FetchTopic(topic=self.partition.topic, partitions=[
+                FetchRequest.FetchTopic.FetchPartition(
+                    partition=self.partition.index, current_leader_epoch=sent_epoch, fetch_offset=leo,
+                    last_fetched_epoch=-1 if last_epoch is None else last_epoch, log_start_offset=start,
+                    partition_max_bytes=max_bytes)])],
+            forgotten_topics_data=[], rack_id="")
+        response: FetchResponse = await connection.request(request, FETCH_VERSION, self._timeout_s())
+        part = response.responses[0].partitions[0]
+        current = self.partition.follower_state
+        if current is None or not current.is_current_response(sent_epoch, leo, self._leo()):
+            return True
+        error = _error(part.error_code)
+        diverging = getattr(part, "diverging_epoch", None)
+        if error is Errors.NONE and diverging is not None and diverging.epoch >= 0:
+            result = FollowerFetchResult(Errors.NONE, part.high_watermark,
+                                         EpochEndOffset(Errors.NONE, diverging.epoch, diverging.end_offset))
+        elif error is Errors.NONE:
+            records = part.records
+            if records:
+                self.replicas.append_records(self.partition, bytes(records), AppendOrigin.REPLICATION)
+            result = FollowerFetchResult(Errors.NONE, part.high_watermark)
+        else:
+            result = FollowerFetchResult(error)
+        cut = current.on_fetch_response(result, cache, self._leo())
+        if cut is not None:
+            self._cut(cut.offset, f"the leader's fetch answer names diverging epoch {result.diverging_epoch}")
+        if error is not Errors.NONE:
+            log.info("follower fetch answered with an error", topic=self.partition.topic,
+                     partition=self.partition.index, leader=current.leader, error=error.name)
+            return False
+        return True
+
+    def _timeout_s(self) -> float:
+        # The leader answers within replica.fetch.wait.max.ms; anything far beyond is a dead peer.
+        return self.settings.replica_fetch_wait_max_ms / 1000 + 30.0
+
+
+class ReplicaFetcherManager:
+    """The fetchers of this broker, one per followed partition."""
+
+    def __init__(self, replicas: ReplicaManager, resolve: Resolver, settings: BrokerSettings) -> None:
+        self.replicas = replicas
+        self.resolve = resolve
+        self.settings = settings
+        self._fetchers: dict[tuple[str, int], ReplicaFetcher] = {}
+
+    def update(self, partition: Partition) -> None:
+        """After a new state: run a fetcher while the partition is followed, and wake it."""
+        key = (partition.topic, partition.index)
+        fetcher = self._fetchers.get(key)
+        if partition.follower_state is None:
+            if fetcher is not None:
+                fetcher.poke()  # it sees it leads now and ends
+            return
+        if fetcher is None or fetcher.partition is not partition or not fetcher.running:
+            fetcher = ReplicaFetcher(self.replicas, partition, self.resolve, self.settings)
+            self._fetchers[key] = fetcher
+            fetcher.start()
+        fetcher.poke()
+
+    async def stop(self) -> None:
+        for fetcher in list(self._fetchers.values()):
+            await fetcher.stop()
+        self._fetchers.clear()
