@@ -339,6 +339,64 @@ def test_the_example_gives_the_workers_and_msk_the_same_scram_secret() -> None:
     assert "var.worker_scram_secret_arn" in calls["msk"]["scram_secret_arns"]
 
 
+# --- DLM snapshot tags (issue 17 leftovers) ---------------------------------------------------------
+
+
+def _dlm_schedule() -> dict[str, Any]:
+    policy = resources(TF / "modules" / "dlm")[("aws_dlm_lifecycle_policy", "worker_volumes")]
+    return dict(policy["policy_details"][0]["schedule"][0])
+
+
+def _volume_tag_keys() -> set[str]:
+    """Every tag key the module writes on a worker volume besides var.tags: local.volume_tags and the
+    literal keys of the volume's merge()."""
+    volume_tags = load(WORKERS / "main.tf")["locals"][0]["volume_tags"]
+    expr = resources(WORKERS)[("aws_ebs_volume", "partition")]["tags"]
+    literal = expr[expr.index("local.volume_tags") + len("local.volume_tags"):]
+    keys = {unq(k) for k in volume_tags} | set(re.findall(r'"?([A-Za-z][\w:.-]*)"?\s*=\s', literal))
+    assert {"Name", "dedupe:partition", "dedupe:volume"} <= keys, keys
+    return keys
+
+
+def test_dlm_copied_tags_and_added_tags_never_share_a_key() -> None:
+    """AWS does not document which wins when a tag copied from the volume (copy_tags) and a tag of
+    tags_to_add have the same key; the snapshot-selection tags stay deterministic because they never
+    do: DLM adds only dedupe:* keys, the volume carries none of them, and var.tags may not add any."""
+    schedule = _dlm_schedule()
+    added = {unq(k): unq(v) for k, v in schedule["tags_to_add"].items()}
+    assert schedule["copy_tags"] is True, "the partition reaches DLM's snapshots only by copying"
+    assert added == {"dedupe:created-by": "dlm"}
+    assert not set(added) & _volume_tag_keys()
+    rules = [unq(v["condition"]) for v in blocks(WORKERS, "variable")["tags"]["validation"]]
+    assert any('!startswith(lower(k), "dedupe:")' in r for r in rules), "var.tags could add a dedupe:* key"
+
+
+def test_dlm_snapshots_never_carry_the_tags_ebs_ops_selects_its_own_by() -> None:
+    """ebs-ops lists, prunes and restores snapshots by dedupe:created-by=ebs-ops and reads offsets from
+    their tags: none of those keys reaches a DLM snapshot (only dedupe:partition, which names the
+    same partition on the volume and on ebs-ops's snapshots)."""
+    from ebs_ops import models
+
+    tool_keys = {v for k, v in vars(models).items() if k.startswith("TAG_")}
+    assert len(tool_keys) >= 8
+    dlm_keys = _volume_tag_keys() | {unq(k) for k in _dlm_schedule()["tags_to_add"]}
+    assert dlm_keys & tool_keys == {models.TAG_PARTITION, models.TAG_CREATED_BY}
+    assert unq(_dlm_schedule()["tags_to_add"]['"dedupe:created-by"']) != models.CREATED_BY
+    # ebs-ops never sets DLM's target tag, so the volumes it restores (which carry its created-by and
+    # offset tags) are never selected by DLM and their tags never copied onto DLM's snapshots.
+    target = {unq(k) for k in load(WORKERS / "main.tf")["locals"][0]["volume_tags"]}
+    sources = "".join(p.read_text() for p in (ROOT / "ebs_ops").rglob("*.py"))
+    assert not {k for k in target if k in sources} and not target & tool_keys, target
+
+
+def test_dlm_selects_by_exactly_one_module_owned_tag() -> None:
+    """DLM targets a volume carrying ANY of target_tags: one tag, set only by dedupe_workers."""
+    checks = [unq(v["condition"]) for v in blocks(TF / "modules" / "dlm", "variable")["target_tags"]["validation"]]
+    assert any("length(var.target_tags) == 1" in c for c in checks), checks
+    assert any('k != "dedupe:created-by"' in c and 'k != "dedupe:partition"' in c for c in checks), checks
+    assert len(load(WORKERS / "main.tf")["locals"][0]["volume_tags"]) == 1
+
+
 def test_the_user_data_fits_ec2s_16_kb_limit_at_the_largest_worker() -> None:
     """EC2 refuses user data over 16 KB (before base64). With 11 partitions (the module's maximum)
     and the SCRAM fetch the script is ~22 KB, so the module gzips it (cloud-init unpacks it)."""

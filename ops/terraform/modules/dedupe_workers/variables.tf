@@ -174,7 +174,7 @@ variable "metrics_port" {
 }
 
 variable "tags" {
-  description = "Tags added to every resource."
+  description = "Tags added to every resource. Keys in the dedupe: namespace are the tools' own (DLM copies volume tags onto its snapshots; docs/OPERATIONS.md, \"Scheduled snapshots and tags\")."
   type        = map(string)
   default     = {}
   nullable    = false
@@ -182,6 +182,11 @@ variable "tags" {
   validation {
     condition     = alltrue([for k, v in var.tags : length(k) >= 1 && length(k) <= 128 && length(v) <= 256 && !startswith(lower(k), "aws:")])
     error_message = "tags: keys 1-128 characters, not starting with aws:, values at most 256 characters (AWS's tag limits)."
+  }
+
+  validation {
+    condition     = alltrue([for k in keys(var.tags) : !startswith(lower(k), "dedupe:")])
+    error_message = "tags: keys starting with dedupe: are reserved for the module and ebs-ops (dedupe:partition, dedupe:created-by, offsets): the volumes' tags are copied onto DLM's snapshots, where such a key would mislabel them. Use another prefix."
   }
 }
 
