@@ -49,10 +49,16 @@ def run(
     pipeline: Annotated[bool | None, typer.Option(
         "--pipeline/--no-pipeline", help="look up batch N+1 while N's acks are in flight (reconcile mode)")] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
+    progress_interval: Annotated[float, typer.Option(
+        min=0.1, help="Seconds between 'progress' log lines (counts, lag, rate) when stdout is not a terminal; "
+                      "on a terminal the progress is a live table per partition.")] = 30.0,
 ) -> None:
     """Run dedupe workers for the given input partitions until SIGTERM/SIGINT."""
+    import structlog
+
     from dedupe_worker.config import load_config
     from dedupe_worker.logs import configure
+    from dedupe_worker.progress import worker_progress
     from dedupe_worker.runner import WorkerRunner
 
     stop = threading.Event()
@@ -76,9 +82,13 @@ def run(
         runner.start()
     except DedupeError as e:
         _fail(e)
-    while runner.alive():
-        for t in runner._threads:
-            t.join(0.2)
+    progress_log = structlog.get_logger("dedupe_worker.progress")
+    with worker_progress(runner.workers, runner.registry, lambda fields: progress_log.info("progress", **fields),
+                         progress_interval) as view:
+        while runner.alive():
+            for t in runner._threads:
+                t.join(0.2)
+            view.update()
     runner.join()
     code = runner.exit_code()
     if code:

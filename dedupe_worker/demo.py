@@ -23,14 +23,16 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from rich.console import Console
-from rich.live import Live
 from rich.table import Table
 
 from ads_broker.embedded import BrokerProcess, ads_broker_process, free_port
 from dedupe_worker.kafka import consumer_config, create_topics
 from dedupe_worker.loadgen import LoadManifest, LoadSpec, plan, send
+from dedupe_worker.progress import ProgressView, logfmt, stdout_is_tty
 from dedupe_worker.records import classify
 
+#: seconds between two progress lines when stdout is not a terminal (a terminal gets a live table)
+PROGRESS_INTERVAL_S = 10.0
 _SAMPLE = re.compile(r'^dedupe_messages_total\{partition="(\d+)",result="(\w+)"\} ([0-9.e+]+)$', re.MULTILINE)
 
 
@@ -153,14 +155,23 @@ def _run(broker: BrokerProcess, root: Path, records: list[tuple[bytes | None, by
     sender = threading.Thread(target=send, args=(broker.bootstrap, "events", records, manifest), daemon=True)
     sender.start()
     counts = _scrape(ports)
+
+    def line(c: dict[str, float]) -> dict[str, Any]:
+        done = sum(c.values())
+        return {"consumed": int(done), "of": res.sent, "new": int(c["new"]), "duplicate": int(c["duplicate"]),
+                "invalid": int(c["invalid"]), "msgs_per_s": round(done / max(time.monotonic() - started, 1e-3))}
+
+    view = ProgressView(lambda: counts, lambda c: _table(res, c, time.monotonic() - started), line,
+                        lambda f: print(logfmt("dedupe progress", f), flush=True), interval_s=PROGRESS_INTERVAL_S,
+                        console=console, tty=console.is_terminal and stdout_is_tty())
     try:
-        with Live(_table(res, counts, 0), console=console, refresh_per_second=4) as live:
+        with view:
             while sum(counts.values()) < res.sent and time.monotonic() - started < timeout_s:
                 if any(p.poll() is not None for p in procs):
                     raise SystemExit(f"a worker exited early; see {root}/worker-*.log")
                 time.sleep(0.25)
                 counts = _scrape(ports)
-                live.update(_table(res, counts, time.monotonic() - started))
+                view.update()
         res.seconds = time.monotonic() - started
     finally:
         for p in procs:
@@ -215,12 +226,15 @@ def audit_demo(res: DemoResult, out_dir: Path | None = None) -> dict[str, Any]:
     from datetime import UTC, datetime
 
     from spark_audit.api import run_audit
+    from spark_audit.progress import audit_progress
 
     out_dir = out_dir or Path("reports") / time.strftime("demo-%Y%m%d-%H%M%S")
     window = (datetime.fromtimestamp(res.start_ms / 1000 - 1, tz=UTC),
               datetime.fromtimestamp(res.end_ms / 1000 + 1, tz=UTC))
-    with Console().status(f"audit: Spark local[2] reads {res.input_topic}, {res.output_topic} and {res.dlq_topic} "
-                          "and compares them (a minute or two)"):
+    if stdout_is_tty():  # off a terminal the periodic 'audit progress' lines say it
+        print(f"audit: Spark local[2] reads {res.input_topic}, {res.output_topic} and {res.dlq_topic} and "
+              "compares them (a minute or two)", flush=True)
+    with audit_progress(PROGRESS_INTERVAL_S, emit=lambda f: print(logfmt("audit progress", f), flush=True)):
         report_path = run_audit(res.bootstrap, res.input_topic, res.output_topic, out_dir, window=window,
                                 dlq_topic=res.dlq_topic, master="local[2]")
     report: dict[str, Any] = json.loads(report_path.read_text())

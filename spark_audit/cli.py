@@ -9,10 +9,11 @@ run (broker unreachable, ...); 2 bad command line (typer's usage error).
 from __future__ import annotations
 
 import logging
+import sys
 import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -31,6 +32,24 @@ EXIT_THRESHOLD = 3
 def version() -> None:
     """Print the version."""
     typer.echo(__version__)
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at the time of each record: the live progress view
+    replaces it (so log lines print above the view instead of through it)."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
+def _configure_logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        handlers=[_StderrHandler()])
 
 
 def _parse_time(text: str, option: str) -> datetime:
@@ -105,11 +124,15 @@ def run(
     metrics_file: Annotated[Path | None, typer.Option(
         help="Also write the verdict as Prometheus metrics to this file (node_exporter's textfile "
              "collector directory, e.g. /var/lib/node_exporter/textfile/spark_audit.prom).")] = None,
+    progress_interval: Annotated[float, typer.Option(
+        min=0.1, help="Seconds between 'audit progress' log lines when stdout is not a terminal (on a "
+                      "terminal the progress is a live view).")] = 30.0,
 ) -> None:
     """Audit one day (or window) of the input topic against the output; write the report."""
     from spark_audit.api import run_config
+    from spark_audit.progress import audit_progress
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _configure_logging()
     window_start, window_end = _window(date, start, end)
     s3_uri = out if is_s3(out) else None
     if s3_uri is not None:
@@ -133,7 +156,8 @@ def run(
         timestamp_skew=timedelta(hours=timestamp_skew_hours), outlier_threshold=timedelta(hours=outlier_hours),
     )
     try:
-        result = run_config(cfg, master=master)
+        with audit_progress(progress_interval):
+            result = run_config(cfg, master=master)
     except AuditError as exc:
         typer.echo(f"spark-audit: {exc}", err=True)
         raise typer.Exit(1) from exc
@@ -178,7 +202,7 @@ def export(
     from spark_audit.export import export_day
     from spark_audit.session import build_session
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _configure_logging()
     day = date or (datetime.now(UTC) - timedelta(days=1)).strftime("%Y-%m-%d")
     _window(day, None, None)  # validates the date
     try:

@@ -3,9 +3,17 @@
     python ops/grafana/build_dashboard.py          # rewrite the JSON
     python ops/grafana/build_dashboard.py --check  # exit 1 if the JSON is not what this builds
 
-Every query names only series the workers export (dedupe_worker/metrics.py) or the recording rules
-of ops/prometheus/dedupe.rules.yml; tests/ops/test_prometheus.py checks both, and that the JSON
-kept in the repository is exactly this script's output. Thresholds match the alert rules.
+Every query names only series the workers export (dedupe_worker/metrics.py), the series ads-broker
+serves under Kafka's JMX-exporter names (ads_broker/metrics.py) or the recording rules of
+ops/prometheus/dedupe.rules.yml; tests/ops/test_prometheus.py checks that, that every family the
+broker's collector serves is on a panel of the ads-broker row, and that the JSON kept in the
+repository is exactly this script's output. Thresholds match the alert rules.
+
+The ads-broker row reads only what the broker exports today: replica-manager, controller, partition
+and log-end-offset gauges. Kafka's request rate and latency (``kafka_network_requestmetrics_*``),
+bytes in/out (``kafka_server_brokertopicmetrics_*``), connection counts
+(``kafka_server_socket_server_metrics_*``) and rejected requests are not served by ads-broker, so
+they have no panel (docs/RUNBOOK.md, "Not alerted on yet").
 """
 
 from __future__ import annotations
@@ -26,6 +34,8 @@ from grafana_foundation_sdk.models.dashboard import (
 OUT = Path(__file__).with_name("dedupe-workers.json")
 DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
 SEL = 'partition=~"$partition"'
+#: the brokers' scrape job: ads-broker, or a Kafka cluster scraped with Strimzi's exporter names
+BSEL = 'job=~"$broker_job"'
 
 
 def _q(expr: str, legend: str = "", ref: str = "A") -> prometheus.Dataquery:
@@ -45,12 +55,72 @@ def _series(title: str, unit: str, description: str, *queries: prometheus.Dataqu
     return panel
 
 
-def build() -> db.Dashboard:
+def _count(title: str, expr: str, description: str, *steps: tuple[float | None, str]) -> stat.Panel:
+    return (stat.Panel().title(title).unit("none").datasource(DS).height(4).span(4).description(description)
+            .with_target(_q(expr)).thresholds(_thresholds(*steps)))
+
+
+def broker_row(board: db.Dashboard) -> db.Dashboard:
+    """The ads-broker row: the signals of ops/prometheus/ads-broker.rules.yml, then partition
+    counts, ISR and records appended per topic."""
+    red_above_0 = ((None, "green"), (1, "red"))
     return (
+        board.with_row(db.Row("ads-broker"))
+        .with_panel(_count("Brokers up", f'sum(up{{{BSEL}}})',
+                           "Brokers of the job Prometheus scraped last time (KafkaBrokerDown: one missing for 3 min).",
+                           (None, "red"), (1, "green")))
+        .with_panel(_count("Active controllers",
+                           f"sum(kafka_controller_kafkacontroller_activecontrollercount{{{BSEL}}})",
+                           "Exactly 1 across the cluster (KafkaAbnormalControllerState otherwise).",
+                           (None, "red"), (1, "green"), (2, "red")))
+        .with_panel(_count("Offline partitions",
+                           f"sum(kafka_controller_kafkacontroller_offlinepartitionscount{{{BSEL}}})",
+                           "Partitions without a live leader (KafkaOfflinePartitions).", *red_above_0))
+        .with_panel(_count("Under min ISR",
+                           f"sum(kafka_server_replicamanager_underminisrpartitioncount{{{BSEL}}})",
+                           "Partitions below min.insync.replicas: acks=all produces fail (KafkaUnderMinIsrPartitions).",
+                           *red_above_0))
+        .with_panel(_count("Under-replicated",
+                           f"sum(kafka_server_replicamanager_underreplicatedpartitions{{{BSEL}}})",
+                           "Partitions whose ISR is smaller than their replica set (KafkaUnderReplicatedPartitions).",
+                           (None, "green"), (1, "yellow")))
+        .with_panel(_count("Offline replicas", f"sum(kafka_server_replicamanager_offlinereplicacount{{{BSEL}}})",
+                           "Replicas on a failed log directory (KafkaOfflineReplicas).", *red_above_0))
+        .with_panel(_series("Records appended per topic", "ops",
+                            "Growth of the log end offsets per second (records, plus transaction markers), summed "
+                            "per topic: ads-broker serves no bytes-in or messages-in meter.",
+                            _q(f"sum by (topic) (rate(kafka_log_log_logendoffset{{{BSEL}}}[$__rate_interval]))",
+                               "{{topic}}")))
+        .with_panel(_series("Partitions and leaders per broker", "short",
+                            "Replicas each broker holds and partitions it leads; the cluster's partitions and topics.",
+                            _q(f"kafka_server_replicamanager_partitioncount{{{BSEL}}}", "replicas {{instance}}"),
+                            _q(f"kafka_server_replicamanager_leadercount{{{BSEL}}}", "leaders {{instance}}", "B"),
+                            _q(f"max(kafka_controller_kafkacontroller_globalpartitioncount{{{BSEL}}})",
+                               "partitions (cluster)", "C"),
+                            _q(f"max(kafka_controller_kafkacontroller_globaltopiccount{{{BSEL}}})", "topics (cluster)",
+                               "D")))
+        .with_panel(_series("In-sync replicas per topic", "short",
+                            "Fewest in-sync replicas of any partition of the topic, against its replica count.",
+                            _q(f"min by (topic) (kafka_cluster_partition_insyncreplicascount{{{BSEL}}})",
+                               "ISR {{topic}}"),
+                            _q(f"max by (topic) (kafka_cluster_partition_replicascount{{{BSEL}}})",
+                               "replicas {{topic}}", "B")))
+        .with_panel(_series("Partitions under min ISR or under-replicated, per topic", "short",
+                            "Which topics the under-min-ISR and under-replicated counts above come from.",
+                            _q(f"sum by (topic) (kafka_cluster_partition_underminisr{{{BSEL}}})",
+                               "under min ISR {{topic}}"),
+                            _q(f"sum by (topic) (kafka_cluster_partition_underreplicated{{{BSEL}}})",
+                               "under-replicated {{topic}}", "B")))
+    )
+
+
+def build() -> db.Dashboard:
+    return broker_row(
         db.Dashboard("ads-dedupe: workers")
         .uid("ads-dedupe-workers")
         .description("Dedupe workers: throughput, duplicate and dead-letter rates, effective window, lag, "
-                     "store size, restarts. Alerts: ops/prometheus/dedupe.rules.yml; runbook: docs/RUNBOOK.md.")
+                     "store size, restarts; and the ads-broker row (Kafka exporter names). Alerts: "
+                     "ops/prometheus/dedupe.rules.yml, ops/prometheus/ads-broker.rules.yml; runbook: docs/RUNBOOK.md.")
         .tags(["ads-dedupe", "kafka"])
         .refresh("30s")
         .time("now-6h", "now")
@@ -59,6 +129,10 @@ def build() -> db.Dashboard:
         .with_variable(
             db.QueryVariable("partition").label("Partition").datasource(DS)
             .query("label_values(dedupe_messages_total, partition)")
+            .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED).multi(True).include_all(True).all_value(".*"))
+        .with_variable(
+            db.QueryVariable("broker_job").label("Broker job").datasource(DS)
+            .query("label_values(kafka_server_replicamanager_partitioncount, job)")
             .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED).multi(True).include_all(True).all_value(".*"))
         .with_row(db.Row("Now"))
         .with_panel(

@@ -37,3 +37,8 @@ def test_the_main_job_dedupes_and_its_audit_agrees(tmp_path: Path) -> None:
     # host warning, no JVM module warning, no native-hadoop warning.
     for noise in ("log4j", "SPARK_LOCAL_IP", "incubator", "NativeCodeLoader", "Setting default log level"):
         assert noise not in out, noise
+    # Off a terminal the progress is plain periodic lines (issue 17 item 6), never terminal drawing.
+    assert re.search(r"^dedupe progress consumed=\d+ of=\d+ new=\d+ duplicate=\d+ invalid=\d+ msgs_per_s=\d+$",
+                     done.stdout, re.MULTILINE), out[-4000:]
+    assert re.search(r"^audit progress elapsed_s=\d+ spark=(starting|running) ", done.stdout, re.MULTILINE)
+    assert "\x1b[" not in out

@@ -150,6 +150,7 @@ def test_promtool_unit_tests_can_fail(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("before", "after", "alert"), [
     ("underminisrpartitioncount > 0", "underminisrpartitioncount > 3", "KafkaUnderMinIsrPartitions"),
     ("activecontrollercount) != 1", "activecontrollercount) > 1", "KafkaAbnormalControllerState"),
+    ("offlinereplicacount > 0", "offlinereplicacount > 5", "KafkaOfflineReplicas"),
 ])
 def test_broker_unit_tests_can_fail(tmp_path: Path, before: str, after: str, alert: str) -> None:
     """The broker rules' unit tests bite: a raised threshold (under-min-ISR) or a rule that forgets the
@@ -163,6 +164,36 @@ def test_broker_unit_tests_can_fail(tmp_path: Path, before: str, after: str, ale
     out = subprocess.run([promtool, "test", "rules", str(tmp_path / "tests" / BROKER_RULE_TESTS.name)],
                          capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode != 0 and alert in out.stdout + out.stderr
+
+
+def broker_families() -> set[str]:
+    """Metric families ads-broker's collector serves (ads_broker/metrics.py)."""
+    return {n for n in exported_metrics() if n.startswith("kafka_")}
+
+
+def dashboard_panels() -> list[dict[str, Any]]:
+    return list(json.loads(DASHBOARD.read_text())["panels"])
+
+
+def broker_row_exprs() -> list[str]:
+    """Queries of the panels below the dashboard's ads-broker row (up to the next row)."""
+    panels = dashboard_panels()
+    start = next(i for i, p in enumerate(panels) if p["type"] == "row" and p["title"] == "ads-broker")
+    below = panels[start + 1:]
+    end = next((i for i, p in enumerate(below) if p["type"] == "row"), len(below))
+    return [t["expr"] for p in below[:end] for t in p.get("targets") or []]
+
+
+def test_the_broker_row_shows_every_family_the_broker_serves() -> None:
+    """Every gauge ads_broker/metrics.py serves is on a panel of the ads-broker row, and so is every
+    series a broker alert is about: a family added to the collector without a panel fails here."""
+    on_row = {name for expr in broker_row_exprs() for name in series_in(expr)}
+    assert broker_families(), "the extractor found no broker families"
+    assert not broker_families() - on_row, broker_families() - on_row
+    alerted = {name for r in rules(BROKER_RULES) if "alert" in r for name in series_in(r["expr"])}
+    assert not alerted - on_row, alerted - on_row
+    # The broker panels select the broker job, so a Kafka cluster scraped under another job is apart.
+    assert all('job=~"$broker_job"' in expr for expr in broker_row_exprs())
 
 
 def test_dashboard_json_is_the_builders_output() -> None:
@@ -252,6 +283,23 @@ def test_prometheus_evaluates_the_rules_on_a_live_worker(ads_broker: Any, tmp_pa
         stop_worker(worker)
 
 
+def _check_broker_panels(query: Any, prom: subprocess.Popen[bytes]) -> None:
+    """Every query of the dashboard's ads-broker row returns data from the live broker (the
+    dashboard's variables as Grafana would fill them), and the stat panels read what the broker is:
+    one controller, nothing offline, the two partitions of ``acks-all`` under min ISR."""
+    values = {}
+    for expr in broker_row_exprs():
+        concrete = expr.replace("$broker_job", "ads-broker").replace("$__rate_interval", "1m")
+        result = _wait_for(f"data for the dashboard query {concrete}", lambda q=concrete: query(q), 60, prom)
+        values[expr] = result
+    stat = {e.split("(", 1)[1].split("{", 1)[0]: float(r[0]["value"][1]) for e, r in values.items()
+            if e.startswith("sum(") and len(r) == 1}
+    assert stat["kafka_controller_kafkacontroller_activecontrollercount"] == 1
+    assert stat["kafka_controller_kafkacontroller_offlinepartitionscount"] == 0
+    assert stat["kafka_server_replicamanager_underminisrpartitioncount"] == 2
+    assert stat["up"] == 1
+
+
 @pytest.mark.timeout(180)
 def test_prometheus_evaluates_the_broker_rules_on_a_live_broker(tmp_path: Path) -> None:
     """A real Prometheus scrapes a real ads-broker's ``metrics.port``: every broker rule evaluates on
@@ -307,6 +355,7 @@ def test_prometheus_evaluates_the_broker_rules_on_a_live_broker(tmp_path: Path) 
                        for r in evaluated), [(r["name"], r.get("lastError")) for r in evaluated]
             firing = {a["labels"]["alertname"] for a in _get(f"{api}/alerts")["alerts"]}
             assert firing == {"KafkaUnderMinIsrPartitions"}, firing
+            _check_broker_panels(query, prom)
         finally:
             prom.terminate()
             prom.wait(30)

@@ -231,3 +231,191 @@ def test_checkov_is_clean_and_every_skip_says_why() -> None:
             if "checkov:skip=" in line:
                 check, _, reason = line.split("checkov:skip=", 1)[1].partition(":")
                 assert len(reason.strip()) > 20, f"{tf.name}: skip of {check} without a reason"
+
+
+# --- Kafka SCRAM credentials on the workers (issue 17 leftovers) ---------------------------------
+
+WORKERS = TF / "modules" / "dedupe_workers"
+SCRAM_TOML = WORKERS / "templates" / "scram_toml.py"
+USER_DATA = WORKERS / "templates" / "user_data.sh.tftpl"
+
+
+def test_scram_credentials_are_read_from_one_named_secret_never_passed_in() -> None:
+    """The module takes the ARN of a secret (Secrets Manager) or SecureString (SSM), never a username
+    or password; the role may read exactly that ARN and decrypt only through that service and for
+    that ARN's encryption context."""
+    variables = blocks(WORKERS, "variable")
+    assert "scram_secret_arn" in variables and variables["scram_secret_arn"]["default"] is None
+    credential_like = [n for n in variables if re.search(r"password|username|credential|secret_string", n)]
+    assert not credential_like, f"a variable would put credentials into the user data: {credential_like}"
+
+    policy = resources(WORKERS)[("aws_iam_role_policy", "scram_secret")]
+    assert "local.scram" in policy["count"] and "var.create" in policy["count"]
+    text = policy["policy"]
+    statements = re.findall(r"Sid\s*=\s*\"(\w+)\"", text)
+    assert statements == ["ReadScramSecret", "DecryptScramSecret"], statements
+    read, decrypt = text.split('"DecryptScramSecret"')
+    assert re.search(r"Action\s*=\s*\[local\.scram_action\]", read)
+    assert re.search(r"Resource\s*=\s*\[var\.scram_secret_arn\]", read), "read access must name the one ARN"
+    assert "*" not in re.sub(r'"[^"]*"', '""', read.split("Resource", 1)[1])
+    assert re.search(r'Action\s*=\s*\["kms:Decrypt"\]', decrypt)
+    assert "coalesce(var.scram_kms_key_arn, var.kms_key_arn)" in decrypt
+    assert re.search(r'"kms:ViaService"\s*=\s*"\$\{local\.scram_service\}\.', decrypt)
+    assert re.search(r'"kms:EncryptionContext:\$\{local\.scram_context\}"\s*=\s*var\.scram_secret_arn', decrypt)
+
+    main = (WORKERS / "main.tf").read_text()
+    # Each service's action and encryption-context key (AWS's names: Secrets Manager binds SecretARN,
+    # Parameter Store PARAMETER_ARN to every value it encrypts).
+    assert '"ssm" ? "PARAMETER_ARN" : "SecretARN"' in main
+    assert '"ssm" ? "ssm:GetParameter" : "secretsmanager:GetSecretValue"' in main
+
+
+def test_the_user_data_fetches_the_secret_at_boot_into_tmpfs_and_passes_only_its_path() -> None:
+    text = USER_DATA.read_text()
+    scram = text[text.index('%{ if scram_secret_arn != "" ~}'):text.index("# The worker container")]
+    # fetched at every boot, before docker starts the container, into /run (tmpfs), owner-only
+    assert "Before=docker.service" in scram and "systemctl enable dedupe-scram.service" in scram
+    assert "umask 077" in scram and "OUT=/run/dedupe/worker.toml" in scram and "chmod 0400" in scram
+    assert 'mv -f "$OUT.tmp" "$OUT"' in scram, "the file appears whole or not at all"
+    # SSM: only a SecureString, decrypted; Secrets Manager: the SecretString
+    assert '[ "$type" = "SecureString" ] || fail' in scram and "--with-decryption" in scram
+    assert "aws secretsmanager get-secret-value" in scram and '--secret-id "$ARN"' in scram
+    # the secret goes through a pipe from a shell builtin (never a command line, never a file on disk)
+    assert "printf '%s' \"$secret\" | python3 /usr/local/libexec/dedupe/scram_toml.py" in scram
+    assert "echo \"$secret\"" not in text and "set -x" not in text
+    # the container gets the file read-only and reads it with --config; without SCRAM nothing changes
+    run = text[text.index("docker run"):]
+    assert "-v /run/dedupe/worker.toml:/etc/dedupe/worker.toml:ro" in run
+    assert "dedupe-worker run --config /etc/dedupe/worker.toml" in run
+    assert re.search(r'%\{ else ~\}\n  "\$\{image\}" dedupe-worker run\n%\{ endif ~\}', run)
+    main = (WORKERS / "main.tf").read_text()
+    assert 'scram_toml_py     = file("${path.module}/templates/scram_toml.py")' in main
+    assert 'scram_secret_arn  = local.scram ? var.scram_secret_arn : ""' in main
+
+
+def _scram_toml(stdin: str, mechanism: str = "SCRAM-SHA-512") -> subprocess.CompletedProcess[str]:
+    import sys
+
+    return subprocess.run([sys.executable, str(SCRAM_TOML), mechanism], input=stdin, capture_output=True,
+                          text=True, timeout=30, check=False)
+
+
+@pytest.mark.parametrize("password", [
+    "plain", 'quo"te\\back', "line\nbreak\ttab", "del\x7fctl\x01", "ünï😀", '"""', "'${x}'", "=[kafka]",
+])
+def test_the_boot_script_writes_a_worker_config_the_worker_reads(tmp_path: Path, password: str) -> None:
+    """scram_toml.py (what the instance runs at boot) turns MSK's secret JSON into a TOML file, and
+    the worker's own loader reads back exactly the credentials, whatever characters they hold."""
+    from dedupe_worker.config import load_config
+
+    done = _scram_toml(json.dumps({"username": "dedupe-worker", "password": password}))
+    assert done.returncode == 0, done.stderr
+    config = tmp_path / "worker.toml"
+    config.write_text(done.stdout)
+    cfg = load_config(config)
+    assert cfg.kafka == {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+                         "sasl.username": "dedupe-worker", "sasl.password": password}
+
+
+@pytest.mark.parametrize(("stdin", "mechanism", "why"), [
+    ("not json s3cr3t", "SCRAM-SHA-512", "is not JSON"),
+    ('["s3cr3t"]', "SCRAM-SHA-512", "not an object"),
+    ('{"username": "u", "pass": "s3cr3t"}', "SCRAM-SHA-512", "no non-empty string 'password'"),
+    ('{"username": "", "password": "s3cr3t"}', "SCRAM-SHA-512", "no non-empty string 'username'"),
+    ('{"username": "u", "password": "s3cr3t\\ud800"}', "SCRAM-SHA-512", "unpaired surrogate"),
+    ('{"username": "u", "password": "s3cr3t"}', "PLAIN", "is not one of"),
+])
+def test_a_bad_secret_fails_the_boot_with_a_reason_and_without_the_value(stdin: str, mechanism: str,
+                                                                         why: str) -> None:
+    done = _scram_toml(stdin, mechanism)
+    assert done.returncode == 1 and not done.stdout
+    assert why in done.stderr and "s3cr3t" not in done.stderr, done.stderr
+
+
+def test_the_example_gives_the_workers_and_msk_the_same_scram_secret() -> None:
+    example = load(TF / "examples" / "complete" / "main.tf")
+    calls = {unq(name): body for m in example["module"] for name, body in m.items()}
+    assert calls["dedupe_workers"]["scram_secret_arn"] == "${var.worker_scram_secret_arn}"
+    assert "var.worker_scram_secret_arn" in calls["msk"]["scram_secret_arns"]
+
+
+# --- DLM snapshot tags (issue 17 leftovers) ---------------------------------------------------------
+
+
+def _dlm_schedule() -> dict[str, Any]:
+    policy = resources(TF / "modules" / "dlm")[("aws_dlm_lifecycle_policy", "worker_volumes")]
+    return dict(policy["policy_details"][0]["schedule"][0])
+
+
+def _volume_tag_keys() -> set[str]:
+    """Every tag key the module writes on a worker volume besides var.tags: local.volume_tags and the
+    literal keys of the volume's merge()."""
+    volume_tags = load(WORKERS / "main.tf")["locals"][0]["volume_tags"]
+    expr = resources(WORKERS)[("aws_ebs_volume", "partition")]["tags"]
+    literal = expr[expr.index("local.volume_tags") + len("local.volume_tags"):]
+    keys = {unq(k) for k in volume_tags} | set(re.findall(r'"?([A-Za-z][\w:.-]*)"?\s*=\s', literal))
+    assert {"Name", "dedupe:partition", "dedupe:volume"} <= keys, keys
+    return keys
+
+
+def test_dlm_copied_tags_and_added_tags_never_share_a_key() -> None:
+    """AWS does not document which wins when a tag copied from the volume (copy_tags) and a tag of
+    tags_to_add have the same key; the snapshot-selection tags stay deterministic because they never
+    do: DLM adds only dedupe:* keys, the volume carries none of them, and var.tags may not add any."""
+    schedule = _dlm_schedule()
+    added = {unq(k): unq(v) for k, v in schedule["tags_to_add"].items()}
+    assert schedule["copy_tags"] is True, "the partition reaches DLM's snapshots only by copying"
+    assert added == {"dedupe:created-by": "dlm"}
+    assert not set(added) & _volume_tag_keys()
+    rules = [unq(v["condition"]) for v in blocks(WORKERS, "variable")["tags"]["validation"]]
+    assert any('!startswith(lower(k), "dedupe:")' in r for r in rules), "var.tags could add a dedupe:* key"
+
+
+def test_dlm_snapshots_never_carry_the_tags_ebs_ops_selects_its_own_by() -> None:
+    """ebs-ops lists, prunes and restores snapshots by dedupe:created-by=ebs-ops and reads offsets from
+    their tags: none of those keys reaches a DLM snapshot (only dedupe:partition, which names the
+    same partition on the volume and on ebs-ops's snapshots)."""
+    from ebs_ops import models
+
+    tool_keys = {v for k, v in vars(models).items() if k.startswith("TAG_")}
+    assert len(tool_keys) >= 8
+    dlm_keys = _volume_tag_keys() | {unq(k) for k in _dlm_schedule()["tags_to_add"]}
+    assert dlm_keys & tool_keys == {models.TAG_PARTITION, models.TAG_CREATED_BY}
+    assert unq(_dlm_schedule()["tags_to_add"]['"dedupe:created-by"']) != models.CREATED_BY
+    # ebs-ops never sets DLM's target tag, so the volumes it restores (which carry its created-by and
+    # offset tags) are never selected by DLM and their tags never copied onto DLM's snapshots.
+    target = {unq(k) for k in load(WORKERS / "main.tf")["locals"][0]["volume_tags"]}
+    sources = "".join(p.read_text() for p in (ROOT / "ebs_ops").rglob("*.py"))
+    assert not {k for k in target if k in sources} and not target & tool_keys, target
+
+
+def test_dlm_selects_by_exactly_one_module_owned_tag() -> None:
+    """DLM targets a volume carrying ANY of target_tags: one tag, set only by dedupe_workers."""
+    checks = [unq(v["condition"]) for v in blocks(TF / "modules" / "dlm", "variable")["target_tags"]["validation"]]
+    assert any("length(var.target_tags) == 1" in c for c in checks), checks
+    assert any('k != "dedupe:created-by"' in c and 'k != "dedupe:partition"' in c for c in checks), checks
+    assert len(load(WORKERS / "main.tf")["locals"][0]["volume_tags"]) == 1
+
+
+def test_the_user_data_fits_ec2s_16_kb_limit_at_the_largest_worker() -> None:
+    """EC2 refuses user data over 16 KB (before base64). With 11 partitions (the module's maximum)
+    and the SCRAM fetch the script is ~22 KB, so the module gzips it (cloud-init unpacks it)."""
+    import gzip
+
+    main = (WORKERS / "main.tf").read_text()
+    assert re.search(r'user_data_base64 += base64gzip\(templatefile\("\$\{path\.module\}/templates/user_data', main)
+    assert not re.search(r"^  user_data +=", main, re.MULTILINE)
+    text = USER_DATA.read_text()
+    loop = re.search(r"%\{ for v in volumes ~\}(.*?)%\{ endfor ~\}", text, re.DOTALL)
+    assert loop is not None
+    # The script as rendered for 11 partitions: the volume block 11 times, the boot script inlined,
+    # random volume ids and partitions, and 120 random hex characters for every other value (longer
+    # than an ARN, an image digest or a bootstrap list).
+    def value(m: re.Match[str]) -> str:
+        return {"v.partition": str(1000 + os.urandom(1)[0]), "v.volume_id": "vol-" + os.urandom(9).hex()[:17]}.get(
+            m.group(1), os.urandom(60).hex())
+
+    rendered = text.replace(loop.group(1), loop.group(1) * 11, 1).replace("${scram_toml_py}", SCRAM_TOML.read_text())
+    rendered = re.sub(r"\$\{([^}]+)\}", value, rendered)
+    packed = len(gzip.compress(rendered.encode()))
+    assert packed < 16 * 1024, f"{packed} bytes gzip'd ({len(rendered.encode())} raw): over EC2's 16 KB"

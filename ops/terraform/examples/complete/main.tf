@@ -44,6 +44,7 @@ module "msk" {
   security_group_ids     = [var.broker_security_group_id]
   number_of_broker_nodes = 3
   kms_key_arn            = aws_kms_key.this.arn
+  scram_secret_arns      = var.worker_scram_secret_arn == null ? [] : [var.worker_scram_secret_arn]
   tags                   = local.tags
 }
 
@@ -59,6 +60,7 @@ module "dedupe_workers" {
   security_group_ids    = [var.worker_security_group_id]
   kms_key_arn           = aws_kms_key.this.arn
   bootstrap_servers     = module.msk.bootstrap_brokers_sasl_scram
+  scram_secret_arn      = var.worker_scram_secret_arn
   tags                  = local.tags
 }
 

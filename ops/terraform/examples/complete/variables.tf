@@ -91,3 +91,14 @@ variable "alarm_emails" {
     error_message = "alarm_emails must be e-mail addresses."
   }
 }
+
+variable "worker_scram_secret_arn" {
+  description = "Full ARN of the Secrets Manager secret (name AmazonMSK_..., encrypted with this deployment's KMS key) holding the workers' SCRAM user; null on the first apply, which creates the key (docs/DEPLOYMENT.md, step 3)."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.worker_scram_secret_arn == null ? true : can(regex("^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:AmazonMSK_[A-Za-z0-9/_+=.@-]+-[A-Za-z0-9]{6}$", var.worker_scram_secret_arn))
+    error_message = "worker_scram_secret_arn must be the full ARN of a Secrets Manager secret whose name starts with AmazonMSK_ (MSK's rule), including its 6-character suffix."
+  }
+}

@@ -27,6 +27,14 @@ locals {
   # Every worker volume carries these, besides its dedupe:partition tag: the DLM policy targets them.
   volume_tags = { "dedupe:volume" = "worker" }
   kms_key_id  = element(split("/", var.kms_key_arn), length(split("/", var.kms_key_arn)) - 1)
+
+  # Kafka SCRAM credentials: the user data fetches them at boot from the secret or parameter named by
+  # scram_secret_arn; only that ARN is in the user data, never the credentials.
+  scram         = var.scram_secret_arn != null
+  scram_service = local.scram && can(regex("^arn:[^:]+:ssm:", coalesce(var.scram_secret_arn, "-"))) ? "ssm" : "secretsmanager"
+  # The encryption context each service binds to a value (KMS checks it on Decrypt).
+  scram_context = local.scram_service == "ssm" ? "PARAMETER_ARN" : "SecretARN"
+  scram_action  = local.scram_service == "ssm" ? "ssm:GetParameter" : "secretsmanager:GetSecretValue"
 }
 
 resource "aws_iam_role" "worker" {
@@ -75,8 +83,10 @@ resource "aws_instance" "worker" {
     volume_type = "gp3"
   }
 
+  # gzip: EC2 takes at most 16 KB of user data, which 11 partitions' mount blocks plus the SCRAM
+  # fetch exceed uncompressed (~22 KB); cloud-init unpacks gzip'd user data itself.
   user_data_replace_on_change = true
-  user_data = templatefile("${path.module}/templates/user_data.sh.tftpl", {
+  user_data_base64 = base64gzip(templatefile("${path.module}/templates/user_data.sh.tftpl", {
     region            = data.aws_region.current.name
     image             = var.image
     bootstrap_servers = var.bootstrap_servers
@@ -84,11 +94,15 @@ resource "aws_instance" "worker" {
     exactly_once      = var.exactly_once
     metrics_port      = var.metrics_port
     partitions        = join(",", local.worker_partitions[count.index])
+    scram_secret_arn  = local.scram ? var.scram_secret_arn : ""
+    scram_service     = local.scram_service
+    scram_mechanism   = var.scram_mechanism
+    scram_toml_py     = file("${path.module}/templates/scram_toml.py")
     volumes = [for p in local.worker_partitions[count.index] : {
       partition = p
       volume_id = aws_ebs_volume.partition[p].id
     }]
-  })
+  }))
 
   tags = merge(var.tags, {
     Name                = "${var.name}-${count.index}"
@@ -138,4 +152,35 @@ resource "aws_iam_role_policy" "ebs_ops" {
     "{{account_id}}", data.aws_caller_identity.current.account_id),
     "{{instance_id}}", aws_instance.worker[count.index].id),
   "{{kms_key_id}}", local.kms_key_id)
+}
+
+# Read access to the one secret (or SecureString parameter) holding this deployment's Kafka SCRAM
+# credentials, and Decrypt on its key only through that service and only for that ARN (the
+# encryption context Secrets Manager and Parameter Store bind to every value they encrypt).
+resource "aws_iam_role_policy" "scram_secret" {
+  count = var.create && local.scram ? local.worker_count : 0
+
+  name = "scram-secret"
+  role = aws_iam_role.worker[count.index].id
+  policy = jsonencode({
+    Version = "2012-10-17"
+    Statement = [
+      {
+        Sid      = "ReadScramSecret"
+        Effect   = "Allow"
+        Action   = [local.scram_action]
+        Resource = [var.scram_secret_arn]
+      },
+      {
+        Sid      = "DecryptScramSecret"
+        Effect   = "Allow"
+        Action   = ["kms:Decrypt"]
+        Resource = [coalesce(var.scram_kms_key_arn, var.kms_key_arn)]
+        Condition = { StringEquals = {
+          "kms:ViaService"                               = "${local.scram_service}.${data.aws_region.current.name}.amazonaws.com"
+          "kms:EncryptionContext:${local.scram_context}" = var.scram_secret_arn
+        } }
+      },
+    ]
+  })
 }

@@ -174,7 +174,7 @@ variable "metrics_port" {
 }
 
 variable "tags" {
-  description = "Tags added to every resource."
+  description = "Tags added to every resource. Keys in the dedupe: namespace are the tools' own (DLM copies volume tags onto its snapshots; docs/OPERATIONS.md, \"Scheduled snapshots and tags\")."
   type        = map(string)
   default     = {}
   nullable    = false
@@ -182,5 +182,46 @@ variable "tags" {
   validation {
     condition     = alltrue([for k, v in var.tags : length(k) >= 1 && length(k) <= 128 && length(v) <= 256 && !startswith(lower(k), "aws:")])
     error_message = "tags: keys 1-128 characters, not starting with aws:, values at most 256 characters (AWS's tag limits)."
+  }
+
+  validation {
+    condition     = alltrue([for k in keys(var.tags) : !startswith(lower(k), "dedupe:")])
+    error_message = "tags: keys starting with dedupe: are reserved for the module and ebs-ops (dedupe:partition, dedupe:created-by, offsets): the volumes' tags are copied onto DLM's snapshots, where such a key would mislabel them. Use another prefix."
+  }
+}
+
+variable "scram_secret_arn" {
+  description = "Where each worker fetches its Kafka SCRAM credentials at boot: the full ARN of a Secrets Manager secret (MSK's AmazonMSK_ secrets) or of an SSM SecureString parameter, holding JSON {\"username\": ..., \"password\": ...}. null: the workers connect without SASL."
+  type        = string
+  default     = null
+
+  validation {
+    condition = var.scram_secret_arn == null ? true : (
+      can(regex("^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:[A-Za-z0-9/_+=.@-]+-[A-Za-z0-9]{6}$", var.scram_secret_arn)) ||
+      can(regex("^arn:aws[a-z-]*:ssm:[a-z0-9-]+:[0-9]{12}:parameter/[A-Za-z0-9/_.-]+$", var.scram_secret_arn))
+    )
+    error_message = "scram_secret_arn must be the full ARN of a Secrets Manager secret (arn:aws:secretsmanager:REGION:ACCOUNT:secret:NAME-XXXXXX, with its 6-character suffix: IAM and KMS match the exact ARN) or of an SSM parameter (arn:aws:ssm:REGION:ACCOUNT:parameter/NAME)."
+  }
+}
+
+variable "scram_kms_key_arn" {
+  description = "KMS key the SCRAM secret or parameter is encrypted with (MSK requires a customer-managed key for its secrets); null: kms_key_arn."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.scram_kms_key_arn == null ? true : can(regex("^arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[0-9a-f-]+$", var.scram_kms_key_arn))
+    error_message = "scram_kms_key_arn must be a KMS key ARN (arn:aws:kms:REGION:ACCOUNT:key/ID) or null."
+  }
+}
+
+variable "scram_mechanism" {
+  description = "sasl.mechanism of the workers when scram_secret_arn is set (MSK supports SCRAM-SHA-512 only)."
+  type        = string
+  default     = "SCRAM-SHA-512"
+
+  validation {
+    condition     = contains(["SCRAM-SHA-256", "SCRAM-SHA-512"], var.scram_mechanism)
+    error_message = "scram_mechanism must be SCRAM-SHA-256 or SCRAM-SHA-512."
   }
 }

@@ -36,9 +36,15 @@ resource "aws_dlm_lifecycle_policy" "worker_volumes" {
     resource_types = ["VOLUME"]
     target_tags    = var.target_tags
 
+    # Snapshot tags: copy_tags copies every user-defined tag of the volume (dedupe:partition, the only
+    # way to carry the partition: variable_tags serve instance policies only), tags_to_add adds
+    # dedupe:created-by=dlm. AWS documents no precedence between a copied tag and a tag_to_add with
+    # the same key, so the two never share one: the volumes DLM selects carry no dedupe:created-by
+    # (dedupe_workers refuses dedupe:* keys in its tags; ebs-ops's restored volumes, which do carry
+    # it, lack the target tag). docs/OPERATIONS.md, "Scheduled snapshots and tags".
     schedule {
       name      = "every-${var.interval_hours}h"
-      copy_tags = true # each snapshot keeps its volume's dedupe:partition tag
+      copy_tags = true
 
       create_rule {
         interval      = var.interval_hours

@@ -16,12 +16,17 @@ variable "name" {
 }
 
 variable "target_tags" {
-  description = "Tags that select the worker volumes to snapshot (dedupe_workers' volume_tags output)."
+  description = "The one tag that selects the worker volumes to snapshot (dedupe_workers' volume_tags output)."
   type        = map(string)
 
   validation {
-    condition     = length(var.target_tags) > 0
-    error_message = "target_tags must name at least one tag, or DLM would have nothing to select by."
+    condition     = length(var.target_tags) == 1
+    error_message = "target_tags must be exactly one tag: DLM snapshots every volume carrying ANY of its target tags, so a second, broader tag (Project=...) would pull in volumes whose copied tags mislabel DLM's snapshots."
+  }
+
+  validation {
+    condition     = alltrue([for k in keys(var.target_tags) : startswith(k, "dedupe:") && k != "dedupe:created-by" && k != "dedupe:partition"])
+    error_message = "target_tags must be a dedupe: tag set only by the dedupe_workers module on its volumes (dedupe:volume), not dedupe:partition (ebs-ops's restored volumes carry it) or dedupe:created-by."
   }
 }
 
