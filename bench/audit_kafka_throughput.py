@@ -61,6 +61,8 @@ RETRY_EVERY = 167
 GAPS_S = (5, 45, 300, 3000, 7200)
 PARTITIONS = 8
 AUDITS = ("baseline", "parquet", "broker")
+#: A broker reopening the logs of 10M + 10M records on a loaded machine takes longer than 30 s.
+BROKER_START_TIMEOUT_S = 300.0
 
 
 def events(n: int) -> Iterator[tuple[int, bytes, bytes, bool]]:
@@ -342,7 +344,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="audit-kafka-bench-") as tmp:
         root = args.data_dir or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
-        broker = ads_broker_process(root / "broker", log_path=root / "broker.log").start()
+        broker = ads_broker_process(root / "broker", log_path=root / "broker.log",
+                                    start_timeout_s=BROKER_START_TIMEOUT_S).start()
         try:
             inp, out, retries = _produced(root, broker.bootstrap, args.events)
             spark = build_session(args.master, shuffle_partitions=8, conf={"spark.driver.memory": args.driver_memory})
