@@ -111,15 +111,17 @@ class BrokerProcess:
 
 
 def ads_broker_process(data_dir: Path, *, port: int | None = None, config: Mapping[str, str] | None = None,
-                       log_path: Path | None = None, env: Mapping[str, str] | None = None) -> BrokerProcess:
+                       log_path: Path | None = None, env: Mapping[str, str] | None = None,
+                       start_timeout_s: float = 30.0) -> BrokerProcess:
     """An ads-broker child process serving ``data_dir`` on 127.0.0.1 (not started yet); ``env`` is
-    added to this process's environment (e.g. ``ADS_BROKER_FAULT_FILE``, docs/BROKER.md)."""
+    added to this process's environment (e.g. ``ADS_BROKER_FAULT_FILE``, docs/BROKER.md);
+    ``start_timeout_s``: how long :meth:`BrokerProcess.start` waits for it to listen."""
     port = port or free_port()
     argv = [sys.executable, "-m", "ads_broker", "serve", "--data-dir", str(data_dir),
             "--listen", f"127.0.0.1:{port}"]
     for key, value in (config or {}).items():
         argv += ["--override", f"{key}={value}"]
-    return BrokerProcess(argv, port, log_path=log_path, env=env)
+    return BrokerProcess(argv, port, log_path=log_path, env=env, start_timeout_s=start_timeout_s)
 
 
 def tansu_binary() -> Path:

@@ -141,41 +141,60 @@ def _numpy_bool(array: Any) -> np.ndarray:
     return np.asarray(pc.fill_null(array, False).to_numpy(zero_copy_only=False), dtype=bool)
 
 
-def input_counts(tables: Iterable[pa.Table]) -> pa.Table:
+class InputCounts:
     """One task's share of the input pass over records (key, timestamp, value), as partial counts.
 
-    Every record given is counted (the caller keeps the window's records and the untimed ones).
-    Records whose value the fast parser accepted, or whose value is null (unparseable, as for
+    Every record added is counted (the caller keeps the window's records, and an export's untimed
+    ones). Records whose value the fast parser accepted, or whose value is null (unparseable, as for
     ``from_json``), are counted here by (hour, library, event type, unparseable, keyed) and by
     (client, keyed), exactly as ``job.input_pass`` groups them; the others come back one raw row
     each (``g_client`` null) for Spark's parser. Summing ``n`` over equal columns gives the input
-    pass's table. The tables are parsed one by one (small batches stay in the CPU caches), and
-    counted together.
+    pass's table. Batches are parsed as they are added (small batches stay in the CPU caches; only
+    the few narrow columns of each record are kept) and counted together in :meth:`table`.
     """
-    rows: list[pa.Table] = []
-    raws: list[pa.Table] = []
-    for table in tables:
-        fields, raw = event_rows(table)
-        rows.append(fields)
+
+    def __init__(self) -> None:
+        self._rows: list[pa.Table] = []
+        self._raws: list[pa.Table] = []
+
+    def add(self, table: pa.Table, ids: pa.Array | None = None) -> None:
+        """Count ``table``'s records; ``ids``: their messageIds if already classified (else computed)."""
+        if table.num_rows == 0:
+            return
+        fields, raw = event_rows(table, ids)
+        self._rows.append(fields)
         if raw is not None:
-            raws.append(raw)
-    if not rows:
-        return COUNTS_ARROW_SCHEMA.empty_table()
-    every = pa.concat_tables(rows)
-    detail = every.group_by(["hour", "library", "event_type", "unparseable", "keyed"], use_threads=False) \
-        .aggregate([([], "count_all")])
-    clients = every.group_by(["client", "keyed"], use_threads=False).aggregate([([], "count_all")])
-    return pa.concat_tables([_counts(detail, 1), _counts(clients, 0), *(_counts(raw, None) for raw in raws)])
+            self._raws.append(raw)
+
+    def table(self) -> pa.Table:
+        """The partial counts (:data:`COUNTS_ARROW_SCHEMA`) of every record added."""
+        if not self._rows:
+            return COUNTS_ARROW_SCHEMA.empty_table()
+        every = pa.concat_tables(self._rows)
+        detail = every.group_by(["hour", "library", "event_type", "unparseable", "keyed"], use_threads=False) \
+            .aggregate([([], "count_all")])
+        clients = every.group_by(["client", "keyed"], use_threads=False).aggregate([([], "count_all")])
+        return pa.concat_tables([_counts(detail, 1), _counts(clients, 0), *(_counts(raw, None) for raw in self._raws)])
 
 
-def event_rows(table: pa.Table) -> tuple[pa.Table, pa.Table | None]:
+def input_counts(tables: Iterable[pa.Table]) -> pa.Table:
+    """The partial counts of every record of ``tables`` (:class:`InputCounts`)."""
+    counts = InputCounts()
+    for table in tables:
+        counts.add(table)
+    return counts.table()
+
+
+def event_rows(table: pa.Table, ids: pa.Array | None = None) -> tuple[pa.Table, pa.Table | None]:
     """(hour, library, event_type, unparseable, keyed, client) of every record the fast path settles,
-    and (hour, keyed, value, count_all = 1) of the others (None when there are none)."""
+    and (hour, keyed, value, count_all = 1) of the others (None when there are none). ``ids``: the
+    records' messageIds by the contract when the caller has them (the key column holds raw keys)."""
     n = table.num_rows
     ts = table.column("timestamp").combine_chunks().cast(pa.timestamp("us", tz="UTC"), safe=False)
     values = table.column("value").combine_chunks().cast(pa.binary())
     hour = pc.floor_temporal(ts, unit="hour")
-    ids, _ = classify_arrow(table.column("key").combine_chunks(), values)  # the worker's messageId contract
+    if ids is None:
+        ids, _ = classify_arrow(table.column("key").combine_chunks(), values)  # the worker's messageId contract
     keyed = pa.array(_numpy_bool(pc.is_valid(ids)) & _numpy_bool(pc.is_valid(ts)))
     positions = np.flatnonzero(fast_candidates(values)) if n else np.zeros(0, dtype=np.int64)
     offered = values if len(positions) == n else pc.take(values, pa.array(positions))

@@ -33,6 +33,13 @@ Options (all strings, as Spark passes them):
   UTF-8 bytes; null when the worker would dead-letter the record), computed on the Arrow batch in
   the task (:func:`spark_audit.message_ids.classify_arrow`): the audit reads a topic once, with no
   second scan for keyless records (default ``false``: the raw key).
+- ``counts_start_us`` / ``counts_end_us``: epoch microseconds; both set, each task also counts the
+  input pass over its records stamped in ``[start, end)`` with pyarrow
+  (:class:`spark_audit.arrow_events.InputCounts`, as the Parquet path does) and yields the partial
+  counts after its records, as rows whose ``input_counts`` column (a struct of
+  :data:`spark_audit.arrow_events.COUNTS_SCHEMA_DDL`) is set and every record column null (on
+  record rows ``input_counts`` is null): the audit gets its input pass from the same scan that
+  reads the topic, with no value parsed in the JVM (default: not counted, no such column).
 - ``kafka.<name>``: any other librdkafka consumer setting, passed through (it wins over the fetch
   prefetch limit each task sets for its range, :func:`range_fetch_config`).
 """
@@ -59,6 +66,9 @@ RECORD_SCHEMA_DDL = (
     "key BINARY, value BINARY, headers MAP<STRING, BINARY>"
 )
 
+#: The column holding a task's partial input-pass counts (``counts_start_us`` / ``counts_end_us``).
+COUNTS_COLUMN = "input_counts"
+
 DEFAULT_MAX_RECORDS_PER_SPLIT = 1_000_000
 _ARROW_BATCH_ROWS = 10_000
 _META_TIMEOUT_S = 30.0
@@ -73,6 +83,29 @@ class OffsetRangePartition(InputPartition):
     partition: int
     start: int
     end: int
+
+
+def counts_window(options: Mapping[str, str]) -> tuple[int, int] | None:
+    """``(start_us, end_us)`` of the input pass the read counts, or None (options not both set)."""
+    start, end = options.get("counts_start_us"), options.get("counts_end_us")
+    if not start and not end:
+        return None
+    try:
+        if start and end:
+            return int(start), int(end)
+    except ValueError:
+        pass
+    raise AuditError(f"kafka_confluent source: counts_start_us={start!r} and counts_end_us={end!r} must both be "
+                     "set to integers (epoch microseconds of the audit window), or neither")
+
+
+def record_schema_ddl(options: Mapping[str, str]) -> str:
+    """The source's row shape: :data:`RECORD_SCHEMA_DDL`, plus the counts column when it counts."""
+    if counts_window(options) is None:
+        return RECORD_SCHEMA_DDL
+    from spark_audit.arrow_events import COUNTS_SCHEMA_DDL
+
+    return f"{RECORD_SCHEMA_DDL}, {COUNTS_COLUMN} STRUCT<{COUNTS_SCHEMA_DDL}>"
 
 
 def consumer_config(bootstrap: str, extra: Mapping[str, str] | None = None,
@@ -193,6 +226,7 @@ class KafkaReader(DataSourceReader):
         for required in ("bootstrap", "topic"):
             if not self.options.get(required):
                 raise AuditError(f"kafka_confluent source: option {required!r} is required")
+        counts_window(self.options)  # a bad window fails here, on the driver, not in every task
 
     def partitions(self) -> Sequence[InputPartition]:
         ranges = plan_offset_ranges(self.options["bootstrap"], self.options["topic"], self.options)
@@ -241,7 +275,13 @@ def read_range(options: Mapping[str, str], part: OffsetRangePartition) -> Iterat
                                         options.get("isolation_level", "read_committed")))
     with_headers = options.get("headers", "true").lower() != "false"
     message_ids = options.get("message_ids", "false").lower() == "true"
-    rows = _Columns(part.topic, part.partition, with_headers, message_ids)
+    window = counts_window(options)
+    counter = _WindowCounts(*window) if window is not None else None
+
+    def columns() -> _Columns:
+        return _Columns(part.topic, part.partition, with_headers, message_ids, counter)
+
+    rows = columns()
     try:
         consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
         position = part.start
@@ -257,11 +297,15 @@ def read_range(options: Mapping[str, str], part: OffsetRangePartition) -> Iterat
             rows.extend(msgs, offsets)
             if len(rows) >= _ARROW_BATCH_ROWS:
                 yield rows.to_batch(pa)
-                rows = _Columns(part.topic, part.partition, with_headers, message_ids)
+                rows = columns()
         if len(rows):
             yield rows.to_batch(pa)
     finally:
         consumer.close()
+    if counter is not None:
+        counts = counter.to_batch(pa)
+        if counts.num_rows:
+            yield counts
 
 
 def _in_range(msgs: list[Any], part: OffsetRangePartition, position: int) -> tuple[list[Any], list[int], int]:
@@ -291,11 +335,13 @@ def _in_range(msgs: list[Any], part: OffsetRangePartition, position: int) -> tup
 class _Columns:
     """Column buffers for one Arrow batch of records of one topic-partition."""
 
-    def __init__(self, topic: str, partition: int, with_headers: bool = True, message_ids: bool = False) -> None:
+    def __init__(self, topic: str, partition: int, with_headers: bool = True, message_ids: bool = False,
+                 counter: _WindowCounts | None = None) -> None:
         self.topic = topic
         self.partition = partition
         self.with_headers = with_headers
         self.message_ids = message_ids
+        self.counter = counter
         self.offset: list[int] = []
         self.timestamp: list[int] = []
         self.key: list[bytes | None] = []
@@ -322,22 +368,70 @@ class _Columns:
         n = len(self.offset)
         headers_type = pa.map_(pa.string(), pa.binary())
         key, value = pa.array(self.key, pa.binary()), pa.array(self.value, pa.binary())
-        if self.message_ids:
+        timestamp = timestamps_ms(self.timestamp, pa)
+        ids = None
+        if self.message_ids or self.counter is not None:
             from spark_audit.message_ids import classify_arrow
 
-            key, _ = classify_arrow(key, value)  # the worker's contract, vectorised (keyless: per record)
-        return pa.RecordBatch.from_arrays(
-            [
-                pa.array([self.topic] * n, pa.string()),
-                pa.array(np.full(n, self.partition, dtype=np.int32)),
-                pa.array(self.offset, pa.int64()),
-                timestamps_ms(self.timestamp, pa),
-                key,
-                value,
-                pa.array(self.headers, headers_type) if self.with_headers else pa.nulls(n, headers_type),
-            ],
-            names=["topic", "partition", "offset", "timestamp", "key", "value", "headers"],
-        )
+            ids, _ = classify_arrow(key, value)  # the worker's contract, vectorised (keyless: per record)
+        if self.counter is not None:
+            self.counter.add(key, timestamp, value, ids)
+        columns = [
+            pa.array([self.topic] * n, pa.string()),
+            pa.array(np.full(n, self.partition, dtype=np.int32)),
+            pa.array(self.offset, pa.int64()),
+            timestamp,
+            ids if self.message_ids else key,
+            value,
+            pa.array(self.headers, headers_type) if self.with_headers else pa.nulls(n, headers_type),
+        ]
+        if self.counter is None:
+            return pa.RecordBatch.from_arrays(columns, names=list(_RECORD_NAMES))
+        return pa.RecordBatch.from_arrays([*columns, pa.nulls(n, _counts_type(pa))],
+                                          names=[*_RECORD_NAMES, COUNTS_COLUMN])
+
+
+_RECORD_NAMES = ("topic", "partition", "offset", "timestamp", "key", "value", "headers")
+
+
+def _counts_type(pa: Any) -> Any:
+    from spark_audit.arrow_events import COUNTS_ARROW_SCHEMA
+
+    return pa.struct(list(COUNTS_ARROW_SCHEMA))
+
+
+class _WindowCounts:
+    """A read task's partial input-pass counts over its records stamped in ``[start_us, end_us)``
+    (the audit window; records without a usable timestamp are not in it)."""
+
+    def __init__(self, start_us: int, end_us: int) -> None:
+        from spark_audit.arrow_events import InputCounts
+
+        self.start_us, self.end_us = start_us, end_us
+        self.counts = InputCounts()
+
+    def add(self, key: Any, timestamp: Any, value: Any, ids: Any) -> None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        micros = timestamp.cast(pa.int64())
+        keep = pc.fill_null(pc.and_(pc.greater_equal(micros, self.start_us), pc.less(micros, self.end_us)), False)
+        table = pa.table({"key": key, "timestamp": timestamp, "value": value})
+        if pc.all(keep).as_py():
+            self.counts.add(table, ids)
+        elif pc.any(keep).as_py():
+            self.counts.add(table.filter(keep), ids.filter(keep))
+
+    def to_batch(self, pa: Any) -> Any:
+        """The counts as rows of the source's schema: every record column null, the counts column set."""
+        counts = self.counts.table().combine_chunks()
+        n = counts.num_rows
+        struct = pa.StructArray.from_arrays([counts.column(i).combine_chunks() for i in range(counts.num_columns)],
+                                            fields=list(counts.schema))
+        types = (pa.string(), pa.int32(), pa.int64(), pa.timestamp("us", tz="UTC"), pa.binary(), pa.binary(),
+                 pa.map_(pa.string(), pa.binary()))
+        return pa.RecordBatch.from_arrays([*(pa.nulls(n, t) for t in types), struct],
+                                          names=[*_RECORD_NAMES, COUNTS_COLUMN])
 
 
 #: The largest record timestamp read as one (9999-12-31T23:59:59.999Z, epoch ms; what a Python
@@ -364,7 +458,7 @@ class KafkaDataSource(DataSource):
         return "kafka_confluent"
 
     def schema(self) -> str:
-        return RECORD_SCHEMA_DDL
+        return record_schema_ddl(self.options)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return KafkaReader(self.options)

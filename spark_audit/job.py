@@ -564,13 +564,17 @@ def read_source(spark: Any, source: Source, role: str, cfg: AuditConfig) -> tupl
     A broker topic is read by Python workers (the slow part): once, in one scan, with the messageIds
     computed in the source on each Arrow batch (``message_ids``; ``with_message_ids`` on top of the
     source would scan it twice, keyed and keyless records apart), and kept on local disk
-    (``DISK_ONLY``) for every pass: the caller unpersists it.
+    (``DISK_ONLY``) for every pass: the caller unpersists it. The input topic's read tasks also
+    count the input pass over the window with pyarrow (``counts_start_us``): the frame then holds
+    those partial counts too, which :func:`split_counts` separates from the records.
     """
     from pyspark import StorageLevel
 
     if isinstance(source, KafkaSource):
         # Only dead letters' headers are used: the others are not read (a Python list per record).
         options = {"message_ids": "true", **({} if role == "dead-letter" else {"headers": "false"})}
+        if role == "input":
+            options.update(counts_start_us=_micros(cfg.start), counts_end_us=_micros(cfg.end))
         source = dataclasses.replace(source, options={**options, **source.options})
     df, problem = load(spark, source, cfg.lookback_start - cfg.timestamp_skew, None)
     if problem is not None or df is None:
@@ -578,6 +582,24 @@ def read_source(spark: Any, source: Source, role: str, cfg: AuditConfig) -> tupl
     if isinstance(source, KafkaSource):
         return df.persist(StorageLevel.DISK_ONLY), None
     return with_message_ids(df), None
+
+
+def _micros(at: datetime) -> str:
+    return str(int(at.timestamp()) * 1_000_000 + at.microsecond)
+
+
+def split_counts(df: Any) -> tuple[Any, Any]:
+    """(records, partial input-pass counts) of a frame :func:`read_source` returned; the counts are
+    None when the source did not count (exports, output and dead-letter topics). Both come from the
+    one persisted scan."""
+    from pyspark.sql import functions as F
+
+    from spark_audit.datasource import COUNTS_COLUMN
+
+    if df is None or COUNTS_COLUMN not in df.columns:
+        return df, None
+    counts = F.col(COUNTS_COLUMN)
+    return df.where(counts.isNull()).drop(COUNTS_COLUMN), df.where(counts.isNotNull()).select(f"{COUNTS_COLUMN}.*")
 
 
 def audit(spark: Any, cfg: AuditConfig) -> AuditResult:
@@ -615,7 +637,7 @@ def audit(spark: Any, cfg: AuditConfig) -> AuditResult:
 
     cached: list[Any] = []
     missing_sources: list[str] = []
-    raw_input = read(cfg.input, "input")
+    raw_input, broker_counts = split_counts(read(cfg.input, "input"))
     raw_output = read(cfg.output, "output")
     raw_dlq = read(cfg.dlq, "dead-letter")
     window_input = within(raw_input, cfg.lookback_start, cfg.end) if raw_input is not None else None
@@ -638,10 +660,11 @@ def audit(spark: Any, cfg: AuditConfig) -> AuditResult:
                 dup_detail = (dups.groupBy(*_DETAIL, "bucket").agg(F.count(F.lit(1)).alias("n"))
                               .withColumn("keyed", F.lit(True)).collect())
         with _step("input pass", timings):
-            # A Parquet export is parsed and counted by pyarrow in the Python workers (~4x cheaper).
-            pass_counts = (load_input_counts(spark, cfg.input, cfg.start, cfg.end)
-                           if isinstance(cfg.input, ExportSource) and cfg.input.format == "parquet"
-                           and raw_input is not None else None)
+            # Parsed and counted by pyarrow in the Python workers (~4x cheaper than from_json): a
+            # broker topic's in its read tasks, a Parquet export's in a scan of its own.
+            pass_counts = broker_counts
+            if isinstance(cfg.input, ExportSource) and cfg.input.format == "parquet" and raw_input is not None:
+                pass_counts = load_input_counts(spark, cfg.input, cfg.start, cfg.end)
             grouped = (input_pass_from_counts(pass_counts) if pass_counts is not None
                        else input_pass(input_df, cfg)).persist(StorageLevel.MEMORY_AND_DISK)
             cached.append(grouped)

@@ -1,6 +1,7 @@
-"""Issue 15 item 5: the audit reads each broker topic once, and the messageIds it computes in the
-source (on each Arrow batch) are the ones ``with_message_ids`` gives on the raw rows, for every
-odd record a topic can hold. Against a real ads-broker process on 127.0.0.1."""
+"""Issue 15 item 5: the audit reads each broker topic once; the messageIds it computes in the
+source (on each Arrow batch) are the ones ``with_message_ids`` gives on the raw rows, and the input
+pass the read tasks count with pyarrow is the one Spark's ``from_json`` pass counts on the same
+records, for every odd record a topic can hold. Against a real ads-broker process on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from ads_broker.embedded import BrokerProcess
-from spark_audit.job import AuditConfig, read_source
+from spark_audit.job import AuditConfig, input_pass, input_pass_from_counts, read_source, split_counts, within
 from spark_audit.message_ids import with_message_ids
 from spark_audit.sources import KafkaSource
+from tests.integration.audit import test_audit_kafka
 from tests.integration.audit.test_audit_hostile import TEN_YEARS_MS, Rec, at, create_topics, ev, produce
 from tests.unit.audit import scenario as sc
 
@@ -61,7 +63,7 @@ def test_ids_from_the_source_equal_with_message_ids_on_edge_records(spark: Any, 
         raw = (spark.read.format("kafka_confluent").option("bootstrap", ads_broker.bootstrap)
                .option("topic", topic_name).load())
         expected = _rows(with_message_ids(raw))  # the contract applied by Spark to the raw keys
-        got = _rows(df)
+        got = _rows(split_counts(df)[0])
     finally:
         df.unpersist()
     assert len(got) == len(EDGE_RECORDS)
@@ -81,8 +83,44 @@ def test_a_topic_is_scanned_once_per_audit(spark: Any, ads_broker: BrokerProcess
     df, _ = read_source(spark, source, "input", _config(source, tmp_path))
     assert df is not None
     try:
-        assert df.count() == 3
+        records, counts = split_counts(df)
+        assert records.count() == 3
         plan = df._jdf.queryExecution().optimizedPlan().toString()
+        plans = [d._jdf.queryExecution().optimizedPlan().toString() for d in (records, counts)]
     finally:
         df.unpersist()
     assert plan.count("kafka_confluent") == 1, plan
+    # The records and the input pass's counts are both read from the one persisted scan.
+    assert all(p.count("InMemoryRelation") == 1 for p in plans), plans
+
+
+def _as_rows(df: Any) -> list[tuple[Any, ...]]:
+    return sorted(tuple("" if v is None else str(v) for v in r) for r in df.collect())
+
+
+def test_the_read_counts_the_input_pass_exactly_as_spark_parses_it(spark: Any, ads_broker: BrokerProcess,
+                                                                   topic_name: str, tmp_path: Path) -> None:
+    """The partial counts the read tasks compute with pyarrow sum to the table Spark's ``from_json``
+    pass gives on the same records: every odd value shape (those the fast parser leaves to Spark
+    included), keyless, empty-key, invalid-key and badly stamped records."""
+    create_topics(ads_broker.bootstrap, topic_name)
+    odd = [r for r in sc.odd_records() if r.ts is not None]
+    test_audit_kafka.produce(ads_broker.bootstrap, topic_name, odd)
+    produce(ads_broker.bootstrap, topic_name, EDGE_RECORDS)
+    source = KafkaSource(ads_broker.bootstrap, topic_name)
+    cfg = _config(source, tmp_path)
+    df, problem = read_source(spark, source, "input", cfg)
+    assert problem is None and df is not None
+    try:
+        records, counts = split_counts(df)
+        assert counts is not None, "the read did not count the input pass"
+        want = _as_rows(input_pass(within(records, cfg.lookback_start, cfg.end), cfg))
+        got = _as_rows(input_pass_from_counts(counts))
+        raw_rows = counts.where("g_client IS NULL").count()
+    finally:
+        df.unpersist()
+    assert got == want
+    # Stamped in the window: the odd records but those before and after it; the edge records but
+    # the one stamped in microseconds and the one ten years ahead.
+    assert sum(int(r[-2]) for r in want if r[-1] == "1") == len(odd) - 2 + len(EDGE_RECORDS) - 2
+    assert raw_rows > 0  # values the fast parser did not take went to from_json, and were counted

@@ -53,3 +53,20 @@ def test_bad_offsets_option_names_the_value_and_the_fix() -> None:
         _parse_offsets("yesterday", "earliest")
     with pytest.raises(AuditError, match="max_records_per_split must be >= 1"):
         split_ranges([OffsetRangePartition("t", 0, 0, 5)], 0)
+
+
+@pytest.mark.parametrize("window", [{"counts_start_us": "1"}, {"counts_end_us": "2"},
+                                    {"counts_start_us": "x", "counts_end_us": "2"}])
+def test_a_half_or_bad_counts_window_is_refused_on_the_driver(window: dict[str, str]) -> None:
+    from spark_audit.datasource import KafkaReader
+
+    with pytest.raises(AuditError, match=r"counts_start_us=.* must both be set to integers"):
+        KafkaReader({"bootstrap": "127.0.0.1:9", "topic": "t", **window})
+
+
+def test_the_counts_column_is_in_the_schema_only_when_the_read_counts() -> None:
+    from spark_audit.datasource import RECORD_SCHEMA_DDL, record_schema_ddl
+
+    assert record_schema_ddl({}) == RECORD_SCHEMA_DDL
+    assert record_schema_ddl({"counts_start_us": "1", "counts_end_us": "2"}).startswith(
+        f"{RECORD_SCHEMA_DDL}, input_counts STRUCT<hour TIMESTAMP")
