@@ -44,6 +44,7 @@ from ads_broker.protocol.codec import (
     SendfileSlice,
     encode_response,
 )
+from ads_broker.protocol.context import flush_rejections
 from ads_broker.rejections import RejectionLog
 from ads_broker.security.context import ANONYMOUS, Session, set_session
 from ads_broker.security.listeners import ListenerSpec, resolve_listeners
@@ -148,7 +149,8 @@ class FrameReceiver(asyncio.BufferedProtocol):
         self.tls_principal = principal_from_peercert(transport.get_extra_info("peercert"))
         reason = self.server.admit(self)
         if reason is not None:
-            self.server.rejections.warn(self.peer_ip, f"closing connection: {reason}", listener=self.listener.name)
+            self.server.rejections.warn(self.peer, f"closing connection: {reason}", host=self.peer_ip,
+                                        listener=self.listener.name)
             self.closed = True
             transport.abort()
             return
@@ -340,7 +342,8 @@ class TlsAcceptor(asyncio.Protocol):
     async def _handshake(self, transport: asyncio.Transport) -> None:
         assert self.server.ssl_context is not None
         peer = transport.get_extra_info("peername")
-        client = f"{peer[0]}" if peer else "unknown"
+        host = str(peer[0]) if peer else "unknown"
+        client = f"{peer[0]}:{peer[1]}" if peer else "unknown"
         receiver = FrameReceiver(self.server, self.listener)
         try:
             tls = await asyncio.get_running_loop().start_tls(
@@ -350,7 +353,7 @@ class TlsAcceptor(asyncio.Protocol):
             transport.abort()
             raise
         except (OSError, TimeoutError, ConnectionError) as e:
-            self.server.rejections.warn(client, "closing connection: TLS handshake failed",
+            self.server.rejections.warn(client, "closing connection: TLS handshake failed", host=host,
                                         listener=self.listener.name, reason=f"{type(e).__name__}: {e}"[:300])
             transport.abort()
             return
@@ -615,6 +618,7 @@ class BrokerServer:
                     log.info("closing idle connection", client=conn.peer, idle_ms=int(self.idle_s * 1000))
                     conn.close()
             self.rejections.flush()
+            flush_rejections()
 
     async def shutdown(self, reason: str) -> None:
         if self.closing:
@@ -633,6 +637,8 @@ class BrokerServer:
             await asyncio.sleep(0.05)
         for conn in list(self.connections):
             conn.close()
+        self.rejections.flush()  # the suppressed counts: every rejection ends up counted in a line
+        flush_rejections()
         try:
             await self.broker.stop()
         except Exception:

@@ -29,6 +29,11 @@ _client_host: contextvars.ContextVar[str] = contextvars.ContextVar("client_host"
 _rejections = RejectionLog()
 
 
+def flush_rejections() -> None:
+    """Write the request rejections still pending (the server calls it periodically)."""
+    _rejections.flush()
+
+
 def set_client_host(client_host: str) -> None:
     """The address of the client whose request the current task handles."""
     _client_host.set(client_host)
