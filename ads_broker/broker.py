@@ -98,6 +98,8 @@ class Broker:
                 self.config.settings.transaction_abort_timed_out_transaction_cleanup_interval_ms,
                 self.txn.abort_timed_out)),
             asyncio.create_task(self._every(3600000, self.txn.expire_ids)),
+            asyncio.create_task(self._every(self.config.settings.offsets_retention_check_interval_ms,
+                                            self._expire_offsets)),
         ]
         if self.cluster is not None:  # Kafka's isr-expiration task
             self._tasks.append(asyncio.create_task(self._every(
@@ -114,6 +116,23 @@ class Broker:
                     job()
             except Exception:
                 log.exception("background job failed", job=getattr(job, "__name__", repr(job)))
+
+    def _expire_offsets(self) -> None:
+        """Committed offsets past ``offsets.retention`` (KIP-211; docs/BROKER.md "Offsets retention").
+        On the event loop: it reads the group coordinator's state, and its tombstones go to
+        ``__consumer_offsets`` as the coordinator's own appends do."""
+        settings = self.config.settings
+        retention_ms = (settings.offsets_retention_ms if settings.offsets_retention_ms >= 0
+                        else settings.offsets_retention_minutes * 60000)
+        expired = self.offsets.expire(self.groups.group_ids(), int(time.time() * 1000), retention_ms,
+                                      self.groups.offset_expiry)
+        for entry in expired:
+            if entry.group_removed:
+                self.groups.remove_expired_group(entry.group)
+        if expired:
+            log.info("committed offsets expired", groups=len(expired),
+                     partitions=sum(len(e.partitions) for e in expired),
+                     groups_removed=sum(e.group_removed for e in expired), retention_ms=retention_ms)
 
     def _flush_due(self) -> None:
         self.replicas.logs.flush_due(now_ms())

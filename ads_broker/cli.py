@@ -68,6 +68,7 @@ def serve(
     log_format: Annotated[str, typer.Option(help="json or console")] = "json",
 ) -> None:
     """Run the broker until SIGTERM/SIGINT (graceful: flush, checkpoint, clean-shutdown marker)."""
+    from ads_broker import memtrace
     from ads_broker.config import BrokerConfig, split_override
     from ads_broker.server import BrokerServer
 
@@ -81,6 +82,7 @@ def serve(
         overrides["log.dirs"] = str(data_dir)
         cfg = BrokerConfig.load(config, overrides)
         server = BrokerServer(data_dir, cfg)
+        memtrace.start_from_env()  # ADS_BROKER_TRACEMALLOC: leak hunts only (docs/FUZZING.md)
         asyncio.run(server.run_until_signalled())
     except BrokerError as e:
         fail(str(e))

@@ -133,7 +133,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("group.max.session.timeout.ms", int, 1800000, 0),
     Setting("group.max.size", int, 2**31 - 1, 1),
     Setting("offsets.topic.num.partitions", int, 50, 1),
-    Setting("offsets.retention.minutes", int, 10080, 1),
+    Setting("offsets.retention.minutes", int, 10080, 1,
+            doc="committed offsets of a group without members expire this long after it became empty "
+                "(standalone commits: after their commit time); KIP-211"),
+    Setting("offsets.retention.ms", int, -1, -1,
+            doc="not a Kafka setting: the same retention in milliseconds, used instead of "
+                "offsets.retention.minutes when set (as log.retention.ms overrides log.retention.minutes); -1: unset"),
+    Setting("offsets.retention.check.interval.ms", int, 600000, 1,
+            doc="how often the group coordinator removes expired committed offsets"),
     Setting("transaction.max.timeout.ms", int, 900000, 1,
             doc="the largest transaction.timeout.ms a transactional producer may ask for"),
     Setting("transaction.state.log.num.partitions", int, 50, 1, doc="partitions of __transaction_state"),
@@ -283,6 +290,8 @@ class BrokerSettings:
     group_max_size: int
     offsets_topic_num_partitions: int
     offsets_retention_minutes: int
+    offsets_retention_ms: int
+    offsets_retention_check_interval_ms: int
     transaction_max_timeout_ms: int
     transaction_state_log_num_partitions: int
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int

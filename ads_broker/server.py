@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import errno
 import os
 import signal
 import struct
@@ -44,6 +45,7 @@ from ads_broker.protocol.codec import (
     SendfileSlice,
     encode_response,
 )
+from ads_broker.protocol.context import flush_rejections
 from ads_broker.rejections import RejectionLog
 from ads_broker.security.context import ANONYMOUS, Session, set_session
 from ads_broker.security.listeners import ListenerSpec, resolve_listeners
@@ -55,6 +57,9 @@ SENDFILE_MIN_BYTES = 64 * 1024
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
 SASL_HANDSHAKE_KEY = 17
 SASL_AUTHENTICATE_KEY = 36
+#: accept() errors that mean "out of a resource" (file descriptors, socket buffers): asyncio then
+#: takes the listening socket out of the selector and retries after ``ACCEPT_RETRY_DELAY`` (1 s)
+ACCEPT_RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
 class MemoryPool:
@@ -148,7 +153,8 @@ class FrameReceiver(asyncio.BufferedProtocol):
         self.tls_principal = principal_from_peercert(transport.get_extra_info("peercert"))
         reason = self.server.admit(self)
         if reason is not None:
-            self.server.rejections.warn(self.peer_ip, f"closing connection: {reason}", listener=self.listener.name)
+            self.server.rejections.warn(self.peer, f"closing connection: {reason}", host=self.peer_ip,
+                                        listener=self.listener.name)
             self.closed = True
             transport.abort()
             return
@@ -340,7 +346,8 @@ class TlsAcceptor(asyncio.Protocol):
     async def _handshake(self, transport: asyncio.Transport) -> None:
         assert self.server.ssl_context is not None
         peer = transport.get_extra_info("peername")
-        client = f"{peer[0]}" if peer else "unknown"
+        host = str(peer[0]) if peer else "unknown"
+        client = f"{peer[0]}:{peer[1]}" if peer else "unknown"
         receiver = FrameReceiver(self.server, self.listener)
         try:
             tls = await asyncio.get_running_loop().start_tls(
@@ -350,7 +357,7 @@ class TlsAcceptor(asyncio.Protocol):
             transport.abort()
             raise
         except (OSError, TimeoutError, ConnectionError) as e:
-            self.server.rejections.warn(client, "closing connection: TLS handshake failed",
+            self.server.rejections.warn(client, "closing connection: TLS handshake failed", host=host,
                                         listener=self.listener.name, reason=f"{type(e).__name__}: {e}"[:300])
             transport.abort()
             return
@@ -571,10 +578,12 @@ class BrokerServer:
         self._stopped = asyncio.Event()
         self._shutdown_task: asyncio.Future[None] | None = None
         self._leaving = False
+        self._accept_failures = 0  # failed accepts (out of fds) since connections were last accepted
 
     async def start(self) -> None:
         await self.broker.start()
         loop = asyncio.get_running_loop()
+        loop.set_exception_handler(self._on_loop_exception)
         for listener in self.listener_specs:
             self._servers.append(await loop.create_server(
                 lambda listener=listener: TlsAcceptor(self, listener) if listener.uses_tls
@@ -587,8 +596,33 @@ class BrokerServer:
         self._reaper = asyncio.create_task(self._reap_idle())
         await self.broker.join_cluster()
 
+    def _on_loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
+        """Out of file descriptors, asyncio's accept loop fails up to 100 times per wake-up, logging
+        a traceback for each, then pauses the listener for 1 s and tries again: while the process
+        stays out of fds that was 100 tracebacks a second. Those failures go through the
+        aggregated rejection log instead (one line per listener per interval, with a count);
+        everything else goes to asyncio's default handler."""
+        exc = context.get("exception")
+        if isinstance(exc, OSError) and exc.errno in ACCEPT_RESOURCE_ERRNOS and "accept" in str(
+                context.get("message", "")):
+            self._accept_failures += 1
+            sock = context.get("socket")
+            try:
+                where = str(sock.getsockname()) if sock is not None else "unknown"  # type: ignore[attr-defined]
+            except OSError:
+                where = "unknown"
+            self.rejections.warn(f"listener {where}", "accepting paused: out of resources", host=f"listener {where}",
+                                 error=f"{errno.errorcode.get(exc.errno or 0, exc.errno)}: {exc.strerror}",
+                                 retry_after_ms=1000, existing_connections=len(self._receivers),
+                                 action="raise the file-descriptor limit (ulimit -n) or lower max.connections")
+            return
+        loop.default_exception_handler(context)
+
     def admit(self, receiver: FrameReceiver) -> str | None:
         """Count a new connection in, or the reason it is refused (then it is not counted)."""
+        if self._accept_failures:
+            log.warning("accepting connections again", failed_accepts=self._accept_failures)
+            self._accept_failures = 0
         if self.closing:
             return "broker is shutting down"
         if len(self._receivers) >= self.max_connections:
@@ -617,6 +651,7 @@ class BrokerServer:
                     log.info("closing idle connection", client=conn.peer, idle_ms=int(self.idle_s * 1000))
                     conn.close()
             self.rejections.flush()
+            flush_rejections()
 
     async def shutdown(self, reason: str) -> None:
         if self.closing or self._leaving:
@@ -639,6 +674,8 @@ class BrokerServer:
             await asyncio.sleep(0.05)
         for conn in list(self.connections):
             conn.close()
+        self.rejections.flush()  # the suppressed counts: every rejection ends up counted in a line
+        flush_rejections()
         try:
             await self.broker.stop()
         except Exception:

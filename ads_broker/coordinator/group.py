@@ -44,6 +44,7 @@ from enum import StrEnum
 import structlog
 
 from ads_broker import errors
+from ads_broker.coordinator.offsets import OffsetExpiry
 
 log = structlog.get_logger("ads_broker.coordinator.group")
 
@@ -185,6 +186,9 @@ class _Group:
     # supportedProtocols): recounting all members' protocols on each JoinGroup made n joins of
     # members with p protocols cost O(n^2 * p) on the event loop (2000 x 50: 54 s).
     protocol_counts: dict[str, int] = field(default_factory=dict)
+    # Wall-clock ms when the group last became Empty (Kafka's currentStateTimestamp, read only while
+    # Empty): its committed offsets expire offsets.retention after it (KIP-211).
+    empty_since_ms: int = field(default_factory=lambda: int(time.time() * 1000))
 
     def rebalance_timeout_ms(self) -> int:
         return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
@@ -265,6 +269,9 @@ class GroupCoordinator:
         self._max_group_size = max_group_size
         self._clock = clock
         self._groups: dict[str, _Group] = {}
+        # Groups loaded from __consumer_offsets after a restart are not known here: their offsets
+        # expire no earlier than offsets.retention after this (see offset_expiry).
+        self._started_ms = int(time.time() * 1000)
         self._task: asyncio.Task[None] | None = None
         self._wakeup = asyncio.Event()
         self._stopped = False
@@ -666,6 +673,7 @@ class GroupCoordinator:
         else:
             group.protocol_name = None
             group.state = GroupState.EMPTY
+            group.empty_since_ms = int(time.time() * 1000)
         group.pending_sync_members.clear()
         group.pending_sync_deadline = math.inf
 
@@ -1086,6 +1094,51 @@ class GroupCoordinator:
         log.info("group_deleted", group_id=group_id)
         return errors.NONE
 
+
+    # ------------------------------------------------------------------ offsets retention (KIP-211)
+
+    def group_ids(self) -> list[str]:
+        return list(self._groups)
+
+    def offset_expiry(self, group_id: str) -> OffsetExpiry | None:
+        """How ``group_id``'s committed offsets expire now (Kafka's ``ClassicGroup.offsetExpirationCondition``);
+        None: they all stay.
+
+        - Empty group with a protocol type (it had members): counted from when it became Empty.
+        - No protocol type (standalone commits, ``assign`` + commit): each from its commit time.
+        - Stable "consumer" group whose subscriptions decode: offsets of topics its members do not
+          subscribe to, each from its commit time; the group stays.
+        - Any other group with members: nothing expires.
+        - A group this coordinator does not know (its offsets were loaded from the log after a
+          restart; group metadata is not persisted here, so when it became Empty is unknown): each
+          from its commit time but no earlier than the broker's start, so a restart never makes a
+          group lose offsets sooner than it would have without one.
+        """
+        if self._stopped:
+            return None
+        group = self._groups.get(group_id)
+        if group is None:
+            return OffsetExpiry(floor_ms=self._started_ms)
+        if group.state is GroupState.DEAD:
+            return None
+        if group.protocol_type is None:
+            return OffsetExpiry(empty=group.state is GroupState.EMPTY)
+        if group.state is GroupState.EMPTY:
+            return OffsetExpiry(since_ms=group.empty_since_ms)
+        if group.state is GroupState.STABLE and group.protocol_type == CONSUMER_PROTOCOL_TYPE:
+            topics = self.subscribed_topics(group_id)
+            if topics is not None:
+                return OffsetExpiry(keep_topics=topics, empty=False)
+        return None
+
+    def remove_expired_group(self, group_id: str) -> None:
+        """The retention pass removed every offset of an Empty group: it goes Dead and is forgotten
+        (Kafka: "Group ... transitioned to Dead"), so it is no longer listed."""
+        group = self._groups.get(group_id)
+        if group is not None and group.state is GroupState.EMPTY:
+            group.state = GroupState.DEAD
+            del self._groups[group_id]
+            log.info("group_expired", group_id=group_id, generation_id=group.generation_id)
 
     def validate_offset_delete(self, group_id: str) -> int:
         """May OffsetDelete remove offsets of ``group_id``? (Kafka 4.x ``ClassicGroup.validateOffsetDelete``.)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import structlog
@@ -158,6 +158,35 @@ def decode_batch_or_skip(data: bytes, pos: int, size: int, where: str,
     except Exception as e:  # any codec's error means the same: these bytes are unusable
         skipped.skip_batch(f"{where} offset {header.base_offset}", e)
         return header, None
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetExpiry:
+    """How a group's committed offsets expire now (Kafka's ``ClassicGroup.offsetExpirationCondition``,
+    KIP-211): an offset expires once ``offsets.retention`` has passed since its base time, which is
+    ``since_ms`` (when the group became empty) or else its own commit time, never earlier than
+    ``floor_ms``. Offsets of ``keep_topics`` (topics the members subscribe to) never expire.
+    ``empty``: the group has no members, so once it has no offsets left it is removed."""
+
+    since_ms: int | None = None
+    floor_ms: int = 0
+    keep_topics: frozenset[str] = frozenset()
+    empty: bool = True
+
+    def expired(self, topic: str, offset: CommittedOffset, now_ms: int, retention_ms: int) -> bool:
+        if topic in self.keep_topics:
+            return False
+        base = self.since_ms if self.since_ms is not None else offset.commit_timestamp
+        return now_ms - max(base, self.floor_ms) >= retention_ms
+
+
+@dataclass(frozen=True, slots=True)
+class ExpiredOffsets:
+    """What one retention pass removed from one group."""
+
+    group: str
+    partitions: list[tuple[str, int]]
+    group_removed: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,6 +406,34 @@ class OffsetManager:
             size += record_size
         if chunk:
             self._append_batch(partition, chunk)
+
+    def expire(self, groups: Iterable[str], now_ms: int, retention_ms: int,
+               expiry_of: Callable[[str], OffsetExpiry | None]) -> list[ExpiredOffsets]:
+        """One retention pass (Kafka's ``GroupMetadataManager.cleanupGroupMetadata``): for each group,
+        tombstone the offsets ``expiry_of(group)`` says expired (None: the group keeps them all), except
+        partitions with an undecided transactional commit. A group left with no offsets and no pending
+        commit whose ``expiry_of`` allows it (it has no members) is removed whole: its group metadata
+        is tombstoned too. Tombstones are appended before the cache forgets, so a restart agrees."""
+        removed: list[ExpiredOffsets] = []
+        for group in dict.fromkeys([*self._cache, *groups]):
+            rule = expiry_of(group)
+            if rule is None:
+                continue
+            cache = self._cache.get(group, {})
+            expired = [tp for tp, offset in cache.items()
+                       if rule.expired(tp[0], offset, now_ms, retention_ms) and not self.has_pending(group, [tp])]
+            try:
+                if rule.empty and len(expired) == len(cache) and not self.has_pending(group, None):
+                    if group in self._cache:
+                        self.delete_group(group)
+                    removed.append(ExpiredOffsets(group, expired, True))
+                elif expired:
+                    self.delete_offsets(group, expired)
+                    removed.append(ExpiredOffsets(group, expired, False))
+            except (BrokerError, OSError) as e:  # e.g. the log is offline: keep them, retry next pass
+                log.warning("offsets retention: tombstones not written, offsets kept", group=group[:256],
+                            partitions=len(expired), error=f"{type(e).__name__}: {e}")
+        return removed
 
     def _append_batch(self, partition: Partition, records: list[Record]) -> None:
         self.replicas.append_records(partition, build_batch(records), AppendOrigin.COORDINATOR)

@@ -30,6 +30,11 @@ _client_host: contextvars.ContextVar[str] = contextvars.ContextVar("client_host"
 _rejections = RejectionLog()
 
 
+def flush_rejections() -> None:
+    """Write the request rejections still pending (the server calls it periodically)."""
+    _rejections.flush()
+
+
 def set_client_host(client_host: str) -> None:
     """The address of the client whose request the current task handles."""
     _client_host.set(client_host)
@@ -124,9 +129,12 @@ class HandlerContext:
 
     def log_client_error(self, req: DecodedRequest, api: str, error: BrokerError | None, **fields: Any) -> None:
         """One log line naming the client and the reason for every request-level error."""
-        # Aggregated per (client, api, error code): one request naming 100,000 bad topics, or a
-        # client retrying one all day, writes one line per interval with a count (issue 12, hole 5).
+        # Aggregated per (client host, principal, api, error code): one request naming 100,000 bad
+        # topics, or a client retrying one all day from new ports, writes one line per interval with
+        # a count (issue 12, hole 5). The principal is part of the key because one host may carry
+        # several users (a NAT, a shared node); it stays bounded, as a principal must authenticate.
         code = fields.pop("error_code", error.error_code if error else None)
-        _rejections.warn(_client_host.get(), "request rejected", aggregate_as=f"{api} error {code}", api=api,
-                         client_id=req.client_id, correlation_id=req.correlation_id, error_code=code,
+        principal = fields.get("principal") or self._who()[0]
+        _rejections.warn(_client_host.get(), "request rejected", aggregate_as=f"{api} error {code} as {principal}",
+                         api=api, client_id=req.client_id, correlation_id=req.correlation_id, error_code=code,
                          reason=str(error) if error else None, **fields)

@@ -35,7 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--frames", type=int, default=1_000_000)
     p.add_argument("--seed", type=int, default=None, help="default: random (printed)")
     p.add_argument("--start", type=int, default=0, help="skip to this frame index of the seed's stream")
-    p.add_argument("--rss-limit-mib", type=int, default=512)
+    p.add_argument("--rss-limit-mib", type=int, default=512, help="bound on the broker's peak RSS (VmHWM)")
+    p.add_argument("--rss-warmup-frames", type=int, default=50_000,
+                   help="frames of warm-up; after them RSS must plateau (0: no plateau check)")
+    p.add_argument("--rss-growth-mib", type=float, default=64.0,
+                   help="how far RSS may rise above the warm-up's highest before it is a finding")
     p.add_argument("--check-every", type=int, default=500, help="frames between health/RSS checks")
     p.add_argument("--timeout", type=float, default=2.0, help="seconds to wait for each frame's answer")
     p.add_argument("--work-dir", type=Path, default=None, help="broker data and logs (default: a temp dir)")
@@ -59,7 +63,9 @@ def main(argv: list[str] | None = None) -> int:
           flush=True)
     began = time.monotonic()
     run = FuzzRun(seed=seed, frames=args.frames, work_dir=work_dir, options=options, start=args.start,
-                  check_every=args.check_every, rss_limit_mib=args.rss_limit_mib, response_timeout_s=args.timeout,
+                  check_every=args.check_every, rss_limit_mib=args.rss_limit_mib,
+                  rss_warmup_frames=min(args.rss_warmup_frames, args.frames // 2),
+                  rss_growth_limit_mib=args.rss_growth_mib, response_timeout_s=args.timeout,
                   stop_on_first=not args.keep_going, progress=_progress(began),
                   on_finding=lambda f: print(f.report(), flush=True))
     stopped = ""
@@ -70,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     stats = run.stats
     print(f"{stats.summary()} in {time.monotonic() - began:.0f}s{stopped}")
     print(f"mutations: {dict(stats.mutations)}")
+    print(f"RSS curve (frame: VmRSS MiB; warm-up high {stats.rss_baseline_mib or 0:.0f} MiB): {stats.rss_curve_text()}")
     for timeout in stats.timeouts:
         print(f"no answer within {args.timeout}s: {timeout}")
     for label, count in sorted(Counter(f.label for f in stats.findings).items()):

@@ -152,14 +152,26 @@ class FuzzStats:
     outcomes: Counter[str] = field(default_factory=Counter)
     mutations: Counter[str] = field(default_factory=Counter)
     max_rss_mib: float = 0.0
+    #: (frame index, VmRSS MiB) at every health check: the RSS curve of the run.
+    rss_curve: list[tuple[int, float]] = field(default_factory=list)
+    #: The highest VmRSS seen during the warm-up of the current broker process (None before any).
+    rss_baseline_mib: float | None = None
     restarts: int = 0
     findings: list[Finding] = field(default_factory=list)
     #: The first frames that got no answer in time (not findings: a long poll is allowed to wait).
     timeouts: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
-        return (f"{self.frames} frames; outcomes {dict(self.outcomes)}; max RSS {self.max_rss_mib:.0f} MiB; "
+        rss_now = f"RSS {self.rss_curve[-1][1]:.0f} MiB; " if self.rss_curve else ""
+        return (f"{self.frames} frames; outcomes {dict(self.outcomes)}; {rss_now}max RSS {self.max_rss_mib:.0f} MiB; "
                 f"{len(self.findings)} findings; {self.restarts} restarts")
+
+    def rss_curve_text(self, points: int = 40) -> str:
+        """The RSS curve, at most ``points`` samples evenly spread (the last one always)."""
+        curve = self.rss_curve
+        step = max(1, len(curve) // points)
+        picked = curve[::step] + ([curve[-1]] if curve and (len(curve) - 1) % step else [])
+        return ", ".join(f"#{index}: {rss:.0f}" for index, rss in picked)
 
 
 @dataclass(slots=True)
@@ -174,6 +186,11 @@ class FuzzRun:
     start: int = 0
     check_every: int = 250
     rss_limit_mib: int = 512
+    #: RSS must plateau: after this many frames of a broker process (its warm-up: caches, pools,
+    #: the allocator's arenas), VmRSS may not exceed the warm-up's highest by more than
+    #: ``rss_growth_limit_mib``. 0 turns the check off.
+    rss_warmup_frames: int = 0
+    rss_growth_limit_mib: float = 64.0
     response_timeout_s: float = 2.0
     stop_on_first: bool = True
     mutate_ratio: float = 0.85
@@ -189,6 +206,7 @@ class FuzzRun:
     log_path: Path = field(init=False, default=Path())
     _log_offset: int = field(init=False, default=0)
     _log_size: int = field(init=False, default=0)
+    _broker_first_frame: int = field(init=False, default=0)
 
     def run(self) -> FuzzStats:
         self.work_dir.mkdir(parents=True, exist_ok=True)
@@ -212,6 +230,8 @@ class FuzzRun:
             create_base_topics(client)
         self._scan_log()  # startup lines are not findings
         self._log_size = self.log_path.stat().st_size
+        self._broker_first_frame = self.start + self.stats.frames
+        self.stats.rss_baseline_mib = None
         return broker
 
     def _loop(self, broker: BrokerProcess) -> None:
@@ -366,10 +386,27 @@ class FuzzRun:
             found.append(Finding("health", f"ApiVersions error {versions.error_code}", self.seed, index, frame))
         rss, peak = rss_mib(broker.pid)
         self.stats.max_rss_mib = max(self.stats.max_rss_mib, peak)
+        self.stats.rss_curve.append((index, rss))
         if peak > self.rss_limit_mib:
             found.append(Finding("memory", f"peak RSS {peak:.0f} MiB (now {rss:.0f} MiB) > bound {self.rss_limit_mib} "
                                  f"MiB after frames up to #{index}", self.seed, index, frame, hole=self._memory_hole()))
+        found += self._rss_plateau(index, frame, rss)
         return found
+
+    def _rss_plateau(self, index: int, frame: Frame | None, rss: float) -> list[Finding]:
+        """RSS after the warm-up stays within ``rss_growth_limit_mib`` of the warm-up's highest: a
+        broker that keeps growing under a steady stream of frames leaks, however slowly."""
+        if not self.rss_warmup_frames:
+            return []
+        baseline = self.stats.rss_baseline_mib
+        if index + 1 - self._broker_first_frame <= self.rss_warmup_frames:
+            self.stats.rss_baseline_mib = rss if baseline is None else max(baseline, rss)
+            return []
+        if baseline is None or rss <= baseline + self.rss_growth_limit_mib:
+            return []
+        return [Finding("memory", f"RSS creep: {rss:.0f} MiB at frame #{index}, more than "
+                        f"{self.rss_growth_limit_mib:.0f} MiB above the warm-up's {baseline:.0f} MiB "
+                        f"(first {self.rss_warmup_frames} frames)", self.seed, index, frame)]
 
     def _memory_hole(self) -> int | None:
         if self.options.bombs:

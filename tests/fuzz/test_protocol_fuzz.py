@@ -35,6 +35,7 @@ from tests.fuzz.harness import Finding, FuzzRun
 SEED = int(os.environ.get("ADS_FUZZ_SEED", "20261125"))
 FRAMES = int(os.environ.get("ADS_FUZZ_FRAMES", "6000"))
 RSS_LIMIT_MIB = 512
+RSS_GROWTH_MIB = 64
 #: Findings the stream may make without failing, each reproduced by an xfail test below. Issue
 #: 12's holes and the fuzzer's own F1-F6 are fixed and not in it: any of them coming back fails the
 #: run.
@@ -42,9 +43,12 @@ TOLERATED: set[str] = set()
 
 
 def run_fuzz(tmp_path: Path, frames: int, source: Iterator[Frame] | list[Frame] | None = None,
-             options: FuzzOptions | None = None, check_every: int = 250) -> list[Finding]:
+             options: FuzzOptions | None = None, check_every: int = 250, plateau: bool = False) -> list[Finding]:
+    """``plateau``: after the first half of the frames (the warm-up) RSS may not rise more than
+    ``RSS_GROWTH_MIB`` above the warm-up's highest (the long profile checks the same over 1M frames)."""
     run = FuzzRun(seed=SEED, frames=frames, work_dir=tmp_path / "fuzz", options=options or FuzzOptions(),
-                  source=source, check_every=check_every, rss_limit_mib=RSS_LIMIT_MIB, stop_on_first=False)
+                  source=source, check_every=check_every, rss_limit_mib=RSS_LIMIT_MIB, stop_on_first=False,
+                  rss_warmup_frames=frames // 2 if plateau else 0, rss_growth_limit_mib=RSS_GROWTH_MIB)
     stats = run.run()
     print(f"fuzz seed={SEED}: {stats.summary()}; broker log {run.log_path}")
     for finding in stats.findings:
@@ -82,7 +86,7 @@ def labels(findings: list[Finding]) -> set[str]:
 
 
 def test_protocol_fuzz(tmp_path: Path) -> None:
-    findings = run_fuzz(tmp_path, FRAMES)
+    findings = run_fuzz(tmp_path, FRAMES, plateau=True)
     untolerated = [f for f in findings if f.label not in TOLERATED]
     report = "\n".join(f.report() for f in untolerated)
     assert not untolerated, f"fuzz findings (replay: ADS_FUZZ_SEED={SEED}):\n{report}"
@@ -155,7 +159,7 @@ def test_hole_families_with_the_seeded_stream(tmp_path: Path) -> None:
     others, bombs, 100 MiB prefixes and 2^31 partitions, have their targeted tests above): it must
     find nothing."""
     options = FuzzOptions(internal_topics=True, count_lies=True)
-    findings = run_fuzz(tmp_path, FRAMES // 3, options=options)
+    findings = run_fuzz(tmp_path, FRAMES // 3, options=options, plateau=True)
     unexpected = [f for f in findings if f.label not in TOLERATED]
     print(f"labels found: {sorted(labels(findings))}")
     assert not unexpected, "\n".join(f.report() for f in unexpected)

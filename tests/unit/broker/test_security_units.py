@@ -107,3 +107,14 @@ def test_rejection_log_cuts_client_strings(capsys: pytest.CaptureFixture[str]) -
     finally:
         structlog.reset_defaults()
     assert len(out) < 1000 and "(32767 chars)" in out and "error_code=17" in out
+
+
+def test_rejection_log_holds_one_entry_per_host_not_per_port() -> None:
+    """A client reconnecting from a new port for each rejection is one pending entry, not one per
+    port: keyed by host:port the request-level log (never flushed) grew by an entry per
+    connection, the steady list/dict growth a long fuzz run showed (docs/FUZZING.md, "Memory")."""
+    rejections = RejectionLog(interval_s=3600)
+    for port in range(1000):
+        rejections.warn(f"10.0.0.1:{40000 + port}", "request rejected", aggregate_as="Metadata error 17")
+        rejections.warn(f"::1:{40000 + port}", "request rejected", aggregate_as="Metadata error 17")
+    assert len(rejections) == 2
