@@ -266,6 +266,8 @@ class OffsetManager:
         offsets = target.setdefault(group, {})
         if value is None:
             offsets.pop((topic, partition), None)
+            if target is self._cache:  # a deletion's tombstone also ends pending transactional offsets
+                self._drop_pending(group, [(topic, partition)])
         else:
             offsets[(topic, partition)] = value
 
@@ -362,25 +364,50 @@ class OffsetManager:
     def groups(self) -> list[str]:
         return [g for g, offsets in self._cache.items() if offsets]
 
+    def _pending_partitions(self, group: str) -> set[tuple[str, int]]:
+        return {tp for groups in self._pending.values() for tp in groups.get(group, ())}
+
+    def _drop_pending(self, group: str, partitions: Iterable[tuple[str, int]] | None) -> None:
+        """Forget open transactions' offsets of ``group`` (for ``partitions``, or all), as Kafka's
+        ``removeOffsets`` does on a deletion: otherwise the transaction's COMMIT marker would bring a
+        deleted offset back (in memory, and again on every load of ``__consumer_offsets``)."""
+        wanted = None if partitions is None else set(partitions)
+        for producer_id in list(self._pending):
+            groups = self._pending[producer_id]
+            offsets = groups.get(group)
+            if offsets is None:
+                continue
+            for tp in list(offsets) if wanted is None else wanted & offsets.keys():
+                del offsets[tp]
+            if not offsets:
+                del groups[group]
+            if not groups:
+                del self._pending[producer_id]
+
     def delete_group(self, group: str) -> None:
-        """DeleteGroups: tombstone every committed offset of ``group`` and its group metadata
-        (Kafka's ``GroupMetadataKey`` v2 with a null value), so the deletion survives a restart."""
-        offsets = list(self._cache.get(group, {}))
+        """DeleteGroups: tombstone every offset of ``group``, committed or pending in an open
+        transaction, and its group metadata (Kafka's ``GroupMetadataKey`` v2 with a null value), so
+        the deletion survives a restart and a later COMMIT marker."""
+        offsets = list(dict.fromkeys([*self._cache.get(group, {}), *sorted(self._pending_partitions(group))]))
         records = [self._tombstone(encode_key(group, t, p)) for t, p in offsets]
         records.append(self._tombstone(encode_group_key(group)))
         self._append_tombstones(group, records)
         self._cache.pop(group, None)
+        self._drop_pending(group, None)
 
     def delete_offsets(self, group: str, partitions: Iterable[tuple[str, int]]) -> None:
-        """OffsetDelete: tombstone the committed offsets of ``group`` for ``partitions`` (those
-        without one are left alone: Kafka answers NONE for them and writes nothing)."""
+        """OffsetDelete: tombstone the offsets of ``group`` for ``partitions``, committed or pending
+        in an open transaction (those without either are left alone: Kafka answers NONE for them and
+        writes nothing)."""
         cache = self._cache.get(group, {})
-        wanted = [tp for tp in dict.fromkeys(partitions) if tp in cache]
+        pending = self._pending_partitions(group)
+        wanted = [tp for tp in dict.fromkeys(partitions) if tp in cache or tp in pending]
         if not wanted:
             return
         self._append_tombstones(group, [self._tombstone(encode_key(group, t, p)) for t, p in wanted])
         for tp in wanted:
             cache.pop(tp, None)
+        self._drop_pending(group, wanted)
         if not cache:
             self._cache.pop(group, None)
 

@@ -45,13 +45,6 @@ def open_transaction_with_offsets(node: Node, group: str, offsets: dict[tuple[st
     return producer
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "hole: OffsetManager.delete_group/delete_offsets tombstone only committed offsets; an open "
-    "transaction's pending offsets of the deleted group or partition are applied by its COMMIT "
-    "marker (in memory and again when __consumer_offsets is loaded), so the deletion is undone. "
-    "Kafka's group coordinator (OffsetMetadataManager.deleteAllOffsets and the tombstone replay) "
-    "also drops pending transactional offsets. The fix is in ads_broker/coordinator/offsets.py, "
-    "being edited by another engineer"))
 @pytest.mark.parametrize("deletion", ["DeleteGroups", "OffsetDelete"])
 def test_a_transaction_committed_after_a_deletion_does_not_bring_the_offsets_back(
         tmp_path: Path, deletion: str) -> None:
