@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import AdminClient
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
@@ -181,6 +182,19 @@ class BrokerCluster:
     def stop_all(self) -> None:
         for proc in self.procs.values():
             proc.kill()
+
+
+#: the broker ids of a three-broker cluster
+IDS = (1, 2, 3)
+
+
+def start_three(brokers: BrokerCluster, **config: str) -> AdminClient:
+    """Brokers 1-3 started with ``config``; an admin client once all three are registered."""
+    for broker_id in IDS:
+        brokers.start(broker_id, **config)
+    admin = AdminClient({"bootstrap.servers": brokers.bootstrap})
+    wait_until(lambda: sorted(admin.list_topics(timeout=10).brokers) == list(IDS), "three registered brokers")
+    return admin
 
 
 @pytest.fixture

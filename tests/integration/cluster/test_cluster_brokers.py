@@ -23,17 +23,7 @@ from ads_broker.exceptions import BrokerError
 from ads_broker.log.records import Record, build_batch
 from tests.integration.broker.rawclient import RawClient
 
-from .conftest import SESSION_TIMEOUT_MS, BrokerCluster, wait_until
-
-IDS = (1, 2, 3)
-
-
-def start_three(brokers: BrokerCluster, **config: str) -> AdminClient:
-    for broker_id in IDS:
-        brokers.start(broker_id, **config)
-    admin = AdminClient({"bootstrap.servers": brokers.bootstrap})
-    wait_until(lambda: sorted(admin.list_topics(timeout=10).brokers) == list(IDS), "three registered brokers")
-    return admin
+from .conftest import IDS, SESSION_TIMEOUT_MS, BrokerCluster, start_three, wait_until
 
 
 def create(admin: AdminClient, topic: str, partitions: int, replication_factor: int) -> None:

@@ -22,17 +22,7 @@ from ads_broker.log.config import LogConfig
 from ads_broker.log.log import Log
 from ads_broker.log.records import decode_batch, iter_batches
 
-from .conftest import SESSION_TIMEOUT_MS, BrokerCluster, wait_until
-
-IDS = (1, 2, 3)
-
-
-def start_three(brokers: BrokerCluster, **config: str) -> AdminClient:
-    for broker_id in IDS:
-        brokers.start(broker_id, **config)
-    admin = AdminClient({"bootstrap.servers": brokers.bootstrap})
-    wait_until(lambda: sorted(admin.list_topics(timeout=10).brokers) == list(IDS), "three registered brokers")
-    return admin
+from .conftest import IDS, SESSION_TIMEOUT_MS, BrokerCluster, start_three, wait_until
 
 
 def create(admin: AdminClient, topic: str, partitions: int = 1, min_isr: int = 2) -> None:
