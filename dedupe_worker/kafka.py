@@ -58,10 +58,11 @@ def admin_config(bootstrap: str, extra: Mapping[str, str] | None = None) -> dict
 
 
 def check_durable(bootstrap: str, topics: list[str], timeout_s: float = 10.0,
-                  extra: Mapping[str, str] | None = None) -> None:
+                  extra: Mapping[str, str] | None = None, admin: AdminClient | None = None) -> None:
     """Refuse topics that can lose an acknowledged write (ARCHITECTURE invariant 10): each needs
-    replicas with ``min.insync.replicas`` >= 2 and no unclean leader election (Kafka, MSK)."""
-    admin = AdminClient(admin_config(bootstrap, extra))
+    replicas with ``min.insync.replicas`` >= 2 and no unclean leader election (Kafka, MSK).
+    ``admin``: a client to reuse (each new one costs a connection and a metadata round trip)."""
+    admin = admin or AdminClient(admin_config(bootstrap, extra))
     try:
         md = admin.list_topics(timeout=timeout_s)
         resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in topics]
@@ -97,9 +98,9 @@ def consumer_config(bootstrap: str, group: str, extra: Mapping[str, str] | None 
 
 
 def partition_counts(bootstrap: str, topics: list[str], timeout_s: float = 10.0,
-                     extra: Mapping[str, str] | None = None) -> dict[str, int]:
+                     extra: Mapping[str, str] | None = None, admin: AdminClient | None = None) -> dict[str, int]:
     """Partition count of each topic; raises :class:`TopicLayoutError` for a missing one."""
-    admin = AdminClient(admin_config(bootstrap, extra))
+    admin = admin or AdminClient(admin_config(bootstrap, extra))
     try:
         md = admin.list_topics(timeout=timeout_s)
     except KafkaException as e:
@@ -115,9 +116,9 @@ def partition_counts(bootstrap: str, topics: list[str], timeout_s: float = 10.0,
 
 
 def check_layout(bootstrap: str, input_topic: str, output_topic: str,
-                 extra: Mapping[str, str] | None = None) -> int:
+                 extra: Mapping[str, str] | None = None, admin: AdminClient | None = None) -> int:
     """Input and output must have the same partition count (partition p → partition p)."""
-    counts = partition_counts(bootstrap, [input_topic, output_topic], extra=extra)
+    counts = partition_counts(bootstrap, [input_topic, output_topic], extra=extra, admin=admin)
     if counts[input_topic] != counts[output_topic]:
         raise TopicLayoutError(
             f"input topic {input_topic!r} has {counts[input_topic]} partitions but output topic "

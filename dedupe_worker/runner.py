@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 
 import structlog
+from confluent_kafka.admin import AdminClient
 from prometheus_client import CollectorRegistry
 
 from dedupe_worker.config import WorkerConfig
@@ -23,7 +24,7 @@ from dedupe_worker.control import ControlServer
 from dedupe_worker.exceptions import ConfigError, FencedError, TopicLayoutError
 from dedupe_worker.faults import FaultHook
 from dedupe_worker.group import GroupWorker
-from dedupe_worker.kafka import check_durable, check_layout
+from dedupe_worker.kafka import admin_config, check_durable, check_layout
 from dedupe_worker.metrics import WorkerMetrics
 from dedupe_worker.worker import PartitionWorker
 
@@ -56,9 +57,12 @@ class WorkerRunner:
     metrics_port: int | None = None
 
     def start(self) -> WorkerRunner:
-        count = check_layout(self.cfg.bootstrap, self.cfg.input_topic, self.cfg.output_topic, self.cfg.kafka)
+        admin = AdminClient(admin_config(self.cfg.bootstrap, self.cfg.kafka))  # one client for both checks
+        count = check_layout(self.cfg.bootstrap, self.cfg.input_topic, self.cfg.output_topic, self.cfg.kafka,
+                             admin=admin)
         if self.cfg.require_durable_output:
-            check_durable(self.cfg.bootstrap, [self.cfg.output_topic, self.cfg.dlq_topic], extra=self.cfg.kafka)
+            check_durable(self.cfg.bootstrap, [self.cfg.output_topic, self.cfg.dlq_topic], extra=self.cfg.kafka,
+                          admin=admin)
         else:
             log.warning("require_durable_output is off: a broker crash may lose acknowledged output; "
                         "reconcile detects and repairs a shorter output, at the cost of re-reading the input")

@@ -401,10 +401,14 @@ class PartitionWorker:
             "on_delivery": self._on_delivery_error}))
         try:
             with self.bounded_call("init_transactions", self.cfg.delivery_timeout_s):
-                # A broker connection first: librdkafka's PID state machine asks for the transaction
-                # coordinator at once, finds no broker up yet and retries on its 500 ms coordinator
-                # timer, which cost ~0.5 s in about half of the restarts measured (recovery time).
-                producer.list_topics(self.cfg.output_topic, timeout=self.cfg.delivery_timeout_s)
+                # A broker connection up first: librdkafka's PID state machine asks for the
+                # transaction coordinator at once, and when it finds no broker up it retries only
+                # on its 500 ms coordinator timer (~0.5 s in about half of the restarts measured).
+                # The first metadata request is answered on the bootstrap connection, which
+                # librdkafka then drops for the broker it learned; the second one waits until that
+                # broker's connection is up (scratch loop of 24 fences: 0.5 s in 5 → in 0).
+                for _ in range(2):
+                    producer.list_topics(self.cfg.output_topic, timeout=self.cfg.delivery_timeout_s)
                 producer.init_transactions(self.cfg.delivery_timeout_s)
         except KafkaException as e:
             raise DeliveryError(f"partition {self.partition}: init_transactions for {self.transactional_id()!r} "
