@@ -572,18 +572,6 @@ class RawRecord:
     end: int
 
 
-def _varint(buf: Buffer, pos: int) -> tuple[int, int]:
-    """Zigzag varint (Kafka ``ByteUtils.readVarint/readVarlong``): (value, next position)."""
-    shift = result = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-
-
 def raw_records(data: Buffer, header: BatchHeader) -> list[RawRecord]:
     """Records of an uncompressed v2 batch (``data`` is exactly the batch), parsed in place.
 
@@ -597,17 +585,17 @@ def raw_records(data: Buffer, header: BatchHeader) -> list[RawRecord]:
     try:
         for _ in range(header.records_count):
             start = pos
-            length, pos = _varint(data, pos)
+            length, pos = _read_varint(data, pos)
             end = pos + length
             if length < 0 or end > size:
                 raise IndexError(f"record length {length}")
             pos += 1  # attributes
-            ts_delta, pos = _varint(data, pos)
-            off_delta, pos = _varint(data, pos)
-            key_len, pos = _varint(data, pos)
+            ts_delta, pos = _read_varint(data, pos)
+            off_delta, pos = _read_varint(data, pos)
+            key_len, pos = _read_varint(data, pos)
             key = None if key_len < 0 else bytes(data[pos : pos + key_len])
             pos += max(key_len, 0)
-            value_len, _ = _varint(data, pos)
+            value_len, _ = _read_varint(data, pos)
             out.append(RawRecord(header.base_offset + off_delta, header.base_timestamp + ts_delta, key,
                                  value_len < 0, start, end))
             pos = end

@@ -20,6 +20,7 @@ import crc32c
 import lz4.frame  # type: ignore[import-untyped]
 import zstandard
 from kafka.record.default_records import DefaultRecordBatch
+from kafka.record.util import encode_varint  # type: ignore[import-untyped, unused-ignore]
 
 from ads_broker.log.records import Record, build_batch
 
@@ -37,16 +38,9 @@ def fix_crc(batch: bytearray) -> bytes:
 
 
 def _varint(n: int) -> bytes:
-    z = (n << 1) ^ (n >> 63)
     out = bytearray()
-    while True:
-        b = z & 0x7F
-        z >>= 7
-        if z:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
+    encode_varint(n, out.append)  # kafka-python's zigzag varint (Kafka ByteUtils.writeVarlong)
+    return bytes(out)
 
 
 def raw_batch(records_body: bytes, *, count: int, last_delta: int, codec: int = 0, attributes_extra: int = 0
