@@ -48,7 +48,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from audit_throughput import cpu_s, driver_jvm_pid, peak_rss_mb
+from audit_throughput import cpu_s, descends, driver_jvm_pid, peak_rss_mb, proc_table
 
 from ads_broker.embedded import ads_broker_process
 from spark_audit.api import run_config
@@ -141,32 +141,12 @@ class CpuMeter:
             self._sample()
 
     def _sample(self) -> None:
-        tick = os.sysconf("SC_CLK_TCK")
-        parents: dict[int, int] = {}
-        stats: dict[int, tuple[str, float]] = {}
-        for proc in Path("/proc").iterdir():
-            if not proc.name.isdigit():
-                continue
-            try:
-                fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            pid = int(proc.name)
-            parents[pid] = int(fields[1])
-            stats[pid] = (fields[19], (int(fields[11]) + int(fields[12])) / tick)  # starttime; utime + stime
+        table = proc_table()
         with self._lock:
-            for pid, (started, spent) in stats.items():
-                if self._descends(pid, parents):
-                    self._seen[(pid, started)] = max(spent, self._seen.get((pid, started), 0.0))
-
-    def _descends(self, pid: int, parents: dict[int, int]) -> bool:
-        for _ in range(8):
-            pid = parents.get(pid, 0)
-            if pid == self.jvm:
-                return True
-            if pid <= 1:
-                return False
-        return False
+            for pid, st in table.items():
+                if descends(pid, self.jvm, table):
+                    key = (pid, st.started)
+                    self._seen[key] = max(st.cpu_s, self._seen.get(key, 0.0))
 
     def now(self) -> tuple[float, float, float]:
         """(JVM, Python workers, broker) CPU seconds so far."""

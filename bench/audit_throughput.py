@@ -79,11 +79,23 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def python_workers_cpu_s(jvm: int) -> float:
-    """CPU seconds of the JVM's descendant processes (Spark's Python workers), live and reaped."""
+class ProcStat:
+    """One process's line of /proc/<pid>/stat: parent, start time (clock ticks since boot, so a
+    reused pid is told apart), CPU seconds of its own and of the children it reaped."""
+
+    __slots__ = ("children_cpu_s", "cpu_s", "ppid", "started")
+
+    def __init__(self, fields: list[str], tick: int) -> None:
+        self.ppid = int(fields[1])
+        self.started = fields[19]
+        self.cpu_s = (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+        self.children_cpu_s = (int(fields[13]) + int(fields[14])) / tick  # cutime + cstime
+
+
+def proc_table() -> dict[int, ProcStat]:
+    """Every live process (those gone while reading are skipped)."""
     tick = os.sysconf("SC_CLK_TCK")
-    parents: dict[int, int] = {}
-    times: dict[int, float] = {}
+    table: dict[int, ProcStat] = {}
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -91,21 +103,27 @@ def python_workers_cpu_s(jvm: int) -> float:
             fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        parents[int(proc.name)] = int(fields[1])
-        times[int(proc.name)] = sum(int(f) for f in fields[11:15]) / tick  # utime stime cutime cstime
-    jvm_fields = Path(f"/proc/{jvm}/stat").read_text().rsplit(")", 1)[1].split()
-    total = (int(jvm_fields[13]) + int(jvm_fields[14])) / tick  # children the JVM reaped
+        table[int(proc.name)] = ProcStat(fields, tick)
+    return table
 
-    def descends(pid: int) -> bool:
-        for _ in range(8):
-            pid = parents.get(pid, 0)
-            if pid == jvm:
-                return True
-            if pid <= 1:
-                return False
-        return False
 
-    return total + sum(t for pid, t in times.items() if descends(pid))
+def descends(pid: int, ancestor: int, table: dict[int, ProcStat], depth: int = 8) -> bool:
+    """``pid`` is a child, grandchild, ... (up to ``depth`` levels) of ``ancestor``."""
+    for _ in range(depth):
+        stat = table.get(pid)
+        pid = stat.ppid if stat else 0
+        if pid == ancestor:
+            return True
+        if pid <= 1:
+            return False
+    return False
+
+
+def python_workers_cpu_s(jvm: int) -> float:
+    """CPU seconds of the JVM's descendant processes (Spark's Python workers), live and reaped."""
+    table = proc_table()
+    reaped = table[jvm].children_cpu_s if jvm in table else 0.0
+    return reaped + sum(st.cpu_s + st.children_cpu_s for pid, st in table.items() if descends(pid, jvm, table))
 
 
 def driver_jvm_pid() -> int | None:
