@@ -69,7 +69,8 @@ class HandlerContext:
         self.messages_in = 0
         #: Consumers' incremental fetch sessions (KIP-227; protocol/fetch_session.py).
         self.fetch_sessions = FetchSessionCache(config.settings.max_incremental_fetch_session_cache_slots,
-                                                config.settings.min_incremental_fetch_session_eviction_ms)
+                                                config.settings.min_incremental_fetch_session_eviction_ms,
+                                                max_partitions=config.settings.max_broker_partitions)
 
     @property
     def advertised(self) -> tuple[str, int]:

@@ -88,7 +88,7 @@ async def handle_fetch(ctx: HandlerContext, req: DecodedRequest) -> list[Chunk]:
     session, error = _incremental_session(ctx, req, session_id, epoch, requested)
     if error is not None:
         return _encode_fetch(req, [], session_id=INVALID_SESSION_ID, error_code=error.error_code)
-    if session is None:  # every partition forgotten: the session is closed, the fetch sessionless
+    if session is None:  # closed (every partition forgotten, or too many): the fetch is sessionless
         wanted = _wanted(ctx, requested)
         return _encode_fetch(req, _results(ctx, req, wanted, await _read(ctx, body, wanted)))
     wanted = _wanted(ctx, list(session.partitions.values()))
@@ -138,7 +138,8 @@ def _incremental_session(ctx: HandlerContext, req: DecodedRequest, session_id: i
     assert session is not None
     forgotten = [(t.topic, p) for t in (req.body.forgotten_topics_data or []) for p in t.partitions]
     session.update(requested, forgotten)
-    if not session.partitions:
+    if not session.partitions or len(session.partitions) > cache.max_partitions:
+        # Emptied (Kafka), or grown beyond what one broker can serve (ours, fetch_session.py): closed.
         cache.remove(session.id)
         return None, None
     cache.touch(session, cache.now_ms())

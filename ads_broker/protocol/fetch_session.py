@@ -26,6 +26,14 @@ Rules kept (each as Kafka has it):
   partitions. Otherwise no session is created: the full fetch is answered with session id 0 and
   the client goes on with full fetches.
 
+One rule is not Kafka's: a session never holds more partitions than ``max.broker.partitions``
+(no consumer can fetch more from one broker). Kafka caches whatever a fetch names, existing or
+not, so a client naming 100,000 made-up partitions in each of 1000 sessions would make the broker
+keep 10^8 cached partitions (about 230 bytes each here: 23 GB). A full fetch naming more is
+answered without a session; an incremental one that would grow its session beyond it closes the
+session and is answered without one (the client then starts over with a full fetch). The worst
+case is then ``slots x max.broker.partitions`` (1000 x 4000 x 230 B, about 0.9 GB, by default).
+
 Followers (cluster mode) fetch through ``protocol/replica.py`` without sessions; sessions here are
 consumers' (Kafka's unprivileged ones).
 """
@@ -128,6 +136,8 @@ class FetchSessionCache:
 
     max_entries: int
     eviction_ms: int
+    #: The most partitions one session may hold (``max.broker.partitions``): not Kafka's rule, see the module doc.
+    max_partitions: int = 2**31 - 1
     clock: Callable[[], int] = monotonic_ms
     sessions: dict[int, FetchSession] = field(default_factory=dict)
     evictions: int = 0
@@ -156,6 +166,8 @@ class FetchSessionCache:
         """A new session of ``partitions`` and its id, or :data:`INVALID_SESSION_ID` when the cache
         is full and nothing may be evicted for it."""
         now = self.now_ms()
+        if len(partitions) > self.max_partitions:
+            return INVALID_SESSION_ID
         if len(self.sessions) >= self.max_entries and not self._try_evict(len(partitions), now):
             return INVALID_SESSION_ID
         session = FetchSession(self._new_id(), partitions, creation_ms=now, last_used_ms=now)

@@ -278,3 +278,25 @@ def test_sessions_are_per_broker_not_per_connection(compat_broker: BrokerProcess
     produce(bs, topic_name, {0: 1})
     with RawClient(bs, client_id=f"again-{uuid.uuid4().hex[:6]}") as second:
         assert answered(fetch(second, session_id, 1, [], max_wait_ms=5000)) == {(topic_name, 0): (0, 1, 1)}
+
+
+def test_a_session_never_holds_more_partitions_than_the_broker_may(tmp_path: Path, topic_name: str) -> None:
+    """Not Kafka's rule (ads_broker/protocol/fetch_session.py): made-up partitions beyond
+    max.broker.partitions are answered but never cached, so sessions cannot pin unbounded memory."""
+    config = {"max.broker.partitions": "20", "offsets.topic.num.partitions": "1",
+              "transaction.state.log.num.partitions": "1"}
+    with ads_broker_process(tmp_path / "data", config=config, log_path=tmp_path / "broker.log") as proc:
+        create(proc.bootstrap, topic_name, 2)
+        made_up = f"{topic_name}-made-up"
+        with RawClient(proc.bootstrap) as client:
+            flood = fetch(client, 0, 0, [(made_up, p, 0) for p in range(21)])
+            assert (flood.error_code, flood.session_id) == (0, 0)
+            assert answered(flood) == {(made_up, p): (UNKNOWN_TOPIC_OR_PARTITION, -1, 0) for p in range(21)}
+            # Growing a session beyond the bound closes it; the fetch is still answered.
+            session_id, _ = open_session(client, topic_name, 2)
+            grown = fetch(client, session_id, 1, [(made_up, p, 0) for p in range(19)])
+            assert (grown.error_code, grown.session_id) == (0, 0)
+            assert answered(grown) == {(made_up, p): (UNKNOWN_TOPIC_OR_PARTITION, -1, 0) for p in range(19)}
+            assert fetch(client, session_id, 2, []).error_code == FETCH_SESSION_ID_NOT_FOUND
+            # At the bound exactly, a session is made.
+            assert fetch(client, 0, 0, [(made_up, p, 0) for p in range(20)]).session_id != 0

@@ -109,3 +109,9 @@ def test_must_respond_on_records_offsets_and_errors() -> None:
     assert p.must_respond(False, -1, -1, True) and p.high_watermark == -1
     # After an error the next answer includes the partition even if nothing else changed.
     assert p.must_respond(False, 6, -1, False)
+
+
+def test_a_session_larger_than_the_partition_bound_is_not_made() -> None:
+    cache = FetchSessionCache(10, EVICTION_MS, max_partitions=4, clock=Clock())
+    assert cache.maybe_create(parts(5)) == INVALID_SESSION_ID
+    assert cache.maybe_create(parts(4)) != INVALID_SESSION_ID
