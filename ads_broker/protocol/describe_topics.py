@@ -164,7 +164,8 @@ async def handle_describe_topic_partitions(ctx: HandlerContext,
     next_cursor = None
     for name in names:
         if remaining <= 0:
-            next_cursor = _Cursor(topic_name=name, partition_index=0)
+            # Kafka: a negative limit answers nothing and no cursor; 0 (or the limit used up) the cursor.
+            next_cursor = _Cursor(topic_name=name, partition_index=0) if remaining == 0 else None
             break
         topic, next_index = _describe_one(ctx, known, name, first_index if cursor and name == cursor.topic_name
                                           else 0, remaining, fetch_all)

@@ -92,6 +92,11 @@ def test_partition_limit_pages_with_a_cursor(compat_broker: BrokerProcess, admin
         assert pages(client, names, 2) == [[(a, [0, 1])], [(b, [0, 1])], [(b, [2, 3])], [(b, [4]), (c, [0])]]
         first = describe(client, names, 2)
         assert (first.next_cursor.topic_name, first.next_cursor.partition_index) == (b, 0)
+        # Kafka's edges: limit 0 answers nothing and points at the first topic; a negative one, no cursor.
+        zero = describe(client, names, 0)
+        assert (zero.topics, zero.next_cursor.topic_name, zero.next_cursor.partition_index) == ([], a, 0)
+        negative = describe(client, names, -1)
+        assert (negative.topics, negative.next_cursor) == ([], None)
         # Every partition, once, in order, whatever the page size.
         for limit in (1, 4, 7, 8, 2000):
             flat = [(t, p) for page in pages(client, names, limit) for t, ps in page for p in ps]
