@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -42,6 +41,18 @@ def small_cache_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bro
     """Two session slots, Kafka's eviction time: a third session cannot be made for 2 minutes."""
     tmp = tmp_path_factory.mktemp("fetch-sessions")
     config = {"max.incremental.fetch.session.cache.slots": "2", "offsets.topic.num.partitions": "1",
+              "transaction.state.log.num.partitions": "1"}
+    with ads_broker_process(tmp / "data", config=config, log_path=tmp / "broker.log") as proc:
+        yield proc
+
+
+@pytest.fixture(scope="module")
+def tight_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One session slot, eviction after 0 ms unused (a session idle for a millisecond is stale),
+    sessions of at most 20 partitions (max.broker.partitions)."""
+    tmp = tmp_path_factory.mktemp("fetch-sessions-tight")
+    config = {"max.incremental.fetch.session.cache.slots": "1", "min.incremental.fetch.session.eviction.ms": "0",
+              "max.broker.partitions": "20", "offsets.topic.num.partitions": "1",
               "transaction.state.log.num.partitions": "1"}
     with ads_broker_process(tmp / "data", config=config, log_path=tmp / "broker.log") as proc:
         yield proc
@@ -222,19 +233,16 @@ def test_a_full_cache_answers_without_a_session_and_keeps_the_sessions_it_has(
             assert fetch(client, session_id, 2, []).error_code == 0
 
 
-def test_stale_session_is_evicted_for_a_new_one(tmp_path: Path, topic_name: str) -> None:
-    """min.incremental.fetch.session.eviction.ms=0: a session unused for a millisecond is stale."""
-    config = {"max.incremental.fetch.session.cache.slots": "1", "min.incremental.fetch.session.eviction.ms": "0",
-              "offsets.topic.num.partitions": "1", "transaction.state.log.num.partitions": "1"}
-    with ads_broker_process(tmp_path / "data", config=config, log_path=tmp_path / "broker.log") as proc:
-        create(proc.bootstrap, topic_name, 1)
-        with RawClient(proc.bootstrap) as a, RawClient(proc.bootstrap) as b:
-            first, _ = open_session(a, topic_name, 1)
-            time.sleep(0.01)  # a precondition (first unused for > 0 ms), not a timing assertion
-            second, _ = open_session(b, topic_name, 1)
-            assert second != first
-            assert fetch(a, first, 1, []).error_code == FETCH_SESSION_ID_NOT_FOUND
-            assert fetch(b, second, 1, []).error_code == 0
+def test_stale_session_is_evicted_for_a_new_one(tight_broker: BrokerProcess, topic_name: str) -> None:
+    bs = tight_broker.bootstrap
+    create(bs, topic_name, 1)
+    with RawClient(bs) as a, RawClient(bs) as b:
+        first, _ = open_session(a, topic_name, 1)
+        time.sleep(0.01)  # a precondition (first unused for > 0 ms), not a timing assertion
+        second, _ = open_session(b, topic_name, 1)
+        assert second != first
+        assert fetch(a, first, 1, []).error_code == FETCH_SESSION_ID_NOT_FOUND
+        assert fetch(b, second, 1, []).error_code == 0
 
 
 def test_kafka_python_consumer_reads_everything_over_a_fetch_session(compat_broker: BrokerProcess,
@@ -280,23 +288,22 @@ def test_sessions_are_per_broker_not_per_connection(compat_broker: BrokerProcess
         assert answered(fetch(second, session_id, 1, [], max_wait_ms=5000)) == {(topic_name, 0): (0, 1, 1)}
 
 
-def test_a_session_never_holds_more_partitions_than_the_broker_may(tmp_path: Path, topic_name: str) -> None:
+def test_a_session_never_holds_more_partitions_than_the_broker_may(tight_broker: BrokerProcess,
+                                                                   topic_name: str) -> None:
     """Not Kafka's rule (ads_broker/protocol/fetch_session.py): made-up partitions beyond
     max.broker.partitions are answered but never cached, so sessions cannot pin unbounded memory."""
-    config = {"max.broker.partitions": "20", "offsets.topic.num.partitions": "1",
-              "transaction.state.log.num.partitions": "1"}
-    with ads_broker_process(tmp_path / "data", config=config, log_path=tmp_path / "broker.log") as proc:
-        create(proc.bootstrap, topic_name, 2)
-        made_up = f"{topic_name}-made-up"
-        with RawClient(proc.bootstrap) as client:
-            flood = fetch(client, 0, 0, [(made_up, p, 0) for p in range(21)])
-            assert (flood.error_code, flood.session_id) == (0, 0)
-            assert answered(flood) == {(made_up, p): (UNKNOWN_TOPIC_OR_PARTITION, -1, 0) for p in range(21)}
-            # Growing a session beyond the bound closes it; the fetch is still answered.
-            session_id, _ = open_session(client, topic_name, 2)
-            grown = fetch(client, session_id, 1, [(made_up, p, 0) for p in range(19)])
-            assert (grown.error_code, grown.session_id) == (0, 0)
-            assert answered(grown) == {(made_up, p): (UNKNOWN_TOPIC_OR_PARTITION, -1, 0) for p in range(19)}
-            assert fetch(client, session_id, 2, []).error_code == FETCH_SESSION_ID_NOT_FOUND
-            # At the bound exactly, a session is made.
-            assert fetch(client, 0, 0, [(made_up, p, 0) for p in range(20)]).session_id != 0
+    bs = tight_broker.bootstrap
+    create(bs, topic_name, 2)
+    made_up = f"{topic_name}-made-up"
+    with RawClient(bs) as client:
+        flood = fetch(client, 0, 0, [(made_up, p, 0) for p in range(21)])
+        assert (flood.error_code, flood.session_id) == (0, 0)
+        assert answered(flood) == {(made_up, p): (UNKNOWN_TOPIC_OR_PARTITION, -1, 0) for p in range(21)}
+        # Growing a session beyond the bound closes it; the fetch is still answered.
+        session_id, _ = open_session(client, topic_name, 2)
+        grown = fetch(client, session_id, 1, [(made_up, p, 0) for p in range(19)])
+        assert (grown.error_code, grown.session_id) == (0, 0)
+        assert answered(grown) == {(made_up, p): (UNKNOWN_TOPIC_OR_PARTITION, -1, 0) for p in range(19)}
+        assert fetch(client, session_id, 2, []).error_code == FETCH_SESSION_ID_NOT_FOUND
+        # At the bound exactly, a session is made.
+        assert fetch(client, 0, 0, [(made_up, p, 0) for p in range(20)]).session_id != 0
