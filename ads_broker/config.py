@@ -161,6 +161,14 @@ SETTINGS: tuple[Setting, ...] = (
             doc="longest metadata string of an offset commit; longer is OFFSET_METADATA_TOO_LARGE"),
     Setting("socket.request.max.bytes", int, 104857600, 1),
     Setting("fetch.max.bytes", int, 57671680, 0),
+    Setting("max.request.partition.size.limit", int, 2000, 1,
+            doc="partitions one DescribeTopicPartitions response may carry at most (the request's own limit "
+                "is capped by it)"),
+    Setting("max.incremental.fetch.session.cache.slots", int, 1000, 0,
+            doc="incremental fetch sessions (KIP-227) the broker keeps; 0: none (every fetch is a full one)"),
+    Setting("min.incremental.fetch.session.eviction.ms", int, 120000, 0,
+            doc="not a Kafka setting (Kafka's fixed 120000): a fetch session unused this long may be evicted by "
+                "any new one; one created longer ago than this, by a new one with more partitions"),
     Setting("num.recovery.threads.per.data.dir", int, 1, 1),
     Setting("log.dirs", str, "", doc="set by --data-dir"),
     # -- network: connections, request memory, listeners, TLS, SASL (issue 12; docs/SECURITY.md) --
@@ -302,6 +310,9 @@ class BrokerSettings:
     offset_metadata_max_bytes: int
     socket_request_max_bytes: int
     fetch_max_bytes: int
+    max_request_partition_size_limit: int
+    max_incremental_fetch_session_cache_slots: int
+    min_incremental_fetch_session_eviction_ms: int
     num_recovery_threads_per_data_dir: int
     log_dirs: str
     queued_max_request_bytes: int

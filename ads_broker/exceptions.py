@@ -152,6 +152,18 @@ class InvalidRequestError(BrokerError):
     error_code = errors.INVALID_REQUEST
 
 
+class FetchSessionIdNotFoundError(BrokerError):
+    """An incremental fetch named a session this broker does not have (evicted, closed, never made)."""
+
+    error_code = errors.FETCH_SESSION_ID_NOT_FOUND
+
+
+class InvalidFetchSessionEpochError(BrokerError):
+    """An incremental fetch's epoch is not its session's next one (a retry, a stale or forged request)."""
+
+    error_code = errors.INVALID_FETCH_SESSION_EPOCH
+
+
 class UnsupportedVersionError(BrokerError):
     """An API version the broker does not advertise (UNSUPPORTED_VERSION)."""
 

@@ -28,6 +28,7 @@ from kafka.protocol.admin import (
     DescribeGroupsRequest,
     DescribeLogDirsRequest,
     DescribeProducersRequest,
+    DescribeTopicPartitionsRequest,
     DescribeTransactionsRequest,
     DescribeUserScramCredentialsRequest,
     IncrementalAlterConfigsRequest,
@@ -61,6 +62,7 @@ from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 from ads_broker.protocol import (
     admin,
     configs,
+    describe_topics,
     fetch,
     groups,
     groups_admin,
@@ -137,6 +139,7 @@ _APIS = (
     Api(DescribeProducersRequest, 0, 0, txn_admin.handle_describe_producers),
     Api(DescribeTransactionsRequest, 0, 0, txn_admin.handle_describe_transactions),
     Api(ListTransactionsRequest, 0, 1, txn_admin.handle_list_transactions),  # v2: a Java regex filter
+    Api(DescribeTopicPartitionsRequest, 0, 0, describe_topics.handle_describe_topic_partitions),
 )
 
 #: API key -> :class:`Api`.

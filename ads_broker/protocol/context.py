@@ -21,6 +21,7 @@ from ads_broker.exceptions import AuthorizationError, BrokerError
 from ads_broker.faults import BrokerFaults
 from ads_broker.producer_ids import ProducerIdManager
 from ads_broker.protocol.codec import DecodedRequest
+from ads_broker.protocol.fetch_session import FetchSessionCache
 from ads_broker.rejections import RejectionLog
 from ads_broker.replication.replica_manager import ReplicaManager
 from ads_broker.security.acl import DENIED_CODE, NAMES, Authorizer
@@ -66,6 +67,10 @@ class HandlerContext:
         #: Cluster mode (``zookeeper.connect``): topics, leaders and brokers come from ZooKeeper.
         self.cluster = cluster
         self.messages_in = 0
+        #: Consumers' incremental fetch sessions (KIP-227; protocol/fetch_session.py).
+        self.fetch_sessions = FetchSessionCache(config.settings.max_incremental_fetch_session_cache_slots,
+                                                config.settings.min_incremental_fetch_session_eviction_ms,
+                                                max_partitions=config.settings.max_broker_partitions)
 
     @property
     def advertised(self) -> tuple[str, int]:

@@ -3,19 +3,39 @@
 Fetch returns whole batches straight from the segment files: the response is encoded with a
 unique placeholder for each partition's ``records`` and the placeholders are then replaced by
 file slices that the server sends with ``sendfile``; record bytes never pass through Python.
+
+Consumers' fetches (v7+) may use incremental fetch sessions (KIP-227): the session keeps the
+partitions and what each was last told, so a request names only what moved and the response
+carries only what changed (:mod:`ads_broker.protocol.fetch_session` states the rules).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin import DeleteRecordsResponse
 from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsResponse
 
-from ads_broker.exceptions import BrokerError, OffsetOutOfRangeError
+from ads_broker.exceptions import (
+    AuthorizationError,
+    BrokerError,
+    FetchSessionIdNotFoundError,
+    InvalidFetchSessionEpochError,
+    OffsetOutOfRangeError,
+)
 from ads_broker.log.log import FileSlice
 from ads_broker.protocol.codec import Chunk, DecodedRequest, SendfileSlice, encode_response, splice_records
+from ads_broker.protocol.fetch_session import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    INVALID_SESSION_ID,
+    CachedPartition,
+    FetchSession,
+    TopicPartitionKey,
+    next_epoch,
+)
 from ads_broker.replication.replica_manager import FetchPartition, PartitionRead
 from ads_broker.security.acl import DELETE, DESCRIBE, READ, TOPIC
 
@@ -25,15 +45,23 @@ if TYPE_CHECKING:
 PartitionData: Any = FetchResponse.FetchableTopicResponse.PartitionData
 
 
-def _wanted(ctx: HandlerContext, body: FetchRequest) -> list[FetchPartition]:
-    """The requested partitions in request order; a denied one carries its error."""
+def _requested(body: FetchRequest) -> list[CachedPartition]:
+    """The partitions named in the request, in request order."""
+    return [CachedPartition(ftopic.topic, fpart.partition, fpart.fetch_offset, fpart.partition_max_bytes,
+                            getattr(fpart, "current_leader_epoch", None))  # v9+
+            for ftopic in body.topics for fpart in ftopic.partitions]
+
+
+def _wanted(ctx: HandlerContext, parts: Iterable[CachedPartition]) -> list[FetchPartition]:
+    """What to read of ``parts``, in their order; a denied one carries its error (Kafka checks
+    READ on every partition of a session at every fetch, not only when it was added)."""
+    denials: dict[str, AuthorizationError | None] = {}
     wanted = []
-    for ftopic in body.topics:
-        denied = ctx.denial(READ, TOPIC, ftopic.topic)
-        for fpart in ftopic.partitions:
-            wanted.append(FetchPartition(ftopic.topic, fpart.partition, fpart.fetch_offset,
-                                         fpart.partition_max_bytes, denied,
-                                         getattr(fpart, "current_leader_epoch", None)))  # v9+
+    for p in parts:
+        if p.topic not in denials:
+            denials[p.topic] = ctx.denial(READ, TOPIC, p.topic)
+        wanted.append(FetchPartition(p.topic, p.partition, p.fetch_offset, p.max_bytes, denials[p.topic],
+                                     p.current_leader_epoch))
     return wanted
 
 
@@ -43,11 +71,97 @@ async def handle_fetch(ctx: HandlerContext, req: DecodedRequest) -> list[Chunk]:
         from ads_broker.protocol import replica
 
         return await replica.handle_follower_fetch(ctx, req)
-    wanted = _wanted(ctx, body)
-    reads = await ctx.replicas.fetch_messages(
+    # v7+ carry the session fields; older versions are always sessionless (id 0, epoch -1).
+    session_id = getattr(body, "session_id", INVALID_SESSION_ID) if req.api_version >= 7 else INVALID_SESSION_ID
+    epoch = getattr(body, "session_epoch", FINAL_EPOCH) if req.api_version >= 7 else FINAL_EPOCH
+    cache = ctx.fetch_sessions
+    requested = _requested(body)
+    if epoch in (INITIAL_EPOCH, FINAL_EPOCH):  # a full fetch: any session it names is closed
+        if session_id != INVALID_SESSION_ID:
+            cache.remove(session_id)
+        wanted = _wanted(ctx, requested)
+        reads = await _read(ctx, body, wanted)
+        new_id = INVALID_SESSION_ID
+        if epoch == INITIAL_EPOCH and req.api_version >= 7:
+            new_id = cache.maybe_create(_session_partitions(requested, reads))
+        return _encode_fetch(req, _results(ctx, req, wanted, reads), session_id=new_id)
+    session, error = _incremental_session(ctx, req, session_id, epoch, requested)
+    if error is not None:
+        return _encode_fetch(req, [], session_id=INVALID_SESSION_ID, error_code=error.error_code)
+    if session is None:  # closed (every partition forgotten, or too many): the fetch is sessionless
+        wanted = _wanted(ctx, requested)
+        return _encode_fetch(req, _results(ctx, req, wanted, await _read(ctx, body, wanted)))
+    wanted = _wanted(ctx, list(session.partitions.values()))
+    reads = await _read(ctx, body, wanted)
+    if session.epoch != next_epoch(epoch):
+        # Another fetch of this session (a retry on another connection) was served meanwhile.
+        error = InvalidFetchSessionEpochError(f"fetch session {session.id} moved past epoch {epoch} while this "
+                                              "fetch waited; possible duplicate request")
+        ctx.log_client_error(req, "fetch", error, session_id=session.id)
+        return _encode_fetch(req, [], session_id=session.id, error_code=error.error_code)
+    wanted, reads = _incremental_changes(session, wanted, reads)
+    return _encode_fetch(req, _results(ctx, req, wanted, reads), session_id=session.id)
+
+
+async def _read(ctx: HandlerContext, body: FetchRequest, wanted: list[FetchPartition]) -> list[PartitionRead]:
+    return await ctx.replicas.fetch_messages(
         wanted, max_bytes=min(body.max_bytes, ctx.config.settings.fetch_max_bytes),  # Kafka caps it by the broker's
         min_bytes=body.min_bytes, max_wait_ms=body.max_wait_ms, isolation_level=body.isolation_level)
-    return _encode_fetch(req, _results(ctx, req, wanted, reads))
+
+
+def _session_partitions(requested: list[CachedPartition],
+                        reads: list[PartitionRead]) -> dict[TopicPartitionKey, CachedPartition]:
+    """A new session's partitions, each remembering what the full fetch's answer told the client."""
+    out: dict[TopicPartitionKey, CachedPartition] = {}
+    for part, read in zip(requested, reads, strict=True):
+        part.high_watermark, part.log_start_offset = read.high_watermark, read.log_start_offset
+        out[(part.topic, part.partition)] = part
+    return out
+
+
+def _incremental_session(ctx: HandlerContext, req: DecodedRequest, session_id: int, epoch: int,
+                         requested: list[CachedPartition]) -> tuple[FetchSession | None, BrokerError | None]:
+    """The session an incremental fetch names, updated with the request (None: it was closed
+    because the request forgot every partition); or the session error to answer."""
+    cache = ctx.fetch_sessions
+    session = cache.get(session_id)
+    error: BrokerError | None = None
+    if session is None:
+        error = FetchSessionIdNotFoundError(f"fetch session {session_id} not found (closed, evicted or never "
+                                            "created): send a full fetch (epoch 0) to start a new one")
+    elif session.epoch != epoch:
+        error = InvalidFetchSessionEpochError(f"fetch session {session_id} expected epoch {session.epoch}, "
+                                              f"but got {epoch}: send a full fetch (epoch 0) to start over")
+    if error is not None:
+        ctx.log_client_error(req, "fetch", error, session_id=session_id, session_epoch=epoch)
+        return None, error
+    assert session is not None
+    forgotten = [(t.topic, p) for t in (req.body.forgotten_topics_data or []) for p in t.partitions]
+    session.update(requested, forgotten)
+    if not session.partitions or len(session.partitions) > cache.max_partitions:
+        # Emptied (Kafka), or grown beyond what one broker can serve (ours, fetch_session.py): closed.
+        cache.remove(session.id)
+        return None, None
+    cache.touch(session, cache.now_ms())
+    session.epoch = next_epoch(session.epoch)
+    return session, None
+
+
+def _incremental_changes(session: FetchSession, wanted: list[FetchPartition],
+                         reads: list[PartitionRead]) -> tuple[list[FetchPartition], list[PartitionRead]]:
+    """Only the partitions an incremental answer must carry (Kafka's ``IncrementalFetchContext``);
+    a partition answered with records moves to the end of the session's order."""
+    kept_wanted, kept_reads = [], []
+    for want, read in zip(wanted, reads, strict=True):
+        key = (want.topic, want.partition)
+        cached = session.partitions[key]
+        if cached.must_respond(bool(read.slices), read.high_watermark, read.log_start_offset,
+                               read.error is not None):
+            kept_wanted.append(want)
+            kept_reads.append(read)
+            if read.slices:
+                session.move_to_end(key)
+    return kept_wanted, kept_reads
 
 
 ReadResult = list[tuple[str, list[tuple[Any, list[FileSlice]]]]]
@@ -55,30 +169,29 @@ ReadResult = list[tuple[str, list[tuple[Any, list[FileSlice]]]]]
 
 def _results(ctx: HandlerContext, req: DecodedRequest, wanted: list[FetchPartition],
              reads: list[PartitionRead]) -> ReadResult:
-    """Per requested topic (in request order): each partition's response data and its slices."""
+    """Each partition's response data and its slices, grouped into topics as Kafka's
+    ``FetchResponse.toMessage`` does: consecutive partitions of one topic share an entry."""
     results: ReadResult = []
-    it = iter(zip(wanted, reads, strict=True))
-    for ftopic in req.body.topics:
-        parts: list[tuple[Any, list[FileSlice]]] = []
-        for _ in ftopic.partitions:
-            want, read = next(it)
-            data = PartitionData(partition_index=want.partition, error_code=0, high_watermark=read.high_watermark,
-                                 last_stable_offset=read.last_stable_offset, log_start_offset=read.log_start_offset,
-                                 aborted_transactions=None, preferred_read_replica=-1, records=b"")
-            if read.error is not None:
-                if not isinstance(read.error, OffsetOutOfRangeError):
-                    ctx.log_client_error(req, "fetch", read.error, topic=want.topic, partition=want.partition)
-                data.error_code = read.error.error_code
-            elif read.aborted is not None:
-                data.aborted_transactions = [
-                    PartitionData.AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
-                    for a in read.aborted]
-            parts.append((data, read.slices))
-        results.append((ftopic.topic, parts))
+    for want, read in zip(wanted, reads, strict=True):
+        data = PartitionData(partition_index=want.partition, error_code=0, high_watermark=read.high_watermark,
+                             last_stable_offset=read.last_stable_offset, log_start_offset=read.log_start_offset,
+                             aborted_transactions=None, preferred_read_replica=-1, records=b"")
+        if read.error is not None:
+            if not isinstance(read.error, OffsetOutOfRangeError):
+                ctx.log_client_error(req, "fetch", read.error, topic=want.topic, partition=want.partition)
+            data.error_code = read.error.error_code
+        elif read.aborted is not None:
+            data.aborted_transactions = [
+                PartitionData.AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
+                for a in read.aborted]
+        if not results or results[-1][0] != want.topic:
+            results.append((want.topic, []))
+        results[-1][1].append((data, read.slices))
     return results
 
 
-def _encode_fetch(req: DecodedRequest, results: ReadResult) -> list[Chunk]:
+def _encode_fetch(req: DecodedRequest, results: ReadResult, *, session_id: int = INVALID_SESSION_ID,
+                  error_code: int = 0) -> list[Chunk]:
     placeholders: list[tuple[bytes, list[SendfileSlice]]] = []
     try:
         topics = []
@@ -96,7 +209,7 @@ def _encode_fetch(req: DecodedRequest, results: ReadResult) -> list[Chunk]:
                         dups.append(SendfileSlice(os.dup(s.file.fileno()), s.position, s.size))
                 partition_data.append(data)
             topics.append(FetchResponse.FetchableTopicResponse(topic=topic, partitions=partition_data))
-        response = FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
+        response = FetchResponse(throttle_time_ms=0, error_code=error_code, session_id=session_id, responses=topics)
         encoded = encode_response(response, req.api_version, req.correlation_id)
         if not placeholders:
             return [encoded]

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, OffsetSpec
-from kafka.errors import IncompatibleBrokerVersion, NoError
+from kafka.errors import NoError
 from kafka.structs import OffsetAndMetadata
 
 from ads_broker.embedded import BrokerProcess
@@ -328,13 +328,6 @@ def test_create_partitions_grows_a_topic(compat_broker: BrokerProcess, admin: Ka
     assert (meta.partition, meta.offset) == (2, 0)
 
 
-# Admin APIs that operators' tools call and ads-broker does not serve yet (issue 14 item 4): kafka-python
-# finds no version of the API in ApiVersions and raises IncompatibleBrokerVersion before sending.
-NOT_SERVED = pytest.mark.xfail(strict=True, raises=IncompatibleBrokerVersion,
-                               reason="ads-broker: API not in ApiVersions (kafka-python: IncompatibleBrokerVersion); "
-                                      "Kafka serves it")
-
-
 @pytest.mark.parametrize("incremental", [
     pytest.param(True, id="IncrementalAlterConfigs-44"),
     pytest.param(False, id="AlterConfigs-33")])
@@ -372,7 +365,6 @@ def test_describe_log_dirs_35(compat_broker: BrokerProcess, admin: KafkaAdminCli
     assert partition["partition_size"] > 100
 
 
-@NOT_SERVED
 def test_describe_topic_partitions_75(admin: KafkaAdminClient, topic_name: str) -> None:
     create(admin, topic_name, 2)
     [topic] = admin.describe_topic_partitions([topic_name])["topics"]
