@@ -26,6 +26,9 @@ app.add_typer(groups_app, name="groups")
 acls_app = typer.Typer(help="ACLs in the data dir, as kafka-acls.sh manages them (docs/SECURITY.md).",
                        no_args_is_help=True)
 app.add_typer(users_app, name="users")
+cluster_app = typer.Typer(help="A development cluster on this machine: ZooKeeper and N brokers (docs/CLUSTER.md).",
+                          no_args_is_help=True)
+app.add_typer(cluster_app, name="cluster")
 app.add_typer(acls_app, name="acls")
 
 Bootstrap = Annotated[str, typer.Option("--bootstrap-server", "-b", help="HOST:PORT of a broker")]
@@ -481,6 +484,69 @@ def acls_list(
     for acl in acls:
         if all(f.matches(acl) for f in filters):
             typer.echo(acl.describe())
+
+
+ClusterDir = Annotated[Path, typer.Option("--dir", help="the cluster's root: data dirs, logs, cluster.json")]
+
+
+@cluster_app.command("up")
+def cluster_up(
+    root: ClusterDir = Path("ads-cluster"),
+    brokers: Annotated[int, typer.Option(help="number of brokers (ids 1..N)")] = 3,
+    base_port: Annotated[int | None, typer.Option(help="broker i listens on BASE_PORT + i - 1 [default: free "
+                                                       "ports, kept for the next up]")] = None,
+    zookeeper: Annotated[str | None, typer.Option(help="zookeeper.connect of a running ZooKeeper [default: start "
+                                                       "one from Debian's zookeeper package]")] = None,
+    override: Annotated[list[str] | None, typer.Option(help="KEY=VALUE for every broker; repeatable")] = None,
+) -> None:
+    """Start ZooKeeper and the brokers in the background; return once all are registered."""
+    from ads_broker.cluster.exceptions import ClusterError
+    from ads_broker.cluster.local import up
+    from ads_broker.config import split_override
+
+    try:
+        overrides = dict(split_override(o) for o in override or [])
+        state = up(root, brokers=brokers, base_port=base_port, zookeeper=zookeeper, overrides=overrides)
+    except (BrokerError, ClusterError, OSError) as e:
+        fail(f"cluster up: {e}")
+    typer.echo(f"cluster {state.cluster_id}: {len(state.brokers)} broker(s) up, zookeeper.connect="
+               f"{state.zookeeper_connect}")
+    typer.echo(f"bootstrap.servers={state.bootstrap}")
+    typer.echo(f"stop it with: ads-broker cluster down --dir {root}")
+
+
+@cluster_app.command("down")
+def cluster_down(
+    root: ClusterDir = Path("ads-cluster"),
+    timeout: Annotated[float, typer.Option(help="seconds each broker gets for its controlled shutdown")] = 60.0,
+) -> None:
+    """Stop the brokers (controlled shutdown, one at a time), then ZooKeeper; the data is kept."""
+    from ads_broker.cluster.exceptions import ClusterError
+    from ads_broker.cluster.local import down
+
+    try:
+        lines = down(root, timeout)
+    except ClusterError as e:
+        fail(f"cluster down: {e}")
+    for line in lines:
+        typer.echo(line)
+
+
+@cluster_app.command("status")
+def cluster_status(root: ClusterDir = Path("ads-cluster")) -> None:
+    """Each process of the cluster: running or not, its address and log. Exit 1 unless all run."""
+    from ads_broker.cluster.exceptions import ClusterError
+    from ads_broker.cluster.local import status
+
+    try:
+        state, lines = status(root)
+    except ClusterError as e:
+        fail(f"cluster status: {e}")
+    for line in lines:
+        typer.echo(line)
+    typer.echo(f"bootstrap.servers={state.bootstrap}")
+    if any("not running" in line for line in lines):
+        raise typer.Exit(1)
 
 
 def main() -> None:

@@ -1,6 +1,7 @@
 """Run a standalone ZooKeeper server from Debian's ``zookeeper`` package, as a child process.
 
-Used by the cluster tests and (later) ``ads-broker cluster up``. No system service is involved:
+Used by the cluster tests and ``ads-broker cluster up`` (:mod:`ads_broker.cluster.local`). No system
+service is involved:
 the server runs ``org.apache.zookeeper.server.ZooKeeperServerMain`` with a generated ``zoo.cfg``
 in its own data directory on a loopback port, and is stopped by its PID. The data directory
 outlives :meth:`ZooKeeperServer.kill`, so :meth:`ZooKeeperServer.start` again recovers the same
