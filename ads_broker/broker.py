@@ -17,6 +17,7 @@ from wsgiref.simple_server import WSGIServer
 import structlog
 from kafka.protocol.api_message import ApiMessage
 
+from ads_broker import dynamic_config
 from ads_broker.cluster.node import ClusterNode
 from ads_broker.config import BrokerConfig
 from ads_broker.coordinator.group import GroupCoordinator
@@ -42,6 +43,7 @@ class Broker:
         self.config = config
         self.faults = faults
         self.node_id = config.settings.broker_id
+        dynamic_config.load(data_dir, config)  # before any log is opened: topic configs use its defaults
         self.replicas = ReplicaManager(data_dir, config, record_synced_length=faults is not None)
         self.groups = GroupCoordinator(
             initial_rebalance_delay_ms=config.settings.group_initial_rebalance_delay_ms,

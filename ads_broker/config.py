@@ -10,7 +10,7 @@ broker settings exactly as Kafka derives them, and CreateTopics configs override
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -392,13 +392,31 @@ class BrokerConfig:
     #: Names given in the properties file or as overrides (Kafka's STATIC_BROKER_CONFIG source);
     #: every other setting has its default (DEFAULT_CONFIG).
     explicit: frozenset[str] = frozenset()
+    #: Dynamic broker configs (IncrementalAlterConfigs/AlterConfigs on the BROKER resource, only
+    #: :data:`DYNAMIC_SETTINGS`): the cluster-wide defaults (resource name "", Kafka's
+    #: DYNAMIC_DEFAULT_BROKER_CONFIG) and this broker's own (its id, DYNAMIC_BROKER_CONFIG), parsed.
+    #: Replaced whole (never mutated) by :meth:`set_dynamic`, so a reader sees one version.
+    dynamic_default: dict[str, Any] = field(default_factory=dict)
+    dynamic_broker: dict[str, Any] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> Any:
+        """The effective value: this broker's dynamic config, else the cluster-wide dynamic
+        default, else the static config (properties file, --override), else the default."""
+        if name in self.dynamic_broker:
+            return self.dynamic_broker[name]
+        if name in self.dynamic_default:
+            return self.dynamic_default[name]
         return self.values[name]
+
+    def set_dynamic(self, default: Mapping[str, Any], broker: Mapping[str, Any]) -> None:
+        """Install new dynamic layers (each already validated by :func:`parse_dynamic`)."""
+        object.__setattr__(self, "dynamic_default", dict(default))
+        object.__setattr__(self, "dynamic_broker", dict(broker))
 
     @cached_property
     def settings(self) -> BrokerSettings:
-        """The typed view, built on first use (the values never change)."""
+        """The typed view of the static values, built on first use (they never change). The
+        dynamic settings (:data:`DYNAMIC_SETTINGS`) are read through ``config[name]`` instead."""
         return BrokerSettings.from_values(self.values)
 
     @classmethod
@@ -427,10 +445,10 @@ class BrokerConfig:
     def log_retention_time_ms(self) -> int:
         """Kafka's ``logRetentionTimeMillis``: log.retention.ms, else log.retention.minutes, else
         log.retention.hours, in milliseconds; any negative value is -1 (no time limit)."""
-        ms = self.values["log.retention.ms"]
+        ms = self["log.retention.ms"]
         if ms is None:
-            minutes = self.values["log.retention.minutes"]
-            ms = minutes * 60_000 if minutes is not None else self.values["log.retention.hours"] * 3_600_000
+            minutes = self["log.retention.minutes"]
+            ms = minutes * 60_000 if minutes is not None else self["log.retention.hours"] * 3_600_000
         return -1 if ms < 0 else int(ms)
 
     @property
@@ -450,9 +468,22 @@ class BrokerConfig:
         out: dict[str, str] = {}
         for setting in SETTINGS:
             if setting.topic_name:
-                out[setting.topic_name] = str(self.values[setting.name])
+                out[setting.topic_name] = str(self[setting.name])
         out["retention.ms"] = str(self.log_retention_time_ms)
         return out
+
+
+#: Broker settings that IncrementalAlterConfigs/AlterConfigs may change at run time (Kafka's
+#: ``DynamicLogConfig.ReconfigurableConfigs``: the broker-wide defaults of topic configs, and the
+#: retention synonyms). Every other setting needs a restart (Kafka's "Cannot update these configs
+#: dynamically").
+DYNAMIC_SETTINGS = frozenset({s.name for s in SETTINGS if s.topic_name}
+                             | {"log.retention.minutes", "log.retention.hours"})
+
+
+def parse_dynamic(raw: Mapping[str, str], where: str) -> dict[str, Any]:
+    """Validate dynamic broker configs as the static ones are (types, ranges, choices)."""
+    return {name: _parse_setting(_BY_NAME[name], value, where) for name, value in raw.items()}
 
 
 def split_override(item: str) -> tuple[str, str]:

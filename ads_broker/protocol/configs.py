@@ -8,16 +8,19 @@ and ``createBrokerConfigEntry``):
 - ``synonyms``: the names a value may come from, most specific first: the topic's own override
   (TOPIC_CONFIG), then the broker synonyms of the config (``log.retention.ms``,
   ``log.retention.minutes``, ``log.retention.hours`` for ``retention.ms``) where the broker has
-  them, dynamic ones first (none here), then static ones (server.properties or ``--override``,
+  them, dynamic ones first (this broker's DYNAMIC_BROKER_CONFIG, then the cluster-wide
+  DYNAMIC_DEFAULT_BROKER_CONFIG), then static ones (server.properties or ``--override``,
   STATIC_BROKER_CONFIG), then defaults that are not null (DEFAULT_CONFIG); as Kafka, the list
   starts at the config's own broker name (``dropWhile(name != ...)``).
 - ``config_source``: the first synonym's source, DEFAULT_CONFIG when there is none. Synonyms
   themselves are sent only when the request asks (``include_synonyms``).
 
 Topic configs are altered per topic and persisted in the topic store (:meth:`ReplicaManager.
-alter_topic_configs`); broker configs are static here: every change to the BROKER resource is
-refused with Kafka's answer for a config that cannot be updated dynamically (INVALID_REQUEST,
-"Cannot update these configs dynamically: Set(...)"), see docs/BROKER.md.
+alter_topic_configs`). On the BROKER resource (``""``: the cluster-wide defaults, or this broker's
+id) the dynamic broker configs are altered (:mod:`ads_broker.dynamic_config`: the ``log.*``
+defaults of topic configs, applied to every topic at once); every other broker config is refused
+with Kafka's answer for a config that cannot be updated dynamically (INVALID_REQUEST, "Cannot
+update these configs dynamically: Set(...)"), see docs/BROKER.md.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ from kafka.protocol.admin import (
     IncrementalAlterConfigsResponse,
 )
 
-from ads_broker.config import SETTINGS, BrokerConfig, Setting
+from ads_broker import dynamic_config
+from ads_broker.config import DYNAMIC_SETTINGS, SETTINGS, BrokerConfig, Setting
 from ads_broker.exceptions import BrokerError, InvalidConfigurationError, InvalidRequestError
 from ads_broker.log.config import TOPIC_CONFIG_KEYS, TOPIC_CONFIG_TYPES
 from ads_broker.protocol.codec import DecodedRequest
@@ -48,6 +52,8 @@ RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 # DescribeConfigsResponse.ConfigSource
 SOURCE_TOPIC_CONFIG = 1
+SOURCE_DYNAMIC_BROKER_CONFIG = 2
+SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG = 3
 SOURCE_STATIC_BROKER_CONFIG = 4
 SOURCE_DEFAULT_CONFIG = 5
 # DescribeConfigsResponse.ConfigType
@@ -109,9 +115,12 @@ def broker_synonyms(name: str) -> tuple[str, ...]:
 
 
 def config_synonyms(config: BrokerConfig, name: str, sensitive: bool) -> list[Any]:
-    """Kafka's ``ConfigHelper.configSynonyms`` for broker setting ``name`` (no dynamic configs here)."""
+    """Kafka's ``ConfigHelper.configSynonyms`` for broker setting ``name``."""
     names = broker_synonyms(name)
-    found = [(n, config[n], SOURCE_STATIC_BROKER_CONFIG) for n in names if n in config.explicit]
+    found = [(n, config.dynamic_broker[n], SOURCE_DYNAMIC_BROKER_CONFIG) for n in names if n in config.dynamic_broker]
+    found += [(n, config.dynamic_default[n], SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG)
+              for n in names if n in config.dynamic_default]
+    found += [(n, config.values[n], SOURCE_STATIC_BROKER_CONFIG) for n in names if n in config.explicit]
     found += [(n, _BY_NAME[n].default, SOURCE_DEFAULT_CONFIG) for n in names if _BY_NAME[n].default is not None]
     while found and found[0][0] != name:
         found.pop(0)  # Kafka: allSynonyms.dropWhile(s => s.name != name)
@@ -155,15 +164,22 @@ def _broker_id(ctx: HandlerContext, name: str) -> int | None:
 
 
 def describe_broker(ctx: HandlerContext, name: str, include_synonyms: bool, include_docs: bool) -> list[Any]:
+    config = ctx.config
     if _broker_id(ctx, name) is None:
-        return []  # Kafka: the empty name describes the dynamic cluster-wide defaults; there are none
+        # Kafka: the empty name describes the dynamic cluster-wide defaults only
+        return [_entry(key, _render(value), [Synonym(name=key, value=_render(value),
+                                                     source=SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG)],
+                       config_type=broker_config_type(_BY_NAME[key]), read_only=False,
+                       include_synonyms=include_synonyms,
+                       documentation=(_BY_NAME[key].doc or None) if include_docs else None)
+                for key, value in sorted(config.dynamic_default.items())]
     entries = []
     for setting in SETTINGS:
         config_type = broker_config_type(setting)
-        synonyms = config_synonyms(ctx.config, setting.name, config_type == "PASSWORD")
-        # Every setting is read-only: none can be changed without a restart (module docstring).
-        entries.append(_entry(setting.name, _render(ctx.config[setting.name]), synonyms, config_type=config_type,
-                              read_only=True, include_synonyms=include_synonyms,
+        synonyms = config_synonyms(config, setting.name, config_type == "PASSWORD")
+        # Read-only unless it is a dynamic broker config (dynamic_config.py; the rest need a restart).
+        entries.append(_entry(setting.name, _render(config[setting.name]), synonyms, config_type=config_type,
+                              read_only=setting.name not in DYNAMIC_SETTINGS, include_synonyms=include_synonyms,
                               documentation=(setting.doc or None) if include_docs else None))
     return entries
 
@@ -261,15 +277,49 @@ def incremental_configs(ctx: HandlerContext, topic: str, current: dict[str, str]
     return out
 
 
-def _alter_broker(ctx: HandlerContext, name: str, entries: list[Any]) -> None:
-    _broker_id(ctx, name)
+def _alter_broker(ctx: HandlerContext, name: str, entries: list[Any], incremental: bool,
+                  validate_only: bool) -> None:
+    """Dynamic broker configs: ``name`` "" alters the cluster-wide defaults, this broker's id its
+    own; AlterConfigs replaces the layer, IncrementalAlterConfigs changes it (Kafka's semantics)."""
+    own = _broker_id(ctx, name) is not None
     _check_unique(entries)
-    names = ", ".join(e.name for e in entries)
-    # Kafka's DynamicBrokerConfig.validateConfigs text for configs it cannot update without a restart,
-    # answered as INVALID_REQUEST (ConfigAdminManager, KAFKA-13609).
-    message = f"Cannot update these configs dynamically: Set({names})"
-    raise InvalidRequestError(f"{message}; ads-broker has no dynamic broker configs: set them in server.properties "
-                              "(or --override) and restart")
+    dynamic_config.check_names([e.name for e in entries])
+    if ctx.cluster is not None:
+        raise InvalidRequestError("dynamic broker configs are not kept in ZooKeeper yet (/config/brokers): in cluster "
+                                  "mode set them in each broker's server.properties (or --override) and restart")
+    default, broker = dynamic_config.raw_layers(ctx.data_dir)
+    current = broker if own else default
+    if incremental:
+        layer = dict(current)
+        for e in entries:
+            key, op = e.name, e.config_operation
+            if op == OP_SET:
+                if e.value is None:
+                    raise InvalidRequestError(f"Null value not supported for SET of config key: {key}; use DELETE "
+                                              "to return it to its default")
+                layer[key] = e.value
+            elif op == OP_DELETE:
+                layer.pop(key, None)
+            elif op in (OP_APPEND, OP_SUBTRACT):
+                verb = "append" if op == OP_APPEND else "subtract"
+                if broker_config_type(_BY_NAME[key]) != "LIST":
+                    raise InvalidRequestError(f"Config value {verb} is not allowed for config key: {key}")
+                old = layer.get(key)
+                values = [v for v in (old if old is not None else _render(ctx.config[key]) or "").split(",") if v]
+                given = [v for v in (e.value or "").split(",") if v]
+                merged = values + [v for v in given if v not in values] if op == OP_APPEND else \
+                    [v for v in values if v not in given]
+                layer[key] = ",".join(merged)
+            else:
+                raise InvalidRequestError(f"Unknown config operation {op} for config key: {key} "
+                                          "(0 SET, 1 DELETE, 2 APPEND, 3 SUBTRACT)")
+    else:  # the legacy API replaces the whole set of dynamic configs of the resource
+        layer = {e.name: e.value for e in entries if e.value is not None}
+    new_default, new_broker = (default, layer) if own else (layer, broker)
+    dynamic_config.apply(ctx.data_dir, ctx.config, new_default, new_broker,
+                         lambda: ctx.replicas.reapply_topic_configs(dry_run=True), validate_only=validate_only)
+    if not validate_only:
+        ctx.replicas.reapply_topic_configs()
 
 
 async def _handle_alter(ctx: HandlerContext, req: DecodedRequest, api: str, new_configs: NewConfigs) -> list[Any]:
@@ -294,7 +344,8 @@ async def _handle_alter(ctx: HandlerContext, req: DecodedRequest, api: str, new_
             elif kind == RESOURCE_BROKER:
                 if denied := ctx.denial(ALTER_CONFIGS, CLUSTER, CLUSTER_NAME):
                     raise denied
-                _alter_broker(ctx, name, list(resource.configs))
+                _alter_broker(ctx, name, list(resource.configs), new_configs is incremental_configs,
+                              validate_only)
             else:
                 raise InvalidRequestError(f"Unsupported resource type: {kind} (TOPIC 2 and BROKER 4 are served)")
         except BrokerError as e:

@@ -459,6 +459,20 @@ class ReplicaManager:
                 partition.log.update_config(config)
         log.info("topic configs altered", topic=name, configs=checked, previous=previous)
 
+    def reapply_topic_configs(self, *, dry_run: bool = False) -> int:
+        """After the broker's topic-config defaults changed (dynamic broker configs): every
+        topic's log config computed again from its overrides and the new defaults (raising
+        InvalidConfigurationError as CreateTopics would), then, unless ``dry_run``, applied to
+        each partition's log under its lock. Returns the number of topics."""
+        configs = {name: self.logs.log_config(topic.configs, internal=topic.internal)
+                   for name, topic in list(self.topics.items())}
+        if not dry_run:
+            for name, config in configs.items():
+                for partition in self._partitions.get(name, []):
+                    with partition.lock:
+                        partition.log.update_config(config)
+        return len(configs)
+
     def partition_size(self, partition: Partition) -> int:
         """Bytes of the partition's segments (DescribeLogDirs)."""
         with partition.lock:

@@ -148,9 +148,10 @@ def test_broker_retention_settings_as_kafka_describes_them(client: RawClient, to
     broker = describe(client, "0", ["log.retention.ms", "log.retention.minutes", "log.retention.hours"],
                       resource_type=BROKER)
     assert {k: (e.value, e.config_source, e.read_only) for k, e in broker.items()} == {
-        "log.retention.ms": ("86400000", STATIC_BROKER_CONFIG, True),
-        "log.retention.minutes": (None, DEFAULT_CONFIG, True),  # null unless set, as in Kafka
-        "log.retention.hours": ("168", DEFAULT_CONFIG, True)}
+        # not read-only: dynamic broker configs, as in Kafka (test_dynamic_configs.py)
+        "log.retention.ms": ("86400000", STATIC_BROKER_CONFIG, False),
+        "log.retention.minutes": (None, DEFAULT_CONFIG, False),  # null unless set, as in Kafka
+        "log.retention.hours": ("168", DEFAULT_CONFIG, False)}
     assert synonyms_of(broker["log.retention.hours"]) == [("log.retention.hours", "168", DEFAULT_CONFIG)]
 
 
@@ -266,12 +267,13 @@ def test_legacy_alter_configs_replaces_the_whole_set(client: RawClient, topic_na
     assert produce(client, topic_name, b"x" * 5000) == 0  # the 2000-byte limit went with the set
 
 
-def test_broker_configs_are_refused_as_kafka_refuses_static_ones(client: RawClient) -> None:
-    code, message = incremental(client, "0", [("log.retention.ms", SET, "1000")], resource_type=BROKER)
+def test_static_broker_configs_are_refused_as_kafka_refuses_them(client: RawClient) -> None:
+    """Only the log.* defaults are dynamic (test_dynamic_configs.py); Kafka's answer for the rest."""
+    code, message = incremental(client, "0", [("auto.create.topics.enable", SET, "false")], resource_type=BROKER)
     assert code == INVALID_REQUEST and message is not None
-    assert message.startswith("Cannot update these configs dynamically: Set(log.retention.ms)")
-    entry = describe(client, "0", ["log.retention.ms"], resource_type=BROKER)["log.retention.ms"]
-    assert entry.value == "86400000"
+    assert message.startswith("Cannot update these configs dynamically: Set(auto.create.topics.enable)")
+    entry = describe(client, "0", ["auto.create.topics.enable"], resource_type=BROKER)["auto.create.topics.enable"]
+    assert (entry.value, entry.read_only) == ("true", True)
 
 
 @pytest.mark.parametrize("version", versions(AlterConfigsRequest))
