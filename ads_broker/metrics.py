@@ -290,9 +290,11 @@ def serve_registry(registry: CollectorRegistry, port: int, host: str = "127.0.0.
     return server
 
 
-def serve_metrics(replicas: ReplicaManager, node_id: int, port: int, host: str = "127.0.0.1") -> WSGIServer:
-    """Serve ``/metrics`` on ``host:port`` (its own registry: no process or Python collectors,
-    which Kafka dashboards do not read); ``shutdown()`` the result to stop."""
-    registry = CollectorRegistry(auto_describe=False)
+def serve_metrics(replicas: ReplicaManager, node_id: int, port: int, host: str = "127.0.0.1",
+                  registry: CollectorRegistry | None = None) -> WSGIServer:
+    """Serve ``/metrics`` on ``host:port``: ``registry`` (the broker's own, holding the request-path
+    metrics of :mod:`ads_broker.request_metrics`; no process or Python collectors, which Kafka
+    dashboards do not read) plus the scrape-time gauges; ``shutdown()`` the result to stop."""
+    registry = registry if registry is not None else CollectorRegistry(auto_describe=False)
     registry.register(BrokerCollector(replicas, node_id))
     return serve_registry(registry, port, host)

@@ -33,6 +33,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -58,6 +59,9 @@ from ads_broker.log.config import TOPIC_CONFIG_KEYS, LogConfig
 from ads_broker.log.log import AppendInfo, FileSlice, Log, TxnVerifier, ValidatedBatch
 from ads_broker.log.manager import FDS_PER_NEW_PARTITION, MIN_FD_RESERVE, LogManager, fd_headroom, now_ms
 from ads_broker.log.records import ATTRIBUTES_OFFSET, COMPRESSION_CODEC_MASK, RECORD_BATCH_OVERHEAD, iter_batches
+
+if TYPE_CHECKING:
+    from ads_broker.request_metrics import BrokerMetrics
 from ads_broker.log.txn_index import AbortedTxn
 from ads_broker.replication.leader_epoch import EpochEntry, LeaderEpochFileCache
 from ads_broker.replication.partition import Partition
@@ -187,6 +191,8 @@ class ReplicaManager:
         self.broker_id = config.settings.broker_id
         #: Cluster mode: called with each ISR change a leader proposes (the cluster writes it).
         self.on_alter_partition: Callable[[Partition, AlterPartitionRequest], None] | None = None
+        #: Request-path counters: consumer fetches count bytes out and error codes here.
+        self.metrics: BrokerMetrics | None = None
 
     @property
     def topics(self) -> dict[str, Topic]:
@@ -710,6 +716,9 @@ class ReplicaManager:
             results, total, errors = self._read_partitions(wanted, max_bytes, isolation_level)
             timeout = deadline - loop.time()
             if total >= max(min_bytes, 1) or errors or timeout <= 0 or self.stopping:
+                if self.metrics is not None:  # Kafka's BytesOutPerSec, marked as the response is built
+                    self.metrics.fetched((w.topic, r.error.error_code if r.error is not None else 0,
+                                          sum(s.size for s in r.slices)) for w, r in zip(wanted, results, strict=True))
                 return results
             await self._wait_for_append(self._existing(wanted), timeout)
 
