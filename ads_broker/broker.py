@@ -47,8 +47,9 @@ class Broker:
         self.replicas = ReplicaManager(data_dir, config, record_synced_length=faults is not None)
         #: Request, byte and connection counters (served by ``metrics.port`` with the scrape-time gauges).
         self.registry = CollectorRegistry(auto_describe=False)
-        self.metrics = BrokerMetrics(self.registry, max_topic_labels=config.settings.metrics_topic_labels_max,
+        self.metrics = BrokerMetrics(max_topic_labels=config.settings.metrics_topic_labels_max,
                                      max_connections=config.settings.max_connections)
+        self.registry.register(self.metrics)
         self.replicas.metrics = self.metrics
         self.groups = GroupCoordinator(
             initial_rebalance_delay_ms=config.settings.group_initial_rebalance_delay_ms,

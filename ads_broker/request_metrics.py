@@ -29,17 +29,22 @@ table, listeners from ``listeners``; topics are labelled for the first ``metrics
 topics seen, later ones are counted under ``topic="(other)"`` (parentheses cannot appear in a Kafka
 topic name, so it never mixes with a real topic). No client-id or host labels.
 
-Cost: every counter child is looked up once and kept in a dict keyed by plain values, so a request
-adds a dict lookup, two locked increments and a histogram observation (docs/BENCHMARKS.md measures it).
+Cost: counted in plain dicts on the event loop (no lock, no prometheus_client metric object on the
+request path), turned into metric families when Prometheus scrapes: a produce request adds a few
+dict updates, a bisect over the time buckets and a walk of its partitions' error codes
+(docs/BENCHMARKS.md, "Request metrics", measures it).
 """
 
 from __future__ import annotations
 
+import bisect
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from ads_broker import errors
 from ads_broker.protocol.apis import APIS
@@ -51,6 +56,7 @@ OTHER_TOPICS = "(other)"
 #: fetches wait up to ``fetch.max.wait.ms`` (500 ms by default), group joins up to the rebalance timeout.
 TOTAL_TIME_MS_BUCKETS = (0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0,
                          5000.0, 10000.0, 30000.0)
+PRODUCE_KEY = 0
 FETCH_KEY = 1
 #: Connection refusals at accept, by the limit that refused them (``BrokerServer.admit``).
 REJECT_MAX_CONNECTIONS = "max_connections"
@@ -138,46 +144,36 @@ class TopicLabels:
         return OTHER_TOPICS
 
 
-class BrokerMetrics:
-    """The broker's request-path metrics in ``registry`` (served by ``metrics.port`` next to
-    :class:`ads_broker.metrics.BrokerCollector`). Called from the event loop and from the log
-    writer threads; prometheus_client's values are thread-safe, the child caches are only added to."""
+class BrokerMetrics(Collector):
+    """The broker's request-path metrics, served by ``metrics.port`` next to
+    :class:`ads_broker.metrics.BrokerCollector`.
 
-    def __init__(self, registry: CollectorRegistry, *, max_topic_labels: int, max_connections: int) -> None:
+    Invariant: only the event loop's thread writes (every call site runs on it: the dispatch in
+    server.py, produce appends after their await, consumer fetches, connection accept and close),
+    so counting is a plain dict update, without the lock and the checks a prometheus_client
+    ``Counter`` takes on every increment. The endpoint's thread reads at scrape time from copies
+    (``dict.copy()`` and ``list()`` are single C calls under the GIL): a scrape may miss the
+    request being counted, never sees a torn value, and a histogram's buckets and count come from
+    one copy, so they always agree.
+    """
+
+    def __init__(self, *, max_topic_labels: int, max_connections: int) -> None:
         self.topic_label = TopicLabels(max_topic_labels)
-        self.requests = Counter("kafka_network_requestmetrics_requests",
-                                "Requests answered (or handled, for acks=0 produces), by API and version",
-                                ["request", "version"], registry=registry)
-        self.total_time = Histogram("kafka_network_requestmetrics_totaltimems",
-                                    "Milliseconds from a request's frame taken off the connection to its "
-                                    "response written (long-poll fetches include their wait)",
-                                    ["request"], buckets=TOTAL_TIME_MS_BUCKETS, registry=registry)
-        self.errors = Counter("kafka_network_requestmetrics_errors",
-                              "Error codes in responses (one per partition, group or topic answered), by API; "
-                              "error=NONE counts the successes", ["request", "error"], registry=registry)
-        self.bytes_in = Counter("kafka_server_brokertopicmetrics_bytesin",
-                                "Record-batch bytes appended from produce requests", ["topic"], registry=registry)
-        self.messages_in = Counter("kafka_server_brokertopicmetrics_messagesin",
-                                   "Records appended from produce requests (idempotent retries not counted)",
-                                   ["topic"], registry=registry)
-        self.bytes_out = Counter("kafka_server_brokertopicmetrics_bytesout",
-                                 "Record-batch bytes returned to consumers' fetches", ["topic"], registry=registry)
-        self.connections = Gauge("kafka_server_socket_server_metrics_connection_count",
-                                 "Open client connections", ["listener"], registry=registry)
-        self.created = Counter("kafka_server_socket_server_metrics_connection_creation",
-                               "Connections accepted (admitted under the connection limits)",
-                               ["listener"], registry=registry)
-        self.closed = Counter("kafka_server_socket_server_metrics_connection_close",
-                              "Accepted connections closed (by either side)", ["listener"], registry=registry)
-        self.rejected = Counter("ads_broker_connections_rejected",
-                                "Connections closed at accept, by the limit that refused them "
-                                "(max_connections, max_connections_per_ip, shutting_down)",
-                                ["listener", "reason"], registry=registry)
-        limit = Gauge("ads_broker_max_connections", "The broker's max.connections setting", registry=registry)
-        limit.set(max_connections)
-        self._request_children: dict[tuple[int, int, bool], tuple[Any, Any]] = {}
-        self._error_children: dict[tuple[str, int], Any] = {}
-        self._topic_children: dict[tuple[str, str], Any] = {}
+        self.max_connections = max_connections
+        self._requests: dict[tuple[str, str], int] = {}  # (request, version)
+        #: request -> [observations per bucket (non-cumulative; the last is +Inf)..., sum of ms]
+        self._time: dict[str, list[float]] = {}
+        self._errors: dict[tuple[str, str], int] = {}  # (request, error name)
+        self._bytes_in: dict[str, int] = {}  # by topic label
+        self._messages_in: dict[str, int] = {}
+        self._bytes_out: dict[str, int] = {}
+        self._topic_labels: dict[str, str] = {}  # topic -> its label (itself or OTHER_TOPICS)
+        self._connections: dict[str, int] = {}  # by listener
+        self._created: dict[str, int] = {}
+        self._closed: dict[str, int] = {}
+        self._rejected: dict[tuple[str, str], int] = {}  # (listener, reason)
+        self._request_keys: dict[tuple[int, int, bool], tuple[tuple[str, str], str, str]] = {}
+        self._error_keys: dict[tuple[str, int], tuple[str, str]] = {}
 
     # -- requests (server.py: one call per request handled) --------------------------------------
 
@@ -185,65 +181,142 @@ class BrokerMetrics:
         """A request was answered (``response`` an ApiMessage, encoded chunks, or None for acks=0).
         Fetch responses arrive encoded; their errors are counted by :meth:`fetched`."""
         elapsed_ms = (time.perf_counter() - started) * 1000.0
-        key = (req.api_key, req.api_version, req.api_key == FETCH_KEY and getattr(req.body, "replica_id", -1) >= 0)
-        children = self._request_children.get(key)
-        if children is None:
+        api_key = req.api_key
+        key = (api_key, req.api_version, api_key == FETCH_KEY and getattr(req.body, "replica_id", -1) >= 0)
+        names = self._request_keys.get(key)
+        if names is None:
             name = request_name(req)
-            children = (self.requests.labels(name, str(req.api_version)), self.total_time.labels(name))
-            self._request_children[key] = children
-        children[0].inc()
-        children[1].observe(elapsed_ms)
-        if response is not None and hasattr(response, "_struct"):
-            self.count_errors(REQUEST_NAMES.get(req.api_key, f"ApiKey{req.api_key}"), error_counts(response))
+            names = (name, str(req.api_version)), name, REQUEST_NAMES.get(api_key, f"ApiKey{api_key}")
+            self._request_keys[key] = names
+        requests = self._requests
+        requests[names[0]] = requests.get(names[0], 0) + 1
+        observed = self._time.get(names[1])
+        if observed is None:
+            observed = self._time[names[1]] = [0.0] * (len(TOTAL_TIME_MS_BUCKETS) + 2)
+        observed[bisect.bisect_left(TOTAL_TIME_MS_BUCKETS, elapsed_ms)] += 1
+        observed[-1] += elapsed_ms
+        if response is None or not hasattr(response, "_struct"):
+            return
+        if api_key == PRODUCE_KEY:  # the hot path: one error code per partition answered
+            counts: dict[int, int] = {}
+            for topic in response.responses:
+                for part in topic.partition_responses:
+                    counts[part.error_code] = counts.get(part.error_code, 0) + 1
+        else:
+            counts = error_counts(response)
+        self.count_errors(names[2], counts)
 
     def count_errors(self, request: str, counts: dict[int, int]) -> None:
+        errors = self._errors
         for code, n in counts.items():
-            child = self._error_children.get((request, code))
-            if child is None:
-                child = self.errors.labels(request, error_name(code))
-                self._error_children[(request, code)] = child
-            child.inc(n)
+            key = self._error_keys.get((request, code))
+            if key is None:
+                key = self._error_keys[(request, code)] = (request, error_name(code))
+            errors[key] = errors.get(key, 0) + n
 
     # -- topics (produce appends, consumer fetches) -----------------------------------------------
 
-    def _topic(self, counter: Counter, kind: str, topic: str) -> Any:
-        child = self._topic_children.get((kind, topic))
-        if child is None:
-            child = counter.labels(self.topic_label(topic))
-            self._topic_children[(kind, topic)] = child
-        return child
+    def _label(self, topic: str) -> str:
+        label = self._topic_labels.get(topic)
+        if label is None:
+            label = self._topic_labels[topic] = self.topic_label(topic)
+        return label
 
     def appended(self, topic: str, records: int, nbytes: int) -> None:
         """Kafka's ReplicaManager.appendToLocalLog: bytes and messages of a successful client append."""
-        self._topic(self.bytes_in, "in", topic).inc(nbytes)
-        self._topic(self.messages_in, "msg", topic).inc(records)
+        label = self._label(topic)
+        self._bytes_in[label] = self._bytes_in.get(label, 0) + nbytes
+        self._messages_in[label] = self._messages_in.get(label, 0) + records
 
     def fetched(self, reads: Iterable[tuple[str, int, int]]) -> None:
         """A consumer fetch's answer: (topic, error code, bytes) per partition."""
         counts: dict[int, int] = {}
+        out = self._bytes_out
         for topic, code, nbytes in reads:
             counts[code] = counts.get(code, 0) + 1
             if nbytes:
-                self._topic(self.bytes_out, "out", topic).inc(nbytes)
+                label = self._label(topic)
+                out[label] = out.get(label, 0) + nbytes
         self.count_errors("Fetch", counts)
 
     # -- connections (server.py: admit and disconnect) --------------------------------------------
 
     def add_listener(self, listener: str) -> None:
         """Serve the listener's connection series from the start (0 until a client connects)."""
-        self.connections.labels(listener)
-        self.created.labels(listener)
-        self.closed.labels(listener)
+        for series in (self._connections, self._created, self._closed):
+            series.setdefault(listener, 0)
         for reason in (REJECT_MAX_CONNECTIONS, REJECT_MAX_CONNECTIONS_PER_IP, REJECT_SHUTTING_DOWN):
-            self.rejected.labels(listener, reason)
+            self._rejected.setdefault((listener, reason), 0)
 
     def connection_opened(self, listener: str) -> None:
-        self.created.labels(listener).inc()
-        self.connections.labels(listener).inc()
+        self._created[listener] = self._created.get(listener, 0) + 1
+        self._connections[listener] = self._connections.get(listener, 0) + 1
 
     def connection_closed(self, listener: str) -> None:
-        self.closed.labels(listener).inc()
-        self.connections.labels(listener).dec()
+        self._closed[listener] = self._closed.get(listener, 0) + 1
+        self._connections[listener] = self._connections.get(listener, 0) - 1
 
     def connection_rejected(self, listener: str, reason: str) -> None:
-        self.rejected.labels(listener, reason).inc()
+        self._rejected[(listener, reason)] = self._rejected.get((listener, reason), 0) + 1
+
+    # -- the scrape (the endpoint's thread) -------------------------------------------------------
+
+    def collect(self) -> Iterator[Metric]:
+        # One family constructor per name, each a literal: tests/ops/test_prometheus.py reads the
+        # exported names from these calls.
+        requests = CounterMetricFamily("kafka_network_requestmetrics_requests",
+                                       "Requests answered (or handled, for acks=0 produces), by API and version",
+                                       labels=["request", "version"])
+        for (request, version), n in self._requests.copy().items():
+            requests.add_metric([request, version], n)
+        yield requests
+        total_time = HistogramMetricFamily("kafka_network_requestmetrics_totaltimems",
+                                           "Milliseconds from a request's frame taken off the connection to its "
+                                           "response written (long-poll fetches include their wait)",
+                                           labels=["request"])
+        for request, observed in self._time.copy().items():
+            snapshot = list(observed)
+            cumulative, buckets = 0.0, []
+            for bound, observations in zip((*map(str, TOTAL_TIME_MS_BUCKETS), "+Inf"), snapshot[:-1], strict=True):
+                cumulative += observations
+                buckets.append((bound, cumulative))
+            total_time.add_metric([request], buckets, snapshot[-1])
+        yield total_time
+        errors = CounterMetricFamily("kafka_network_requestmetrics_errors",
+                                     "Error codes in responses (one per partition, group or topic answered), by "
+                                     "API; error=NONE counts the successes", labels=["request", "error"])
+        for (request, error), n in self._errors.copy().items():
+            errors.add_metric([request, error], n)
+        yield errors
+        yield _by_label(CounterMetricFamily("kafka_server_brokertopicmetrics_bytesin",
+                                            "Record-batch bytes appended from produce requests", labels=["topic"]),
+                        self._bytes_in)
+        yield _by_label(CounterMetricFamily("kafka_server_brokertopicmetrics_messagesin",
+                                            "Records appended from produce requests (idempotent retries not counted)",
+                                            labels=["topic"]), self._messages_in)
+        yield _by_label(CounterMetricFamily("kafka_server_brokertopicmetrics_bytesout",
+                                            "Record-batch bytes returned to consumers' fetches", labels=["topic"]),
+                        self._bytes_out)
+        yield _by_label(GaugeMetricFamily("kafka_server_socket_server_metrics_connection_count",
+                                          "Open client connections", labels=["listener"]), self._connections)
+        yield _by_label(CounterMetricFamily("kafka_server_socket_server_metrics_connection_creation",
+                                            "Connections accepted (admitted under the connection limits)",
+                                            labels=["listener"]), self._created)
+        yield _by_label(CounterMetricFamily("kafka_server_socket_server_metrics_connection_close",
+                                            "Accepted connections closed (by either side)", labels=["listener"]),
+                        self._closed)
+        rejected = CounterMetricFamily("ads_broker_connections_rejected",
+                                       "Connections closed at accept, by the limit that refused them "
+                                       "(max_connections, max_connections_per_ip, shutting_down)",
+                                       labels=["listener", "reason"])
+        for (listener, reason), n in self._rejected.copy().items():
+            rejected.add_metric([listener, reason], n)
+        yield rejected
+        yield GaugeMetricFamily("ads_broker_max_connections", "The broker's max.connections setting",
+                                value=self.max_connections)
+
+
+def _by_label(family: CounterMetricFamily | GaugeMetricFamily, values: dict[str, int]) -> Metric:
+    for label, n in values.copy().items():
+        family.add_metric([label], n)
+    return family

@@ -37,7 +37,8 @@ PACKAGES = ("ads_broker", "dedupe_worker", "ebs_ops", "spark_audit")
 SUFFIXES = {"Counter": ("_total", "_created"), "Gauge": ("",), "Histogram": ("_bucket", "_sum", "_count", "_created"),
             "Summary": ("", "_sum", "_count", "_created"), "Info": ("_info",), "Enum": ("",),
             # metric families a custom collector yields (prometheus_client.core)
-            "GaugeMetricFamily": ("",), "CounterMetricFamily": ("_total", "_created")}
+            "GaugeMetricFamily": ("",), "CounterMetricFamily": ("_total", "_created"),
+            "HistogramMetricFamily": ("_bucket", "_sum", "_count", "_created")}
 CLIENT_MODULES = ("prometheus_client", "prometheus_client.core", "prometheus_client.metrics_core")
 PROMETHEUS_OWN = {"up", "scrape_duration_seconds", "scrape_samples_scraped", "ALERTS", "ALERTS_FOR_STATE"}
 PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "bool",

@@ -103,6 +103,8 @@ def test_requests_bytes_and_messages_are_counted_per_api_and_topic(tmp_path: Pat
     assert total(samples, "kafka_network_requestmetrics_requests_total", request="FetchConsumer") >= 2
     assert total(samples, "kafka_network_requestmetrics_requests_total", request="Metadata") >= 1
     assert total(samples, "kafka_network_requestmetrics_requests_total", request="CreateTopics") == 1
+    # Every error_code of any response is counted (here: CreateTopics' one topic, created).
+    assert total(samples, "kafka_network_requestmetrics_errors_total", request="CreateTopics", error="NONE") == 1
     # One error label per partition answered: every produce partition succeeded.
     assert total(samples, "kafka_network_requestmetrics_errors_total", request="Produce", error="NONE") == produces
     assert total(samples, "kafka_network_requestmetrics_errors_total", request="Produce") == produces
