@@ -14,8 +14,9 @@ partition it holds, each partition's replicas and ISR are {this broker}, and it 
 controller. A topic whose ``min.insync.replicas`` is above 1 therefore has every partition under
 its minimum ISR, which is what Kafka would report for it on a one-broker cluster.
 
-Served by ``metrics.port`` (0, the default: no endpoint) on ``metrics.host`` (127.0.0.1); see
-docs/BROKER.md ("Metrics") and docs/RUNBOOK.md.
+Served by ``metrics.port`` (0, the default: no endpoint) on ``metrics.host`` (127.0.0.1), together
+with the request, byte and connection counters of :mod:`ads_broker.request_metrics` (counted on the
+request path); see docs/BROKER.md ("Metrics") and docs/RUNBOOK.md.
 """
 
 from __future__ import annotations

@@ -59,9 +59,6 @@ from ads_broker.log.config import TOPIC_CONFIG_KEYS, LogConfig
 from ads_broker.log.log import AppendInfo, FileSlice, Log, TxnVerifier, ValidatedBatch
 from ads_broker.log.manager import FDS_PER_NEW_PARTITION, MIN_FD_RESERVE, LogManager, fd_headroom, now_ms
 from ads_broker.log.records import ATTRIBUTES_OFFSET, COMPRESSION_CODEC_MASK, RECORD_BATCH_OVERHEAD, iter_batches
-
-if TYPE_CHECKING:
-    from ads_broker.request_metrics import BrokerMetrics
 from ads_broker.log.txn_index import AbortedTxn
 from ads_broker.replication.leader_epoch import EpochEntry, LeaderEpochFileCache
 from ads_broker.replication.partition import Partition
@@ -73,6 +70,9 @@ from ads_broker.replication.state import (
     ReplicationConfig,
     should_apply_leader_and_isr,
 )
+
+if TYPE_CHECKING:
+    from ads_broker.request_metrics import BrokerMetrics
 
 log = structlog.get_logger("ads_broker.replica_manager")
 
