@@ -129,7 +129,9 @@ def _count_errors(obj: Any, struct: Any, counts: dict[int, int]) -> None:
 
 class TopicLabels:
     """The topic label of a topic: itself for the first ``limit`` topics seen, then ``(other)``.
-    Topics are never forgotten (a counter's series must not change meaning while it is scraped)."""
+    Labelled topics are never forgotten (a counter's series must not change meaning while it is
+    scraped); the others are not remembered at all, so memory stays bounded by ``limit`` however
+    many topics come and go."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -167,7 +169,6 @@ class BrokerMetrics(Collector):
         self._bytes_in: dict[str, int] = {}  # by topic label
         self._messages_in: dict[str, int] = {}
         self._bytes_out: dict[str, int] = {}
-        self._topic_labels: dict[str, str] = {}  # topic -> its label (itself or OTHER_TOPICS)
         self._connections: dict[str, int] = {}  # by listener
         self._created: dict[str, int] = {}
         self._closed: dict[str, int] = {}
@@ -216,15 +217,9 @@ class BrokerMetrics(Collector):
 
     # -- topics (produce appends, consumer fetches) -----------------------------------------------
 
-    def _label(self, topic: str) -> str:
-        label = self._topic_labels.get(topic)
-        if label is None:
-            label = self._topic_labels[topic] = self.topic_label(topic)
-        return label
-
     def appended(self, topic: str, records: int, nbytes: int) -> None:
         """Kafka's ReplicaManager.appendToLocalLog: bytes and messages of a successful client append."""
-        label = self._label(topic)
+        label = self.topic_label(topic)
         self._bytes_in[label] = self._bytes_in.get(label, 0) + nbytes
         self._messages_in[label] = self._messages_in.get(label, 0) + records
 
@@ -235,7 +230,7 @@ class BrokerMetrics(Collector):
         for topic, code, nbytes in reads:
             counts[code] = counts.get(code, 0) + 1
             if nbytes:
-                label = self._label(topic)
+                label = self.topic_label(topic)
                 out[label] = out.get(label, 0) + nbytes
         self.count_errors("Fetch", counts)
 
