@@ -16,6 +16,7 @@ from wsgiref.simple_server import WSGIServer
 
 import structlog
 from kafka.protocol.api_message import ApiMessage
+from prometheus_client import CollectorRegistry
 
 from ads_broker import dynamic_config
 from ads_broker.cluster.node import ClusterNode
@@ -31,6 +32,7 @@ from ads_broker.protocol.apis import APIS
 from ads_broker.protocol.codec import Chunk, DecodedRequest
 from ads_broker.protocol.context import HandlerContext, set_client_host
 from ads_broker.replication.replica_manager import ReplicaManager
+from ads_broker.request_metrics import BrokerMetrics
 from ads_broker.security.acl import AclStore, Authorizer, parse_super_users
 
 log = structlog.get_logger("ads_broker.broker")
@@ -45,6 +47,12 @@ class Broker:
         self.node_id = config.settings.broker_id
         dynamic_config.load(data_dir, config)  # before any log is opened: topic configs use its defaults
         self.replicas = ReplicaManager(data_dir, config, record_synced_length=faults is not None)
+        #: Request, byte and connection counters (served by ``metrics.port`` with the scrape-time gauges).
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.metrics = BrokerMetrics(max_topic_labels=config.settings.metrics_topic_labels_max,
+                                     max_connections=config.settings.max_connections)
+        self.registry.register(self.metrics)
+        self.replicas.metrics = self.metrics
         self.groups = GroupCoordinator(
             initial_rebalance_delay_ms=config.settings.group_initial_rebalance_delay_ms,
             min_session_timeout_ms=config.settings.group_min_session_timeout_ms,
@@ -70,7 +78,8 @@ class Broker:
         #: What request handlers see of this broker.
         self.context = HandlerContext(config=config, data_dir=data_dir, replicas=self.replicas, groups=self.groups,
                                       offsets=self.offsets, txn=self.txn, producer_ids=self.producer_ids,
-                                      authorizer=authorizer, faults=faults, cluster=self.cluster)
+                                      authorizer=authorizer, faults=faults, cluster=self.cluster,
+                                      metrics=self.metrics)
         self._tasks: list[asyncio.Task[None]] = []
         #: The metrics endpoint (``metrics.port``), when served.
         self._metrics: WSGIServer | None = None
@@ -83,7 +92,7 @@ class Broker:
         self.replicas.logs.start_cleaner()
         if self.config.settings.metrics_port:
             self._metrics = serve_metrics(self.replicas, self.node_id, self.config.settings.metrics_port,
-                                          self.config.settings.metrics_host)
+                                          self.config.settings.metrics_host, self.registry)
             log.info("metrics endpoint serving", listen=f"{self.config.settings.metrics_host}:"
                      f"{self.config.settings.metrics_port}")
         self._tasks = [

@@ -238,6 +238,9 @@ SETTINGS: tuple[Setting, ...] = (
             doc="not a Kafka setting (Kafka serves JMX; its exporters map it): serve Prometheus /metrics on this "
                 "port under the JMX exporter's names; 0 (the default): no endpoint"),
     Setting("metrics.host", str, "127.0.0.1", doc="address the metrics endpoint binds (loopback by default)"),
+    Setting("metrics.topic.labels.max", int, 100, 0,
+            doc="not a Kafka setting: topics labelled by name in the per-topic byte and message counters "
+                "(the first ones seen); later topics are counted under topic=\"(other)\", which bounds the series"),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 
@@ -352,6 +355,7 @@ class BrokerSettings:
     min_insync_replicas: int
     metrics_port: int
     metrics_host: str
+    metrics_topic_labels_max: int
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> BrokerSettings:

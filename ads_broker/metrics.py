@@ -14,8 +14,9 @@ partition it holds, each partition's replicas and ISR are {this broker}, and it 
 controller. A topic whose ``min.insync.replicas`` is above 1 therefore has every partition under
 its minimum ISR, which is what Kafka would report for it on a one-broker cluster.
 
-Served by ``metrics.port`` (0, the default: no endpoint) on ``metrics.host`` (127.0.0.1); see
-docs/BROKER.md ("Metrics") and docs/RUNBOOK.md.
+Served by ``metrics.port`` (0, the default: no endpoint) on ``metrics.host`` (127.0.0.1), together
+with the request, byte and connection counters of :mod:`ads_broker.request_metrics` (counted on the
+request path); see docs/BROKER.md ("Metrics") and docs/RUNBOOK.md.
 """
 
 from __future__ import annotations
@@ -290,9 +291,11 @@ def serve_registry(registry: CollectorRegistry, port: int, host: str = "127.0.0.
     return server
 
 
-def serve_metrics(replicas: ReplicaManager, node_id: int, port: int, host: str = "127.0.0.1") -> WSGIServer:
-    """Serve ``/metrics`` on ``host:port`` (its own registry: no process or Python collectors,
-    which Kafka dashboards do not read); ``shutdown()`` the result to stop."""
-    registry = CollectorRegistry(auto_describe=False)
+def serve_metrics(replicas: ReplicaManager, node_id: int, port: int, host: str = "127.0.0.1",
+                  registry: CollectorRegistry | None = None) -> WSGIServer:
+    """Serve ``/metrics`` on ``host:port``: ``registry`` (the broker's own, holding the request-path
+    metrics of :mod:`ads_broker.request_metrics`; no process or Python collectors, which Kafka
+    dashboards do not read) plus the scrape-time gauges; ``shutdown()`` the result to stop."""
+    registry = registry if registry is not None else CollectorRegistry(auto_describe=False)
     registry.register(BrokerCollector(replicas, node_id))
     return serve_registry(registry, port, host)

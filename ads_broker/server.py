@@ -47,6 +47,7 @@ from ads_broker.protocol.codec import (
 )
 from ads_broker.protocol.context import flush_rejections
 from ads_broker.rejections import RejectionLog
+from ads_broker.request_metrics import REJECT_MAX_CONNECTIONS, REJECT_MAX_CONNECTIONS_PER_IP, REJECT_SHUTTING_DOWN
 from ads_broker.security.context import ANONYMOUS, Session, set_session
 from ads_broker.security.listeners import ListenerSpec, resolve_listeners
 from ads_broker.security.scram import MECHANISMS, CredentialStore, SaslAuthenticationError, SaslServer
@@ -427,6 +428,7 @@ class Connection:
 
     async def _handle_frame(self, frame: bytes | bytearray) -> bool:
         """Decode, dispatch and answer one request; False closes the connection."""
+        started = time.perf_counter()
         try:
             req = decode_request(frame)
         except MalformedFrameError as e:
@@ -455,18 +457,18 @@ class Connection:
             log.exception("closing connection: request handler failed", client=self.peer, client_id=req.client_id,
                           api_key=req.api_key, api_version=req.api_version)
             return False
-        if response is None:
-            return True
-        if isinstance(response, ApiMessage):
-            try:
-                chunks: list[Chunk] = [encode_response(response, req.api_version, req.correlation_id)]
-            except Exception:  # a response the schema cannot carry: a bug, but one connection's
-                log.exception("closing connection: response encoding failed", client=self.peer,
-                              client_id=req.client_id, api_key=req.api_key, api_version=req.api_version)
-                return False
-        else:
-            chunks = response
-        await self._send(chunks)
+        if response is not None:
+            if isinstance(response, ApiMessage):
+                try:
+                    chunks: list[Chunk] = [encode_response(response, req.api_version, req.correlation_id)]
+                except Exception:  # a response the schema cannot carry: a bug, but one connection's
+                    log.exception("closing connection: response encoding failed", client=self.peer,
+                                  client_id=req.client_id, api_key=req.api_key, api_version=req.api_version)
+                    return False
+            else:
+                chunks = response
+            await self._send(chunks)
+        self.server.broker.metrics.request_done(req, response, started)  # docs/BROKER.md, "Metrics"
         return True
 
     async def _sasl_request(self, req: DecodedRequest) -> bool:
@@ -585,6 +587,7 @@ class BrokerServer:
         loop = asyncio.get_running_loop()
         loop.set_exception_handler(self._on_loop_exception)
         for listener in self.listener_specs:
+            self.broker.metrics.add_listener(listener.name)
             self._servers.append(await loop.create_server(
                 lambda listener=listener: TlsAcceptor(self, listener) if listener.uses_tls
                 else FrameReceiver(self, listener),
@@ -623,19 +626,26 @@ class BrokerServer:
         if self._accept_failures:
             log.warning("accepting connections again", failed_accepts=self._accept_failures)
             self._accept_failures = 0
+        refused: tuple[str, str] | None = None
         if self.closing:
-            return "broker is shutting down"
-        if len(self._receivers) >= self.max_connections:
-            return f"too many connections (max.connections={self.max_connections})"
-        if self._per_ip[receiver.peer_ip] >= self.max_connections_per_ip:
-            return f"too many connections from one address (max.connections.per.ip={self.max_connections_per_ip})"
+            refused = REJECT_SHUTTING_DOWN, "broker is shutting down"
+        elif len(self._receivers) >= self.max_connections:
+            refused = REJECT_MAX_CONNECTIONS, f"too many connections (max.connections={self.max_connections})"
+        elif self._per_ip[receiver.peer_ip] >= self.max_connections_per_ip:
+            refused = REJECT_MAX_CONNECTIONS_PER_IP, ("too many connections from one address "
+                                                      f"(max.connections.per.ip={self.max_connections_per_ip})")
+        if refused is not None:
+            self.broker.metrics.connection_rejected(receiver.listener.name, refused[0])
+            return refused[1]
         self._receivers.add(receiver)
         self._per_ip[receiver.peer_ip] += 1
+        self.broker.metrics.connection_opened(receiver.listener.name)
         return None
 
     def disconnected(self, receiver: FrameReceiver) -> None:
         if receiver in self._receivers:
             self._receivers.discard(receiver)
+            self.broker.metrics.connection_closed(receiver.listener.name)
             self._per_ip[receiver.peer_ip] -= 1
             if self._per_ip[receiver.peer_ip] <= 0:
                 del self._per_ip[receiver.peer_ip]

@@ -2,6 +2,8 @@
 
     .venv/bin/python bench/broker_throughput.py --messages 1000000 --repeats 3
     .venv/bin/python bench/broker_throughput.py --compression lz4,zstd,none   # each codec side by side
+    # this tree against another commit's ads_broker (git archive <commit> ads_broker | tar -x -C /tmp/base)
+    .venv/bin/python bench/broker_throughput.py --brokers ads-broker --baseline /tmp/base --linger-ms 0
 
 For each broker (started fresh on loopback) and each repeat: produce N messages (idempotent,
 acks=all, 300-byte values, 4 partitions, murmur2 partitioner) with one producer, then consume
@@ -10,7 +12,11 @@ message (utime+stime of its PID from /proc), and the ads-broker / tansu ratios o
 ``--compression`` sets the producer's ``compression.type`` (a comma-separated list runs each in
 turn, interleaved per round): ads-broker decompresses and walks every record of a compressed batch
 on append (issue 12), so its ratio against tansu and against ``none`` shows that validation's cost.
-Both brokers and the client share the machine's cores; run it on a quiet machine.
+``--baseline DIR`` adds "ads-base": ads-broker run from the ``ads_broker`` package under DIR (another
+commit's tree, first on PYTHONPATH), interleaved with this tree's, and prints this/base ratios (the
+cost of a change on the request path). ``--linger-ms 0`` makes the producer send many small
+requests, where per-request costs show. Both brokers and the client share the machine's cores; run
+it on a quiet machine.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from ads_broker.embedded import BrokerProcess, ads_broker_process, tansu_process
+from ads_broker.embedded import BrokerProcess, ads_broker_process, free_port, tansu_process
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -38,9 +44,9 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
 
 
-def produce(bootstrap: str, topic: str, n: int, value: bytes, compression: str = "none") -> float:
+def produce(bootstrap: str, topic: str, n: int, value: bytes, compression: str = "none", linger_ms: int = 5) -> float:
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                  "partitioner": "murmur2_random", "linger.ms": 5, "compression.type": compression})
+                  "partitioner": "murmur2_random", "linger.ms": linger_ms, "compression.type": compression})
     errors: list[KafkaError] = []
 
     def on_delivery(err: KafkaError | None, _msg: object) -> None:
@@ -84,15 +90,28 @@ def consume(bootstrap: str, topic: str, partitions: int, n: int) -> float:
     return elapsed
 
 
+#: Runs ``python -m ads_broker`` with the directory in argv[1] first on sys.path: ahead of the working
+#: directory (``-m`` would put this tree's ads_broker there) and of the editable install.
+BASELINE_LAUNCHER = ("import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); "
+                     "runpy.run_module('ads_broker', run_name='__main__', alter_sys=True)")
+
+
+def baseline_process(base: Path, data_dir: Path, log_path: Path) -> BrokerProcess:
+    port = free_port()
+    argv = [sys.executable, "-c", BASELINE_LAUNCHER, str(base.resolve()), "serve", "--data-dir", str(data_dir),
+            "--listen", f"127.0.0.1:{port}"]
+    return BrokerProcess(argv, port, log_path=log_path)
+
+
 def run_one(broker: BrokerProcess, name: str, n: int, partitions: int, repeat: int,
-            compression: str = "none") -> dict[str, float]:
+            compression: str = "none", linger_ms: int = 5) -> dict[str, float]:
     topic = f"bench-{repeat}-{compression}"
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     admin.create_topics([NewTopic(topic, partitions, 1, config={"retention.ms": "-1",
                                                                   "retention.bytes": "-1"})])[topic].result(30)
     value = os.urandom(150).hex().encode()  # 300 bytes, incompressible-ish
     cpu0 = cpu_seconds(broker.pid)
-    produce_s = produce(broker.bootstrap, topic, n, value, compression)
+    produce_s = produce(broker.bootstrap, topic, n, value, compression, linger_ms)
     cpu1 = cpu_seconds(broker.pid)
     consume_s = consume(broker.bootstrap, topic, partitions, n + 1)  # + the warm-up message
     cpu2 = cpu_seconds(broker.pid)
@@ -110,30 +129,46 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--compression", default="none", help="producer compression.type(s), comma-separated")
+    ap.add_argument("--brokers", default="ads-broker,tansu", help="brokers to run, comma-separated")
+    ap.add_argument("--baseline", type=Path, help="a directory holding another tree's ads_broker package")
+    ap.add_argument("--linger-ms", type=int, default=5, help="the producer's linger.ms")
     args = ap.parse_args()
+    names = [b.strip() for b in args.brokers.split(",") if b.strip()] + (["ads-base"] if args.baseline else [])
     codecs = [c.strip() for c in args.compression.split(",") if c.strip()]
     results: dict[tuple[str, str], list[dict[str, float]]] = {}
     for repeat in range(args.repeats):
         for codec in codecs:
-            for name in ("ads-broker", "tansu"):  # interleaved, so drift on a shared machine hits both
+            for name in names:  # interleaved, so drift on a shared machine hits both
                 tmp = Path(tempfile.mkdtemp(prefix="bench-broker-"))
-                proc = ads_broker_process(tmp / "data", log_path=tmp / "broker.log") if name == "ads-broker" \
-                    else tansu_process(log_path=tmp / "tansu.log")
+                if name == "tansu":
+                    proc = tansu_process(log_path=tmp / "tansu.log")
+                elif name == "ads-base":
+                    proc = baseline_process(args.baseline, tmp / "data", tmp / "broker.log")
+                else:
+                    proc = ads_broker_process(tmp / "data", log_path=tmp / "broker.log")
                 with proc:
-                    row = run_one(proc, name, args.messages, args.partitions, repeat, codec)
+                    row = run_one(proc, name, args.messages, args.partitions, repeat, codec, args.linger_ms)
                 results.setdefault((name, codec), []).append(row)
                 shutil.rmtree(tmp, ignore_errors=True)
     print(f"\nmedians over {args.repeats} run(s), {args.messages:,} messages of 300 bytes, "
-          f"{args.partitions} partitions")
+          f"{args.partitions} partitions, linger.ms={args.linger_ms}")
     med = {key: {k: statistics.median(r[k] for r in rows) for k in rows[0]} for key, rows in results.items()}
     for (name, codec), m in med.items():
         print(f"{name:>10} {codec:>5}: produce {m['produce_mps']:>10,.0f} msg/s  broker {m['produce_cpu_us']:.2f} "
               f"µs/msg | consume {m['consume_mps']:>10,.0f} msg/s  broker {m['consume_cpu_us']:.2f} µs/msg")
     for codec in codecs:
+        if ("ads-base", codec) in med and ("ads-broker", codec) in med:
+            ours, base = med[("ads-broker", codec)], med[("ads-base", codec)]
+            print(f"ratio ads-broker/ads-base {codec:>5}: produce {ours['produce_mps'] / base['produce_mps']:.3f}  "
+                  f"consume {ours['consume_mps'] / base['consume_mps']:.3f}  broker CPU/msg produce "
+                  f"{ours['produce_cpu_us'] / base['produce_cpu_us']:.3f} consume "
+                  f"{ours['consume_cpu_us'] / base['consume_cpu_us']:.3f}")
+        if ("tansu", codec) not in med or ("ads-broker", codec) not in med:
+            continue
         ours, peer = med[("ads-broker", codec)], med[("tansu", codec)]
         print(f"ratio ads-broker/tansu {codec:>5}: produce {ours['produce_mps'] / peer['produce_mps']:.2f}  "
               f"consume {ours['consume_mps'] / peer['consume_mps']:.2f}")
-    if "none" in codecs:
+    if "none" in codecs and "ads-broker" in names:
         base = med[("ads-broker", "none")]
         for codec in codecs:
             m = med[("ads-broker", codec)]

@@ -17,6 +17,16 @@ TAG_SEQUENCE = "dedupe:sequence"
 TAG_WORKER = "dedupe:worker"
 TAG_RESTORE_OF = "dedupe:restore-of"
 TAG_RESTORE_TARGET = "dedupe:restore-target"
+#: On the volumes ebs-ops restores, in place of dedupe:created-by (see TAG_VOLUME).
+TAG_RESTORED_BY = "dedupe:restored-by"
+#: The tag every worker volume carries and the DLM policy targets (ops/terraform: dedupe_workers'
+#: ``local.volume_tags``, passed to dlm's ``target_tags``; tests/ops/test_terraform.py keeps them
+#: equal). A restored volume carries it too, so scheduled snapshots go on after a restore. DLM copies
+#: a volume's tags onto its snapshots, so a restored volume carries neither dedupe:created-by (DLM
+#: adds its own, with undocumented precedence) nor offsets: a DLM snapshot must never look like
+#: one of ebs-ops's (listed, pruned, restored from with recorded offsets).
+TAG_VOLUME = "dedupe:volume"
+VOLUME_ROLE = "worker"
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextvars
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ads_broker.cluster.node import ClusterNode
 from ads_broker.config import BrokerConfig
@@ -26,6 +26,9 @@ from ads_broker.rejections import RejectionLog
 from ads_broker.replication.replica_manager import ReplicaManager
 from ads_broker.security.acl import DENIED_CODE, NAMES, Authorizer
 from ads_broker.security.context import ANONYMOUS, current_advertised, current_session
+
+if TYPE_CHECKING:  # request_metrics imports the API table, whose handlers import this module
+    from ads_broker.request_metrics import BrokerMetrics
 
 _client_host: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
 _rejections = RejectionLog()
@@ -49,7 +52,7 @@ class HandlerContext:
     def __init__(self, *, config: BrokerConfig, data_dir: Path, replicas: ReplicaManager, groups: GroupCoordinator,
                  offsets: OffsetManager, txn: TransactionCoordinator, producer_ids: ProducerIdManager,
                  authorizer: Authorizer | None, faults: BrokerFaults | None,
-                 cluster: ClusterNode | None = None) -> None:
+                 cluster: ClusterNode | None = None, metrics: BrokerMetrics | None = None) -> None:
         self.config = config
         self.data_dir = data_dir
         self.node_id = config.settings.broker_id
@@ -66,11 +69,12 @@ class HandlerContext:
         self.faults = faults
         #: Cluster mode (``zookeeper.connect``): topics, leaders and brokers come from ZooKeeper.
         self.cluster = cluster
-        self.messages_in = 0
         #: Consumers' incremental fetch sessions (KIP-227; protocol/fetch_session.py).
         self.fetch_sessions = FetchSessionCache(config.settings.max_incremental_fetch_session_cache_slots,
                                                 config.settings.min_incremental_fetch_session_eviction_ms,
                                                 max_partitions=config.settings.max_broker_partitions)
+        #: The request-path counters (None in tests that build a context without a broker).
+        self.metrics = metrics
 
     @property
     def advertised(self) -> tuple[str, int]:
@@ -85,8 +89,10 @@ class HandlerContext:
     def current_client_host(self) -> str:
         return _client_host.get()
 
-    def metrics_appended(self, records: int) -> None:
-        self.messages_in += records
+    def metrics_appended(self, topic: str, records: int, nbytes: int) -> None:
+        """A client's batch was appended (Kafka's BytesInPerSec / MessagesInPerSec of the topic)."""
+        if self.metrics is not None:
+            self.metrics.appended(topic, records, nbytes)
 
     # -- authorization (docs/SECURITY.md, "ACLs") -----------------------------------------------
 

@@ -52,7 +52,7 @@ async def _append_one(ctx: HandlerContext, req: DecodedRequest, topic: str, pdat
         resp.log_append_time_ms = info.log_append_time_ms
         resp.log_start_offset = info.log_start_offset
         if not info.duplicate:
-            ctx.metrics_appended(info.record_count)
+            ctx.metrics_appended(topic, info.record_count, len(pdata.records))
     except BrokerError as e:
         ctx.log_client_error(req, "produce", e, topic=topic, partition=pdata.index)
         resp.error_code = e.error_code

@@ -33,6 +33,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -69,6 +70,9 @@ from ads_broker.replication.state import (
     ReplicationConfig,
     should_apply_leader_and_isr,
 )
+
+if TYPE_CHECKING:
+    from ads_broker.request_metrics import BrokerMetrics
 
 log = structlog.get_logger("ads_broker.replica_manager")
 
@@ -187,6 +191,8 @@ class ReplicaManager:
         self.broker_id = config.settings.broker_id
         #: Cluster mode: called with each ISR change a leader proposes (the cluster writes it).
         self.on_alter_partition: Callable[[Partition, AlterPartitionRequest], None] | None = None
+        #: Request-path counters: consumer fetches count bytes out and error codes here.
+        self.metrics: BrokerMetrics | None = None
 
     @property
     def topics(self) -> dict[str, Topic]:
@@ -724,6 +730,9 @@ class ReplicaManager:
             results, total, errors = self._read_partitions(wanted, max_bytes, isolation_level)
             timeout = deadline - loop.time()
             if total >= max(min_bytes, 1) or errors or timeout <= 0 or self.stopping:
+                if self.metrics is not None:  # Kafka's BytesOutPerSec, marked as the response is built
+                    self.metrics.fetched((w.topic, r.error.error_code if r.error is not None else 0,
+                                          sum(s.size for s in r.slices)) for w, r in zip(wanted, results, strict=True))
                 return results
             await self._wait_for_append(self._existing(wanted), timeout)
 

@@ -5,7 +5,8 @@ Invariants (on top of those in :mod:`ebs_ops.backends.base`):
   started; completion is waited for separately (``wait``), with a configurable WaiterConfig;
 - every volume this tool creates carries tags naming the partition, the snapshot it was restored
   from and the instance it is meant for, and a deterministic ClientToken, so a re-run finds it
-  (or EC2 returns it) instead of creating a second one;
+  (or EC2 returns it) instead of creating a second one; and the tag the DLM policy targets
+  (``dedupe:volume=worker``), so scheduled snapshots go on after a restore;
 - attachment is complete only when ``Attachments[].State == attached`` (a custom waiter; the
   ``volume_in_use`` waiter looks at ``Volumes[].State`` only). If it does not get there within
   its timeout the volume is detached again, so nothing stays half-attached;
@@ -55,8 +56,11 @@ from ebs_ops.models import (
     TAG_PARTITION,
     TAG_RESTORE_OF,
     TAG_RESTORE_TARGET,
+    TAG_RESTORED_BY,
     TAG_SEQUENCE,
+    TAG_VOLUME,
     TAG_WORKER,
+    VOLUME_ROLE,
     MoveResult,
     RestoreResult,
     SnapshotInfo,
@@ -620,16 +624,21 @@ class Ec2VolumeBackend:
         digest = hashlib.sha256(f"{partition}/{snapshot_id}/{instance}".encode()).hexdigest()
         return f"ebs-ops-{digest[:40]}"
 
+    @staticmethod
+    def _volume_tag_spec(partition: int, snapshot_id: str, instance: str) -> dict[str, Any]:
+        """A restored volume's tags: those of a worker volume (the partition, the tag DLM targets,
+        ``Name``) and where it came from. Nothing DLM would copy onto its snapshots wrongly: no
+        dedupe:created-by, offsets or worker (see ``TAG_VOLUME``)."""
+        tags = {TAG_PARTITION: str(partition), TAG_VOLUME: VOLUME_ROLE, "Name": f"dedupe-partition-{partition}",
+                TAG_RESTORED_BY: CREATED_BY, TAG_RESTORE_OF: snapshot_id, TAG_RESTORE_TARGET: instance}
+        return {"ResourceType": "volume", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
+
     def _create_volume_args(self, partition: int, snap: SnapshotInfo, instance: str,
                             az: str) -> dict[str, Any]:
-        pos = None
-        if snap.input_offset is not None and snap.output_offset is not None and snap.sequence is not None:
-            pos = WorkerPosition(partition, snap.input_offset, snap.output_offset, snap.sequence)
         args: dict[str, Any] = {
             "AvailabilityZone": az, "SnapshotId": snap.snapshot_id, "VolumeType": self.volume_type,
             "Encrypted": True, "ClientToken": self._client_token(partition, snap.snapshot_id, instance),
-            "TagSpecifications": [self._tag_spec("volume", partition, pos, **{
-                TAG_RESTORE_OF: snap.snapshot_id, TAG_RESTORE_TARGET: instance})],
+            "TagSpecifications": [self._volume_tag_spec(partition, snap.snapshot_id, instance)],
         }
         if self.kms_key_id:
             args["KmsKeyId"] = self.kms_key_id

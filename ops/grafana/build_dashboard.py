@@ -9,11 +9,12 @@ ops/prometheus/dedupe.rules.yml; tests/ops/test_prometheus.py checks that, that 
 broker's collector serves is on a panel of the ads-broker row, and that the JSON kept in the
 repository is exactly this script's output. Thresholds match the alert rules.
 
-The ads-broker row reads only what the broker exports today: replica-manager, controller, partition
-and log-end-offset gauges. Kafka's request rate and latency (``kafka_network_requestmetrics_*``),
-bytes in/out (``kafka_server_brokertopicmetrics_*``), connection counts
-(``kafka_server_socket_server_metrics_*``) and rejected requests are not served by ads-broker, so
-they have no panel (docs/RUNBOOK.md, "Not alerted on yet").
+The ads-broker row reads the replica-manager, controller, partition and log-end-offset gauges
+(ads_broker/metrics.py) and the request-path series (ads_broker/request_metrics.py): Kafka's request
+rate, time and errors (``kafka_network_requestmetrics_*``), bytes and messages in/out per topic
+(``kafka_server_brokertopicmetrics_*``), connections per listener
+(``kafka_server_socket_server_metrics_*``) and ads-broker's own refused connections and
+``max.connections`` (``ads_broker_*``).
 """
 
 from __future__ import annotations
@@ -88,9 +89,50 @@ def broker_row(board: db.Dashboard) -> db.Dashboard:
                            "Replicas on a failed log directory (KafkaOfflineReplicas).", *red_above_0))
         .with_panel(_series("Records appended per topic", "ops",
                             "Growth of the log end offsets per second (records, plus transaction markers), summed "
-                            "per topic: ads-broker serves no bytes-in or messages-in meter.",
+                            "per topic, against the records produced by clients (MessagesInPerSec).",
                             _q(f"sum by (topic) (rate(kafka_log_log_logendoffset{{{BSEL}}}[$__rate_interval]))",
-                               "{{topic}}")))
+                               "offsets {{topic}}"),
+                            _q(f"sum by (topic) (rate(kafka_server_brokertopicmetrics_messagesin_total{{{BSEL}}}"
+                               "[$__rate_interval]))", "produced {{topic}}", "B")))
+        .with_panel(_series("Bytes in and out per topic", "Bps",
+                            "Record-batch bytes appended by producers (in) and sent to consumers (out); topics past "
+                            "metrics.topic.labels.max are summed as (other).",
+                            _q(f"sum by (topic) (rate(kafka_server_brokertopicmetrics_bytesin_total{{{BSEL}}}"
+                               "[$__rate_interval]))", "in {{topic}}"),
+                            _q(f"sum by (topic) (rate(kafka_server_brokertopicmetrics_bytesout_total{{{BSEL}}}"
+                               "[$__rate_interval]))", "out {{topic}}", "B")))
+        .with_panel(_series("Requests per second by API", "reqps",
+                            "Requests answered per second (FetchConsumer: consumers' fetches, FetchFollower: "
+                            "replicas').",
+                            _q(f"sum by (request) (rate(kafka_network_requestmetrics_requests_total{{{BSEL}}}"
+                               "[$__rate_interval]))", "{{request}}")))
+        .with_panel(_series("Request time p99 by API", "ms",
+                            "99th percentile of the time from a request read to its response written "
+                            "(FetchConsumer includes the long-poll wait up to fetch.max.wait.ms; "
+                            "KafkaProduceTimeHigh above 500 ms).",
+                            _q("histogram_quantile(0.99, sum by (le, request) "
+                               f"(rate(kafka_network_requestmetrics_totaltimems_bucket{{{BSEL}}}[$__rate_interval])))",
+                               "{{request}}")))
+        .with_panel(_series("Request errors by API and error", "reqps",
+                            "Error codes other than NONE in responses per second (one per partition, group or "
+                            "topic answered); KafkaRequestErrorRatioHigh on Produce and Fetch above 5 %.",
+                            _q(f'sum by (request, error) (rate(kafka_network_requestmetrics_errors_total{{{BSEL}, '
+                               'error!="NONE"}[$__rate_interval]))', "{{request}} {{error}}")))
+        .with_panel(_series("Connections per listener", "short",
+                            "Open client connections per listener against max.connections "
+                            "(KafkaConnectionsNearLimit above 80 %).",
+                            _q(f"sum by (listener) (kafka_server_socket_server_metrics_connection_count{{{BSEL}}})",
+                               "{{listener}}"),
+                            _q(f"min(ads_broker_max_connections{{{BSEL}}})", "max.connections", "B")))
+        .with_panel(_series("Connections opened, closed and refused", "ops",
+                            "Connections accepted and closed per second per listener, and refused at accept by "
+                            "reason (max_connections, max_connections_per_ip, shutting_down).",
+                            _q("sum by (listener) (rate(kafka_server_socket_server_metrics_connection_creation_total"
+                               f"{{{BSEL}}}[$__rate_interval]))", "opened {{listener}}"),
+                            _q("sum by (listener) (rate(kafka_server_socket_server_metrics_connection_close_total"
+                               f"{{{BSEL}}}[$__rate_interval]))", "closed {{listener}}", "B"),
+                            _q(f"sum by (listener, reason) (rate(ads_broker_connections_rejected_total{{{BSEL}}}"
+                               "[$__rate_interval]))", "refused {{listener}} {{reason}}", "C")))
         .with_panel(_series("Partitions and leaders per broker", "short",
                             "Replicas each broker holds and partitions it leads; the cluster's partitions and topics.",
                             _q(f"kafka_server_replicamanager_partitioncount{{{BSEL}}}", "replicas {{instance}}"),

@@ -37,7 +37,8 @@ PACKAGES = ("ads_broker", "dedupe_worker", "ebs_ops", "spark_audit")
 SUFFIXES = {"Counter": ("_total", "_created"), "Gauge": ("",), "Histogram": ("_bucket", "_sum", "_count", "_created"),
             "Summary": ("", "_sum", "_count", "_created"), "Info": ("_info",), "Enum": ("",),
             # metric families a custom collector yields (prometheus_client.core)
-            "GaugeMetricFamily": ("",), "CounterMetricFamily": ("_total", "_created")}
+            "GaugeMetricFamily": ("",), "CounterMetricFamily": ("_total", "_created"),
+            "HistogramMetricFamily": ("_bucket", "_sum", "_count", "_created")}
 CLIENT_MODULES = ("prometheus_client", "prometheus_client.core", "prometheus_client.metrics_core")
 PROMETHEUS_OWN = {"up", "scrape_duration_seconds", "scrape_samples_scraped", "ALERTS", "ALERTS_FOR_STATE"}
 PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "bool",
@@ -46,7 +47,12 @@ PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", 
 
 def exported_metrics() -> set[str]:
     """Sample names of every prometheus_client metric the packages construct."""
-    names: set[str] = set()
+    return {name for samples in exported_families().values() for name in samples}
+
+
+def exported_families() -> dict[str, set[str]]:
+    """Every prometheus_client metric the packages construct: its name -> the sample names it serves."""
+    families: dict[str, set[str]] = {}
     for package in PACKAGES:
         for path in (ROOT / package).rglob("*.py"):
             tree = ast.parse(path.read_text())
@@ -56,8 +62,8 @@ def exported_metrics() -> set[str]:
                 if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in imported
                         and node.func.id in SUFFIXES and node.args and isinstance(node.args[0], ast.Constant)):
                     base = str(node.args[0].value).removesuffix("_total")
-                    names |= {base + s for s in SUFFIXES[node.func.id]}
-    return names
+                    families.setdefault(base, set()).update(base + s for s in SUFFIXES[node.func.id])
+    return families
 
 
 def series_in(expr: str) -> set[str]:
@@ -151,6 +157,9 @@ def test_promtool_unit_tests_can_fail(tmp_path: Path) -> None:
     ("underminisrpartitioncount > 0", "underminisrpartitioncount > 3", "KafkaUnderMinIsrPartitions"),
     ("activecontrollercount) != 1", "activecontrollercount) > 1", "KafkaAbnormalControllerState"),
     ("offlinereplicacount > 0", "offlinereplicacount > 5", "KafkaOfflineReplicas"),
+    ("ads_broker_max_connections > 0.8", "ads_broker_max_connections > 0.9", "KafkaConnectionsNearLimit"),
+    ('{request="Produce"}[5m]))) > 500', '{request="Produce"}[5m]))) > 1000', "KafkaProduceTimeHigh"),
+    ('request=~"Produce|Fetch"', 'request=~".+"', "KafkaRequestErrorRatioHigh"),
 ])
 def test_broker_unit_tests_can_fail(tmp_path: Path, before: str, after: str, alert: str) -> None:
     """The broker rules' unit tests bite: a raised threshold (under-min-ISR) or a rule that forgets the
@@ -166,9 +175,11 @@ def test_broker_unit_tests_can_fail(tmp_path: Path, before: str, after: str, ale
     assert out.returncode != 0 and alert in out.stdout + out.stderr
 
 
-def broker_families() -> set[str]:
-    """Metric families ads-broker's collector serves (ads_broker/metrics.py)."""
-    return {n for n in exported_metrics() if n.startswith("kafka_")}
+def broker_families() -> dict[str, set[str]]:
+    """Metric families ads-broker serves: its collector's gauges (ads_broker/metrics.py) and the
+    request-path counters (ads_broker/request_metrics.py), each with its sample names."""
+    return {base: samples for base, samples in exported_families().items()
+            if base.startswith(("kafka_", "ads_broker_"))}
 
 
 def dashboard_panels() -> list[dict[str, Any]]:
@@ -185,11 +196,16 @@ def broker_row_exprs() -> list[str]:
 
 
 def test_the_broker_row_shows_every_family_the_broker_serves() -> None:
-    """Every gauge ads_broker/metrics.py serves is on a panel of the ads-broker row, and so is every
-    series a broker alert is about: a family added to the collector without a panel fails here."""
+    """Every family ads-broker serves (a gauge of ads_broker/metrics.py, a counter or histogram of
+    ads_broker/request_metrics.py) is on a panel of the ads-broker row by one of its sample names,
+    and so is every series a broker alert is about: a family added without a panel fails here."""
     on_row = {name for expr in broker_row_exprs() for name in series_in(expr)}
-    assert broker_families(), "the extractor found no broker families"
-    assert not broker_families() - on_row, broker_families() - on_row
+    families = broker_families()
+    assert len(families) >= 20, "the extractor found too few broker families"
+    assert {"kafka_network_requestmetrics_requests", "kafka_server_brokertopicmetrics_bytesout",
+            "kafka_server_socket_server_metrics_connection_count", "ads_broker_connections_rejected"} <= set(families)
+    missing = {base for base, samples in families.items() if not samples & on_row}
+    assert not missing, missing
     alerted = {name for r in rules(BROKER_RULES) if "alert" in r for name in series_in(r["expr"])}
     assert not alerted - on_row, alerted - on_row
     # The broker panels select the broker job, so a Kafka cluster scraped under another job is apart.
@@ -300,6 +316,34 @@ def _check_broker_panels(query: Any, prom: subprocess.Popen[bytes]) -> None:
     assert stat["up"] == 1
 
 
+def _traffic(bootstrap: str, topic: str) -> None:
+    """What the request-path panels show: records produced to and fetched from ``topic``, and one
+    request answered with an error (CreateTopics of a topic that exists: TOPIC_ALREADY_EXISTS)."""
+    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.admin import NewTopic as NewTopicSpec
+
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(20):
+        producer.produce(topic, value=f"v{i}".encode())
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "prom-panels", "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        got = 0
+        deadline = time.monotonic() + 30
+        while got < 20 and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            got += msg is not None and msg.error() is None
+        assert got == 20
+    finally:
+        consumer.close()
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept: a collected client cancels its futures
+    future = admin.create_topics([NewTopicSpec(topic, 1, 1)])[topic]
+    with pytest.raises(KafkaException, match="already exists"):
+        future.result(30)
+
+
 @pytest.mark.timeout(180)
 def test_prometheus_evaluates_the_broker_rules_on_a_live_broker(tmp_path: Path) -> None:
     """A real Prometheus scrapes a real ads-broker's ``metrics.port``: every broker rule evaluates on
@@ -335,6 +379,7 @@ def test_prometheus_evaluates_the_broker_rules_on_a_live_broker(tmp_path: Path) 
                                  NewTopic("plain", 1, 1)])
         finally:
             admin.close()
+        _traffic(broker.bootstrap, "plain")
         with open(tmp_path / "prometheus.log", "wb") as log:
             prom = subprocess.Popen([prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
                                      f"--web.listen-address=127.0.0.1:{web_port}"], stdout=log,

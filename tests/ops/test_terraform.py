@@ -373,20 +373,36 @@ def test_dlm_copied_tags_and_added_tags_never_share_a_key() -> None:
 
 def test_dlm_snapshots_never_carry_the_tags_ebs_ops_selects_its_own_by() -> None:
     """ebs-ops lists, prunes and restores snapshots by dedupe:created-by=ebs-ops and reads offsets from
-    their tags: none of those keys reaches a DLM snapshot (only dedupe:partition, which names the
-    same partition on the volume and on ebs-ops's snapshots)."""
+    their tags: none of those keys reaches a DLM snapshot, whether DLM snapshots a volume
+    dedupe_workers created or one ebs-ops restored (both carry the target tag). What they share with
+    ebs-ops's own snapshots is dedupe:partition (the same partition) and, from a restored volume,
+    where it was restored from."""
     from ebs_ops import models
+    from ebs_ops.backends.ec2 import Ec2VolumeBackend
 
     tool_keys = {v for k, v in vars(models).items() if k.startswith("TAG_")}
     assert len(tool_keys) >= 8
-    dlm_keys = _volume_tag_keys() | {unq(k) for k in _dlm_schedule()["tags_to_add"]}
-    assert dlm_keys & tool_keys == {models.TAG_PARTITION, models.TAG_CREATED_BY}
+    restored = {t["Key"] for t in Ec2VolumeBackend._volume_tag_spec(0, "snap-1", "i-1")["Tags"]}
+    added = {unq(k) for k in _dlm_schedule()["tags_to_add"]}
+    assert not added & restored, "a copied tag and a DLM tag with one key: precedence undocumented"
+    dlm_keys = _volume_tag_keys() | restored | added
+    assert dlm_keys & tool_keys == {models.TAG_PARTITION, models.TAG_CREATED_BY, models.TAG_VOLUME,
+                                    models.TAG_RESTORED_BY, models.TAG_RESTORE_OF, models.TAG_RESTORE_TARGET}
     assert unq(_dlm_schedule()["tags_to_add"]['"dedupe:created-by"']) != models.CREATED_BY
-    # ebs-ops never sets DLM's target tag, so the volumes it restores (which carry its created-by and
-    # offset tags) are never selected by DLM and their tags never copied onto DLM's snapshots.
-    target = {unq(k) for k in load(WORKERS / "main.tf")["locals"][0]["volume_tags"]}
-    sources = "".join(p.read_text() for p in (ROOT / "ebs_ops").rglob("*.py"))
-    assert not {k for k in target if k in sources} and not target & tool_keys, target
+    assert not dlm_keys & {models.TAG_INPUT_OFFSET, models.TAG_OUTPUT_OFFSET, models.TAG_SEQUENCE, models.TAG_WORKER}
+
+
+def test_ebs_ops_restores_volumes_with_the_tag_dlm_targets() -> None:
+    """The DLM policy targets dedupe_workers' volume_tags; ebs-ops tags the volumes it restores with
+    the same tag (ebs_ops.models.TAG_VOLUME=VOLUME_ROLE), so scheduled snapshots go on after a
+    restore (tests/integration/ebs/test_ec2_moto.py restores one and selects it as DLM does)."""
+    from ebs_ops import models
+    from ebs_ops.backends.ec2 import Ec2VolumeBackend
+
+    target = {unq(k): unq(v) for k, v in load(WORKERS / "main.tf")["locals"][0]["volume_tags"].items()}
+    assert target == {models.TAG_VOLUME: models.VOLUME_ROLE}
+    restored = {t["Key"]: t["Value"] for t in Ec2VolumeBackend._volume_tag_spec(0, "snap-1", "i-1")["Tags"]}
+    assert target.items() <= restored.items()
 
 
 def test_dlm_selects_by_exactly_one_module_owned_tag() -> None:

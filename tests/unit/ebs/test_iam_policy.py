@@ -17,7 +17,9 @@ from ebs_ops.models import (
     TAG_INPUT_OFFSET,
     TAG_OUTPUT_OFFSET,
     TAG_PARTITION,
+    TAG_RESTORED_BY,
     TAG_SEQUENCE,
+    TAG_VOLUME,
 )
 from tests.unit.ebs.iam_eval import (
     ACCOUNT,
@@ -104,12 +106,20 @@ def test_snapshot_needs_own_partition_volume_own_instance_and_our_tags() -> None
     assert not allowed("ec2:CreateSnapshots", VOLUME, {})
 
 
+#: What ebs-ops tags a volume it restores for partition 3 with (the backend's own tag spec).
+RESTORED = {t["Key"]: t["Value"] for t in ec2_backend.Ec2VolumeBackend._volume_tag_spec(3, "snap-1", "i-1")["Tags"]}
+
+
 @pytest.mark.parametrize(("request_tags", "encrypted", "ok"), [
-    (OURS, "true", True),
-    (OURS, "false", False),
-    ({TAG_CREATED_BY: CREATED_BY, TAG_PARTITION: "5"}, "true", False),  # not this worker's partition
-    ({TAG_CREATED_BY: CREATED_BY}, "true", False),  # no partition tag
-    ({TAG_PARTITION: "3"}, "true", False),  # not marked as ours
+    (RESTORED, "true", True),
+    (RESTORED, "false", False),
+    ({**RESTORED, TAG_PARTITION: "5"}, "true", False),  # not this worker's partition
+    ({k: v for k, v in RESTORED.items() if k != TAG_PARTITION}, "true", False),  # no partition tag
+    ({k: v for k, v in RESTORED.items() if k != TAG_RESTORED_BY}, "true", False),  # not marked as ours
+    ({k: v for k, v in RESTORED.items() if k != TAG_VOLUME}, "true", False),  # DLM would never snapshot it
+    # Tags DLM would copy onto its snapshots, making them look like the tool's own.
+    ({**RESTORED, TAG_CREATED_BY: CREATED_BY}, "true", False),
+    ({**RESTORED, **OFFSETS}, "true", False),
 ])
 def test_restore_volumes_are_encrypted_and_tagged(request_tags: dict[str, str], encrypted: str, ok: bool) -> None:
     assert allowed("ec2:CreateVolume", VOLUME, request_tags=request_tags, **{"ec2:Encrypted": encrypted}) is ok

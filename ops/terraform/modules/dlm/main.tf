@@ -40,8 +40,8 @@ resource "aws_dlm_lifecycle_policy" "worker_volumes" {
     # way to carry the partition: variable_tags serve instance policies only), tags_to_add adds
     # dedupe:created-by=dlm. AWS documents no precedence between a copied tag and a tag_to_add with
     # the same key, so the two never share one: the volumes DLM selects carry no dedupe:created-by
-    # (dedupe_workers refuses dedupe:* keys in its tags; ebs-ops's restored volumes, which do carry
-    # it, lack the target tag). docs/OPERATIONS.md, "Scheduled snapshots and tags".
+    # (dedupe_workers refuses dedupe:* keys in its tags; ebs-ops's restored volumes carry the target
+    # tag and dedupe:restored-by instead). docs/OPERATIONS.md, "Scheduled snapshots and tags".
     schedule {
       name      = "every-${var.interval_hours}h"
       copy_tags = true
