@@ -18,7 +18,7 @@ from kafka.protocol.admin import (
 )
 
 from ads_broker.errors import INVALID_REPLICA_ASSIGNMENT, TOPIC_DELETION_DISABLED, UNKNOWN_TOPIC_ID
-from ads_broker.exceptions import BrokerError, InvalidRequestError
+from ads_broker.exceptions import BrokerError, InvalidRequestError, InvalidTopicError
 from ads_broker.protocol.codec import DecodedRequest
 from ads_broker.protocol.configs import describe_topic
 from ads_broker.protocol.rejected import Rejections
@@ -98,11 +98,30 @@ async def _create_one_in_cluster(ctx: HandlerContext, topic: Any, validate_only:
     return result
 
 
+def _collision_in_request(ctx: HandlerContext, name: str, accepted: dict[str, str]) -> BrokerError | None:
+    """The error for a name that differs from a topic accepted earlier in the same request only by
+    '.' versus '_' (``r.s`` then ``r_s``), None otherwise.
+
+    Creating, the earlier topic exists by then and the second is refused as colliding with it;
+    validate-only used to accept both, answering what the real request would not. Both now give
+    the real request's answer. (Kafka's KRaft controller checks only topics that existed before
+    the request, so it would create both; its ZooKeeper-era AdminZkClient refused the second,
+    as here.) An unauthorized client gets the authorization error first, as Kafka answers it.
+    """
+    clash = accepted.get(name.replace(".", "_"))
+    if clash is None or clash == name:
+        return None
+    if not ctx.allowed(CREATE, CLUSTER, CLUSTER_NAME) and (denied := ctx.denial(CREATE, TOPIC, name)):
+        return denied
+    return InvalidTopicError(f"Topic '{name}' collides with existing topic: {clash}")
+
+
 async def handle_create_topics(ctx: HandlerContext, req: DecodedRequest) -> CreateTopicsResponse:
     body = req.body
     counts = Counter(topic.name for topic in body.topics)
     results = []
     in_request = 0  # partitions created (or validated) so far: max.partitions.per.request
+    accepted: dict[str, str] = {}  # '.'/'_'-unified name -> topic accepted earlier in this request
     rejected = Rejections("create_topics")
     for topic in body.topics:
         if counts[topic.name] > 1:
@@ -116,6 +135,12 @@ async def handle_create_topics(ctx: HandlerContext, req: DecodedRequest) -> Crea
                                                 error_message=str(duplicate), num_partitions=-1,
                                                 replication_factor=-1, configs=[]))
             continue
+        if collision := _collision_in_request(ctx, topic.name, accepted):
+            rejected.add(topic.name, collision)
+            results.append(CreatableTopicResult(name=topic.name, error_code=collision.error_code,
+                                                error_message=str(collision), num_partitions=-1,
+                                                replication_factor=-1, configs=[]))
+            continue
         if ctx.cluster is not None:
             result = await _create_one_in_cluster(ctx, topic, bool(body.validate_only), body.timeout_ms, in_request,
                                                   rejected)
@@ -123,6 +148,7 @@ async def handle_create_topics(ctx: HandlerContext, req: DecodedRequest) -> Crea
             result = _create_one(ctx, topic, bool(body.validate_only), in_request, rejected)
         if result.error_code == 0:
             in_request += result.num_partitions
+            accepted[topic.name.replace(".", "_")] = topic.name
         results.append(result)
         await asyncio.sleep(0)
     rejected.log(ctx, req)

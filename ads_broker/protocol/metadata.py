@@ -41,7 +41,7 @@ def authorized_operations(ctx: HandlerContext, operations: tuple[int, ...], reso
                           name: str) -> set[int]:
     """The operations of ``operations`` the principal may do on the resource (Kafka's
     ``authorizedOperations``; the codec turns the set into the int32 bitfield)."""
-    return {op for op in operations if ctx.allowed(op, resource_type, name)}
+    return ctx.allowed_operations(operations, resource_type, name)
 
 
 def _topic_metadata(ctx: HandlerContext, topic: Topic,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -262,6 +262,26 @@ def test_prefixed_pattern(broker: AclBroker) -> None:
     assert topic_offsets(broker, "team-a.orders") == 3  # one record, one commit marker
     assert topic_offsets(broker, "team-b.orders") == 0
 
+
+
+def test_topic_authorized_operations_from_literal_wildcard_prefixed_and_deny(broker: AclBroker) -> None:
+    """What Metadata v8+ reports per topic (confluent-kafka's describe_topics), now from one
+    lookup of the topic's ACLs in the index: ALL from a PREFIXED ACL gives every topic operation;
+    ALL on the literal name minus a DENY of WRITE gives the others; a topic no ACL of the
+    principal covers is not described."""
+    every = {AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DESCRIBE,
+             AclOperation.DELETE, AclOperation.ALTER, AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS}
+
+    def operations(user: str, topic: str) -> set[AclOperation]:
+        admin = broker.admin(user)
+        future = admin.describe_topics(TopicCollection([topic]), include_authorized_operations=True)[topic]
+        return set(future.result(30).authorized_operations or [])
+
+    assert operations("pfx", "team-a.orders") == every
+    assert operations("denied", "shared") == every - {AclOperation.WRITE}
+    with pytest.raises(KafkaException) as denied:
+        operations("pfx", "team-b.orders")
+    assert denied.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
 # -- the anonymous PLAINTEXT principal ---------------------------------------------------------------
 

@@ -71,3 +71,25 @@ def test_names_differing_only_in_dot_and_underscore_collide(ads_broker: BrokerPr
         assert (result.error_code, result.error_message) == (
             17, f"Topic '{base}_x' collides with existing topic: {base}.x")
         assert partition_count(client, f"{base}_x") == 0
+
+
+def test_validate_only_answers_a_dot_underscore_pair_as_the_real_request_does(ads_broker: BrokerProcess) -> None:
+    """``r.s`` and ``r_s`` in one CreateTopics: creating, the second collides with the first (just
+    created); validate-only used to accept both, so a tool checking first was told yes and then
+    refused. Validate-only now gives the real answer and creates nothing."""
+    base = f"t{uuid.uuid4().hex[:8]}"
+    names = (f"{base}.r", f"{base}_r", f"{base}-other")
+
+    def create(validate_only: bool) -> list[tuple[str, int, str | None]]:
+        req = CreateTopicsRequest(topics=[CreateTopicsRequest.CreatableTopic(
+            name=n, num_partitions=1, replication_factor=1, assignments=[], configs=[]) for n in names],
+            timeout_ms=10000, validate_only=validate_only)
+        return [(t.name, t.error_code, t.error_message) for t in client.request(req, 7).topics]
+
+    expected = [(names[0], 0, None), (names[1], 17, f"Topic '{names[1]}' collides with existing topic: {names[0]}"),
+                (names[2], 0, None)]
+    with RawClient(ads_broker.bootstrap) as client:
+        assert create(validate_only=True) == expected
+        assert [partition_count(client, n) for n in names] == [0, 0, 0]
+        assert create(validate_only=False) == expected
+        assert [partition_count(client, n) for n in names] == [1, 0, 1]

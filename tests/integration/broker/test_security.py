@@ -14,6 +14,7 @@ import os
 import secrets
 import shutil
 import ssl
+import struct
 import subprocess
 import sys
 import uuid
@@ -235,6 +236,51 @@ def test_a_listener_missing_from_the_protocol_map_is_a_clear_error(tmp_path: Pat
     assert "Traceback" not in out.stderr
 
 
+
+# -- per-listener settings: listener.name.<listener>.ssl.* / sasl.enabled.mechanisms ----------------
+
+def _serve_error(tmp_path: Path, *overrides: str) -> str:
+    """stderr of an ``ads-broker serve`` that must refuse its settings (exit 1, no traceback)."""
+    args = [a for o in overrides for a in ("--override", o)]
+    out = subprocess.run([sys.executable, "-m", "ads_broker", "serve", "--data-dir", str(tmp_path / "d"), *args],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    return out.stderr
+
+
+def test_a_per_listener_setting_for_an_unknown_listener_is_a_clear_error(tmp_path: Path) -> None:
+    listeners = f"listeners=PLAINTEXT://127.0.0.1:{free_port()},SSL://127.0.0.1:{free_port()}"
+    err = _serve_error(tmp_path, listeners, "listener.name.external.ssl.client.auth=required")
+    assert "listener.name.external.ssl.client.auth: no listener named EXTERNAL in listeners (PLAINTEXT, SSL)" in err
+
+
+def test_a_setting_kafka_does_not_take_per_listener_is_a_clear_error(tmp_path: Path) -> None:
+    listeners = f"listeners=PLAINTEXT://127.0.0.1:{free_port()},SSL://127.0.0.1:{free_port()}"
+    err = _serve_error(tmp_path, listeners, "listener.name.ssl.log.retention.ms=1")
+    assert "'log.retention.ms' cannot be set per listener; per-listener settings are" in err
+    err = _serve_error(tmp_path, listeners, "listener.name.ssl.sasl.enabled.mechanisms=PLAIN,GSSAPI")
+    assert "listener.name.ssl.sasl.enabled.mechanisms: 'GSSAPI' is not one of" in err
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "each listener's TLS context and SASL mechanisms are built in ads_broker/server.py, which issue 12's sec "
+    "branch may not edit; until then the overrides are refused at start (docs/SECURITY.md 'Per-listener settings')"))
+def test_per_listener_client_auth_and_sasl_mechanisms(tmp_path: Path, pki: Pki, topic_name: str) -> None:
+    """mTLS required on the SSL listener only, PLAIN only on SASL_PLAINTEXT; the other listeners
+    keep the broker-wide settings (ssl.client.auth=requested, PLAIN and both SCRAMs)."""
+    broker = start_secure_broker(tmp_path, pki, {"listener.name.ssl.ssl.client.auth": "required",
+                                                 "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN"})
+    try:
+        expect_auth_failure(client_config(broker, pki, "SSL"))  # no client certificate: refused here
+        assert len(round_trip(client_config(broker, pki, "SASL_SSL"), topic_name, 3)) == 3  # but not here
+        with RawClient(broker.addr("SASL_PLAINTEXT")) as c:
+            resp = c.request(SaslHandshakeRequest(mechanism="SCRAM-SHA-256"), 1)
+            assert (resp.error_code, list(resp.mechanisms)) == (UNSUPPORTED_SASL_MECHANISM, ["PLAIN"])
+        plain = client_config(broker, pki, "SASL_PLAINTEXT", **{"sasl.mechanisms": "PLAIN"})
+        assert len(round_trip(plain, f"{topic_name}-plain", 2)) == 2
+    finally:
+        broker.proc.stop()
+
 # -- TLS ----------------------------------------------------------------------------------------
 
 def test_tls_produce_and_consume(secure: SecureBroker, pki: Pki, topic_name: str) -> None:
@@ -340,6 +386,63 @@ def test_scram_success_with_raw_frames(secure: SecureBroker) -> None:
         assert c.request(MetadataRequest(topics=[], allow_auto_topic_creation=False), 9).brokers[0].port == \
             secure.ports["SASL_PLAINTEXT"]
 
+
+
+# -- SaslHandshake v0: the pre-KIP-152 flow, SASL tokens as raw size-prefixed frames ------------------
+# Kafka 4.x still serves it (SaslHandshakeRequest.json: validVersions 0-1; SaslServerAuthenticator
+# turns the SaslAuthenticate headers off after a v0 handshake), and kafka-python before 2.1 uses it.
+
+SASL_V0 = pytest.mark.xfail(strict=True, reason=(
+    "the raw-token state belongs in Connection (ads_broker/server.py), which issue 12's sec branch may not "
+    "edit: docs/SECURITY.md 'SaslHandshake v0' describes the change; this flips to a pass when it lands"))
+
+
+def _raw_token(c: RawClient, token: bytes) -> bytes:
+    """One SASL token as a raw size-prefixed frame, and the broker's raw answer."""
+    c.send_bytes(struct.pack(">i", len(token)) + token)
+    return c.recv_frame()
+
+
+@SASL_V0
+def test_sasl_handshake_v0_is_advertised(secure: SecureBroker) -> None:
+    with RawClient(secure.addr("SASL_PLAINTEXT")) as c:
+        versions = {k.api_key: (k.min_version, k.max_version) for k in c.request(ApiVersionsRequest(), 3).api_keys}
+        assert versions[17] == (0, 1)
+
+
+@SASL_V0
+def test_sasl_handshake_v0_plain_with_raw_tokens(secure: SecureBroker) -> None:
+    """PLAIN: one raw token; Kafka answers with the mechanism's empty response as an empty frame."""
+    with RawClient(secure.addr("SASL_PLAINTEXT")) as c:
+        resp = c.request(SaslHandshakeRequest(mechanism="PLAIN"), 0)
+        assert resp.error_code == 0 and "PLAIN" in resp.mechanisms
+        assert _raw_token(c, f"\0alice\0{PASSWORD}".encode()) == b""
+        assert c.request(MetadataRequest(topics=[], allow_auto_topic_creation=False), 9).brokers[0].port == \
+            secure.ports["SASL_PLAINTEXT"]
+
+
+@SASL_V0
+def test_sasl_handshake_v0_scram_with_raw_tokens(secure: SecureBroker) -> None:
+    with RawClient(secure.addr("SASL_PLAINTEXT")) as c:
+        assert c.request(SaslHandshakeRequest(mechanism="SCRAM-SHA-256"), 0).error_code == 0
+        first_bare = f"n=bob,r={secrets.token_urlsafe(18)}"
+        server_first = _raw_token(c, f"n,,{first_bare}".encode()).decode()
+        server_final = _raw_token(c, _scram_client_final(first_bare, server_first, PASSWORD, "sha256").encode())
+        assert server_final.startswith(b"v=")
+        assert c.request(MetadataRequest(topics=[], allow_auto_topic_creation=False), 9).brokers[0].port == \
+            secure.ports["SASL_PLAINTEXT"]
+
+
+@SASL_V0
+def test_sasl_handshake_v0_wrong_password_closes_without_an_answer(secure: SecureBroker) -> None:
+    """Raw tokens have no error field: Kafka closes the connection and answers nothing."""
+    with RawClient(secure.addr("SASL_PLAINTEXT")) as c:
+        assert c.request(SaslHandshakeRequest(mechanism="PLAIN"), 0).error_code == 0
+        bad = f"bad-{uuid.uuid4().hex}"
+        c.send_bytes(struct.pack(">i", 7 + len(bad)) + f"\0alice\0{bad}".encode())
+        assert c.is_closed_by_peer()
+    log_text = secure.log_path.read_text()
+    assert "SASL authentication failed" in log_text and bad not in log_text
 
 def test_unsupported_mechanism_is_refused(secure: SecureBroker) -> None:
     with RawClient(secure.addr("SASL_PLAINTEXT")) as c:

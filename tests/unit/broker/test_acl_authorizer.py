@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ads_broker.config import BrokerConfig
 from ads_broker.exceptions import ConfigError
@@ -30,6 +32,7 @@ from ads_broker.security.acl import (
     Acl,
     AclError,
     AclFilter,
+    AclIndex,
     AclStore,
     Authorizer,
     parse_super_users,
@@ -134,3 +137,41 @@ def test_authorizer_class_setting() -> None:
     assert BrokerConfig.load(overrides={"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"})
     with pytest.raises(ConfigError):
         BrokerConfig.load(overrides={"authorizer.class.name": "com.example.Mine"})
+
+
+# -- the ACL index: the same ACLs found as a scan of every ACL finds them (issue 12 item 4) ---------
+
+_NAMES = st.text(alphabet="ab._*", min_size=1, max_size=5)
+_ACLS = st.lists(st.builds(
+    Acl, st.sampled_from((TOPIC, GROUP)), _NAMES, st.sampled_from((LITERAL, PREFIXED)),
+    st.sampled_from(("User:alice", "User:bob", "User:*")), st.sampled_from(("*", HOST, "10.0.0.6")),
+    st.sampled_from((ALL, READ, WRITE, DELETE, DESCRIBE, ALTER_CONFIGS, DESCRIBE_CONFIGS)),
+    st.sampled_from((ALLOW, DENY))), max_size=25)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(acls=_ACLS, rtype=st.sampled_from((TOPIC, GROUP)), name=_NAMES)
+def test_the_index_finds_exactly_the_acls_a_scan_finds(tmp_path: Path, acls: list[Acl], rtype: int,
+                                                        name: str) -> None:
+    """LITERAL by name plus the wildcard ``*``, PREFIXED by every prefix of the name: the index
+    returns the ACLs whose pattern covers the resource, no more, no fewer (names from an alphabet
+    of five characters, so prefixes, wildcards and '.'/'_' overlap often)."""
+    scan = [a for a in dict.fromkeys(acls) if a.resource_type == rtype and a.applies_to(name)]
+    found = AclIndex(dict.fromkeys(acls)).matching(rtype, name)
+    assert sorted(found, key=repr) == sorted(scan, key=repr)
+    a = authorizer(tmp_path, *acls)
+    ops = (READ, WRITE, DELETE, DESCRIBE, ALTER_CONFIGS, DESCRIBE_CONFIGS)
+    for principal in ("User:alice", "User:carol"):
+        each = {op for op in ops if a.authorize(principal, HOST, op, rtype, name)}
+        assert a.authorized_operations(principal, HOST, ops, rtype, name) == each
+
+
+def test_the_index_follows_created_and_deleted_acls(tmp_path: Path) -> None:
+    a = authorizer(tmp_path)
+    a.create([allow("svc.", WRITE, pattern=PREFIXED), allow("*", READ)])
+    assert a.authorized_operations("User:alice", HOST, (READ, WRITE, DELETE), TOPIC, "svc.x") == {READ, WRITE}
+    a.delete([AclFilter(TOPIC, "svc.", PREFIXED)])
+    assert a.authorized_operations("User:alice", HOST, (READ, WRITE, DELETE), TOPIC, "svc.x") == {READ}
+    assert a.authorized_operations("User:root", HOST, (READ, WRITE), TOPIC, "x") == set()
+    assert authorizer(tmp_path, super_users="User:root").authorized_operations(
+        "User:root", HOST, (READ, WRITE), TOPIC, "x") == {READ, WRITE}
