@@ -253,10 +253,6 @@ LISTENER_KEYS = frozenset({
     "ssl.client.auth", "ssl.enabled.protocols", "ssl.cipher.suites", "ssl.principal.mapping.rules",
     "sasl.enabled.mechanisms",
 })
-#: False until ads_broker/server.py builds each TLS listener's context and SASL mechanism list from
-#: :meth:`BrokerConfig.for_listener`: an override that is accepted but not applied would leave a
-#: listener less protected than its operator believes (``ssl.client.auth=required`` ignored).
-LISTENER_OVERRIDES_APPLIED = False
 
 
 def _listener_override(key: str, raw: str, source: str, listener_names: set[str]) -> tuple[str, str, Any]:
@@ -425,18 +421,13 @@ def parse_properties(text: str, source: str) -> dict[str, str]:
 
 
 def _listener_overrides(entries: Mapping[str, tuple[str, str]], listeners: str) -> dict[str, dict[str, Any]]:
-    """The validated ``listener.name.*`` entries by listener; refused as a whole while the server
-    does not apply them (:data:`LISTENER_OVERRIDES_APPLIED`)."""
+    """The validated ``listener.name.*`` entries by listener (each TLS listener's context and SASL
+    mechanisms are built from :meth:`BrokerConfig.for_listener` in ads_broker/server.py)."""
     names = {e.name for e in parse_endpoints(listeners)}
     out: dict[str, dict[str, Any]] = {}
     for key, (raw, source) in entries.items():
         listener, name, value = _listener_override(key, raw, source, names)
         out.setdefault(listener, {})[name] = value
-    if out and not LISTENER_OVERRIDES_APPLIED:
-        first = next(iter(entries))
-        raise ConfigError(f"{entries[first][1]}: {first}: per-listener settings are checked but not applied by this "
-                          f"build yet (docs/SECURITY.md, 'Per-listener settings'); set the broker-wide ssl.* and "
-                          f"sasl.enabled.mechanisms instead")
     return out
 
 

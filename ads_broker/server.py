@@ -18,6 +18,7 @@ import contextlib
 import errno
 import os
 import signal
+import ssl
 import struct
 import time
 from pathlib import Path
@@ -345,14 +346,14 @@ class TlsAcceptor(asyncio.Protocol):
             self.task.cancel()
 
     async def _handshake(self, transport: asyncio.Transport) -> None:
-        assert self.server.ssl_context is not None
+        context = self.server.ssl_contexts[self.listener.name]
         peer = transport.get_extra_info("peername")
         host = str(peer[0]) if peer else "unknown"
         client = f"{peer[0]}:{peer[1]}" if peer else "unknown"
         receiver = FrameReceiver(self.server, self.listener)
         try:
             tls = await asyncio.get_running_loop().start_tls(
-                transport, receiver, self.server.ssl_context, server_side=True,
+                transport, receiver, context, server_side=True,
                 ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S)
         except asyncio.CancelledError:
             transport.abort()
@@ -387,6 +388,9 @@ class Connection:
         self.listener = receiver.listener
         self.authenticated = not self.listener.uses_sasl
         self.sasl: SaslServer | None = None
+        #: After a SaslHandshake v0 the tokens come as raw size-prefixed frames (no request header),
+        #: until the exchange completes (Kafka's enableKafkaSaslAuthenticateHeaders(false)).
+        self.sasl_raw_tokens = False
 
     def _publish(self, principal: str) -> None:
         set_session(Session(principal=principal, listener=self.listener.name,
@@ -428,6 +432,8 @@ class Connection:
 
     async def _handle_frame(self, frame: bytes | bytearray) -> bool:
         """Decode, dispatch and answer one request; False closes the connection."""
+        if self.sasl_raw_tokens:
+            return await self._raw_sasl_token(bytes(frame))
         started = time.perf_counter()
         try:
             req = decode_request(frame)
@@ -473,7 +479,7 @@ class Connection:
 
     async def _sasl_request(self, req: DecodedRequest) -> bool:
         """SaslHandshake (v1) and SaslAuthenticate, as Kafka's SaslServerAuthenticator serves them."""
-        mechanisms = self.server.sasl_mechanisms
+        mechanisms = self.server.sasl_mechanisms[self.listener.name]
         if req.api_key == SASL_HANDSHAKE_KEY:
             if self.authenticated or self.sasl is not None:
                 # Kafka: a handshake on a non-SASL listener, or a second one, is ILLEGAL_SASL_STATE.
@@ -487,6 +493,7 @@ class Connection:
                                                                mechanisms=mechanisms))
                 return False
             self.sasl = SaslServer(mechanism, self.server.credentials)
+            self.sasl_raw_tokens = req.api_version == 0
             await self._respond(req, SaslHandshakeResponse(error_code=0, mechanisms=mechanisms))
             return True
         if self.authenticated or self.sasl is None:
@@ -511,6 +518,26 @@ class Connection:
                      principal=self.sasl.principal)
         await self._respond(req, SaslAuthenticateResponse(error_code=0, error_message=None, auth_bytes=token,
                                                           session_lifetime_ms=0))
+        return True
+
+    async def _raw_sasl_token(self, token: bytes) -> bool:
+        """One SASL token after a v0 handshake; the answer is a raw size-prefixed frame (an empty
+        one for PLAIN, as Kafka sends the mechanism's empty response). A failure has no error
+        field to carry: the connection is closed without an answer, as Kafka does."""
+        assert self.sasl is not None
+        try:
+            answer = self.sasl.step(token)
+        except (SaslAuthenticationError, ConfigError) as e:
+            self.server.rejections.warn(self.peer, "closing connection: SASL authentication failed",
+                                        listener=self.listener.name, mechanism=self.sasl.mechanism,
+                                        user=self.sasl.user[:128], reason=str(e), handshake_version=0)
+            return False
+        if self.sasl.principal is not None:
+            self.authenticated, self.sasl_raw_tokens = True, False
+            self._publish(self.sasl.principal)
+            log.info("authenticated", client=self.peer, listener=self.listener.name, mechanism=self.sasl.mechanism,
+                     principal=self.sasl.principal, handshake_version=0)
+        await self._send([len(answer).to_bytes(4, "big") + answer])
         return True
 
     async def _respond(self, req: DecodedRequest, response: ApiMessage) -> None:
@@ -563,16 +590,23 @@ class BrokerServer:
         self.idle_s = config.settings.connections_max_idle_ms / 1000
         ARRAY_BUDGET.max_elements = config.settings.request_max_array_elements
         self.credentials = CredentialStore(data_dir)
-        self.sasl_mechanisms = [m.strip() for m in config.settings.sasl_enabled_mechanisms.split(",") if m.strip()]
-        for mechanism in self.sasl_mechanisms:
-            if mechanism not in MECHANISMS:
-                raise ConfigError(f"sasl.enabled.mechanisms: {mechanism!r} is not one of {', '.join(MECHANISMS)}")
         try:
             self.listener_specs = resolve_listeners(config.settings.listeners, config.settings.advertised_listeners,
                                                     config.settings.listener_security_protocol_map)
         except ValueError as e:
             raise ConfigError(f"listeners: {e}") from None
-        self.ssl_context = server_context(config.settings) if any(s.uses_tls for s in self.listener_specs) else None
+        # Per listener: the broker-wide ssl.* / sasl.enabled.mechanisms under its listener.name.<name>.* entries.
+        self.sasl_mechanisms: dict[str, list[str]] = {}
+        self.ssl_contexts: dict[str, ssl.SSLContext] = {}
+        for spec in self.listener_specs:
+            own = config.for_listener(spec.name).settings
+            mechanisms = [m.strip() for m in own.sasl_enabled_mechanisms.split(",") if m.strip()]
+            for mechanism in mechanisms:
+                if mechanism not in MECHANISMS:
+                    raise ConfigError(f"sasl.enabled.mechanisms: {mechanism!r} is not one of {', '.join(MECHANISMS)}")
+            self.sasl_mechanisms[spec.name] = mechanisms
+            if spec.uses_tls:
+                self.ssl_contexts[spec.name] = server_context(own)
         self._per_ip: collections.Counter[str] = collections.Counter()
         self._receivers: set[FrameReceiver] = set()
         self._servers: list[asyncio.Server] = []

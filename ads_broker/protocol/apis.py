@@ -120,7 +120,7 @@ _APIS = (
     Api(AlterConfigsRequest, 0, 2, configs.handle_alter_configs),
     Api(DescribeLogDirsRequest, 1, 4, log_dirs.handle_describe_log_dirs),
     Api(OffsetForLeaderEpochRequest, 2, 4, replica.handle_offset_for_leader_epoch),
-    Api(SaslHandshakeRequest, 1, 1, None),  # v0 (raw tokens after the handshake) is not served
+    Api(SaslHandshakeRequest, 0, 1, None),  # v0: raw size-prefixed SASL tokens follow (server.py)
     Api(SaslAuthenticateRequest, 0, 2, None),
     Api(DescribeUserScramCredentialsRequest, 0, 0, users_api.handle_describe_user_scram_credentials),
     Api(AlterUserScramCredentialsRequest, 0, 0, users_api.handle_alter_user_scram_credentials),

@@ -262,9 +262,6 @@ def test_a_setting_kafka_does_not_take_per_listener_is_a_clear_error(tmp_path: P
     assert "listener.name.ssl.sasl.enabled.mechanisms: 'GSSAPI' is not one of" in err
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "each listener's TLS context and SASL mechanisms are built in ads_broker/server.py, which issue 12's sec "
-    "branch may not edit; until then the overrides are refused at start (docs/SECURITY.md 'Per-listener settings')"))
 def test_per_listener_client_auth_and_sasl_mechanisms(tmp_path: Path, pki: Pki, topic_name: str) -> None:
     """mTLS required on the SSL listener only, PLAIN only on SASL_PLAINTEXT; the other listeners
     keep the broker-wide settings (ssl.client.auth=requested, PLAIN and both SCRAMs)."""
@@ -392,25 +389,18 @@ def test_scram_success_with_raw_frames(secure: SecureBroker) -> None:
 # Kafka 4.x still serves it (SaslHandshakeRequest.json: validVersions 0-1; SaslServerAuthenticator
 # turns the SaslAuthenticate headers off after a v0 handshake), and kafka-python before 2.1 uses it.
 
-SASL_V0 = pytest.mark.xfail(strict=True, reason=(
-    "the raw-token state belongs in Connection (ads_broker/server.py), which issue 12's sec branch may not "
-    "edit: docs/SECURITY.md 'SaslHandshake v0' describes the change; this flips to a pass when it lands"))
-
-
 def _raw_token(c: RawClient, token: bytes) -> bytes:
     """One SASL token as a raw size-prefixed frame, and the broker's raw answer."""
     c.send_bytes(struct.pack(">i", len(token)) + token)
     return c.recv_frame()
 
 
-@SASL_V0
 def test_sasl_handshake_v0_is_advertised(secure: SecureBroker) -> None:
     with RawClient(secure.addr("SASL_PLAINTEXT")) as c:
         versions = {k.api_key: (k.min_version, k.max_version) for k in c.request(ApiVersionsRequest(), 3).api_keys}
         assert versions[17] == (0, 1)
 
 
-@SASL_V0
 def test_sasl_handshake_v0_plain_with_raw_tokens(secure: SecureBroker) -> None:
     """PLAIN: one raw token; Kafka answers with the mechanism's empty response as an empty frame."""
     with RawClient(secure.addr("SASL_PLAINTEXT")) as c:
@@ -421,7 +411,6 @@ def test_sasl_handshake_v0_plain_with_raw_tokens(secure: SecureBroker) -> None:
             secure.ports["SASL_PLAINTEXT"]
 
 
-@SASL_V0
 def test_sasl_handshake_v0_scram_with_raw_tokens(secure: SecureBroker) -> None:
     with RawClient(secure.addr("SASL_PLAINTEXT")) as c:
         assert c.request(SaslHandshakeRequest(mechanism="SCRAM-SHA-256"), 0).error_code == 0
@@ -433,7 +422,6 @@ def test_sasl_handshake_v0_scram_with_raw_tokens(secure: SecureBroker) -> None:
             secure.ports["SASL_PLAINTEXT"]
 
 
-@SASL_V0
 def test_sasl_handshake_v0_wrong_password_closes_without_an_answer(secure: SecureBroker) -> None:
     """Raw tokens have no error field: Kafka closes the connection and answers nothing."""
     with RawClient(secure.addr("SASL_PLAINTEXT")) as c:
