@@ -6,17 +6,20 @@ from __future__ import annotations
 import signal
 import struct
 import time
+from collections.abc import Callable
 from typing import Any
 
+import pytest
 from confluent_kafka import KafkaError, Producer
 from kafka.protocol.api_message import ApiMessage
-from kafka.protocol.consumer import FetchRequest
+from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
 from kafka.protocol.producer import ProduceRequest
 
+from ads_broker.cluster.zookeeper import LeaderAndIsr
 from ads_broker.log.records import Record, build_batch, decode_batch, iter_batches
 from tests.integration.broker.rawclient import RawClient
 from tests.integration.cluster.conftest import IDS, BrokerCluster
-from tests.integration.cluster.test_replication import local_records
+from tests.integration.cluster.test_replication import local_records, state
 
 #: Settings of the tests that cut followers off: a follower's long poll at the leader ends this
 #: soon, so a SIGSTOPped follower has no fetch pending there once ``cut_off`` returns.
@@ -87,6 +90,13 @@ def fetch_request(topic: str, offset: int, *, replica_id: int = -1, leader_epoch
                         forgotten_topics_data=[], rack_id="")
 
 
+def list_latest(topic: str) -> ListOffsetsRequest:
+    """ListOffsets (v7) of partition 0 at LATEST (-1), read_uncommitted, no leader epoch."""
+    return ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[ListOffsetsRequest.ListOffsetsTopic(
+        name=topic, partitions=[ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+            partition_index=0, current_leader_epoch=-1, timestamp=-1)])])
+
+
 def receive(raw: RawClient, request: ApiMessage, version: int) -> Any:
     """The answer to ``request``, sent earlier on ``raw`` with :meth:`RawClient.send` (the broker may
     have been stopped in between): the same decoding as :meth:`RawClient.request`."""
@@ -114,3 +124,16 @@ def stop_all_and_compare(brokers: BrokerCluster, topic: str, expected: list[byte
     for b in IDS:
         held = [v for _, v in local_records(brokers.root / f"broker-{b}", topic)]
         assert held == expected, f"broker {b} holds {held}"
+
+
+def wait_for_state(zk_connect: str, topic: str, ok: Callable[[LeaderAndIsr], bool], what: str,
+                   timeout_s: float = 60.0) -> LeaderAndIsr:
+    """Poll partition 0's state znode until ``ok``; fail naming ``what`` and the last state seen."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        current = state(zk_connect, topic)
+        if ok(current):
+            return current
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {what}; last state {current}")
+        time.sleep(0.1)
