@@ -49,6 +49,14 @@ class NotEnoughReplicasAfterAppendError(BrokerError):
     error_code = errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND
 
 
+class OffsetNotAvailableError(BrokerError):
+    """ListOffsets(latest) at a new leader whose high watermark has not reached the start of its
+    leader epoch yet (OFFSET_NOT_AVAILABLE, retriable): it may still be below what the previous
+    leader showed, and "latest" must not go backwards (Kafka's ``fetchOffsetForTimestamp``)."""
+
+    error_code = errors.OFFSET_NOT_AVAILABLE
+
+
 class RequestTimedOutError(BrokerError):
     """An acks=all batch was written but not replicated to the ISR within the request's timeout
     (REQUEST_TIMED_OUT; retriable)."""

@@ -17,6 +17,8 @@ import asyncio
 import threading
 from dataclasses import dataclass, field
 
+import structlog
+
 from ads_broker.exceptions import (
     FencedLeaderEpochError,
     NotEnoughReplicasError,
@@ -24,6 +26,7 @@ from ads_broker.exceptions import (
     UnknownLeaderEpochError,
 )
 from ads_broker.log.log import Log
+from ads_broker.log.records import NO_PARTITION_LEADER_EPOCH, BatchHeader, iter_batches
 from ads_broker.replication.leader_epoch import LeaderEpochCheckpointFile, LeaderEpochFileCache
 from ads_broker.replication.state import (
     NO_LEADER,
@@ -34,6 +37,11 @@ from ads_broker.replication.state import (
     ReplicationConfig,
     check_current_leader_epoch,
 )
+
+log = structlog.get_logger("ads_broker.partition")
+
+#: Bytes read per step when the leader-epoch cache is rebuilt from the log's batches.
+LINEAGE_SCAN_BYTES = 1 << 20
 
 
 @dataclass
@@ -76,6 +84,7 @@ class Partition:
             self.epoch_cache = LeaderEpochFileCache(LeaderEpochCheckpointFile.in_dir(self.log.dir))
             # Recovery may have cut the log: epochs starting beyond its end are gone too.
             self.epoch_cache.truncate_from_end(self.log.log_end_offset)
+            ensure_lineage_covers_log(self.epoch_cache, self.log)
 
     @property
     def is_leader(self) -> bool:
@@ -195,3 +204,48 @@ class Partition:
             if not fut.done():
                 fut.set_result(None)
         self.waiters.clear()
+
+
+def ensure_lineage_covers_log(cache: LeaderEpochFileCache, plog: Log) -> None:
+    """Rebuild ``cache`` from the batches of ``plog`` unless it already names the epoch of the
+    log's last batch at that batch's offset.
+
+    A replica without its lineage cannot find where it diverged from its leader: a follower
+    with an empty cache fetches from its log end with no last fetched epoch, the leader cannot
+    detect the divergence, and the follower keeps records no leader committed (at offsets where
+    the others hold different records) and joins the ISR with them. The checkpoint can be gone
+    or older than the log (deleted after a torn write, as its error message advises; a partition
+    directory copied from a single-node broker or a backup). Every batch carries the epoch it was
+    written in, so the lineage is rebuilt from the log, as Kafka's log recovery reassigns epochs
+    from the batches it reads. The check costs one batch read at start; the rebuild one scan.
+    """
+    last = _last_batch(plog)
+    if last is None or last.partition_leader_epoch == NO_PARTITION_LEADER_EPOCH:
+        return
+    if cache.epoch_for_offset(last.base_offset) == last.partition_leader_epoch:
+        return
+    previous = cache.epoch_entries()
+    cache.clear_and_flush()
+    offset, end = plog.log_start_offset, plog.log_end_offset
+    while offset < end:
+        data = b"".join(s.read_bytes() for s in plog.read(offset, LINEAGE_SCAN_BYTES, max_offset=end))
+        if not data:
+            break
+        for _, header in iter_batches(data, validate=False):
+            if header.partition_leader_epoch != NO_PARTITION_LEADER_EPOCH:
+                cache.assign(header.partition_leader_epoch, header.base_offset)
+            offset = header.next_offset
+    log.warning("leader-epoch checkpoint did not cover the log; rebuilt it from the log's batches",
+                dir=str(plog.dir), checkpoint=[(e.epoch, e.start_offset) for e in previous],
+                rebuilt=[(e.epoch, e.start_offset) for e in cache.epoch_entries()],
+                log_end_offset=end)
+
+
+def _last_batch(plog: Log) -> BatchHeader | None:
+    """The header of the log's last batch, or None for an empty log."""
+    end = plog.log_end_offset
+    if end <= plog.log_start_offset:
+        return None
+    data = b"".join(s.read_bytes() for s in plog.read(end - 1, 1, max_offset=end))
+    headers = [header for _, header in iter_batches(data, validate=False)]
+    return headers[-1] if headers else None

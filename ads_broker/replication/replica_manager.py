@@ -48,6 +48,7 @@ from ads_broker.exceptions import (
     KafkaStorageError,
     NotEnoughReplicasAfterAppendError,
     NotLeaderOrFollowerError,
+    OffsetNotAvailableError,
     OffsetOutOfRangeError,
     PolicyViolationError,
     RequestTimedOutError,
@@ -813,7 +814,20 @@ class ReplicaManager:
 
     async def list_offset(self, partition: Partition, timestamp: int, isolation_level: int) -> tuple[int, int]:
         """ListOffsets: (timestamp, offset) for ``timestamp``, EARLIEST, LATEST or MAX_TIMESTAMP;
-        (-1, -1) if no record matches, timestamp -1 for EARLIEST and LATEST."""
+        (-1, -1) if no record matches, timestamp -1 for EARLIEST and LATEST.
+
+        LATEST at a leader whose HW has not reached its epoch's start is OFFSET_NOT_AVAILABLE, as
+        in Kafka: a new leader's HW is the one it learned as a follower (up to a fetch behind the
+        old leader's), and under ``min.insync.replicas`` it cannot move, so answering it would take
+        "latest" backwards (seen: 0 after 1000 acknowledged acks=all records, which a reader
+        comparing against what it wrote would take for lost data)."""
+        leader = partition.leader_state
+        if timestamp == LATEST_TIMESTAMP and leader is not None and \
+                leader.latest_offset_error() is Errors.OFFSET_NOT_AVAILABLE:
+            raise OffsetNotAvailableError(
+                f"{partition.topic}-{partition.index}: the high watermark {leader.high_watermark} of leader epoch "
+                f"{leader.leader_epoch} has not reached the epoch's start offset {leader.leader_epoch_start_offset} "
+                f"yet (ISR {sorted(leader.isr)}, min.insync.replicas {leader.effective_min_isr()}); retry")
         if timestamp in (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP):
             with partition.lock:
                 return -1, (partition.log.log_start_offset if timestamp == EARLIEST_TIMESTAMP

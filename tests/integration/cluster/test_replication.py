@@ -77,6 +77,14 @@ def local_records(data_dir: Path, topic: str, partition: int = 0) -> list[tuple[
     return out
 
 
+def applied_isr(brokers: BrokerCluster, broker_id: int, topic: str) -> list[int]:
+    """The ISR of partition 0 in the last state ``broker_id`` applied (its "partition state applied" log)."""
+    applied = [e for e in brokers.log_events(broker_id)
+               if e.get("event") == "partition state applied" and e.get("topic") == topic]
+    isr = applied[-1].get("isr") if applied else None
+    return [int(b) for b in isr] if isinstance(isr, list) else []
+
+
 def test_followers_hold_what_acks_all_acknowledged_and_every_replica_ends_identical(
         brokers: BrokerCluster, zk_connect: str) -> None:
     admin = start_three(brokers)
@@ -120,11 +128,15 @@ def test_isr_shrinks_under_a_stopped_follower_min_insync_refuses_then_it_rejoins
     brokers.procs[follower].signal(signal.SIGSTOP)
     try:
         wait_until(lambda: follower not in state(zk_connect, topic).isr, "the stopped follower to leave the ISR")
+        wait_until(lambda: follower not in applied_isr(brokers, leader, topic), "the leader to apply the shrink")
         error = produce(b"two-of-three")
         assert error is not None and error.code() == KafkaError.NOT_ENOUGH_REPLICAS
     finally:
         brokers.procs[follower].signal(signal.SIGCONT)
     wait_until(lambda: sorted(state(zk_connect, topic).isr) == list(IDS), "the follower to rejoin the ISR")
+    # The leader applies the expansion when its state watch brings it back, a moment after the
+    # znode shows it: until then it still counts two and (retries=0) would refuse acks=all.
+    wait_until(lambda: sorted(applied_isr(brokers, leader, topic)) == list(IDS), "the leader to apply the ISR")
     assert produce(b"all-three-again") is None
     values = consume_all(brokers.bootstrap, topic, 1)
     assert values == [b"all-three", b"all-three-again"]
