@@ -131,12 +131,16 @@ def test_a_retry_after_a_lost_produce_response_is_written_once(tmp_path: Path) -
                 if i % 300 == 299:
                     p.poll(0.05)
             assert p.flush(60) == 0
+            assert not errors
+            retried = len(proxy.produce_payloads) - len(set(proxy.produce_payloads))
+            assert retried >= 1, "the client never resent a batch: the test did not exercise the retry path"
+            assert proxy.drops_left == 0
+            # Read back while the proxy still forwards (its drops are used up): the broker advertises
+            # the proxy's port, so a consumer bootstrapped at the broker connects through it. After
+            # close() only an accept() already blocked on the old socket would still take a connection
+            # (closing a listening fd does not wake it), so reading afterwards raced that thread.
+            values = [m.value() for m in consume_partition(broker.bootstrap, "retried", 0)]
         finally:
             proxy.close()
-        assert not errors
-        retried = len(proxy.produce_payloads) - len(set(proxy.produce_payloads))
-        assert retried >= 1, "the client never resent a batch: the test did not exercise the retry path"
-        assert proxy.drops_left == 0
-        values = [m.value() for m in consume_partition(broker.bootstrap, "retried", 0)]
         assert len(values) == 3000 and len(set(values)) == 3000, "a retried batch was appended twice"
         assert sorted(delivered) == list(range(3000)), "every message was acknowledged with its one offset"
