@@ -20,6 +20,8 @@ from kafka.protocol.api_message import ApiMessage
 from ads_broker.cluster.node import ClusterNode
 from ads_broker.config import BrokerConfig
 from ads_broker.coordinator.group import GroupCoordinator
+from ads_broker.coordinator.loader import CoordinatorLoader
+from ads_broker.coordinator.markers import TxnMarkerSender
 from ads_broker.coordinator.offsets import OffsetManager
 from ads_broker.coordinator.transaction import TransactionCoordinator
 from ads_broker.faults import BrokerFaults
@@ -65,6 +67,11 @@ class Broker:
         self.cluster = ClusterNode(config, self.replicas) if config.settings.zookeeper_connect else None
         if self.cluster is not None:
             self.producer_ids.block_source = self.cluster.allocate_producer_ids
+            # The coordinators follow their internal partitions' leadership (docs/CLUSTER.md "Coordinators").
+            self.cluster.on_internal_partition = CoordinatorLoader(
+                self.replicas, self.groups, self.offsets, self.txn).on_internal_partition
+            self.txn.send_markers = TxnMarkerSender(self.replicas, self.offsets, self.cluster,
+                                                    config.settings.offsets_commit_timeout_ms).send
         #: What request handlers see of this broker.
         self.context = HandlerContext(config=config, data_dir=data_dir, replicas=self.replicas, groups=self.groups,
                                       offsets=self.offsets, txn=self.txn, producer_ids=self.producer_ids,
@@ -75,8 +82,9 @@ class Broker:
 
     async def start(self) -> None:
         self.replicas.open()
-        self.offsets.load()
-        self.txn.load()
+        if self.cluster is None:  # cluster mode: each partition loads when this broker leads it
+            self.offsets.load()
+            self.txn.load()
         await self.groups.start()
         self.replicas.logs.start_cleaner()
         if self.config.settings.metrics_port:

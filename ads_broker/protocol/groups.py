@@ -20,6 +20,7 @@ from kafka.protocol.consumer import (
     SyncGroupResponse,
 )
 
+from ads_broker.coordinator.offsets import OFFSETS_TOPIC
 from ads_broker.errors import TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PARTITION, UNSTABLE_OFFSET_COMMIT
 from ads_broker.exceptions import BrokerError
 from ads_broker.protocol.codec import DecodedRequest
@@ -34,6 +35,10 @@ async def handle_join_group(ctx: HandlerContext, req: DecodedRequest) -> JoinGro
     v = req.api_version
     if denied := ctx.authorize(req, "join_group", READ, GROUP, body.group_id):
         return JoinGroupResponse(throttle_time_ms=0, error_code=denied, generation_id=-1, protocol_type=None,
+                                 protocol_name="", leader="", skip_assignment=False, member_id=body.member_id or "",
+                                 members=[])
+    if code := ctx.offsets.coordinator_error(body.group_id):
+        return JoinGroupResponse(throttle_time_ms=0, error_code=code, generation_id=-1, protocol_type=None,
                                  protocol_name="", leader="", skip_assignment=False, member_id=body.member_id or "",
                                  members=[])
     result = await ctx.groups.join_group(
@@ -58,6 +63,9 @@ async def handle_sync_group(ctx: HandlerContext, req: DecodedRequest) -> SyncGro
     if denied := ctx.authorize(req, "sync_group", READ, GROUP, body.group_id):
         return SyncGroupResponse(throttle_time_ms=0, error_code=denied, protocol_type=None, protocol_name=None,
                                  assignment=b"")
+    if code := ctx.offsets.coordinator_error(body.group_id):
+        return SyncGroupResponse(throttle_time_ms=0, error_code=code, protocol_type=None, protocol_name=None,
+                                 assignment=b"")
     result = await ctx.groups.sync_group(
         body.group_id, body.generation_id, body.member_id, body.group_instance_id if v >= 3 else None,
         protocol_type=body.protocol_type if v >= 5 else None, protocol_name=body.protocol_name if v >= 5 else None,
@@ -70,6 +78,8 @@ async def handle_heartbeat(ctx: HandlerContext, req: DecodedRequest) -> Heartbea
     body = req.body
     if denied := ctx.authorize(req, "heartbeat", READ, GROUP, body.group_id):
         return HeartbeatResponse(throttle_time_ms=0, error_code=denied)
+    if code := ctx.offsets.coordinator_error(body.group_id):
+        return HeartbeatResponse(throttle_time_ms=0, error_code=code)
     code = await ctx.groups.heartbeat(body.group_id, body.generation_id, body.member_id,
                                       body.group_instance_id if req.api_version >= 3 else None)
     return HeartbeatResponse(throttle_time_ms=0, error_code=code)
@@ -79,6 +89,8 @@ async def handle_leave_group(ctx: HandlerContext, req: DecodedRequest) -> LeaveG
     body = req.body
     if denied := ctx.authorize(req, "leave_group", READ, GROUP, body.group_id):
         return LeaveGroupResponse(throttle_time_ms=0, error_code=denied, members=[])
+    if code := ctx.offsets.coordinator_error(body.group_id):
+        return LeaveGroupResponse(throttle_time_ms=0, error_code=code, members=[])
     if req.api_version >= 3:
         members = [(m.member_id, m.group_instance_id) for m in body.members]
     else:
@@ -111,6 +123,11 @@ async def handle_describe_groups(ctx: HandlerContext, req: DecodedRequest) -> De
         if denied := ctx.authorize(req, "describe_groups", DESCRIBE, GROUP, group_id):
             out.append(DescribeGroupsResponse.DescribedGroup(
                 error_code=denied, error_message=None, group_id=group_id, group_state="", protocol_type="",
+                protocol_data="", members=[], authorized_operations=None))
+            continue
+        if code := ctx.offsets.coordinator_error(group_id):
+            out.append(DescribeGroupsResponse.DescribedGroup(
+                error_code=code, error_message=None, group_id=group_id, group_state="", protocol_type="",
                 protocol_data="", members=[], authorized_operations=None))
             continue
         d = ctx.groups.describe_group(group_id)
@@ -171,12 +188,14 @@ async def handle_offset_commit(ctx: HandlerContext, req: DecodedRequest) -> Offs
     # Kafka accepts an empty group id for OffsetCommit/OffsetFetch (isValidGroupId allows it for offset APIs).
     # Kafka: READ on the group (GROUP_AUTHORIZATION_FAILED for every partition), then READ per topic.
     denied = ctx.denial(READ, GROUP, body.group_id)
-    group_code = denied.error_code if denied else ctx.groups.validate_offset_commit(
-        body.group_id, body.generation_id_or_member_epoch, body.member_id or "",
-        body.group_instance_id if v >= 7 else None)
+    group_code = denied.error_code if denied else ctx.offsets.coordinator_error(body.group_id)
+    if not group_code:
+        group_code = ctx.groups.validate_offset_commit(
+            body.group_id, body.generation_id_or_member_epoch, body.member_id or "",
+            body.group_instance_id if v >= 7 else None)
     codes, entries = commit_entries(ctx, body.topics, group_code, with_leader_epoch=v >= 6)
     if entries:
-        codes.update(ctx.offsets.commit(body.group_id, entries))
+        codes.update(await commit_replicated(ctx, body.group_id, entries))
     log_commit_rejections(ctx, req, "offset_commit", body.group_id, group_code, codes, denied)
     return OffsetCommitResponse(throttle_time_ms=0, topics=[
         OffsetCommitResponse.OffsetCommitResponseTopic(name=topic.name, partitions=[
@@ -184,6 +203,19 @@ async def handle_offset_commit(ctx: HandlerContext, req: DecodedRequest) -> Offs
                 partition_index=p.partition_index, error_code=codes[(topic.name, p.partition_index)])
             for p in topic.partitions])
         for topic in body.topics])
+
+
+async def commit_replicated(ctx: HandlerContext, group_id: str, entries: list[tuple[str, int, int, int, str | None]],
+                            producer: tuple[int, int] | None = None) -> dict[tuple[str, int], int]:
+    """Append a commit, wait until the ISR has it (cluster mode: acks=all), then make it visible;
+    if the ISR did not take it, every accepted partition gets the coordinator's error instead."""
+    codes, publish = ctx.offsets.stage_commit(group_id, entries, producer=producer)
+    if not any(code == 0 for code in codes.values()):
+        return codes
+    if error := await ctx.coordinator_write_error(OFFSETS_TOPIC, ctx.offsets.partition_for(group_id)):
+        return {tp: error if code == 0 else code for tp, code in codes.items()}
+    publish()
+    return codes
 
 
 def _fetch_group(ctx: HandlerContext, group_id: str, topics: list[tuple[str, list[int]]] | None,
@@ -226,6 +258,10 @@ async def handle_offset_fetch(ctx: HandlerContext, req: DecodedRequest) -> Offse
                 groups.append(OffsetFetchResponse.OffsetFetchResponseGroup(group_id=g.group_id, error_code=denied,
                                                                            topics=[]))
                 continue
+            if code := ctx.offsets.coordinator_error(g.group_id):
+                groups.append(OffsetFetchResponse.OffsetFetchResponseGroup(group_id=g.group_id, error_code=code,
+                                                                           topics=[]))
+                continue
             topics = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
             rows = _fetch_group(ctx, g.group_id, topics, bool(body.require_stable))
             groups.append(OffsetFetchResponse.OffsetFetchResponseGroup(group_id=g.group_id, error_code=0, topics=[
@@ -236,6 +272,8 @@ async def handle_offset_fetch(ctx: HandlerContext, req: DecodedRequest) -> Offse
         return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
     if denied := ctx.authorize(req, "offset_fetch", DESCRIBE, GROUP, body.group_id):
         return OffsetFetchResponse(throttle_time_ms=0, error_code=denied, topics=[])
+    if code := ctx.offsets.coordinator_error(body.group_id):
+        return OffsetFetchResponse(throttle_time_ms=0, error_code=code, topics=[])
     topics = None if body.topics is None else [(t.name, list(t.partition_indexes)) for t in body.topics]
     rows = _fetch_group(ctx, body.group_id, topics, v >= 7 and bool(body.require_stable))
     return OffsetFetchResponse(throttle_time_ms=0, error_code=0, topics=[
