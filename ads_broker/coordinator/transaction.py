@@ -33,7 +33,7 @@ import asyncio
 import enum
 import struct
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import structlog
@@ -591,10 +591,12 @@ class TransactionCoordinator:
 
     def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                        partitions: Iterable[tuple[str, int]],
-                       fenced_code: int = PRODUCER_FENCED, *, offsets_partition: bool = False
-                       ) -> dict[tuple[str, int], int]:
+                       fenced_code: int = PRODUCER_FENCED, *, offsets_partition: bool = False,
+                       counts: Mapping[str, int] | None = None) -> dict[tuple[str, int], int]:
         """AddPartitionsToTxn; ``offsets_partition``: AddOffsetsToTxn adding the group's partition
-        of ``__consumer_offsets``, the one way an internal topic joins a transaction."""
+        of ``__consumer_offsets``, the one way an internal topic joins a transaction (its index is
+        computed from the group, so it is not looked up). ``counts``: partitions per topic as the
+        cluster knows them (default: this broker's topics)."""
         wanted = list(dict.fromkeys(partitions))
         if not valid_id(transactional_id):
             return {tp: INVALID_REQUEST for tp in wanted}
@@ -604,7 +606,8 @@ class TransactionCoordinator:
             code = CONCURRENT_TRANSACTIONS
         if md is None or code:
             return {tp: code for tp in wanted}
-        refused = {tp: UNKNOWN_TOPIC_OR_PARTITION for tp in wanted if not self._exists(tp)}
+        refused = {tp: UNKNOWN_TOPIC_OR_PARTITION for tp in wanted
+                   if not offsets_partition and not self._exists(tp, counts)}
         if not offsets_partition:
             # Its COMMIT marker would land in __transaction_state (or a group's offsets partition).
             refused.update({tp: INVALID_TOPIC_EXCEPTION for tp in wanted if self._is_internal(tp)})
@@ -680,11 +683,15 @@ class TransactionCoordinator:
             return INVALID_TXN_STATE
         return NONE
 
-    def _exists(self, tp: tuple[str, int]) -> bool:
+    def _exists(self, tp: tuple[str, int], counts: Mapping[str, int] | None = None) -> bool:
+        if counts is not None:
+            return 0 <= tp[1] < counts.get(tp[0], 0)
         topic = self.replicas.topics.get(tp[0])
         return topic is not None and 0 <= tp[1] < topic.num_partitions
 
     def _is_internal(self, tp: tuple[str, int]) -> bool:
+        if tp[0] in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC):
+            return True
         topic = self.replicas.topics.get(tp[0])
         return topic is not None and topic.internal
 

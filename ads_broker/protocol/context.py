@@ -9,6 +9,7 @@ are context variables set for the task serving the connection.
 from __future__ import annotations
 
 import contextvars
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +93,19 @@ class HandlerContext:
         principal = session.principal if session is not None else ANONYMOUS
         peer = (session.client_host if session is not None else "") or _client_host.get()
         return principal, peer.rpartition(":")[0] or peer
+
+    async def partition_counts(self, names: Iterable[str]) -> dict[str, int]:
+        """Partitions per topic as the cluster knows them (unknown topics left out): this broker's
+        topics and, in cluster mode, the cluster's metadata for the ones it does not replicate; a
+        coordinator serves keys about topics anywhere in the cluster, as Kafka's metadata cache
+        holds every topic."""
+        wanted = list(dict.fromkeys(names))
+        counts = {n: t.num_partitions for n in wanted if (t := self.replicas.topics.get(n)) is not None}
+        missing = [n for n in wanted if n not in counts]
+        if missing and self.cluster is not None:
+            snapshot = await self.cluster.snapshot(missing)
+            counts.update({n: len(view.partitions) for n, view in snapshot.topics.items() if n in missing})
+        return counts
 
     async def coordinator_write_error(self, topic: str, index: int) -> int:
         """Cluster mode: wait until the ISR has every record a coordinator appended to its internal

@@ -145,15 +145,17 @@ async def handle_describe_groups(ctx: HandlerContext, req: DecodedRequest) -> De
     return DescribeGroupsResponse(throttle_time_ms=0, groups=out)
 
 
-def commit_entries(ctx: HandlerContext, topics: Any, group_code: int, *, with_leader_epoch: bool
+def commit_entries(ctx: HandlerContext, topics: Any, group_code: int, *, with_leader_epoch: bool,
+                   counts: dict[str, int]
                    ) -> tuple[dict[tuple[str, int], int], list[tuple[str, int, int, int, str | None]]]:
     """Sort an (Txn)OffsetCommit's partitions: the group's error for all, TOPIC_AUTHORIZATION_FAILED
     for topics the principal may not READ, UNKNOWN_TOPIC_OR_PARTITION for partitions that do not
-    exist, else an entry ``(topic, partition, offset, epoch, metadata)``."""
+    exist (``counts``: partitions per known topic, :meth:`HandlerContext.partition_counts`), else an
+    entry ``(topic, partition, offset, epoch, metadata)``."""
     codes: dict[tuple[str, int], int] = {}
     entries: list[tuple[str, int, int, int, str | None]] = []
     for topic in topics:
-        known = ctx.replicas.topics.get(topic.name)
+        known = counts.get(topic.name)
         denied = None if group_code else ctx.denial(READ, TOPIC, topic.name)
         for p in topic.partitions:
             tp = (topic.name, p.partition_index)
@@ -161,7 +163,7 @@ def commit_entries(ctx: HandlerContext, topics: Any, group_code: int, *, with_le
                 codes[tp] = group_code
             elif denied is not None:
                 codes[tp] = denied.error_code
-            elif known is None or not 0 <= p.partition_index < known.num_partitions:
+            elif known is None or not 0 <= p.partition_index < known:
                 codes[tp] = UNKNOWN_TOPIC_OR_PARTITION
             else:
                 entries.append((topic.name, p.partition_index, p.committed_offset,
@@ -193,7 +195,8 @@ async def handle_offset_commit(ctx: HandlerContext, req: DecodedRequest) -> Offs
         group_code = ctx.groups.validate_offset_commit(
             body.group_id, body.generation_id_or_member_epoch, body.member_id or "",
             body.group_instance_id if v >= 7 else None)
-    codes, entries = commit_entries(ctx, body.topics, group_code, with_leader_epoch=v >= 6)
+    counts = {} if group_code else await ctx.partition_counts(t.name for t in body.topics)
+    codes, entries = commit_entries(ctx, body.topics, group_code, with_leader_epoch=v >= 6, counts=counts)
     if entries:
         codes.update(await commit_replicated(ctx, body.group_id, entries))
     log_commit_rejections(ctx, req, "offset_commit", body.group_id, group_code, codes, denied)

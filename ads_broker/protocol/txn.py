@@ -55,8 +55,10 @@ async def handle_add_partitions_to_txn(ctx: HandlerContext, req: DecodedRequest)
     elif owner_code := ctx.txn.coordinator_error(txn_id):
         codes = dict.fromkeys(wanted, owner_code)
     else:
+        counts = await ctx.partition_counts(t for t, _ in wanted)
         codes = ctx.txn.add_partitions(txn_id, body.v3_and_below_producer_id,
-                                       body.v3_and_below_producer_epoch, wanted, _fenced_code(req.api_version, 2))
+                                       body.v3_and_below_producer_epoch, wanted, _fenced_code(req.api_version, 2),
+                                       counts=counts)
         if not any(codes.values()) and (write_code := await state_write_error(ctx, txn_id)):
             codes = dict.fromkeys(wanted, write_code)
     if any(codes.values()) and not denied and not refused:
@@ -124,7 +126,8 @@ async def handle_txn_offset_commit(ctx: HandlerContext, req: DecodedRequest) -> 
         # KIP-447: a zombie from an older generation cannot commit after a rebalance.
         code = ctx.groups.validate_offset_commit(body.group_id, body.generation_id, body.member_id or "",
                                                  body.group_instance_id)
-    codes, entries = commit_entries(ctx, body.topics, code, with_leader_epoch=v >= 2)
+    counts = {} if code else await ctx.partition_counts(t.name for t in body.topics)
+    codes, entries = commit_entries(ctx, body.topics, code, with_leader_epoch=v >= 2, counts=counts)
     if entries:
         codes.update(await commit_replicated(ctx, body.group_id, entries, (body.producer_id, body.producer_epoch)))
     log_commit_rejections(ctx, req, "txn_offset_commit", body.group_id, code, codes,

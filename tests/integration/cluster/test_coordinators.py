@@ -170,3 +170,34 @@ def test_find_coordinator_waits_for_enough_brokers_then_names_each_keys_leader(b
     with RawClient(brokers.procs[other].bootstrap) as client:
         response = client.request(OffsetFetchRequest(group_id=key, topics=None), 6)
     assert response.error_code == NOT_COORDINATOR
+
+
+def test_transaction_over_a_topic_the_coordinators_do_not_replicate(brokers: BrokerCluster) -> None:
+    """A coordinator serves keys for topics anywhere in the cluster (Kafka's metadata cache holds
+    every topic): the data topic here has one replica, on a broker that is neither the
+    transaction's nor the group's coordinator, so neither holds it locally."""
+    admin = start_three(brokers, **SETTINGS)
+    txn_id, topic = f"tx-{uuid.uuid4().hex[:8]}", f"rf1-{uuid.uuid4().hex[:8]}"
+    wait_until(lambda: _find(brokers.bootstrap.split(",")[0], 4, [txn_id], key_type=1)[0][0] == 0,
+               "the transaction coordinator")
+    wait_until(lambda: _find(brokers.bootstrap.split(",")[0], 4, ["probe"])[0][0] == 0, "a group coordinator")
+    txn_coordinator = coordinator_of(admin, TRANSACTION_STATE_TOPIC, txn_id)
+    holder = next(b for b in IDS if b != txn_coordinator)
+    group = next(g for g in (f"g-{i}-{uuid.uuid4().hex[:4]}" for i in range(100))
+                 if coordinator_of(admin, OFFSETS_TOPIC, g) != holder)
+    admin.create_topics([NewTopic(topic, 1, replica_assignment=[[holder]])], operation_timeout=30)[topic].result(60)
+
+    producer = Producer({"bootstrap.servers": brokers.bootstrap, "transactional.id": txn_id})
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    _produce(producer, topic, [b"v-%d" % i for i in range(3)])
+    metadata = Consumer({"bootstrap.servers": brokers.bootstrap, "group.id": group}).consumer_group_metadata()
+    producer.send_offsets_to_transaction([TopicPartition(topic, 0, 3)], metadata, 60)
+    producer.commit_transaction(60)
+
+    assert _read_committed(brokers.bootstrap, topic, 3) == [b"v-%d" % i for i in range(3)]
+    reader = Consumer({"bootstrap.servers": brokers.bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        assert reader.committed([TopicPartition(topic, 0)], timeout=30)[0].offset == 3
+    finally:
+        reader.close()
