@@ -63,13 +63,15 @@ class Broker:
         if config.settings.authorizer_class_name:
             authorizer = Authorizer(AclStore(data_dir), parse_super_users(config.settings.super_users),
                                     config.settings.allow_everyone_if_no_acl_found)
+        #: Cluster mode: loads and unloads the coordinators' partitions with their leadership.
+        self.loader: CoordinatorLoader | None = None
         #: Cluster mode (``zookeeper.connect`` set): this broker's membership; None on a single node.
         self.cluster = ClusterNode(config, self.replicas) if config.settings.zookeeper_connect else None
         if self.cluster is not None:
             self.producer_ids.block_source = self.cluster.allocate_producer_ids
             # The coordinators follow their internal partitions' leadership (docs/CLUSTER.md "Coordinators").
-            self.cluster.on_internal_partition = CoordinatorLoader(
-                self.replicas, self.groups, self.offsets, self.txn).on_internal_partition
+            self.loader = CoordinatorLoader(self.replicas, self.groups, self.offsets, self.txn)
+            self.cluster.on_internal_partition = self.loader.on_internal_partition
             self.txn.send_markers = TxnMarkerSender(self.replicas, self.offsets, self.cluster,
                                                     config.settings.offsets_commit_timeout_ms).send
         #: What request handlers see of this broker.
@@ -171,6 +173,9 @@ class Broker:
 
     async def stop(self) -> None:
         self.begin_stop()
+        if self.loader is not None:
+            self.loader.cancel()
+        self.txn.cancel_markers()
         if self.cluster is not None:
             await self.cluster.stop_fetchers()
         for task in self._tasks:

@@ -36,6 +36,11 @@ class CoordinatorLoader:
         txn.ownership.owns_all = False
         self._tasks: set[asyncio.Task[None]] = set()
 
+    def cancel(self) -> None:
+        """Shutdown: stop the loads in progress (their partitions are not served any more)."""
+        for task in list(self._tasks):
+            task.cancel()
+
     def on_internal_partition(self, topic: str, index: int, leading: bool, leader_epoch: int) -> None:
         ownership = self.offsets.ownership if topic == OFFSETS_TOPIC else self.txn.ownership
         if leading:

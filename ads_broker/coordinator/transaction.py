@@ -418,6 +418,12 @@ class TransactionCoordinator:
         self._transition(md, TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
                          partitions=set(), start_ms=-1)
 
+    def cancel_markers(self) -> None:
+        """Shutdown: stop sending markers; the next coordinator of each id completes its
+        transaction from the Prepare* record (as after a crash)."""
+        for task in list(self._marker_tasks):
+            task.cancel()
+
     def _start_remote_markers(self, md: TxnMetadata) -> None:
         """Cluster mode: the markers go to each partition's leader (Kafka's
         TransactionMarkerChannelManager); Complete* is logged once every leader wrote its marker
