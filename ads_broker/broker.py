@@ -22,6 +22,8 @@ from ads_broker import dynamic_config
 from ads_broker.cluster.node import ClusterNode
 from ads_broker.config import BrokerConfig
 from ads_broker.coordinator.group import GroupCoordinator
+from ads_broker.coordinator.loader import CoordinatorLoader
+from ads_broker.coordinator.markers import TxnMarkerSender
 from ads_broker.coordinator.offsets import OffsetManager
 from ads_broker.coordinator.transaction import TransactionCoordinator
 from ads_broker.faults import BrokerFaults
@@ -71,10 +73,17 @@ class Broker:
         if config.settings.authorizer_class_name:
             authorizer = Authorizer(AclStore(data_dir), parse_super_users(config.settings.super_users),
                                     config.settings.allow_everyone_if_no_acl_found)
+        #: Cluster mode: loads and unloads the coordinators' partitions with their leadership.
+        self.loader: CoordinatorLoader | None = None
         #: Cluster mode (``zookeeper.connect`` set): this broker's membership; None on a single node.
         self.cluster = ClusterNode(config, self.replicas) if config.settings.zookeeper_connect else None
         if self.cluster is not None:
             self.producer_ids.block_source = self.cluster.allocate_producer_ids
+            # The coordinators follow their internal partitions' leadership (docs/CLUSTER.md "Coordinators").
+            self.loader = CoordinatorLoader(self.replicas, self.groups, self.offsets, self.txn)
+            self.cluster.on_internal_partition = self.loader.on_internal_partition
+            self.txn.send_markers = TxnMarkerSender(self.replicas, self.offsets, self.cluster,
+                                                    config.settings.offsets_commit_timeout_ms).send
         #: What request handlers see of this broker.
         self.context = HandlerContext(config=config, data_dir=data_dir, replicas=self.replicas, groups=self.groups,
                                       offsets=self.offsets, txn=self.txn, producer_ids=self.producer_ids,
@@ -86,8 +95,9 @@ class Broker:
 
     async def start(self) -> None:
         self.replicas.open()
-        self.offsets.load()
-        self.txn.load()
+        if self.cluster is None:  # cluster mode: each partition loads when this broker leads it
+            self.offsets.load()
+            self.txn.load()
         await self.groups.start()
         self.replicas.logs.start_cleaner()
         if self.config.settings.metrics_port:
@@ -174,6 +184,9 @@ class Broker:
 
     async def stop(self) -> None:
         self.begin_stop()
+        if self.loader is not None:
+            self.loader.cancel()
+        self.txn.cancel_markers()
         if self.cluster is not None:
             await self.cluster.stop_fetchers()
         for task in self._tasks:

@@ -133,6 +133,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("group.max.session.timeout.ms", int, 1800000, 0),
     Setting("group.max.size", int, 2**31 - 1, 1),
     Setting("offsets.topic.num.partitions", int, 50, 1),
+    Setting("offsets.topic.replication.factor", int, 3, 1,
+            doc="cluster mode: replicas of __consumer_offsets; until this many brokers are alive the topic is not "
+                "created and FindCoordinator answers COORDINATOR_NOT_AVAILABLE (a single node always uses 1)"),
+    Setting("offsets.commit.timeout.ms", int, 5000, 1,
+            doc="cluster mode: how long an offset commit (and a transaction state change) waits for the ISR to "
+                "replicate it before COORDINATOR_NOT_AVAILABLE"),
     Setting("offsets.retention.minutes", int, 10080, 1,
             doc="committed offsets of a group without members expire this long after it became empty "
                 "(standalone commits: after their commit time); KIP-211"),
@@ -144,6 +150,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("transaction.max.timeout.ms", int, 900000, 1,
             doc="the largest transaction.timeout.ms a transactional producer may ask for"),
     Setting("transaction.state.log.num.partitions", int, 50, 1, doc="partitions of __transaction_state"),
+    Setting("transaction.state.log.replication.factor", int, 3, 1,
+            doc="cluster mode: replicas of __transaction_state; until this many brokers are alive the topic is not "
+                "created and FindCoordinator answers COORDINATOR_NOT_AVAILABLE (a single node always uses 1)"),
+    Setting("transaction.state.log.min.isr", int, 2, 1,
+            doc="cluster mode: min.insync.replicas of __transaction_state (capped at its replication factor)"),
     Setting("transaction.abort.timed.out.transaction.cleanup.interval.ms", int, 10000, 1,
             doc="how often the coordinator aborts transactions older than their timeout"),
     Setting("transactional.id.expiration.ms", int, 604800000, 1,
@@ -333,11 +344,15 @@ class BrokerSettings:
     group_max_session_timeout_ms: int
     group_max_size: int
     offsets_topic_num_partitions: int
+    offsets_topic_replication_factor: int
+    offsets_commit_timeout_ms: int
     offsets_retention_minutes: int
     offsets_retention_ms: int
     offsets_retention_check_interval_ms: int
     transaction_max_timeout_ms: int
     transaction_state_log_num_partitions: int
+    transaction_state_log_replication_factor: int
+    transaction_state_log_min_isr: int
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int
     transactional_id_expiration_ms: int
     max_broker_partitions: int

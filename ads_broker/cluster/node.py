@@ -26,7 +26,7 @@ import functools
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import structlog
@@ -61,6 +61,11 @@ from ads_broker.replication.replica_manager import ReplicaManager
 from ads_broker.security.listeners import parse_endpoints
 
 log = structlog.get_logger("ads_broker.cluster")
+
+#: The coordinators' internal topics (``coordinator/offsets.py``, ``coordinator/transaction.py``).
+OFFSETS_TOPIC_NAME = "__consumer_offsets"
+TRANSACTION_STATE_TOPIC_NAME = "__transaction_state"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC_NAME, TRANSACTION_STATE_TOPIC_NAME})
 
 #: How long a SIGTERM'd broker waits for the controller to move its leaderships away
 #: (Kafka retries its ControlledShutdown request ``controlled.shutdown.max.retries`` times).
@@ -140,6 +145,9 @@ class ClusterNode:
         # States delivered while join() is still registering (before self.member is set) wait here.
         self._joining = threading.Lock()
         self._early: list[tuple[TopicPartition, tuple[int, ...], LeaderAndIsr]] | None = []
+        #: Called on the loop after each applied state of an internal topic's partition (the
+        #: coordinators load or unload it): ``(topic, partition index, leading, leader epoch)``.
+        self.on_internal_partition: Callable[[str, int, bool, int], None] | None = None
 
     @property
     def joined(self) -> bool:
@@ -241,7 +249,8 @@ class ClusterNode:
             assignment = zk.get_assignment(name)
             if not assignment:
                 return None
-            return Topic(name, topic_id_of(name, zk.get_topic_id(name)), zk.get_topic_config(name), len(assignment))
+            return Topic(name, topic_id_of(name, zk.get_topic_id(name)), zk.get_topic_config(name), len(assignment),
+                         internal=name in INTERNAL_TOPICS)
         except Exception:
             log.exception("cannot read a topic's metadata from ZooKeeper", topic=name)
             return None
@@ -259,6 +268,8 @@ class ClusterNode:
         if not self.replicas.apply_state(partition, update, state.controller_epoch):
             return
         self.fetchers.update(partition)
+        if topic.internal and self.on_internal_partition is not None:
+            self.on_internal_partition(tp.topic, tp.partition, partition.is_leader, state.leader_epoch)
         log.info("partition state applied", topic=tp.topic, partition=tp.partition, leader=state.leader,
                  leader_epoch=state.leader_epoch, partition_epoch=state.partition_epoch, isr=list(state.isr),
                  role="leader" if partition.is_leader else "follower")
@@ -344,6 +355,40 @@ class ClusterNode:
         log.info("topic created in the cluster", topic=name, assignment={p: r for p, r in assignment.items()},
                  configs=overrides)
         return Topic(name, topic_id, overrides, len(assignment))
+
+    async def ensure_internal_topic(self, name: str, num_partitions: int, replication_factor: int,
+                                    setting: str, min_isr: int) -> bool:
+        """Create ``__consumer_offsets`` / ``__transaction_state`` through ZooKeeper if it does not
+        exist yet (Kafka creates them on the first FindCoordinator). False while fewer than
+        ``replication_factor`` brokers are alive: Kafka then logs its message and answers
+        COORDINATOR_NOT_AVAILABLE until enough brokers registered. True once the topic exists."""
+        create = functools.partial(self._ensure_internal_topic, name, num_partitions, replication_factor,
+                                   setting, min_isr)
+        return await asyncio.get_running_loop().run_in_executor(None, create)
+
+    def _ensure_internal_topic(self, name: str, num_partitions: int, replication_factor: int,
+                               setting: str, min_isr: int) -> bool:
+        zk = self.zk
+        if zk.get_assignment(name):
+            return True
+        live = sorted(zk.get_live_broker_ids())
+        if len(live) < replication_factor:
+            what = "the offsets topic" if name == OFFSETS_TOPIC_NAME else "the transactions state topic"
+            log.error(f"Number of alive brokers '{len(live)}' does not meet the required replication factor "
+                      f"'{replication_factor}' for {what} (configured via '{setting}'). This error can be ignored "
+                      "if the cluster is starting up and not all brokers are up yet.", topic=name)
+            return False
+        configs = {"cleanup.policy": "compact"}
+        if replication_factor >= 3:  # issue 13: a coordinator's write survives one broker loss, acks=all
+            configs["min.insync.replicas"] = str(min(min_isr, replication_factor))
+        assignment = assign_replicas(live, num_partitions, replication_factor)
+        try:
+            zk.create_topic(name, assignment, str(uuid.uuid4()), configs)
+        except NodeExistsError:
+            return True  # another broker created it meanwhile
+        log.info("internal topic created in the cluster", topic=name, partitions=num_partitions,
+                 replication_factor=replication_factor, configs=configs)
+        return True
 
     def _assignment(self, num_partitions: int, replication_factor: int, live: list[int]) -> dict[int, list[int]]:
         settings = self.config.settings

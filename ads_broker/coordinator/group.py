@@ -304,6 +304,23 @@ class GroupCoordinator:
                 self._complete_sync(member, _sync_error(errors.NOT_COORDINATOR))
         self._groups.clear()
 
+    def unload_groups(self, group_ids: list[str]) -> None:
+        """Kafka's ``onGroupUnloaded`` for the groups of an offsets partition this broker stopped
+        leading: parked JoinGroup and SyncGroup requests complete with NOT_COORDINATOR, so their
+        clients find the new coordinator; the groups are forgotten here."""
+        for group_id in group_ids:
+            group = self._groups.pop(group_id, None)
+            if group is None:
+                continue
+            group.state = GroupState.DEAD
+            for member in group.members.values():
+                self._complete_join(member, _join_error(member.member_id, errors.NOT_COORDINATOR))
+                self._complete_sync(member, _sync_error(errors.NOT_COORDINATOR))
+        self._wake()
+
+    def group_ids_where(self, predicate: Callable[[str], bool]) -> list[str]:
+        return [g for g in self._groups if predicate(g)]
+
     async def _run_expirations(self) -> None:
         while True:
             self._wakeup.clear()

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from ads_broker.coordinator.ownership import CoordinatorPartitions
 from ads_broker.errors import INVALID_COMMIT_OFFSET_SIZE, OFFSET_METADATA_TOO_LARGE
 from ads_broker.exceptions import BrokerError
 from ads_broker.log.records import (
@@ -208,6 +209,8 @@ class OffsetManager:
         # Transactional commits not yet decided: producer id -> group -> (topic, partition) -> offset.
         # They become visible when the coordinator writes COMMIT to the group's partition.
         self._pending: dict[int, dict[str, dict[tuple[str, int], CommittedOffset]]] = {}
+        #: Cluster mode: which ``__consumer_offsets`` partitions this broker coordinates.
+        self.ownership = CoordinatorPartitions(OFFSETS_TOPIC, owns_all=True)
 
     def partition_for(self, group: str) -> int:
         return partition_for_group(group, self.num_partitions)
@@ -233,7 +236,58 @@ class OffsetManager:
         log.info("offsets loaded", groups=len(self._cache), reads=reads, skipped_records=skipped.records,
                  skipped_batches=skipped.batches)
 
-    def _apply_batches(self, data: bytes, where: str, skipped: UndecodableRecords) -> None:
+    # -- cluster mode: one partition at a time (coordinator/ownership.py) -----------------------
+
+    def load_chunk(self, index: int, data: bytes, skipped: UndecodableRecords) -> None:
+        """Apply a chunk of ``__consumer_offsets``-``index`` while loading it as its new leader."""
+        self._apply_batches(data, f"{OFFSETS_TOPIC}-{index}", skipped, index)
+
+    def unload_partition(self, index: int) -> list[str]:
+        """This broker stopped leading ``__consumer_offsets``-``index``: forget the committed and
+        pending offsets of its groups (the new leader loads them from the log). The groups."""
+        groups = [g for g in self._cache if self.partition_for(g) == index]
+        for group in groups:
+            del self._cache[group]
+        for producer_id in list(self._pending):
+            pending = self._pending[producer_id]
+            for group in [g for g in pending if self.partition_for(g) == index]:
+                del pending[group]
+            if not pending:
+                del self._pending[producer_id]
+        return groups
+
+    def coordinator_error(self, group: str) -> int:
+        """NONE if this broker coordinates ``group`` now, else NOT_COORDINATOR or
+        COORDINATOR_LOAD_IN_PROGRESS (always NONE on a single node)."""
+        return self.ownership.error(self.partition_for(group))
+
+    def stage_commit(self, group: str, entries: Iterable[tuple[str, int, int, int, str | None]], *,
+                     producer: tuple[int, int] | None = None
+                     ) -> tuple[dict[tuple[str, int], int], Callable[[], None]]:
+        """Append a commit (``producer``: a TxnOffsetCommit's producer id and epoch) and return the
+        errors and the step that makes it visible, which the caller runs once the ISR has the
+        record (Kafka updates its cache in the append's callback, after acks=all)."""
+        errors, records, accepted = self._prepare(group, entries)
+        if not records:
+            return errors, lambda: None
+        if producer is None:
+            batch = build_batch(records)
+        else:
+            batch = build_batch(records, producer_id=producer[0], producer_epoch=producer[1], is_transactional=True)
+        if not self._append_commit(group, batch, errors, accepted):
+            return errors, lambda: None
+
+        def publish() -> None:
+            if producer is None:
+                target = self._cache.setdefault(group, {})
+            else:
+                target = self._pending.setdefault(producer[0], {}).setdefault(group, {})
+            for key, value in accepted:
+                target[key] = value
+        return errors, publish
+
+    def _apply_batches(self, data: bytes, where: str, skipped: UndecodableRecords,
+                       index: int | None = None) -> None:
         pos = 0
         while pos + 12 <= len(data):
             size = 12 + int.from_bytes(data[pos + 8:pos + 12], "big")
@@ -244,7 +298,7 @@ class OffsetManager:
             if header.is_control:
                 kind = _control_kind(batch_records)
                 if kind is not None:
-                    self._resolve(header.producer_id, None, kind == 1)
+                    self._resolve(header.producer_id, index, kind == 1)
                 continue
             target = self._pending.setdefault(header.producer_id, {}) if header.is_transactional else self._cache
             for record in batch_records:
@@ -296,23 +350,15 @@ class OffsetManager:
 
         Returns an error code per (topic, partition); the cache is updated only after the append.
         """
-        errors, records, accepted = self._prepare(group, entries)
-        if records and self._append_commit(group, build_batch(records), errors, accepted):
-            cache = self._cache.setdefault(group, {})
-            for key, value in accepted:
-                cache[key] = value
+        errors, publish = self.stage_commit(group, entries)
+        publish()
         return errors
 
     def commit_transactional(self, group: str, producer_id: int, producer_epoch: int,
                              entries: Iterable[tuple[str, int, int, int, str | None]]) -> dict[tuple[str, int], int]:
         """TxnOffsetCommit: append a transactional batch; the offsets stay pending until the marker."""
-        errors, records, accepted = self._prepare(group, entries)
-        if records and self._append_commit(group, build_batch(
-                records, producer_id=producer_id, producer_epoch=producer_epoch, is_transactional=True),
-                errors, accepted):
-            pending = self._pending.setdefault(producer_id, {}).setdefault(group, {})
-            for key, value in accepted:
-                pending[key] = value
+        errors, publish = self.stage_commit(group, entries, producer=(producer_id, producer_epoch))
+        publish()
         return errors
 
     def _append_commit(self, group: str, batch: bytes, errors: dict[tuple[str, int], int],

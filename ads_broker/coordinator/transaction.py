@@ -33,7 +33,7 @@ import asyncio
 import enum
 import struct
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import structlog
@@ -45,6 +45,7 @@ from ads_broker.coordinator.offsets import (
     decode_batch_or_skip,
     java_string_hash,
 )
+from ads_broker.coordinator.ownership import CoordinatorPartitions
 from ads_broker.errors import (
     CONCURRENT_TRANSACTIONS,
     INVALID_PRODUCER_EPOCH,
@@ -261,6 +262,14 @@ class TransactionCoordinator:
         self.txns: dict[str, TxnMetadata] = {}
         self._by_producer: dict[int, ProducerView] = {}
         self.coordinator_epoch = 0
+        #: Cluster mode: which ``__transaction_state`` partitions this broker coordinates.
+        self.ownership = CoordinatorPartitions(TRANSACTION_STATE_TOPIC, owns_all=True)
+        #: Cluster mode: writes a marker to the leaders of the given partitions (this broker's own
+        #: or another's, WriteTxnMarkers) and waits for each ISR; returns the partitions that failed
+        #: (retried). None on a single node: markers are appended here, synchronously.
+        self.send_markers: Callable[[EndTxnMarker, list[tuple[str, int]]],
+                                    Awaitable[list[tuple[str, int]]]] | None = None
+        self._marker_tasks: set[asyncio.Task[None]] = set()
 
     # -- persistence -------------------------------------------------------------------------
 
@@ -287,6 +296,45 @@ class TransactionCoordinator:
                      state=md.state.name, partitions=len(md.partitions))
             self._write_markers_and_complete(md)
         log.info("transactions loaded", transactional_ids=len(self.txns), completed_on_load=len(pending))
+
+    # -- cluster mode: one partition at a time (coordinator/ownership.py) -----------------------
+
+    def load_chunk(self, index: int, data: bytes, skipped: UndecodableRecords) -> None:
+        """Apply a chunk of ``__transaction_state``-``index`` while loading it as its new leader."""
+        self._apply_chunk(data, f"{TRANSACTION_STATE_TOPIC}-{index}", skipped)
+
+    def finish_load(self, index: int) -> int:
+        """The partition is loaded: publish its producers' views and finish every transaction it
+        had decided (Prepare* in the log: markers, then Complete*), as Kafka's
+        ``loadTransactionsForTxnTopicPartition`` does. Returns the number of ids it holds."""
+        mine = [md for md in self.txns.values() if self._partition_of(md.transactional_id) == index]
+        for md in mine:
+            self._publish(md)
+        for md in mine:
+            if md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                log.info("completing a transaction decided by the previous coordinator",
+                         transactional_id=md.transactional_id, state=md.state.name, partitions=len(md.partitions))
+                self._write_markers_and_complete(md)
+        return len(mine)
+
+    def unload_partition(self, index: int) -> int:
+        """This broker stopped leading ``__transaction_state``-``index``: forget its ids."""
+        gone = [txn_id for txn_id in self.txns if self._partition_of(txn_id) == index]
+        for txn_id in gone:
+            md = self.txns.pop(txn_id)
+            self._by_producer.pop(md.producer_id, None)
+        return len(gone)
+
+    def _partition_of(self, transactional_id: str) -> int:
+        return partition_for_txn(transactional_id, self.num_partitions)
+
+    def coordinator_error(self, transactional_id: str) -> int:
+        """NONE if this broker coordinates ``transactional_id`` now, else NOT_COORDINATOR or
+        COORDINATOR_LOAD_IN_PROGRESS (always NONE on a single node)."""
+        return self.ownership.error(self._partition_of(transactional_id))
+
+    def state_partition(self, transactional_id: str) -> tuple[str, int]:
+        return TRANSACTION_STATE_TOPIC, self._partition_of(transactional_id)
 
     def _apply_chunk(self, data: bytes, where: str, skipped: UndecodableRecords) -> None:
         """Apply every record of ``data``; one that does not decode is skipped and counted."""
@@ -345,6 +393,9 @@ class TransactionCoordinator:
     # -- markers -----------------------------------------------------------------------------
 
     def _write_markers_and_complete(self, md: TxnMetadata) -> None:
+        if self.send_markers is not None:
+            self._start_remote_markers(md)
+            return
         commit = md.state is TxnState.PREPARE_COMMIT
         for topic, index in sorted(md.partitions):
             try:
@@ -366,6 +417,68 @@ class TransactionCoordinator:
                 self.offsets.complete_transaction(md.producer_id, index, commit)
         self._transition(md, TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
                          partitions=set(), start_ms=-1)
+
+    def cancel_markers(self) -> None:
+        """Shutdown: stop sending markers; the next coordinator of each id completes its
+        transaction from the Prepare* record (as after a crash)."""
+        for task in list(self._marker_tasks):
+            task.cancel()
+
+    def _start_remote_markers(self, md: TxnMetadata) -> None:
+        """Cluster mode: the markers go to each partition's leader (Kafka's
+        TransactionMarkerChannelManager); Complete* is logged once every leader wrote its marker
+        and its ISR has it. A partition that fails is retried after ``MARKER_RETRY_S`` until it
+        succeeds or this broker stops coordinating the id."""
+        task = asyncio.get_running_loop().create_task(self._markers_then_complete(
+            md.transactional_id, md.producer_id, md.producer_epoch, md.state))
+        self._marker_tasks.add(task)
+        task.add_done_callback(self._marker_tasks.discard)
+
+    async def _markers_then_complete(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                     state: TxnState) -> None:
+        assert self.send_markers is not None
+        md = self.txns.get(transactional_id)
+        if md is None:
+            return
+        marker = EndTxnMarker(producer_id, producer_epoch, state is TxnState.PREPARE_COMMIT,
+                              self.ownership.epoch(self._partition_of(transactional_id)))
+        # The decision must be in the ISR before any marker: a coordinator that dies with its
+        # PrepareCommit unreplicated would leave the next one to abort a half-committed transaction.
+        while not await self._decision_replicated(transactional_id):
+            md = self.txns.get(transactional_id)
+            if md is None or (md.producer_id, md.producer_epoch, md.state) != (producer_id, producer_epoch, state):
+                return
+            await asyncio.sleep(MARKER_RETRY_S)
+        remaining = sorted(md.partitions)
+        while remaining:
+            try:
+                remaining = await self.send_markers(marker, remaining)
+            except Exception:
+                log.exception("sending transaction markers failed; retrying", transactional_id=transactional_id)
+            md = self.txns.get(transactional_id)
+            if md is None or (md.producer_id, md.producer_epoch, md.state) != (producer_id, producer_epoch, state):
+                return  # unloaded (another broker coordinates it now) or completed meanwhile
+            if remaining:
+                log.info("transaction markers not written yet; retrying", transactional_id=transactional_id,
+                         partitions=[f"{t}-{p}" for t, p in remaining], retry_after_s=MARKER_RETRY_S)
+                await asyncio.sleep(MARKER_RETRY_S)
+        try:
+            self._transition(md, TxnState.COMPLETE_COMMIT if marker.commit else TxnState.COMPLETE_ABORT,
+                             partitions=set(), start_ms=-1)
+        except BrokerError as e:  # e.g. leadership of the state partition moved: the new coordinator completes it
+            log.warning("transaction completion not logged", transactional_id=transactional_id, error=str(e))
+
+    async def _decision_replicated(self, transactional_id: str) -> bool:
+        """Wait until the ISR has everything logged for ``transactional_id``'s state partition;
+        False (the caller retries, or stops if the id moved) when it did not in time."""
+        try:
+            partition = self.replicas.get_partition(*self.state_partition(transactional_id))
+            await self.replicas.wait_for_high_watermark(partition, partition.log.log_end_offset,
+                                                        self.replicas.config.settings.offsets_commit_timeout_ms)
+        except BrokerError as e:
+            log.info("transaction decision not replicated yet", transactional_id=transactional_id, error=str(e))
+            return False
+        return True
 
     def _complete_after_response(self, md: TxnMetadata) -> None:
         """Write the markers of a decided transaction after the EndTxn response (Kafka's
@@ -424,7 +537,8 @@ class TransactionCoordinator:
         """
         log.info("aborting transaction with a bumped epoch", transactional_id=md.transactional_id,
                  producer_id=md.producer_id, epoch=md.producer_epoch, reason=reason)
-        hold = self._marker_delay_s() > 0 and self._on_event_loop()
+        # Cluster mode: markers go over the network, so the caller always answers CONCURRENT_TRANSACTIONS.
+        hold = (self._marker_delay_s() > 0 or self.send_markers is not None) and self._on_event_loop()
         self._transition(md, TxnState.PREPARE_EPOCH_FENCE)
         # While held, the fenced producer's own KIP-360 retry of InitProducerId names (id, old epoch).
         last_id = {"last_producer_id": md.producer_id} if hold else {}
@@ -483,10 +597,12 @@ class TransactionCoordinator:
 
     def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                        partitions: Iterable[tuple[str, int]],
-                       fenced_code: int = PRODUCER_FENCED, *, offsets_partition: bool = False
-                       ) -> dict[tuple[str, int], int]:
+                       fenced_code: int = PRODUCER_FENCED, *, offsets_partition: bool = False,
+                       counts: Mapping[str, int] | None = None) -> dict[tuple[str, int], int]:
         """AddPartitionsToTxn; ``offsets_partition``: AddOffsetsToTxn adding the group's partition
-        of ``__consumer_offsets``, the one way an internal topic joins a transaction."""
+        of ``__consumer_offsets``, the one way an internal topic joins a transaction (its index is
+        computed from the group, so it is not looked up). ``counts``: partitions per topic as the
+        cluster knows them (default: this broker's topics)."""
         wanted = list(dict.fromkeys(partitions))
         if not valid_id(transactional_id):
             return {tp: INVALID_REQUEST for tp in wanted}
@@ -496,7 +612,8 @@ class TransactionCoordinator:
             code = CONCURRENT_TRANSACTIONS
         if md is None or code:
             return {tp: code for tp in wanted}
-        refused = {tp: UNKNOWN_TOPIC_OR_PARTITION for tp in wanted if not self._exists(tp)}
+        refused = {tp: UNKNOWN_TOPIC_OR_PARTITION for tp in wanted
+                   if not offsets_partition and not self._exists(tp, counts)}
         if not offsets_partition:
             # Its COMMIT marker would land in __transaction_state (or a group's offsets partition).
             refused.update({tp: INVALID_TOPIC_EXCEPTION for tp in wanted if self._is_internal(tp)})
@@ -553,7 +670,9 @@ class TransactionCoordinator:
         """
         view = self._by_producer.get(producer_id)
         if view is None:
-            return INVALID_PRODUCER_ID_MAPPING
+            # Cluster mode: another broker may coordinate this producer's transactional id; the
+            # partition leader then does not verify (Kafka before 3.6), the log's epoch check fences.
+            return NONE if not self.ownership.owns_all else INVALID_PRODUCER_ID_MAPPING
         if producer_epoch < view.producer_epoch:
             return INVALID_PRODUCER_EPOCH
         if tp not in view.ongoing:
@@ -570,11 +689,15 @@ class TransactionCoordinator:
             return INVALID_TXN_STATE
         return NONE
 
-    def _exists(self, tp: tuple[str, int]) -> bool:
+    def _exists(self, tp: tuple[str, int], counts: Mapping[str, int] | None = None) -> bool:
+        if counts is not None:
+            return 0 <= tp[1] < counts.get(tp[0], 0)
         topic = self.replicas.topics.get(tp[0])
         return topic is not None and 0 <= tp[1] < topic.num_partitions
 
     def _is_internal(self, tp: tuple[str, int]) -> bool:
+        if tp[0] in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC):
+            return True
         topic = self.replicas.topics.get(tp[0])
         return topic is not None and topic.internal
 

@@ -57,6 +57,7 @@ from kafka.protocol.producer import (
     ProduceRequest,
     TxnOffsetCommitRequest,
 )
+from kafka.protocol.producer.transaction import WriteTxnMarkersRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from ads_broker.protocol import (
@@ -132,6 +133,7 @@ _APIS = (
     Api(AddOffsetsToTxnRequest, 0, 3, txn.handle_add_offsets_to_txn),
     Api(EndTxnRequest, 0, 3, txn.handle_end_txn),
     Api(TxnOffsetCommitRequest, 0, 3, txn.handle_txn_offset_commit),
+    Api(WriteTxnMarkersRequest, 1, 1, txn.handle_write_txn_markers),  # inter-broker (cluster mode)
     Api(DeleteGroupsRequest, 0, 2, groups_admin.handle_delete_groups),
     Api(IncrementalAlterConfigsRequest, 0, 1, configs.handle_incremental_alter_configs),
     Api(OffsetDeleteRequest, 0, 0, groups_admin.handle_offset_delete),

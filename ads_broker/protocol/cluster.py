@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from kafka.protocol.admin import CreateTopicsResponse
 from kafka.protocol.metadata import MetadataResponse
 
-from ads_broker.cluster.node import ClusterNode, ClusterSnapshot, TopicView
+from ads_broker.cluster.node import INTERNAL_TOPICS, ClusterNode, ClusterSnapshot, TopicView
 from ads_broker.cluster.topics import validate_topic_name
 from ads_broker.errors import LEADER_NOT_AVAILABLE, REQUEST_TIMED_OUT, UNKNOWN_TOPIC_OR_PARTITION
 from ads_broker.exceptions import BrokerError, InvalidRequestError, LeaderNotAvailableError
@@ -45,7 +45,7 @@ def _topic(ctx: HandlerContext, view: TopicView, snapshot: ClusterSnapshot, with
             leader_epoch=-1 if state is None else state.leader_epoch, replica_nodes=list(p.replicas),
             isr_nodes=[] if state is None else list(state.isr),
             offline_replicas=[r for r in p.replicas if r not in snapshot.brokers]))
-    return MetadataTopic(error_code=0, name=view.name, topic_id=view.topic_id, is_internal=False,
+    return MetadataTopic(error_code=0, name=view.name, topic_id=view.topic_id, is_internal=view.name in INTERNAL_TOPICS,
                          partitions=partitions,
                          authorized_operations=authorized_operations(ctx, TOPIC_OPERATIONS, TOPIC, view.name)
                          if with_operations else None)
@@ -74,7 +74,8 @@ async def _requested(ctx: HandlerContext, cluster: ClusterNode, req: DecodedRequ
                 raise LeaderNotAvailableError(f"broker {cluster.broker_id} cannot read the cluster's state now "
                                               "(joining, leaving or ZooKeeper unreachable); retry")
             view = snapshot.topics.get(name)
-            if view is None and allow_create and ctx.config.settings.auto_create_topics_enable:
+            if (view is None and allow_create and ctx.config.settings.auto_create_topics_enable
+                    and name not in INTERNAL_TOPICS):  # those are created by FindCoordinator, with their own RF
                 if denied := ctx.denial(CREATE, CLUSTER, CLUSTER_NAME) and ctx.denial(CREATE, TOPIC, name):
                     raise denied  # Kafka: auto-creation needs CREATE on the cluster or on the topic
                 await cluster.create_topic(name, -1, -1, {}, None)

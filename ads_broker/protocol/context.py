@@ -9,6 +9,7 @@ are context variables set for the task serving the connection.
 from __future__ import annotations
 
 import contextvars
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +18,8 @@ from ads_broker.config import BrokerConfig
 from ads_broker.coordinator.group import GroupCoordinator
 from ads_broker.coordinator.offsets import OffsetManager
 from ads_broker.coordinator.transaction import TransactionCoordinator
-from ads_broker.exceptions import AuthorizationError, BrokerError
+from ads_broker.errors import COORDINATOR_NOT_AVAILABLE, NONE, NOT_COORDINATOR
+from ads_broker.exceptions import AuthorizationError, BrokerError, KafkaStorageError, NotLeaderOrFollowerError
 from ads_broker.faults import BrokerFaults
 from ads_broker.producer_ids import ProducerIdManager
 from ads_broker.protocol.codec import DecodedRequest
@@ -102,6 +104,37 @@ class HandlerContext:
         principal = session.principal if session is not None else ANONYMOUS
         peer = (session.client_host if session is not None else "") or _client_host.get()
         return principal, peer.rpartition(":")[0] or peer
+
+    async def partition_counts(self, names: Iterable[str]) -> dict[str, int]:
+        """Partitions per topic as the cluster knows them (unknown topics left out): this broker's
+        topics and, in cluster mode, the cluster's metadata for the ones it does not replicate; a
+        coordinator serves keys about topics anywhere in the cluster, as Kafka's metadata cache
+        holds every topic."""
+        wanted = list(dict.fromkeys(names))
+        counts = {n: t.num_partitions for n in wanted if (t := self.replicas.topics.get(n)) is not None}
+        missing = [n for n in wanted if n not in counts]
+        if missing and self.cluster is not None:
+            snapshot = await self.cluster.snapshot(missing)
+            counts.update({n: len(view.partitions) for n, view in snapshot.topics.items() if n in missing})
+        return counts
+
+    async def coordinator_write_error(self, topic: str, index: int) -> int:
+        """Cluster mode: wait until the ISR has every record a coordinator appended to its internal
+        partition ``topic``-``index`` so far (Kafka answers an offset commit or a transaction state
+        change only after acks=all). NONE once it has; otherwise Kafka's coordinator mapping:
+        NOT_COORDINATOR when this broker stopped leading, COORDINATOR_NOT_AVAILABLE when the ISR is
+        too small or did not catch up in ``offsets.commit.timeout.ms``. NONE at once on a single node."""
+        try:
+            partition = self.replicas.get_partition(topic, index)
+            if not partition.replicated:
+                return NONE
+            await self.replicas.wait_for_high_watermark(partition, partition.log.log_end_offset,
+                                                        self.config.settings.offsets_commit_timeout_ms)
+        except (NotLeaderOrFollowerError, KafkaStorageError):
+            return NOT_COORDINATOR
+        except BrokerError:
+            return COORDINATOR_NOT_AVAILABLE
+        return NONE
 
     def allowed(self, operation: int, resource_type: int, name: str) -> bool:
         """Whether the current request's principal may do ``operation`` on the resource; silent

@@ -20,6 +20,7 @@ from kafka.protocol.consumer import (
     SyncGroupResponse,
 )
 
+from ads_broker.coordinator.offsets import OFFSETS_TOPIC
 from ads_broker.errors import TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PARTITION, UNSTABLE_OFFSET_COMMIT
 from ads_broker.exceptions import BrokerError
 from ads_broker.protocol.codec import DecodedRequest
@@ -34,6 +35,10 @@ async def handle_join_group(ctx: HandlerContext, req: DecodedRequest) -> JoinGro
     v = req.api_version
     if denied := ctx.authorize(req, "join_group", READ, GROUP, body.group_id):
         return JoinGroupResponse(throttle_time_ms=0, error_code=denied, generation_id=-1, protocol_type=None,
+                                 protocol_name="", leader="", skip_assignment=False, member_id=body.member_id or "",
+                                 members=[])
+    if code := ctx.offsets.coordinator_error(body.group_id):
+        return JoinGroupResponse(throttle_time_ms=0, error_code=code, generation_id=-1, protocol_type=None,
                                  protocol_name="", leader="", skip_assignment=False, member_id=body.member_id or "",
                                  members=[])
     result = await ctx.groups.join_group(
@@ -58,6 +63,9 @@ async def handle_sync_group(ctx: HandlerContext, req: DecodedRequest) -> SyncGro
     if denied := ctx.authorize(req, "sync_group", READ, GROUP, body.group_id):
         return SyncGroupResponse(throttle_time_ms=0, error_code=denied, protocol_type=None, protocol_name=None,
                                  assignment=b"")
+    if code := ctx.offsets.coordinator_error(body.group_id):
+        return SyncGroupResponse(throttle_time_ms=0, error_code=code, protocol_type=None, protocol_name=None,
+                                 assignment=b"")
     result = await ctx.groups.sync_group(
         body.group_id, body.generation_id, body.member_id, body.group_instance_id if v >= 3 else None,
         protocol_type=body.protocol_type if v >= 5 else None, protocol_name=body.protocol_name if v >= 5 else None,
@@ -70,6 +78,8 @@ async def handle_heartbeat(ctx: HandlerContext, req: DecodedRequest) -> Heartbea
     body = req.body
     if denied := ctx.authorize(req, "heartbeat", READ, GROUP, body.group_id):
         return HeartbeatResponse(throttle_time_ms=0, error_code=denied)
+    if code := ctx.offsets.coordinator_error(body.group_id):
+        return HeartbeatResponse(throttle_time_ms=0, error_code=code)
     code = await ctx.groups.heartbeat(body.group_id, body.generation_id, body.member_id,
                                       body.group_instance_id if req.api_version >= 3 else None)
     return HeartbeatResponse(throttle_time_ms=0, error_code=code)
@@ -79,6 +89,8 @@ async def handle_leave_group(ctx: HandlerContext, req: DecodedRequest) -> LeaveG
     body = req.body
     if denied := ctx.authorize(req, "leave_group", READ, GROUP, body.group_id):
         return LeaveGroupResponse(throttle_time_ms=0, error_code=denied, members=[])
+    if code := ctx.offsets.coordinator_error(body.group_id):
+        return LeaveGroupResponse(throttle_time_ms=0, error_code=code, members=[])
     if req.api_version >= 3:
         members = [(m.member_id, m.group_instance_id) for m in body.members]
     else:
@@ -113,6 +125,11 @@ async def handle_describe_groups(ctx: HandlerContext, req: DecodedRequest) -> De
                 error_code=denied, error_message=None, group_id=group_id, group_state="", protocol_type="",
                 protocol_data="", members=[], authorized_operations=None))
             continue
+        if code := ctx.offsets.coordinator_error(group_id):
+            out.append(DescribeGroupsResponse.DescribedGroup(
+                error_code=code, error_message=None, group_id=group_id, group_state="", protocol_type="",
+                protocol_data="", members=[], authorized_operations=None))
+            continue
         d = ctx.groups.describe_group(group_id)
         state = d.state
         if state == "Dead" and group_id in ctx.offsets.groups():
@@ -128,15 +145,17 @@ async def handle_describe_groups(ctx: HandlerContext, req: DecodedRequest) -> De
     return DescribeGroupsResponse(throttle_time_ms=0, groups=out)
 
 
-def commit_entries(ctx: HandlerContext, topics: Any, group_code: int, *, with_leader_epoch: bool
+def commit_entries(ctx: HandlerContext, topics: Any, group_code: int, *, with_leader_epoch: bool,
+                   counts: dict[str, int]
                    ) -> tuple[dict[tuple[str, int], int], list[tuple[str, int, int, int, str | None]]]:
     """Sort an (Txn)OffsetCommit's partitions: the group's error for all, TOPIC_AUTHORIZATION_FAILED
     for topics the principal may not READ, UNKNOWN_TOPIC_OR_PARTITION for partitions that do not
-    exist, else an entry ``(topic, partition, offset, epoch, metadata)``."""
+    exist (``counts``: partitions per known topic, :meth:`HandlerContext.partition_counts`), else an
+    entry ``(topic, partition, offset, epoch, metadata)``."""
     codes: dict[tuple[str, int], int] = {}
     entries: list[tuple[str, int, int, int, str | None]] = []
     for topic in topics:
-        known = ctx.replicas.topics.get(topic.name)
+        known = counts.get(topic.name)
         denied = None if group_code else ctx.denial(READ, TOPIC, topic.name)
         for p in topic.partitions:
             tp = (topic.name, p.partition_index)
@@ -144,7 +163,7 @@ def commit_entries(ctx: HandlerContext, topics: Any, group_code: int, *, with_le
                 codes[tp] = group_code
             elif denied is not None:
                 codes[tp] = denied.error_code
-            elif known is None or not 0 <= p.partition_index < known.num_partitions:
+            elif known is None or not 0 <= p.partition_index < known:
                 codes[tp] = UNKNOWN_TOPIC_OR_PARTITION
             else:
                 entries.append((topic.name, p.partition_index, p.committed_offset,
@@ -171,12 +190,15 @@ async def handle_offset_commit(ctx: HandlerContext, req: DecodedRequest) -> Offs
     # Kafka accepts an empty group id for OffsetCommit/OffsetFetch (isValidGroupId allows it for offset APIs).
     # Kafka: READ on the group (GROUP_AUTHORIZATION_FAILED for every partition), then READ per topic.
     denied = ctx.denial(READ, GROUP, body.group_id)
-    group_code = denied.error_code if denied else ctx.groups.validate_offset_commit(
-        body.group_id, body.generation_id_or_member_epoch, body.member_id or "",
-        body.group_instance_id if v >= 7 else None)
-    codes, entries = commit_entries(ctx, body.topics, group_code, with_leader_epoch=v >= 6)
+    group_code = denied.error_code if denied else ctx.offsets.coordinator_error(body.group_id)
+    if not group_code:
+        group_code = ctx.groups.validate_offset_commit(
+            body.group_id, body.generation_id_or_member_epoch, body.member_id or "",
+            body.group_instance_id if v >= 7 else None)
+    counts = {} if group_code else await ctx.partition_counts(t.name for t in body.topics)
+    codes, entries = commit_entries(ctx, body.topics, group_code, with_leader_epoch=v >= 6, counts=counts)
     if entries:
-        codes.update(ctx.offsets.commit(body.group_id, entries))
+        codes.update(await commit_replicated(ctx, body.group_id, entries))
     log_commit_rejections(ctx, req, "offset_commit", body.group_id, group_code, codes, denied)
     return OffsetCommitResponse(throttle_time_ms=0, topics=[
         OffsetCommitResponse.OffsetCommitResponseTopic(name=topic.name, partitions=[
@@ -184,6 +206,19 @@ async def handle_offset_commit(ctx: HandlerContext, req: DecodedRequest) -> Offs
                 partition_index=p.partition_index, error_code=codes[(topic.name, p.partition_index)])
             for p in topic.partitions])
         for topic in body.topics])
+
+
+async def commit_replicated(ctx: HandlerContext, group_id: str, entries: list[tuple[str, int, int, int, str | None]],
+                            producer: tuple[int, int] | None = None) -> dict[tuple[str, int], int]:
+    """Append a commit, wait until the ISR has it (cluster mode: acks=all), then make it visible;
+    if the ISR did not take it, every accepted partition gets the coordinator's error instead."""
+    codes, publish = ctx.offsets.stage_commit(group_id, entries, producer=producer)
+    if not any(code == 0 for code in codes.values()):
+        return codes
+    if error := await ctx.coordinator_write_error(OFFSETS_TOPIC, ctx.offsets.partition_for(group_id)):
+        return {tp: error if code == 0 else code for tp, code in codes.items()}
+    publish()
+    return codes
 
 
 def _fetch_group(ctx: HandlerContext, group_id: str, topics: list[tuple[str, list[int]]] | None,
@@ -226,6 +261,10 @@ async def handle_offset_fetch(ctx: HandlerContext, req: DecodedRequest) -> Offse
                 groups.append(OffsetFetchResponse.OffsetFetchResponseGroup(group_id=g.group_id, error_code=denied,
                                                                            topics=[]))
                 continue
+            if code := ctx.offsets.coordinator_error(g.group_id):
+                groups.append(OffsetFetchResponse.OffsetFetchResponseGroup(group_id=g.group_id, error_code=code,
+                                                                           topics=[]))
+                continue
             topics = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
             rows = _fetch_group(ctx, g.group_id, topics, bool(body.require_stable))
             groups.append(OffsetFetchResponse.OffsetFetchResponseGroup(group_id=g.group_id, error_code=0, topics=[
@@ -236,6 +275,8 @@ async def handle_offset_fetch(ctx: HandlerContext, req: DecodedRequest) -> Offse
         return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
     if denied := ctx.authorize(req, "offset_fetch", DESCRIBE, GROUP, body.group_id):
         return OffsetFetchResponse(throttle_time_ms=0, error_code=denied, topics=[])
+    if code := ctx.offsets.coordinator_error(body.group_id):
+        return OffsetFetchResponse(throttle_time_ms=0, error_code=code, topics=[])
     topics = None if body.topics is None else [(t.name, list(t.partition_indexes)) for t in body.topics]
     rows = _fetch_group(ctx, body.group_id, topics, v >= 7 and bool(body.require_stable))
     return OffsetFetchResponse(throttle_time_ms=0, error_code=0, topics=[

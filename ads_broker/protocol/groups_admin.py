@@ -69,7 +69,7 @@ async def handle_delete_groups(ctx: HandlerContext, req: DecodedRequest) -> Dele
     failed: Counter[int] = Counter()
     reason: BrokerError | None = None
     for group_id in dict.fromkeys(req.body.groups_names):  # Kafka's response is keyed by group id
-        code = ctx.authorize(req, "delete_groups", DELETE, GROUP, group_id)
+        code = ctx.authorize(req, "delete_groups", DELETE, GROUP, group_id) or ctx.offsets.coordinator_error(group_id)
         if not code:
             code = ctx.groups.delete_group(group_id)
             if code == GROUP_ID_NOT_FOUND and _group_known(ctx, group_id):
@@ -101,6 +101,8 @@ async def handle_offset_delete(ctx: HandlerContext, req: DecodedRequest) -> Offs
     group_id = body.group_id
     if denied := ctx.authorize(req, "offset_delete", DELETE, GROUP, group_id):
         return _offset_delete_error(denied)
+    if code := ctx.offsets.coordinator_error(group_id):
+        return _offset_delete_error(code)
     code = ctx.groups.validate_offset_delete(group_id)
     if code == GROUP_ID_NOT_FOUND and _group_known(ctx, group_id):
         code = NONE

@@ -5,9 +5,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
+from kazoo.exceptions import KazooException
 
+from ads_broker.cluster.node import ClusterNode
 from ads_broker.cluster.topics import Topic, validate_topic_name
-from ads_broker.errors import UNKNOWN_TOPIC_OR_PARTITION
+from ads_broker.coordinator.offsets import OFFSETS_TOPIC, partition_for_group
+from ads_broker.coordinator.transaction import TRANSACTION_STATE_TOPIC
+from ads_broker.errors import COORDINATOR_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION
 from ads_broker.exceptions import BrokerError, InvalidRequestError
 from ads_broker.protocol.codec import DecodedRequest
 from ads_broker.protocol.groups_admin import CLUSTER_OPERATIONS
@@ -138,15 +142,55 @@ async def handle_find_coordinator(ctx: HandlerContext, req: DecodedRequest) -> F
             return denied.error_code, str(denied)
         return 0, None
 
+    answers: list[tuple[int, str | None, int, str, int]] = []  # error, message, node, host, port
+    for key in keys:
+        code, message = lookup(key)
+        if code:
+            answers.append((code, message, -1, "", -1))
+        elif ctx.cluster is not None:
+            answers.append(await cluster_coordinator(ctx, ctx.cluster, body.key_type, key))
+        else:
+            answers.append((0, None, ctx.node_id, host, port))
     if req.api_version >= 4:
-        coordinators = []
-        for k in keys:
-            code, message = lookup(k)
-            coordinators.append(FindCoordinatorResponse.Coordinator(
-                key=k, node_id=-1 if code else ctx.node_id, host=host if not code else "",
-                port=port if not code else -1, error_code=code, error_message=message))
-        return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coordinators)
-    code, message = lookup(body.key)
-    return FindCoordinatorResponse(throttle_time_ms=0, error_code=code, error_message=message,
-                                   node_id=-1 if code else ctx.node_id,
-                                   host=host if not code else "", port=port if not code else -1)
+        return FindCoordinatorResponse(throttle_time_ms=0, coordinators=[
+            FindCoordinatorResponse.Coordinator(key=k, node_id=node, host=h, port=p, error_code=code,
+                                                error_message=message)
+            for k, (code, message, node, h, p) in zip(keys, answers, strict=True)])
+    code, message, node, h, p = answers[0]
+    return FindCoordinatorResponse(throttle_time_ms=0, error_code=code, error_message=message, node_id=node,
+                                   host=h, port=p)
+
+
+async def cluster_coordinator(ctx: HandlerContext, cluster: ClusterNode, key_type: int, key: str
+                              ) -> tuple[int, str | None, int, str, int]:
+    """Cluster mode (Kafka's ``KafkaApis.getCoordinator``): the leader of partition
+    ``abs(hashCode(key)) % partitions`` of ``__consumer_offsets`` / ``__transaction_state``, from the
+    cluster's metadata. The topic is created on first use (with its replication factor; until
+    enough brokers are alive it is not, and the answer is COORDINATOR_NOT_AVAILABLE), and a
+    partition without a live leader is COORDINATOR_NOT_AVAILABLE too; the client retries."""
+    settings = ctx.config.settings
+    if key_type == COORDINATOR_GROUP:
+        topic, partitions = OFFSETS_TOPIC, settings.offsets_topic_num_partitions
+        rf, setting, min_isr = settings.offsets_topic_replication_factor, "offsets.topic.replication.factor", 2
+    else:
+        topic, partitions = TRANSACTION_STATE_TOPIC, settings.transaction_state_log_num_partitions
+        rf, setting = settings.transaction_state_log_replication_factor, "transaction.state.log.replication.factor"
+        min_isr = settings.transaction_state_log_min_isr
+    try:
+        snapshot = await cluster.snapshot([topic])
+        view = snapshot.topics.get(topic)
+        if view is None and snapshot.complete:
+            await cluster.ensure_internal_topic(topic, partitions, rf, setting, min_isr)
+            snapshot = await cluster.snapshot([topic])
+            view = snapshot.topics.get(topic)
+    except (BrokerError, KazooException) as e:
+        return COORDINATOR_NOT_AVAILABLE, f"cannot read the cluster's metadata: {e}", -1, "", -1
+    if view is None:
+        return (COORDINATOR_NOT_AVAILABLE, f"{topic} does not exist yet (fewer than {setting}={rf} brokers are "
+                "alive, or this broker cannot read the cluster's state); retry", -1, "", -1)
+    index = partition_for_group(key, len(view.partitions))
+    leader = view.partitions[index].leader
+    registration = snapshot.brokers.get(leader)
+    if registration is None:
+        return COORDINATOR_NOT_AVAILABLE, f"{topic}-{index} has no live leader now; retry", -1, "", -1
+    return 0, None, leader, registration.host, registration.port

@@ -131,6 +131,10 @@ def _verify_transactional(ctx: HandlerContext, transactional_id: str | None, top
         return TRANSACTIONAL_ID_AUTHORIZATION_FAILED if header.is_transactional else 0
     if not header.is_transactional:
         return INVALID_TXN_STATE
+    if ctx.txn.coordinator_error(transactional_id):
+        # Cluster mode: another broker coordinates this id; the leader does not verify (Kafka before
+        # 3.6, docs/CLUSTER.md "Coordinators"): the log's producer epoch check fences zombies.
+        return 0
     return ctx.txn.verify_partition(transactional_id, header.producer_id, header.producer_epoch,
                                     (topic, pdata.index))
 
@@ -141,10 +145,14 @@ async def handle_init_producer_id(ctx: HandlerContext, req: DecodedRequest) -> I
     if body.transactional_id is not None:
         if denied := ctx.authorize(req, "init_producer_id", WRITE, TRANSACTIONAL_ID, body.transactional_id):
             return InitProducerIdResponse(throttle_time_ms=0, error_code=denied, producer_id=-1, producer_epoch=-1)
+        if code := ctx.txn.coordinator_error(body.transactional_id):
+            return InitProducerIdResponse(throttle_time_ms=0, error_code=code, producer_id=-1, producer_epoch=-1)
         code, pid, epoch = ctx.txn.init_producer_id(
             body.transactional_id, body.transaction_timeout_ms,
             body.producer_id if v >= 3 else -1, body.producer_epoch if v >= 3 else -1,
             fenced_code=PRODUCER_FENCED if v >= 4 else INVALID_PRODUCER_EPOCH)
+        if not code and (code := await ctx.coordinator_write_error(*ctx.txn.state_partition(body.transactional_id))):
+            pid, epoch = -1, -1
         if code:
             ctx.log_client_error(req, "init_producer_id", BrokerError(reason(code)),
                                  transactional_id=body.transactional_id, timeout_ms=body.transaction_timeout_ms,

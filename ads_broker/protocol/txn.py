@@ -7,7 +7,7 @@ Kafka's ``KafkaApis`` does).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.producer import (
     AddOffsetsToTxnResponse,
@@ -15,16 +15,25 @@ from kafka.protocol.producer import (
     EndTxnResponse,
     TxnOffsetCommitResponse,
 )
+from kafka.protocol.producer.transaction import WriteTxnMarkersResponse
 
+from ads_broker.coordinator.markers import write_marker
 from ads_broker.coordinator.transaction import INVALID_PRODUCER_EPOCH, PRODUCER_FENCED, reason
 from ads_broker.errors import INVALID_GROUP_ID, OPERATION_NOT_ATTEMPTED
 from ads_broker.exceptions import BrokerError
 from ads_broker.protocol.codec import DecodedRequest
-from ads_broker.protocol.groups import commit_entries, log_commit_rejections
-from ads_broker.security.acl import GROUP, READ, TOPIC, TRANSACTIONAL_ID, WRITE
+from ads_broker.protocol.groups import commit_entries, commit_replicated, log_commit_rejections
+from ads_broker.replication.replica_manager import EndTxnMarker
+from ads_broker.security.acl import CLUSTER, CLUSTER_ACTION, CLUSTER_NAME, GROUP, READ, TOPIC, TRANSACTIONAL_ID, WRITE
 
 if TYPE_CHECKING:
     from ads_broker.protocol.context import HandlerContext
+
+
+async def state_write_error(ctx: HandlerContext, transactional_id: str) -> int:
+    """Cluster mode: wait until the ISR has the state change just logged for ``transactional_id``
+    (Kafka answers a transaction request once its ``__transaction_state`` append is acks=all)."""
+    return await ctx.coordinator_write_error(*ctx.txn.state_partition(transactional_id))
 
 
 def _fenced_code(api_version: int, first_with_fenced: int) -> int:
@@ -43,9 +52,15 @@ async def handle_add_partitions_to_txn(ctx: HandlerContext, req: DecodedRequest)
                      if (code := ctx.authorize(req, "add_partitions_to_txn", WRITE, TOPIC, t,
                                                transactional_id=txn_id))}:
         codes = {tp: refused.get(tp[0], OPERATION_NOT_ATTEMPTED) for tp in wanted}
+    elif owner_code := ctx.txn.coordinator_error(txn_id):
+        codes = dict.fromkeys(wanted, owner_code)
     else:
+        counts = await ctx.partition_counts(t for t, _ in wanted)
         codes = ctx.txn.add_partitions(txn_id, body.v3_and_below_producer_id,
-                                       body.v3_and_below_producer_epoch, wanted, _fenced_code(req.api_version, 2))
+                                       body.v3_and_below_producer_epoch, wanted, _fenced_code(req.api_version, 2),
+                                       counts=counts)
+        if not any(codes.values()) and (write_code := await state_write_error(ctx, txn_id)):
+            codes = dict.fromkeys(wanted, write_code)
     if any(codes.values()) and not denied and not refused:
         first = next(c for c in codes.values() if c)
         ctx.log_client_error(req, "add_partitions_to_txn", BrokerError(reason(first)),
@@ -69,9 +84,10 @@ async def handle_add_offsets_to_txn(ctx: HandlerContext, req: DecodedRequest) ->
         return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=denied)
     if not body.group_id:
         code = INVALID_GROUP_ID
-    else:
+    elif not (code := ctx.txn.coordinator_error(body.transactional_id)):
         code = ctx.txn.add_offsets(body.transactional_id, body.producer_id, body.producer_epoch, body.group_id,
                                    _fenced_code(req.api_version, 2))
+        code = code or await state_write_error(ctx, body.transactional_id)
     if code:
         ctx.log_client_error(req, "add_offsets_to_txn", BrokerError(reason(code)),
                              transactional_id=body.transactional_id, group=body.group_id, error_code=code)
@@ -82,8 +98,10 @@ async def handle_end_txn(ctx: HandlerContext, req: DecodedRequest) -> EndTxnResp
     body = req.body
     if denied := ctx.authorize(req, "end_txn", WRITE, TRANSACTIONAL_ID, body.transactional_id):
         return EndTxnResponse(throttle_time_ms=0, error_code=denied, producer_id=-1, producer_epoch=-1)
-    code = ctx.txn.end_txn(body.transactional_id, body.producer_id, body.producer_epoch, bool(body.committed),
-                           _fenced_code(req.api_version, 2))
+    if not (code := ctx.txn.coordinator_error(body.transactional_id)):
+        code = ctx.txn.end_txn(body.transactional_id, body.producer_id, body.producer_epoch, bool(body.committed),
+                               _fenced_code(req.api_version, 2))
+        code = code or await state_write_error(ctx, body.transactional_id)
     if code:
         ctx.log_client_error(req, "end_txn", BrokerError(reason(code)), transactional_id=body.transactional_id,
                              commit=bool(body.committed), error_code=code)
@@ -95,18 +113,23 @@ async def handle_txn_offset_commit(ctx: HandlerContext, req: DecodedRequest) -> 
     v = req.api_version
     # Kafka: WRITE on the transactional id, READ on the group, then READ per topic (commit_entries).
     denied = ctx.denial(WRITE, TRANSACTIONAL_ID, body.transactional_id) or ctx.denial(READ, GROUP, body.group_id)
-    code = denied.error_code if denied else ctx.txn.check_offset_commit(
-        body.transactional_id, body.producer_id, body.producer_epoch, body.group_id, _fenced_code(v, 3))
+    # TxnOffsetCommit goes to the group's coordinator; in cluster mode the transaction's coordinator
+    # may be another broker, which then cannot be asked here (Kafka does not ask it either: the
+    # batch carries the producer id and epoch, and the log fences an older epoch).
+    code = denied.error_code if denied else ctx.offsets.coordinator_error(body.group_id)
+    if not code and not ctx.txn.coordinator_error(body.transactional_id):
+        code = ctx.txn.check_offset_commit(
+            body.transactional_id, body.producer_id, body.producer_epoch, body.group_id, _fenced_code(v, 3))
     if not code and not body.group_id:
         code = INVALID_GROUP_ID
     if not code and v >= 3 and (body.generation_id >= 0 or body.member_id or body.group_instance_id):
         # KIP-447: a zombie from an older generation cannot commit after a rebalance.
         code = ctx.groups.validate_offset_commit(body.group_id, body.generation_id, body.member_id or "",
                                                  body.group_instance_id)
-    codes, entries = commit_entries(ctx, body.topics, code, with_leader_epoch=v >= 2)
+    counts = {} if code else await ctx.partition_counts(t.name for t in body.topics)
+    codes, entries = commit_entries(ctx, body.topics, code, with_leader_epoch=v >= 2, counts=counts)
     if entries:
-        codes.update(ctx.offsets.commit_transactional(body.group_id, body.producer_id, body.producer_epoch,
-                                                      entries))
+        codes.update(await commit_replicated(ctx, body.group_id, entries, (body.producer_id, body.producer_epoch)))
     log_commit_rejections(ctx, req, "txn_offset_commit", body.group_id, code, codes,
                           denied or (BrokerError(reason(code)) if code else None),
                           transactional_id=body.transactional_id)
@@ -117,3 +140,26 @@ async def handle_txn_offset_commit(ctx: HandlerContext, req: DecodedRequest) -> 
                                                        error_code=codes[(topic.name, p.partition_index)])
             for p in topic.partitions])
         for topic in body.topics])
+
+
+async def handle_write_txn_markers(ctx: HandlerContext, req: DecodedRequest) -> WriteTxnMarkersResponse:
+    """WriteTxnMarkers (inter-broker, cluster mode): a transaction coordinator on another broker has
+    this broker write COMMIT/ABORT markers to partitions it leads; each answer comes once the ISR
+    has the marker (Kafka needs CLUSTER_ACTION on the cluster, as for a follower's Fetch)."""
+    denied = ctx.authorize(req, "write_txn_markers", CLUSTER_ACTION, CLUSTER, CLUSTER_NAME)
+    timeout_ms = ctx.config.settings.offsets_commit_timeout_ms
+    result: Any = WriteTxnMarkersResponse.WritableTxnMarkerResult
+    topic_result: Any = result.WritableTxnMarkerTopicResult
+    partition_result: Any = topic_result.WritableTxnMarkerPartitionResult
+    markers = []
+    for m in req.body.markers:
+        marker = EndTxnMarker(m.producer_id, m.producer_epoch, bool(m.transaction_result), m.coordinator_epoch)
+        topics = []
+        for t in m.topics:
+            partitions = []
+            for index in t.partition_indexes:
+                code = denied or await write_marker(ctx.replicas, ctx.offsets, marker, t.name, index, timeout_ms)
+                partitions.append(partition_result(partition_index=index, error_code=code))
+            topics.append(topic_result(name=t.name, partitions=partitions))
+        markers.append(result(producer_id=m.producer_id, topics=topics))
+    return WriteTxnMarkersResponse(markers=markers)

@@ -97,9 +97,10 @@ async def handle_describe_transactions(ctx: HandlerContext, req: DecodedRequest)
     State = DescribeTransactionsResponse.TransactionState
     for transactional_id in req.body.transactional_ids:
         denied = ctx.denial(DESCRIBE, TRANSACTIONAL_ID, transactional_id)
-        md = None if denied is not None else ctx.txn.txns.get(transactional_id)
+        owner_code = ctx.txn.coordinator_error(transactional_id) if denied is None else NONE
+        md = None if denied is not None or owner_code else ctx.txn.txns.get(transactional_id)
         if md is None or md.state is TxnState.DEAD:
-            code = denied.error_code if denied is not None else TRANSACTIONAL_ID_NOT_FOUND
+            code = (denied.error_code if denied is not None else owner_code or TRANSACTIONAL_ID_NOT_FOUND)
             reason = denied or reason
             failed[code] += 1
             out.append(State(error_code=code, transactional_id=transactional_id, transaction_state="",

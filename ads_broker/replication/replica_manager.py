@@ -230,8 +230,9 @@ class ReplicaManager:
 
     def _partition(self, topic: str, index: int, plog: Log, internal: bool) -> Partition:
         """A partition object; in cluster mode a client topic's partition waits for its role."""
+        # Internal topics are replicated too: the coordinators load and unload with their leadership.
         return Partition(topic, index, plog, broker_id=self.broker_id if self.cluster_mode else -1,
-                         replicated=self.cluster_mode and not internal)
+                         replicated=self.cluster_mode)
 
     def _write_topic_metadata(self) -> None:
         self.topic_store.write(self.metadata.all_topics())
@@ -293,8 +294,8 @@ class ReplicaManager:
             return
         partitions = self._partitions.setdefault(topic.name, [])
         current = len(partitions)
-        config = self.logs.log_config(topic.configs)
-        self._open_new_partitions(topic.name, partitions, topic.num_partitions, config)
+        config = self.logs.log_config(topic.configs, internal=topic.internal)
+        self._open_new_partitions(topic.name, partitions, topic.num_partitions, config, topic.internal)
         if known is None:
             self.metadata.add(topic)
         else:
@@ -496,11 +497,56 @@ class ReplicaManager:
                        validated: ValidatedBatch | None = None) -> AppendInfo:
         """Append ``records`` (or a transaction marker) to ``partition`` on the caller's thread, under
         its lock, at its leader epoch; then wake long polls on it. The coordinators call this on
-        the event loop, so their state change and its record are one step for other requests."""
+        the event loop, so their state change and its record are one step for other requests.
+
+        In cluster mode a coordinator's append (its own records, a transaction marker) goes only to
+        a partition this broker leads (NOT_LEADER_OR_FOLLOWER otherwise, checked under the lock) and
+        moves the high watermark as a client append does; :meth:`wait_for_high_watermark` then
+        waits for the ISR (acks=all)."""
         with partition.lock:
+            if origin is AppendOrigin.COORDINATOR and partition.replicated:
+                partition.check_leader()
             info = self._append_locked(partition, records, origin, validated)
         self._appended(partition, info)
+        leader = partition.leader_state if partition.replicated else None
+        if leader is not None and leader.after_append(partition.log.log_end_offset, now_ms()):
+            partition.notify()
         return info
+
+    async def wait_for_high_watermark(self, partition: Partition, offset: int, timeout_ms: int) -> None:
+        """Wait until ``partition``'s high watermark reached ``offset`` (a coordinator's write with
+        acks=all, Kafka's DelayedProduce for the group and transaction coordinators). Nothing to
+        wait for on a single node. NOT_LEADER_OR_FOLLOWER if this broker stops leading meanwhile,
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR is below ``min.insync.replicas``,
+        REQUEST_TIMED_OUT after ``timeout_ms``."""
+        if not partition.replicated:
+            return
+        leader = partition.leader_state
+        if leader is None:
+            raise NotLeaderOrFollowerError(f"broker {self.broker_id} does not lead {partition.topic}-"
+                                           f"{partition.index}")
+        generation = partition.leader_generation
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(timeout_ms, 0) / 1000
+        while True:
+            leader = partition.leader_state
+            if leader is None or partition.leader_generation != generation or self.stopping:
+                raise NotLeaderOrFollowerError(
+                    f"broker {self.broker_id} stopped leading {partition.topic}-{partition.index} before offset "
+                    f"{offset - 1} was replicated")
+            done, error = leader.check_enough_replicas_reach_offset(offset)
+            if done:
+                if error is Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND:
+                    raise NotEnoughReplicasAfterAppendError(
+                        f"the ISR of {partition.topic}-{partition.index} is {sorted(leader.isr)}, below "
+                        f"min.insync.replicas={leader.effective_min_isr()}")
+                return
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise RequestTimedOutError(
+                    f"offset {offset - 1} of {partition.topic}-{partition.index} was not replicated to the ISR "
+                    f"{sorted(leader.isr)} within {timeout_ms} ms (high watermark {leader.high_watermark})")
+            await self._wait_for_append([partition], remaining)
 
     async def append_client_records(self, partition: Partition, records: bytes, required_acks: int = 1,
                                     timeout_ms: int = 30000) -> AppendInfo:
