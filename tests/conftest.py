@@ -7,6 +7,7 @@ behaviours use `ads_broker` alone.
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,22 @@ from pathlib import Path
 import pytest
 
 from ads_broker.embedded import BrokerProcess, ads_broker_process, tansu_process
+
+#: The JVMs the suite starts (Spark's driver, in this process or in a `spark-audit`/`make run` child)
+#: live for seconds to minutes on tiny inputs: the C2 compiler's work never pays back there, and on 2
+#: cores it takes CPU from the run itself. Tier 1 (C1) only, as ZooKeeper's JVM already runs
+#: (ads_broker/cluster/zkserver.py). Read by the `java` launcher itself, so every child inherits it;
+#: the same bytecode runs, only the JIT tier differs. docs/TESTING.md has the measurements.
+JVM_TEST_OPTIONS = "-XX:TieredStopAtLevel=1"
+
+
+def _jvm_test_options() -> None:
+    current = os.environ.get("JDK_JAVA_OPTIONS", "")
+    if "TieredStopAtLevel" not in current:
+        os.environ["JDK_JAVA_OPTIONS"] = f"{current} {JVM_TEST_OPTIONS}".strip()
+
+
+_jvm_test_options()
 
 
 @pytest.fixture
