@@ -246,12 +246,20 @@ def legacy_configs(ctx: HandlerContext, topic: str, current: dict[str, str],
 
 def incremental_configs(ctx: HandlerContext, topic: str, current: dict[str, str],
                         entries: list[Any]) -> dict[str, str | None]:
-    """Kafka's ``prepareIncrementalConfigs``: SET, DELETE, and APPEND/SUBTRACT on LIST configs."""
+    """Kafka's ``prepareIncrementalConfigs`` for a topic's overrides."""
     _check_unique(entries)
-    out: dict[str, str | None] = dict(current)
+    return dict(_incremental(current, entries, known=_known, is_list=lambda k: TOPIC_CONFIG_TYPES[k] == "LIST",
+                             effective=lambda k: ctx.replicas.effective_configs(topic)[0][k]))
+
+
+def _incremental(current: dict[str, str], entries: list[Any], *, known: Callable[[str], None],
+                 is_list: Callable[[str], bool], effective: Callable[[str], str]) -> dict[str, str]:
+    """Kafka's ``prepareIncrementalConfigs``: SET, DELETE, and APPEND/SUBTRACT on LIST configs
+    (starting from ``effective(key)`` when ``current`` does not set the key)."""
+    out = dict(current)
     for e in entries:
         key, op = e.name, e.config_operation
-        _known(key)
+        known(key)
         if op == OP_SET:
             if e.value is None:
                 raise InvalidRequestError(f"Null value not supported for SET of config key: {key}; use DELETE "
@@ -261,12 +269,10 @@ def incremental_configs(ctx: HandlerContext, topic: str, current: dict[str, str]
             out.pop(key, None)
         elif op in (OP_APPEND, OP_SUBTRACT):
             verb = "append" if op == OP_APPEND else "subtract"
-            if TOPIC_CONFIG_TYPES[key] != "LIST":
+            if not is_list(key):
                 raise InvalidRequestError(f"Config value {verb} is not allowed for config key: {key}")
             old = out.get(key)
-            if old is None:
-                old = ctx.replicas.effective_configs(topic)[0][key]
-            values = [v for v in old.split(",") if v]
+            values = [v for v in (old if old is not None else effective(key)).split(",") if v]
             given = [v for v in (e.value or "").split(",") if v]
             merged = values + [v for v in given if v not in values] if op == OP_APPEND else \
                 [v for v in values if v not in given]
@@ -290,29 +296,9 @@ def _alter_broker(ctx: HandlerContext, name: str, entries: list[Any], incrementa
     default, broker = dynamic_config.raw_layers(ctx.data_dir)
     current = broker if own else default
     if incremental:
-        layer = dict(current)
-        for e in entries:
-            key, op = e.name, e.config_operation
-            if op == OP_SET:
-                if e.value is None:
-                    raise InvalidRequestError(f"Null value not supported for SET of config key: {key}; use DELETE "
-                                              "to return it to its default")
-                layer[key] = e.value
-            elif op == OP_DELETE:
-                layer.pop(key, None)
-            elif op in (OP_APPEND, OP_SUBTRACT):
-                verb = "append" if op == OP_APPEND else "subtract"
-                if broker_config_type(_BY_NAME[key]) != "LIST":
-                    raise InvalidRequestError(f"Config value {verb} is not allowed for config key: {key}")
-                old = layer.get(key)
-                values = [v for v in (old if old is not None else _render(ctx.config[key]) or "").split(",") if v]
-                given = [v for v in (e.value or "").split(",") if v]
-                merged = values + [v for v in given if v not in values] if op == OP_APPEND else \
-                    [v for v in values if v not in given]
-                layer[key] = ",".join(merged)
-            else:
-                raise InvalidRequestError(f"Unknown config operation {op} for config key: {key} "
-                                          "(0 SET, 1 DELETE, 2 APPEND, 3 SUBTRACT)")
+        layer = _incremental(current, entries, known=lambda k: None,
+                             is_list=lambda k: broker_config_type(_BY_NAME[k]) == "LIST",
+                             effective=lambda k: _render(ctx.config[k]) or "")
     else:  # the legacy API replaces the whole set of dynamic configs of the resource
         layer = {e.name: e.value for e in entries if e.value is not None}
     new_default, new_broker = (default, layer) if own else (layer, broker)
