@@ -62,7 +62,8 @@ def check_durable(bootstrap: str, topics: list[str], timeout_s: float = 10.0,
     """Refuse topics that can lose an acknowledged write (ARCHITECTURE invariant 10): each needs
     replicas with ``min.insync.replicas`` >= 2 and no unclean leader election (Kafka, MSK).
     ``admin``: a client to reuse (each new one costs a connection and a metadata round trip)."""
-    admin = admin or AdminClient(admin_config(bootstrap, extra))
+    if admin is None:  # not `admin or ...`: an idle AdminClient is falsy (__len__ counts queued requests)
+        admin = AdminClient(admin_config(bootstrap, extra))
     try:
         md = admin.list_topics(timeout=timeout_s)
         resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in topics]
@@ -100,7 +101,8 @@ def consumer_config(bootstrap: str, group: str, extra: Mapping[str, str] | None 
 def partition_counts(bootstrap: str, topics: list[str], timeout_s: float = 10.0,
                      extra: Mapping[str, str] | None = None, admin: AdminClient | None = None) -> dict[str, int]:
     """Partition count of each topic; raises :class:`TopicLayoutError` for a missing one."""
-    admin = admin or AdminClient(admin_config(bootstrap, extra))
+    if admin is None:  # not `admin or ...`: an idle AdminClient is falsy (__len__ counts queued requests)
+        admin = AdminClient(admin_config(bootstrap, extra))
     try:
         md = admin.list_topics(timeout=timeout_s)
     except KafkaException as e:
