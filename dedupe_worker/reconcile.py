@@ -171,14 +171,25 @@ def check_output_end(cfg: WorkerConfig, partition: int, meta: StoreMeta, timeout
 
 def _log_ends(admin: AdminClient, tp: TopicPartition, timeout_s: float, where: str) -> tuple[int, int]:
     """The partition's high watermark (ListOffsets read_uncommitted) and last stable offset
-    (read_committed), both asked at once."""
-    try:
-        futures = [admin.list_offsets({tp: OffsetSpec.latest()}, isolation_level=level, request_timeout=timeout_s)[tp]
-                   for level in (IsolationLevel.READ_UNCOMMITTED, IsolationLevel.READ_COMMITTED)]
-        high, stable = (int(f.result(timeout_s).offset) for f in futures)
-    except (KafkaException, TimeoutError) as e:
-        raise ReconcileError(f"cannot read the offsets of output {where}: {e}") from e
-    return high, stable
+    (read_committed), both asked at once. A retriable error (NOT_LEADER_OR_FOLLOWER, or
+    OFFSET_NOT_AVAILABLE from a new leader whose high watermark has not caught up: a failover) is
+    asked again until ``timeout_s`` is spent, as a consumer's watermark query retries."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        remaining = max(deadline - time.monotonic(), 0.1)
+        try:
+            futures = [admin.list_offsets({tp: OffsetSpec.latest()}, isolation_level=level,
+                                          request_timeout=remaining)[tp]
+                       for level in (IsolationLevel.READ_UNCOMMITTED, IsolationLevel.READ_COMMITTED)]
+            high, stable = (int(f.result(remaining).offset) for f in futures)
+            return high, stable
+        except KafkaException as e:
+            error = e.args[0] if e.args else None
+            if not (isinstance(error, KafkaError) and error.retriable()) or time.monotonic() >= deadline:
+                raise ReconcileError(f"cannot read the offsets of output {where}: {e}") from e
+        except TimeoutError as e:
+            raise ReconcileError(f"cannot read the offsets of output {where}: no answer in {timeout_s:.0f}s") from e
+        time.sleep(0.2)
 
 
 def reconcile(store: RocksDBStore, cfg: WorkerConfig, partition: int, *, idle_timeout_s: float = 60.0,
