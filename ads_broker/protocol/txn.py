@@ -19,7 +19,7 @@ from kafka.protocol.producer.transaction import WriteTxnMarkersResponse
 
 from ads_broker.coordinator.markers import write_marker
 from ads_broker.coordinator.transaction import INVALID_PRODUCER_EPOCH, PRODUCER_FENCED, reason
-from ads_broker.errors import INVALID_GROUP_ID, OPERATION_NOT_ATTEMPTED
+from ads_broker.errors import INVALID_GROUP_ID, INVALID_REQUEST, OPERATION_NOT_ATTEMPTED
 from ads_broker.exceptions import BrokerError
 from ads_broker.protocol.codec import DecodedRequest
 from ads_broker.protocol.groups import commit_entries, commit_replicated, log_commit_rejections
@@ -147,6 +147,11 @@ async def handle_write_txn_markers(ctx: HandlerContext, req: DecodedRequest) -> 
     this broker write COMMIT/ABORT markers to partitions it leads; each answer comes once the ISR
     has the marker (Kafka needs CLUSTER_ACTION on the cluster, as for a follower's Fetch)."""
     denied = ctx.authorize(req, "write_txn_markers", CLUSTER_ACTION, CLUSTER, CLUSTER_NAME)
+    if ctx.cluster is None and not denied:
+        # A single node is its own transaction coordinator and never takes markers from outside: a
+        # client's marker (no authorizer needed to send one) could end any producer's transaction
+        # and publish its pending offsets. Refused (INVALID_REQUEST on every partition).
+        denied = INVALID_REQUEST
     timeout_ms = ctx.config.settings.offsets_commit_timeout_ms
     result: Any = WriteTxnMarkersResponse.WritableTxnMarkerResult
     topic_result: Any = result.WritableTxnMarkerTopicResult
