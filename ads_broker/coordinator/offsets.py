@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import structlog
 
 from ads_broker.coordinator.ownership import CoordinatorPartitions
-from ads_broker.errors import INVALID_COMMIT_OFFSET_SIZE, OFFSET_METADATA_TOO_LARGE
+from ads_broker.errors import INVALID_COMMIT_OFFSET_SIZE, NONE, OFFSET_METADATA_TOO_LARGE
 from ads_broker.exceptions import BrokerError
 from ads_broker.log.records import (
     RECORD_BATCH_OVERHEAD,
@@ -489,6 +489,8 @@ class OffsetManager:
         is tombstoned too. Tombstones are appended before the cache forgets, so a restart agrees."""
         removed: list[ExpiredOffsets] = []
         for group in dict.fromkeys([*self._cache, *groups]):
+            if self.coordinator_error(group) != NONE:
+                continue  # loading or not served here: its cache may hold superseded commits
             rule = expiry_of(group)
             if rule is None:
                 continue

@@ -706,8 +706,11 @@ class TransactionCoordinator:
     def abort_timed_out(self) -> int:
         """Abort (with an epoch bump) every transaction open longer than its timeout."""
         now = self.now_ms()
+        # Only ids this broker serves now: a partition still loading holds superseded records, and
+        # acting on one would append a transition that the load then applies last (review finding).
         expired = [md for md in self.txns.values()
-                   if md.state is TxnState.ONGOING and md.start_ms >= 0 and now - md.start_ms > md.timeout_ms]
+                   if md.state is TxnState.ONGOING and md.start_ms >= 0 and now - md.start_ms > md.timeout_ms
+                   and self.coordinator_error(md.transactional_id) == NONE]
         for md in expired:
             self._abort_with_bumped_epoch(md, f"open longer than transaction.timeout.ms={md.timeout_ms}")
         return len(expired)
@@ -717,7 +720,8 @@ class TransactionCoordinator:
         now = self.now_ms()
         idle = [md for md in self.txns.values()
                 if md.state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
-                and now - md.last_update_ms > self.id_expiration_ms]
+                and now - md.last_update_ms > self.id_expiration_ms
+                and self.coordinator_error(md.transactional_id) == NONE]  # as in abort_timed_out
         for md in idle:
             self._transition(md, TxnState.DEAD)
             self._by_producer.pop(md.producer_id, None)

@@ -293,3 +293,25 @@ def test_compacted_internal_topics_reload_the_same_state_after_cleaning(tmp_path
         assert before_offsets["g"][(TOPIC, 0)].offset == 40  # "a" committed round 4; "b" always aborted
     finally:
         node.replicas.close()
+
+
+def test_background_jobs_leave_ids_of_a_partition_still_loading_alone(node: Node, clock: Clock) -> None:
+    """Cluster mode: while a __transaction_state partition loads, its ids hold superseded records;
+    the timeout abort and the id expiry act only on ids this broker serves (review finding)."""
+    c = node.coord
+    _, pid, epoch = c.init_producer_id("a", 5000)
+    c.add_partitions("a", pid, epoch, [(TOPIC, 0)])
+    first = write_txn_data(node, pid, epoch, 0)
+    c.init_producer_id("idle", 10000)
+    c.id_expiration_ms = 1000
+    index = c.state_partition("a")[1]
+    c.ownership.owns_all = False  # as in cluster mode: the partition is re-led and loading again
+    c.ownership.begin_load(index, 1)
+    idle_index = c.state_partition("idle")[1]
+    if idle_index != index:
+        c.ownership.begin_load(idle_index, 1)
+    clock.now += 60_000
+    assert c.abort_timed_out() == 0 and lso(node, 0) == first
+    assert c.expire_ids() == 0 and "idle" in c.txns
+    c.ownership.owns_all = True
+    assert c.abort_timed_out() == 1 and c.expire_ids() >= 1
