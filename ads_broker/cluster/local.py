@@ -48,12 +48,12 @@ class Member:
     def alive(self) -> bool:
         """The PID runs and its command line still names our directory (not a reused PID)."""
         try:
-            cmdline = Path(f"/proc/{self.pid}/cmdline").read_bytes().replace(b"\0", b" ")
+            argv = Path(f"/proc/{self.pid}/cmdline").read_bytes().split(b"\0")
             status = Path(f"/proc/{self.pid}/status").read_text()
         except OSError:
             return False
         zombie = any(line.startswith("State:") and "Z" in line.split()[1] for line in status.splitlines())
-        return not zombie and self.directory.encode() in cmdline
+        return not zombie and self.directory.encode() in argv  # a whole argument: not broker-1 in broker-10
 
     def stop(self, timeout_s: float) -> bool:
         """SIGTERM, then SIGKILL after ``timeout_s``; True when it exited on SIGTERM."""
@@ -146,8 +146,7 @@ def up(root: Path, *, brokers: int = 3, base_port: int | None = None, zookeeper:
             broker_id = i + 1
             name = f"broker-{broker_id}"
             port = base_port + i if base_port is not None else old_ports.get(name) or free_port()
-            state.brokers.append(_start_broker(root, broker_id, port, state, overrides or {}, start_timeout_s))
-            state.save(root)
+            _start_broker(root, broker_id, port, state, overrides or {}, start_timeout_s)
         _wait_registered(state, brokers, start_timeout_s)
     except BaseException:
         down(root)
@@ -156,7 +155,9 @@ def up(root: Path, *, brokers: int = 3, base_port: int | None = None, zookeeper:
 
 
 def _start_broker(root: Path, broker_id: int, port: int, state: ClusterState, overrides: dict[str, str],
-                  start_timeout_s: float) -> Member:
+                  start_timeout_s: float) -> None:
+    """Start one broker and record it in the state file before waiting for it, so an interrupted
+    ``up`` (Ctrl-C, a failure) leaves nothing that ``down`` does not know of."""
     data_dir = root / f"broker-{broker_id}"
     log_path = root / f"broker-{broker_id}.log"
     argv = [sys.executable, "-m", "ads_broker", "serve", "--data-dir", str(data_dir),
@@ -168,13 +169,12 @@ def _start_broker(root: Path, broker_id: int, port: int, state: ClusterState, ov
     with log_path.open("ab") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
-    member = Member(f"broker-{broker_id}", proc.pid, port, str(data_dir), str(log_path))
+    state.brokers.append(Member(f"broker-{broker_id}", proc.pid, port, str(data_dir), str(log_path)))
+    state.save(root)
     try:
         wait_for_port("127.0.0.1", port, start_timeout_s, proc)
     except Exception as e:
-        member.stop(5.0)
         raise ClusterError(f"broker {broker_id} did not start on 127.0.0.1:{port}: {e}; see {log_path}") from e
-    return member
 
 
 def _wait_registered(state: ClusterState, count: int, timeout_s: float) -> None:
