@@ -210,6 +210,8 @@ SETTINGS: tuple[Setting, ...] = (
             doc="DEFAULT only: the principal is User:<the certificate subject's full DN>"),
     Setting("sasl.enabled.mechanisms", str, "SCRAM-SHA-256,SCRAM-SHA-512",
             doc="SASL mechanisms offered: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (users: `ads-broker users`)"),
+    Setting("sasl.server.max.receive.size", int, 524288, 1,
+            doc="largest frame a SASL listener reads before the client has authenticated (Kafka's cap)"),
     # -- authorization (ACLs: ads_broker/security/acl.py, docs/SECURITY.md) --
     Setting("authorizer.class.name", _authorizer_class, "",
             doc="empty: no authorization; kafka.security.authorizer.AclAuthorizer, "
@@ -384,6 +386,7 @@ class BrokerSettings:
     ssl_cipher_suites: str
     ssl_principal_mapping_rules: str
     sasl_enabled_mechanisms: str
+    sasl_server_max_receive_size: int
     authorizer_class_name: str
     super_users: str
     allow_everyone_if_no_acl_found: bool

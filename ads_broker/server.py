@@ -125,7 +125,12 @@ class FrameReceiver(asyncio.BufferedProtocol):
         self.server = server
         self.listener = listener
         self.pool = server.pool
-        self.max_frame = server.broker.config.settings.socket_request_max_bytes
+        settings = server.broker.config.settings
+        #: Before authentication a SASL listener reads frames up to ``sasl.server.max.receive.size``
+        #: only (Kafka's SaslServerAuthenticator), so an anonymous client cannot make the broker
+        #: buffer 100 MB; :meth:`authenticated` raises it to ``socket.request.max.bytes``.
+        self.max_frame = settings.sasl_server_max_receive_size if listener.uses_sasl else \
+            settings.socket_request_max_bytes
         self.frames: asyncio.Queue[bytearray | None] = asyncio.Queue()
         self.transport: asyncio.Transport | None = None
         self.peer = "unknown"
@@ -190,6 +195,10 @@ class FrameReceiver(asyncio.BufferedProtocol):
             self._pending += data
             data = memoryview(self._pending)
         self._cut_frames(data)
+
+    def authenticated(self) -> None:
+        """The client authenticated: frames up to ``socket.request.max.bytes`` from now on."""
+        self.max_frame = self.server.broker.config.settings.socket_request_max_bytes
 
     def _cut_frames(self, data: memoryview) -> None:
         pos, have = 0, len(data)
@@ -513,6 +522,7 @@ class Connection:
             return False
         if self.sasl.principal is not None:
             self.authenticated = True
+            self.receiver.authenticated()
             self._publish(self.sasl.principal)
             log.info("authenticated", client=self.peer, listener=self.listener.name, mechanism=self.sasl.mechanism,
                      principal=self.sasl.principal)
@@ -534,6 +544,7 @@ class Connection:
             return False
         if self.sasl.principal is not None:
             self.authenticated, self.sasl_raw_tokens = True, False
+            self.receiver.authenticated()
             self._publish(self.sasl.principal)
             log.info("authenticated", client=self.peer, listener=self.listener.name, mechanism=self.sasl.mechanism,
                      principal=self.sasl.principal, handshake_version=0)

@@ -524,3 +524,36 @@ def test_large_records_over_tls(secure: SecureBroker, pki: Pki, topic_name: str)
     finally:
         consumer.close()
     assert got == values
+
+
+# -- frame size before authentication (Kafka's sasl.server.max.receive.size) -------------------------
+
+
+def _closed_after_prefix(addr: str, size: int) -> bool:
+    """Send a frame's 4-byte length prefix (and a little of it); True if the broker closes the
+    connection, False if it waits for the rest."""
+    import socket
+
+    host, port = addr.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(struct.pack(">i", size) + b"\0" * 64)
+        s.settimeout(2.0)
+        try:
+            return s.recv(1) == b""
+        except TimeoutError:
+            return False
+
+
+def test_an_unauthenticated_client_cannot_send_a_large_frame(secure: SecureBroker, pki: Pki,
+                                                             topic_name: str) -> None:
+    """Before authentication a SASL listener takes frames up to 512 KiB (Kafka's
+    sasl.server.max.receive.size), not socket.request.max.bytes (100 MB): an anonymous client
+    cannot make the broker buffer more. After authentication large requests are fine."""
+    assert _closed_after_prefix(secure.addr("SASL_PLAINTEXT"), 600_000)
+    assert not _closed_after_prefix(secure.addr("SASL_PLAINTEXT"), 500_000)
+    assert not _closed_after_prefix(secure.addr("PLAINTEXT"), 600_000)  # no SASL: the usual limit
+    conf = client_config(secure, pki, "SASL_PLAINTEXT", **{"message.max.bytes": "2000000"})
+    producer = Producer({**conf, "enable.idempotence": True})
+    errors: list[Any] = []
+    producer.produce(topic_name, b"x" * 800_000, on_delivery=lambda err, _m: errors.append(err) if err else None)
+    assert producer.flush(30) == 0 and not errors, errors
