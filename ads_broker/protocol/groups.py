@@ -196,6 +196,8 @@ async def handle_offset_commit(ctx: HandlerContext, req: DecodedRequest) -> Offs
             body.group_id, body.generation_id_or_member_epoch, body.member_id or "",
             body.group_instance_id if v >= 7 else None)
     counts = {} if group_code else await ctx.partition_counts(t.name for t in body.topics)
+    if not group_code:  # the await may have let this broker lose (or start reloading) the group's partition
+        group_code = ctx.offsets.coordinator_error(body.group_id)
     codes, entries = commit_entries(ctx, body.topics, group_code, with_leader_epoch=v >= 6, counts=counts)
     if entries:
         codes.update(await commit_replicated(ctx, body.group_id, entries))

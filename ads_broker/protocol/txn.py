@@ -56,9 +56,12 @@ async def handle_add_partitions_to_txn(ctx: HandlerContext, req: DecodedRequest)
         codes = dict.fromkeys(wanted, owner_code)
     else:
         counts = await ctx.partition_counts(t for t, _ in wanted)
-        codes = ctx.txn.add_partitions(txn_id, body.v3_and_below_producer_id,
-                                       body.v3_and_below_producer_epoch, wanted, _fenced_code(req.api_version, 2),
-                                       counts=counts)
+        if moved := ctx.txn.coordinator_error(txn_id):  # lost or reloading its partition during the await
+            codes = dict.fromkeys(wanted, moved)
+        else:
+            codes = ctx.txn.add_partitions(txn_id, body.v3_and_below_producer_id,
+                                           body.v3_and_below_producer_epoch, wanted,
+                                           _fenced_code(req.api_version, 2), counts=counts)
         if not any(codes.values()) and (write_code := await state_write_error(ctx, txn_id)):
             codes = dict.fromkeys(wanted, write_code)
     if any(codes.values()) and not denied and not refused:
@@ -127,6 +130,8 @@ async def handle_txn_offset_commit(ctx: HandlerContext, req: DecodedRequest) -> 
         code = ctx.groups.validate_offset_commit(body.group_id, body.generation_id, body.member_id or "",
                                                  body.group_instance_id)
     counts = {} if code else await ctx.partition_counts(t.name for t in body.topics)
+    if not code:  # the await may have let this broker lose (or start reloading) the group's partition
+        code = ctx.offsets.coordinator_error(body.group_id)
     codes, entries = commit_entries(ctx, body.topics, code, with_leader_epoch=v >= 2, counts=counts)
     if entries:
         codes.update(await commit_replicated(ctx, body.group_id, entries, (body.producer_id, body.producer_epoch)))
