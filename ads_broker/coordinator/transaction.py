@@ -157,6 +157,10 @@ class ProducerView:
     ongoing: frozenset[tuple[str, int]]
 
 
+#: Name prefix of a transactional id's marker-sending task (the id follows).
+_MARKER_TASK = "txn-markers:"
+
+
 def partition_for_txn(transactional_id: str, num_partitions: int) -> int:
     h = java_string_hash(transactional_id)
     return (0 if h == -(1 << 31) else abs(h)) % num_partitions
@@ -323,6 +327,13 @@ class TransactionCoordinator:
         for txn_id in gone:
             md = self.txns.pop(txn_id)
             self._by_producer.pop(md.producer_id, None)
+        # Its marker senders stop too: one still waiting could otherwise wake after this broker
+        # led the partition again and send a stale decision (the next coordinator resends the
+        # markers from the Prepare* record).
+        for task in list(self._marker_tasks):
+            name = task.get_name()
+            if name.startswith(_MARKER_TASK) and self._partition_of(name[len(_MARKER_TASK):]) == index:
+                task.cancel()
         return len(gone)
 
     def _partition_of(self, transactional_id: str) -> int:
@@ -430,7 +441,8 @@ class TransactionCoordinator:
         and its ISR has it. A partition that fails is retried after ``MARKER_RETRY_S`` until it
         succeeds or this broker stops coordinating the id."""
         task = asyncio.get_running_loop().create_task(self._markers_then_complete(
-            md.transactional_id, md.producer_id, md.producer_epoch, md.state))
+            md.transactional_id, md.producer_id, md.producer_epoch, md.state),
+            name=_MARKER_TASK + md.transactional_id)
         self._marker_tasks.add(task)
         task.add_done_callback(self._marker_tasks.discard)
 
