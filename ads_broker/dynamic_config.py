@@ -56,8 +56,11 @@ def raw_layers(data_dir: Path) -> tuple[dict[str, str], dict[str, str]]:
     path = data_dir / FILE
     if not path.exists():
         return {}, {}
-    raw = json.loads(path.read_text(encoding="utf-8"))
-    return dict(raw["default"]), dict(raw["broker"])
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        return dict(raw["default"]), dict(raw["broker"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"{path}: cannot read the dynamic broker configs ({e}); fix or remove the file") from e
 
 
 def check_names(names: list[str]) -> None:
