@@ -169,6 +169,11 @@ def check_output_end(cfg: WorkerConfig, partition: int, meta: StoreMeta, timeout
             "(Kafka: kafka-transactions.sh find-hanging / abort); the worker retries with backoff")
 
 
+#: Answers a leader gives while an election settles (librdkafka does not always mark them retriable).
+_SETTLING = frozenset({KafkaError.OFFSET_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION,
+                       KafkaError.LEADER_NOT_AVAILABLE})
+
+
 def _log_ends(admin: AdminClient, tp: TopicPartition, timeout_s: float, where: str) -> tuple[int, int]:
     """The partition's high watermark (ListOffsets read_uncommitted) and last stable offset
     (read_committed), both asked at once. A retriable error (NOT_LEADER_OR_FOLLOWER, or
@@ -185,7 +190,8 @@ def _log_ends(admin: AdminClient, tp: TopicPartition, timeout_s: float, where: s
             return high, stable
         except KafkaException as e:
             error = e.args[0] if e.args else None
-            if not (isinstance(error, KafkaError) and error.retriable()) or time.monotonic() >= deadline:
+            retry = isinstance(error, KafkaError) and (error.retriable() or error.code() in _SETTLING)
+            if not retry or time.monotonic() >= deadline:
                 raise ReconcileError(f"cannot read the offsets of output {where}: {e}") from e
         except TimeoutError as e:
             raise ReconcileError(f"cannot read the offsets of output {where}: no answer in {timeout_s:.0f}s") from e

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from ads_broker.cluster.zookeeper import KafkaZkClient, LeaderAndIsr
@@ -40,12 +41,33 @@ def state(zk_connect: str, topic: str, partition: int = 0) -> LeaderAndIsr:
     return found
 
 
+#: Answers a leader gives while an election settles (librdkafka does not always mark them retriable).
+_RETRIABLE = frozenset({KafkaError.OFFSET_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION,
+                        KafkaError.LEADER_NOT_AVAILABLE, KafkaError._TIMED_OUT})
+
+
+def _high_watermark(consumer: Consumer, topic: str, partition: int, timeout_s: float = 60.0) -> int:
+    """The partition's high watermark, asked again while the answer is retriable: a leader elected
+    moments ago answers OFFSET_NOT_AVAILABLE until its high watermark reaches its epoch's start (as
+    Kafka does), and librdkafka's watermark query does not retry that itself."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return int(consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)[1])
+        except KafkaException as e:
+            error = e.args[0] if e.args else None
+            retry = error is not None and (error.retriable() or error.code() in _RETRIABLE)
+            if not retry or time.monotonic() > deadline:
+                raise
+        time.sleep(0.2)
+
+
 def consume_all(bootstrap: str, topic: str, partitions: int) -> list[bytes]:
     """Every record of the topic, read from the leaders up to each partition's end (the HW)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:8]}",
                          "enable.auto.commit": False, "isolation.level": "read_uncommitted"})
     try:
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(partitions)}
+        ends = {p: _high_watermark(consumer, topic, p) for p in range(partitions)}
         consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         got: list[bytes] = []
         positions = {p: 0 for p in range(partitions)}
