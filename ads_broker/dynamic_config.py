@@ -38,12 +38,7 @@ def load(data_dir: Path, config: BrokerConfig) -> None:
     path = data_dir / FILE
     if not path.exists():
         return
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-        default, broker = dict(raw["default"]), dict(raw["broker"])
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ConfigError(f"{path}: cannot read the dynamic broker configs ({e}); fix or remove the file "
-                          "(its configs then fall back to the static ones)") from e
+    default, broker = raw_layers(data_dir)
     unknown = sorted((set(default) | set(broker)) - DYNAMIC_SETTINGS)
     if unknown:
         raise ConfigError(f"{path}: {unknown} cannot be dynamic broker configs; remove them from the file")
@@ -60,7 +55,8 @@ def raw_layers(data_dir: Path) -> tuple[dict[str, str], dict[str, str]]:
         raw = json.loads(path.read_text(encoding="utf-8"))
         return dict(raw["default"]), dict(raw["broker"])
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ConfigError(f"{path}: cannot read the dynamic broker configs ({e}); fix or remove the file") from e
+        raise ConfigError(f"{path}: cannot read the dynamic broker configs ({e}); fix or remove the file "
+                          "(its configs then fall back to the static ones)") from e
 
 
 def check_names(names: list[str]) -> None:
