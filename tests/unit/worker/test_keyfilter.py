@@ -3,16 +3,19 @@ generation is sealed, rebuilt from the column family when missing or unreadable,
 
 from __future__ import annotations
 
+import threading
 import uuid
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dedupe_worker.exceptions import StoreError
 from dedupe_worker.keys import encode_message_id
 from dedupe_worker.store.keyfilter import BlockedBloom, KeyFilter, key_hashes
-from dedupe_worker.store.rocksdb import _I64, _M_FILTER, RocksDBOptions, RocksDBStore
+from dedupe_worker.store.rocksdb import _I64, _M_FILTER, Generation, RocksDBOptions, RocksDBStore
 
 
 def _uuids(n: int, seed: int) -> list[bytes]:
@@ -154,4 +157,89 @@ def test_a_filter_persisted_before_more_keys_arrived_is_not_trusted(tmp_path: Pa
     del store
     store = _open(tmp_path, generation_keys=10_000)
     assert store.contains(first + later) == [True] * 500
+    store.close()
+
+
+def _crash_with_stale_newest_filter(path: Path, first: list[bytes], later: list[bytes]) -> None:
+    store = _open(path, generation_keys=10_000)
+    store.record(first, [1] * len(first), input_offset=1, output_offset=1)
+    store.close()  # the newest filter saved, covering `first`
+    store = _open(path, generation_keys=10_000)
+    store.record(later, [1] * len(later), input_offset=2, output_offset=2)
+    store._db.close()  # a crash: the saved filter no longer covers the generation
+    del store
+
+
+def test_lookups_writes_and_close_wait_for_the_background_rebuild(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stale filter is rebuilt in a thread (overlapping the start-up's network waits); held
+    here at a gate, so the interleaving is certain: a lookup and a write made meanwhile wait and
+    then answer from the rebuilt filter, never from the stale one."""
+    first, later, more = _uuids(300, 7), _uuids(200, 8), _uuids(50, 9)
+    _crash_with_stale_newest_filter(tmp_path, first, later)
+    gate, entered = threading.Event(), threading.Event()
+    rebuild = RocksDBStore._rebuild_filter
+
+    def gated(self: RocksDBStore, gen: Generation) -> KeyFilter:
+        entered.set()
+        assert gate.wait(30)
+        return rebuild(self, gen)
+
+    monkeypatch.setattr(RocksDBStore, "_rebuild_filter", gated)
+    store = _open(tmp_path, generation_keys=10_000)
+    assert entered.wait(30)
+    answers: list[list[bool]] = []
+    lookup = threading.Thread(target=lambda: answers.append(store.contains(first + later + more)))
+    lookup.start()
+    lookup.join(0.3)
+    assert lookup.is_alive() and not answers  # waiting for the rebuild, not answering from a stale filter
+    gate.set()
+    lookup.join(30)
+    assert answers == [[True] * 500 + [False] * 50]
+    store.record(more, [1] * 50, input_offset=3, output_offset=3)
+    assert store.contains(first + later + more) == [True] * 550
+    store.close()
+
+
+def test_close_during_the_rebuild_waits_for_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first, later = _uuids(300, 10), _uuids(200, 11)
+    _crash_with_stale_newest_filter(tmp_path, first, later)
+    gate, entered = threading.Event(), threading.Event()
+    rebuild = RocksDBStore._rebuild_filter
+
+    def gated(self: RocksDBStore, gen: Generation) -> KeyFilter:
+        entered.set()
+        assert gate.wait(30)
+        return rebuild(self, gen)  # iterates the column family: the DB must still be open
+
+    monkeypatch.setattr(RocksDBStore, "_rebuild_filter", gated)
+    store = _open(tmp_path, generation_keys=10_000)
+    assert entered.wait(30)
+    closer = threading.Thread(target=store.close)
+    closer.start()
+    closer.join(0.3)
+    assert closer.is_alive()  # close waits for the rebuild instead of closing the DB under it
+    gate.set()
+    closer.join(30)
+    assert not closer.is_alive()
+    monkeypatch.setattr(RocksDBStore, "_rebuild_filter", rebuild)
+    store = _open(tmp_path, generation_keys=10_000)  # the filter saved at that close covers all 500
+    assert store._filters_ready.is_set() and store._rebuilder is None
+    assert store.contains(first + later) == [True] * 500
+    store.close()
+
+
+def test_a_rebuild_that_fails_is_a_store_error_at_first_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first, later = _uuids(300, 12), _uuids(200, 13)
+    _crash_with_stale_newest_filter(tmp_path, first, later)
+
+    def broken(self: RocksDBStore, gen: Generation) -> KeyFilter:
+        raise RuntimeError("Corruption: block checksum mismatch")
+
+    monkeypatch.setattr(RocksDBStore, "_rebuild_filter", broken)
+    store = _open(tmp_path, generation_keys=10_000)
+    with pytest.raises(StoreError, match=r"cannot rebuild the key filters .*checksum mismatch.*restore the volume"):
+        store.contains(first)
+    with pytest.raises(StoreError):
+        store.record(_uuids(5, 14), [1] * 5, input_offset=3, output_offset=3)
     store.close()
