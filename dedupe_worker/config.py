@@ -158,11 +158,16 @@ class WorkerConfig(BaseSettings):
     def _partitions(cls, v: Any) -> Any:
         return parse_partitions(v) if isinstance(v, str) else v
 
-    @model_validator(mode="after")
-    def _topics_differ(self) -> WorkerConfig:
+    def topics(self) -> list[str]:
+        """Input, output, dead-letter and (when set) duplicates topic."""
         names = [self.input_topic, self.output_topic, self.dlq_topic]
         if self.duplicates_topic:
             names.append(self.duplicates_topic)
+        return names
+
+    @model_validator(mode="after")
+    def _topics_differ(self) -> WorkerConfig:
+        names = self.topics()
         if len(set(names)) != len(names):
             raise ValueError(f"input, output, dead-letter and duplicates topics must differ, got {names}")
         if "partitioner" in self.kafka and self.kafka["partitioner"] != "murmur2_random":

@@ -118,9 +118,12 @@ def partition_counts(bootstrap: str, topics: list[str], timeout_s: float = 10.0,
 
 
 def check_layout(bootstrap: str, input_topic: str, output_topic: str,
-                 extra: Mapping[str, str] | None = None, admin: AdminClient | None = None) -> int:
-    """Input and output must have the same partition count (partition p → partition p)."""
-    counts = partition_counts(bootstrap, [input_topic, output_topic], extra=extra, admin=admin)
+                 extra: Mapping[str, str] | None = None, admin: AdminClient | None = None,
+                 counts: Mapping[str, int] | None = None) -> int:
+    """Input and output must have the same partition count (partition p → partition p).
+    ``counts``: the topics' partition counts if the caller has them (:func:`partition_counts`)."""
+    if counts is None:
+        counts = partition_counts(bootstrap, [input_topic, output_topic], extra=extra, admin=admin)
     if counts[input_topic] != counts[output_topic]:
         raise TopicLayoutError(
             f"input topic {input_topic!r} has {counts[input_topic]} partitions but output topic "

@@ -131,8 +131,9 @@ LSO_WAIT_S = 10.0
 
 
 def check_output_end(cfg: WorkerConfig, partition: int, meta: StoreMeta, timeout_s: float = 10.0,
-                     lso_wait_s: float = LSO_WAIT_S) -> None:
-    """Compare the store's recorded next output offset with the output partition's log end.
+                     lso_wait_s: float = LSO_WAIT_S) -> int:
+    """Compare the store's recorded next output offset with the output partition's log end;
+    returns the last stable offset (the end a read_committed replay reads to).
 
     * Recorded offset past the **high watermark** (the log end, read with a read_uncommitted
       ListOffsets): the broker lost acknowledged output → :class:`OutputLostError` (the worker
@@ -167,6 +168,7 @@ def check_output_end(cfg: WorkerConfig, partition: int, meta: StoreMeta, timeout
             "hanging (left open by a broker that lost its transaction state?), and read_committed readers see "
             "nothing past it. Nothing is republished (the records exist). Abort the hanging transaction "
             "(Kafka: kafka-transactions.sh find-hanging / abort); the worker retries with backoff")
+    return stable
 
 
 #: Answers a leader gives while an election settles (librdkafka does not always mark them retriable).
@@ -209,18 +211,23 @@ def reconcile(store: RocksDBStore, cfg: WorkerConfig, partition: int, *, idle_ti
     (and aborted batches) take offsets too, so when that range held fewer records than the bound,
     the range before it is read as well (at most two offsets a record when each transaction holds
     one), until the bound or the log start is reached."""
+    meta = store.meta()
+    start = meta.output_offset
+    rebuild = start == 0 and meta.sequence == 0
+    if not rebuild and check_output_end(cfg, partition, meta) == start:
+        # Nothing committed past what the store recorded (the usual restart: the last batch was
+        # committed, or its transaction is still open): a replay would read nothing and stop at
+        # this same end, so no reader is started (a client start, a fetch and a close per restart).
+        log.info("reconciled", partition=partition, from_offset=start, records=0, inserted=0,
+                 input_offset=meta.input_offset, output_offset=meta.output_offset)
+        return ReconcileResult(records=0, inserted=0, meta=meta, rebuilt=False)
     conf = consumer_config(cfg.bootstrap, f"{cfg.group}.reconcile", cfg.kafka, **{
         "enable.partition.eof": True, "isolation.level": "read_committed", **RECONCILE_FETCH})
     consumer = Consumer(conf)
-    meta = store.meta()
-    start = meta.output_offset
     replay = _Replay(consumer, store, cfg, partition, idle_timeout_s, on_records, on_bad_header)
     try:
-        rebuild = start == 0 and meta.sequence == 0
         if rebuild:  # no local state: rebuild the last window
             start = window_start(consumer, cfg, partition)
-        else:
-            check_output_end(cfg, partition, meta)
         end = replay.read(start, None)
         bound = window_keys(cfg.aging)
         low = start

@@ -24,9 +24,9 @@ from dedupe_worker.control import ControlServer
 from dedupe_worker.exceptions import ConfigError, FencedError, TopicLayoutError
 from dedupe_worker.faults import FaultHook
 from dedupe_worker.group import GroupWorker
-from dedupe_worker.kafka import admin_config, check_durable, check_layout
+from dedupe_worker.kafka import admin_config, check_durable, check_layout, partition_counts
 from dedupe_worker.metrics import WorkerMetrics
-from dedupe_worker.worker import PartitionWorker
+from dedupe_worker.worker import PartitionWorker, Steps
 
 log = structlog.get_logger("dedupe_worker.runner")
 
@@ -57,15 +57,20 @@ class WorkerRunner:
     metrics_port: int | None = None
 
     def start(self) -> WorkerRunner:
+        steps = Steps()
         admin = AdminClient(admin_config(self.cfg.bootstrap, self.cfg.kafka))  # one client for both checks
+        # every topic the partitions write, in one metadata request (each partition would otherwise
+        # ask again for its dead-letter topic before its fence: a client start on every restart)
+        counts = partition_counts(self.cfg.bootstrap, self.cfg.topics(), extra=self.cfg.kafka, admin=admin)
         count = check_layout(self.cfg.bootstrap, self.cfg.input_topic, self.cfg.output_topic, self.cfg.kafka,
-                             admin=admin)
+                             counts=counts)
         if self.cfg.require_durable_output:
             check_durable(self.cfg.bootstrap, [self.cfg.output_topic, self.cfg.dlq_topic], extra=self.cfg.kafka,
                           admin=admin)
         else:
             log.warning("require_durable_output is off: a broker crash may lose acknowledged output; "
                         "reconcile detects and repairs a shorter output, at the cost of re-reading the input")
+        steps.done("topic_checks")
         partitions = self.cfg.partitions if self.cfg.partitions is not None else list(range(count))
         bad = [p for p in partitions if p >= count]
         if bad:
@@ -76,8 +81,10 @@ class WorkerRunner:
             return self._start_group(metrics, faults)
         for p in partitions:
             self.workers[p] = PartitionWorker(self.cfg, p, metrics, faults, self.stop_event)
+            self.workers[p].known_partition_counts = counts
         for w in self.workers.values():
             w.open_store()  # fail fast on a wrong or locked volume, before any thread starts
+        steps.done("open_stores")
         if self.cfg.metrics_port is not None:
             self.metrics_port = metrics.serve(self.cfg.metrics_port, self.cfg.metrics_host)
         if self.cfg.control_port is not None:
@@ -88,7 +95,7 @@ class WorkerRunner:
         for t in self._threads:
             t.start()
         log.info("worker started", partitions=partitions, metrics_port=self.metrics_port,
-                 control_port=self.control.port if self.control else None)
+                 control_port=self.control.port if self.control else None, seconds=steps.seconds)
         return self
 
     def _start_group(self, metrics: WorkerMetrics, faults: FaultHook) -> WorkerRunner:

@@ -35,7 +35,7 @@ import contextlib
 import shutil
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from itertools import compress
 from pathlib import Path
@@ -168,6 +168,20 @@ class InFlight:
     txn_started: float
 
 
+class Steps:
+    """Seconds each start-up step took, for the "partition started" log line (a slow restart says
+    where it waited: side-topic metadata, the fence, reconcile, the committed offset)."""
+
+    def __init__(self) -> None:
+        self._last = time.monotonic()
+        self.seconds: dict[str, float] = {}
+
+    def done(self, step: str) -> None:
+        now = time.monotonic()
+        self.seconds[step] = round(now - self._last, 3)
+        self._last = now
+
+
 def log_commit_failure(err: KafkaError | None, partitions: list[TopicPartition]) -> None:
     """The consumer's ``on_commit``: an asynchronous input-offset commit that failed (served by
     ``consume()``). Nothing is lost: RocksDB holds the position, and the next commit moves the
@@ -279,6 +293,8 @@ class PartitionWorker:
         #: Next output offset: exact after reconcile, then advanced by each committed batch's
         #: records plus its commit marker (see :meth:`_commit_output`).
         self._output_next = 0
+        #: partition counts of the topics, read by the runner at start (see :meth:`_discover_side_topics`)
+        self.known_partition_counts: Mapping[str, int] | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -308,23 +324,29 @@ class PartitionWorker:
         another thread than the one polling the group's consumer)."""
         self._consumer = consumer
         self._owns_consumer = owns_consumer
+        steps = Steps()
         self.open_store()
         self._discover_side_topics()
+        steps.done("side_topics")
         self.state = "fencing"
         self._producer = self._make_producer()  # init_transactions: fence first (hole 3 of issue 16)
+        steps.done("fence")
         self.state = "reconciling"
         repaired = self._reconcile()
+        steps.done("reconcile")
         store = self.store
         assert store is not None
         self._output_next = store.meta().output_offset
         tp = TopicPartition(self.cfg.input_topic, self.partition)
         committed = (offsets or consumer).committed([tp], timeout=10)[0].offset
+        steps.done("committed")
         # after a repair the group's offset is past what the output holds: the store's position alone,
         # until the first batch's commit has moved the group's offset back (see drain)
         self._repair_pending = repaired
         position = store.meta().input_offset if repaired else max(committed, store.meta().input_offset)
         log.info("partition started", partition=self.partition, mode=self.mode.name, committed=committed,
-                 position=position, output_offset=store.meta().output_offset, keys=store.meta().keys)
+                 position=position, output_offset=store.meta().output_offset, keys=store.meta().keys,
+                 seconds=steps.seconds)
         self.state = "running"
         return int(position)
 
@@ -386,8 +408,14 @@ class PartitionWorker:
         log.info("lost-output repair finished", partition=self.partition)
 
     def _discover_side_topics(self) -> None:
+        """Partition counts of the dead-letter (and duplicates) topic: the runner's, read at start,
+        for the first start; asked again after a restart (a topic may have been recreated)."""
         names = [self.cfg.dlq_topic] + ([self.cfg.duplicates_topic] if self.cfg.duplicates_topic else [])
-        counts = partition_counts(self.cfg.bootstrap, names, extra=self.cfg.kafka)
+        known, self.known_partition_counts = self.known_partition_counts, None
+        if known is not None and all(n in known for n in names):
+            counts: Mapping[str, int] = known
+        else:
+            counts = partition_counts(self.cfg.bootstrap, names, extra=self.cfg.kafka)
         self._dlq_partitions = counts[self.cfg.dlq_topic]
         if self.cfg.duplicates_topic:
             self._dup_partitions = counts[self.cfg.duplicates_topic]
