@@ -11,6 +11,7 @@ counters, never on how long something took.
 from __future__ import annotations
 
 import os
+import struct
 import subprocess
 import sys
 import time
@@ -26,7 +27,7 @@ from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from ads_broker.embedded import BrokerProcess, ads_broker_process, free_port
-from tests.integration.broker.rawclient import RawClient, scram_login
+from tests.integration.broker.rawclient import RawClient, scram_client_final, scram_login
 from tests.integration.broker.test_metrics import scrape
 
 PASSWORD = "pw-" + uuid.uuid4().hex[:8]
@@ -135,6 +136,21 @@ def test_reauthentication_on_the_same_connection(broker: ReauthBroker) -> None:
         assert (again.error_code, again.session_lifetime_ms) == (0, LIFETIME_MS)
         assert metadata_works(c)
     assert broker.counter("successful_reauthentication") == before + 1
+
+
+def test_reauthentication_after_a_v0_handshake_uses_raw_tokens(broker: ReauthBroker) -> None:
+    """As Kafka's authenticator: the re-authenticating SaslHandshake's version decides the framing,
+    v0 means raw size-prefixed SASL tokens (the first login here used SaslAuthenticate)."""
+    with RawClient(broker.addr()) as c:
+        assert scram_login(c, "alice", PASSWORD).error_code == 0
+        assert c.request(SaslHandshakeRequest(mechanism="SCRAM-SHA-256"), 0).error_code == 0
+        first_bare = f"n=alice,r={uuid.uuid4().hex}"
+        c.send_bytes(struct.pack(">i", len(first_bare) + 3) + f"n,,{first_bare}".encode())
+        server_first = c.recv_frame().decode()
+        final = scram_client_final(first_bare, server_first, PASSWORD, "sha256").encode()
+        c.send_bytes(struct.pack(">i", len(final)) + final)
+        assert c.recv_frame().startswith(b"v=")
+        assert metadata_works(c)
 
 
 def test_reauthentication_cannot_change_the_principal(broker: ReauthBroker) -> None:
