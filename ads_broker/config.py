@@ -212,6 +212,11 @@ SETTINGS: tuple[Setting, ...] = (
             doc="SASL mechanisms offered: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (users: `ads-broker users`)"),
     Setting("sasl.server.max.receive.size", int, 524288, 1,
             doc="largest frame a SASL listener reads before the client has authenticated (Kafka's cap)"),
+    Setting("connections.max.reauth.ms", int, 0, 0,
+            doc="KIP-368: a positive value is the session lifetime given to SASL clients when they authenticate; "
+                "a connection that has not re-authenticated when it ends is closed at its next request. 0: sessions "
+                "last as long as their connection. Per listener and mechanism: "
+                "listener.name.<listener>.<mechanism>.connections.max.reauth.ms"),
     # -- authorization (ACLs: ads_broker/security/acl.py, docs/SECURITY.md) --
     Setting("authorizer.class.name", _authorizer_class, "",
             doc="empty: no authorization; kafka.security.authorizer.AclAuthorizer, "
@@ -264,8 +269,11 @@ LISTENER_KEYS = frozenset({
     "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.certificate.chain", "ssl.keystore.key",
     "ssl.key.password", "ssl.truststore.type", "ssl.truststore.location", "ssl.truststore.certificates",
     "ssl.client.auth", "ssl.enabled.protocols", "ssl.cipher.suites", "ssl.principal.mapping.rules",
-    "sasl.enabled.mechanisms",
+    "sasl.enabled.mechanisms", "connections.max.reauth.ms",
 })
+#: Kafka's ``ListenerMechanismConfigs`` this broker has: ``listener.name.<listener>.<mechanism>.<key>``
+#: (the mechanism in lower case, ``scram-sha-256``) sets them for one mechanism of one listener.
+LISTENER_MECHANISM_KEYS = frozenset({"connections.max.reauth.ms"})
 
 
 def _listener_override(key: str, raw: str, source: str, listener_names: set[str]) -> tuple[str, str, Any]:
@@ -278,9 +286,18 @@ def _listener_override(key: str, raw: str, source: str, listener_names: set[str]
     if listener.upper() not in listener_names:
         raise ConfigError(f"{source}: {key}: no listener named {listener.upper()} in listeners "
                           f"({', '.join(sorted(listener_names))}); use one of those names")
+    mechanism, _, base = name.partition(".")
+    if base in LISTENER_MECHANISM_KEYS:
+        # listener.name.<listener>.<mechanism>.<key>: stored as "<mechanism>.<key>" (lower case, as Kafka's
+        # ListenerName.saslMechanismPrefix), read by BrokerConfig.connections_max_reauth_ms
+        if mechanism.upper() not in _sasl_mechanisms():
+            raise ConfigError(f"{source}: {key}: {mechanism!r} is not a SASL mechanism of this broker; use "
+                              f"listener.name.<listener>.<mechanism>.{base} with <mechanism> one of "
+                              f"{', '.join(m.lower() for m in _sasl_mechanisms())}")
+        return listener.upper(), f"{mechanism.lower()}.{base}", _parse_setting(_BY_NAME[base], raw, source)
     if name not in LISTENER_KEYS:
         raise ConfigError(f"{source}: {key}: {name!r} cannot be set per listener; per-listener settings are "
-                          f"{', '.join(sorted(LISTENER_KEYS))}")
+                          f"{', '.join(sorted(LISTENER_KEYS))}, and <mechanism>.connections.max.reauth.ms")
     value = _parse_setting(_BY_NAME[name], raw, source)
     if name == "sasl.enabled.mechanisms":
         from ads_broker.security.scram import MECHANISMS
@@ -289,6 +306,12 @@ def _listener_override(key: str, raw: str, source: str, listener_names: set[str]
             if mechanism not in MECHANISMS:
                 raise ConfigError(f"{source}: {key}: {mechanism!r} is not one of {', '.join(MECHANISMS)}")
     return listener.upper(), name, value
+
+
+def _sasl_mechanisms() -> tuple[str, ...]:
+    from ads_broker.security.scram import MECHANISMS
+
+    return MECHANISMS
 
 
 def attribute_name(setting: str) -> str:
@@ -387,6 +410,7 @@ class BrokerSettings:
     ssl_principal_mapping_rules: str
     sasl_enabled_mechanisms: str
     sasl_server_max_receive_size: int
+    connections_max_reauth_ms: int
     authorizer_class_name: str
     super_users: str
     allow_everyone_if_no_acl_found: bool
@@ -438,15 +462,19 @@ def parse_properties(text: str, source: str) -> dict[str, str]:
     return props
 
 
-def _listener_overrides(entries: Mapping[str, tuple[str, str]], listeners: str) -> dict[str, dict[str, Any]]:
+def _listener_overrides(entries: Mapping[str, tuple[str, str]],
+                        listeners: str) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """The validated ``listener.name.*`` entries by listener (each TLS listener's context and SASL
-    mechanisms are built from :meth:`BrokerConfig.for_listener` in ads_broker/server.py)."""
+    mechanisms are built from :meth:`BrokerConfig.for_listener` in ads_broker/server.py), and the
+    same typed values by the key as it was written (DescribeConfigs lists them)."""
     names = {e.name for e in parse_endpoints(listeners)}
     out: dict[str, dict[str, Any]] = {}
+    by_key: dict[str, Any] = {}
     for key, (raw, source) in entries.items():
         listener, name, value = _listener_override(key, raw, source, names)
         out.setdefault(listener, {})[name] = value
-    return out
+        by_key[key] = value
+    return out, by_key
 
 
 @dataclass(frozen=True)
@@ -464,8 +492,12 @@ class BrokerConfig:
     #: Replaced whole (never mutated) by :meth:`set_dynamic`, so a reader sees one version.
     dynamic_default: dict[str, Any] = field(default_factory=dict)
     dynamic_broker: dict[str, Any] = field(default_factory=dict)
-    #: ``listener.name.<listener>.<setting>`` entries: LISTENER -> {setting: typed value}.
+    #: ``listener.name.<listener>.<setting>`` entries: LISTENER -> {setting: typed value}; a
+    #: ``listener.name.<listener>.<mechanism>.<key>`` entry is there as ``<mechanism>.<key>``.
     listener_overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: The same entries by the key as written in the properties or ``--override`` (``listener.name.
+    #: sasl_ssl.ssl.key.password``) -> typed value: what DescribeConfigs of the broker lists.
+    listener_entries: Mapping[str, Any] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> Any:
         """The effective value: this broker's dynamic config, else the cluster-wide dynamic
@@ -490,11 +522,22 @@ class BrokerConfig:
     def for_listener(self, listener: str) -> BrokerConfig:
         """The settings one listener runs with: the broker's, with its ``listener.name.<listener>.*``
         entries on top (Kafka's per-listener configs); typed through :attr:`settings` as usual."""
-        own = self.listener_overrides.get(listener.upper())
+        own = {k: v for k, v in self.listener_overrides.get(listener.upper(), {}).items() if k in _BY_NAME}
         if not own:
             return self
         return BrokerConfig({**self.values, **own}, self.explicit | frozenset(own),
-                            listener_overrides=self.listener_overrides)  # ssl.*/sasl.*: never dynamic
+                            listener_overrides=self.listener_overrides,
+                            listener_entries=self.listener_entries)  # ssl.*/sasl.*: never dynamic
+
+    def connections_max_reauth_ms(self, listener: str, mechanism: str) -> int:
+        """KIP-368's session lifetime cap for a SASL mechanism on a listener, as Kafka's
+        ``SaslChannelBuilder`` picks it: ``listener.name.<l>.<mechanism>.connections.max.reauth.ms``,
+        else ``listener.name.<l>.connections.max.reauth.ms``, else ``connections.max.reauth.ms``."""
+        own = self.listener_overrides.get(listener.upper(), {})
+        specific = own.get(f"{mechanism.lower()}.connections.max.reauth.ms")
+        if specific is not None:
+            return int(specific)
+        return self.for_listener(listener).settings.connections_max_reauth_ms
 
     @classmethod
     def load(cls, path: Path | None = None, overrides: Mapping[str, str] | None = None) -> BrokerConfig:
@@ -520,8 +563,9 @@ class BrokerConfig:
             values[key] = _parse_setting(setting, value, source)
         if not values["advertised.listeners"]:
             values["advertised.listeners"] = values["listeners"]
-        listener_overrides = _listener_overrides(per_listener, values["listeners"])
-        return cls(values, frozenset(k for k in raw if k not in per_listener), listener_overrides=listener_overrides)
+        listener_overrides, listener_entries = _listener_overrides(per_listener, values["listeners"])
+        return cls(values, frozenset(k for k in raw if k not in per_listener), listener_overrides=listener_overrides,
+                   listener_entries=listener_entries)
 
     @property
     def log_retention_time_ms(self) -> int:

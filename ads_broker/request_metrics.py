@@ -16,6 +16,17 @@ Kafka's MBeans and the series Strimzi's ``kafka-metrics.yaml`` makes of them:
   ``connection-creation-total``, ``connection-close-total``
   -> ``kafka_server_socket_server_metrics_connection_{count,creation_total,close_total}{listener}``
 
+- the same MBeans' (Kafka's ``Selector`` sensors) ``successful-authentication-total``,
+  ``failed-authentication-total``, ``successful-reauthentication-total``,
+  ``failed-reauthentication-total``, ``successful-authentication-no-reauth-total`` and the
+  ``SocketServer``'s ``expired-connections-killed-count``
+  -> ``kafka_server_socket_server_metrics_{successful_authentication,failed_authentication,
+  successful_reauthentication,failed_reauthentication,successful_authentication_no_reauth}_total{listener}``
+  and ``kafka_server_socket_server_metrics_expired_connections_killed_count{listener}``. As in Kafka a
+  connection that needs no authentication (PLAINTEXT, SSL) counts as a successful authentication
+  once accepted (SSL: once its handshake completed), a failed TLS handshake (an ``SSLError``: no or an
+  untrusted client certificate, not TLS at all) and a refused SASL login as failed ones.
+
 Kafka has no metric for connections refused by ``max.connections`` / ``max.connections.per.ip``
 (it logs them) nor one for the limit itself, so those two are ads-broker's own:
 ``ads_broker_connections_rejected_total{listener, reason}`` and ``ads_broker_max_connections``.
@@ -62,6 +73,14 @@ FETCH_KEY = 1
 REJECT_MAX_CONNECTIONS = "max_connections"
 REJECT_MAX_CONNECTIONS_PER_IP = "max_connections_per_ip"
 REJECT_SHUTTING_DOWN = "shutting_down"
+#: Authentication outcomes (Kafka's ``Selector`` sensors and SocketServer's expired-connection kills).
+AUTH_SUCCEEDED = "successful_authentication"
+AUTH_FAILED = "failed_authentication"
+REAUTH_SUCCEEDED = "successful_reauthentication"
+REAUTH_FAILED = "failed_reauthentication"
+AUTH_NO_REAUTH = "successful_authentication_no_reauth"
+EXPIRED_KILLED = "expired_connections_killed_count"
+AUTH_SERIES = (AUTH_SUCCEEDED, AUTH_FAILED, REAUTH_SUCCEEDED, REAUTH_FAILED, AUTH_NO_REAUTH, EXPIRED_KILLED)
 
 #: API key -> Kafka's ``ApiKeys`` name (the request class without ``Request``: ``ListOffsets``).
 REQUEST_NAMES: dict[int, str] = {key: api.request.__name__.removesuffix("Request") for key, api in APIS.items()}
@@ -173,6 +192,8 @@ class BrokerMetrics(Collector):
         self._created: dict[str, int] = {}
         self._closed: dict[str, int] = {}
         self._rejected: dict[tuple[str, str], int] = {}  # (listener, reason)
+        #: authentication outcomes by series (AUTH_SERIES) and listener
+        self._auth: dict[str, dict[str, int]] = {series: {} for series in AUTH_SERIES}
         self._request_keys: dict[tuple[int, int, bool], tuple[tuple[str, str], str, str]] = {}
         self._error_keys: dict[tuple[str, int], tuple[str, str]] = {}
 
@@ -242,6 +263,8 @@ class BrokerMetrics(Collector):
             series.setdefault(listener, 0)
         for reason in (REJECT_MAX_CONNECTIONS, REJECT_MAX_CONNECTIONS_PER_IP, REJECT_SHUTTING_DOWN):
             self._rejected.setdefault((listener, reason), 0)
+        for counts in self._auth.values():
+            counts.setdefault(listener, 0)
 
     def connection_opened(self, listener: str) -> None:
         self._created[listener] = self._created.get(listener, 0) + 1
@@ -253,6 +276,11 @@ class BrokerMetrics(Collector):
 
     def connection_rejected(self, listener: str, reason: str) -> None:
         self._rejected[(listener, reason)] = self._rejected.get((listener, reason), 0) + 1
+
+    def authentication(self, listener: str, outcome: str) -> None:
+        """One authentication outcome on a listener (one of :data:`AUTH_SERIES`)."""
+        counts = self._auth[outcome]
+        counts[listener] = counts.get(listener, 0) + 1
 
     # -- the scrape (the endpoint's thread) -------------------------------------------------------
 
@@ -307,6 +335,26 @@ class BrokerMetrics(Collector):
         for (listener, reason), n in self._rejected.copy().items():
             rejected.add_metric([listener, reason], n)
         yield rejected
+        yield _by_label(CounterMetricFamily("kafka_server_socket_server_metrics_successful_authentication",
+                                            "Connections authenticated (SASL logins; PLAINTEXT and SSL connections "
+                                            "once accepted)", labels=["listener"]), self._auth[AUTH_SUCCEEDED])
+        yield _by_label(CounterMetricFamily("kafka_server_socket_server_metrics_failed_authentication",
+                                            "Failed TLS handshakes (SSLError) and refused SASL logins",
+                                            labels=["listener"]), self._auth[AUTH_FAILED])
+        yield _by_label(CounterMetricFamily("kafka_server_socket_server_metrics_successful_reauthentication",
+                                            "SASL re-authentications (KIP-368) that succeeded", labels=["listener"]),
+                        self._auth[REAUTH_SUCCEEDED])
+        yield _by_label(CounterMetricFamily("kafka_server_socket_server_metrics_failed_reauthentication",
+                                            "SASL re-authentications (KIP-368) refused; the connection was closed",
+                                            labels=["listener"]), self._auth[REAUTH_FAILED])
+        yield _by_label(CounterMetricFamily("kafka_server_socket_server_metrics_successful_authentication_no_reauth",
+                                            "Successful authentications by clients that cannot re-authenticate "
+                                            "(SaslAuthenticate v0, SaslHandshake v0, or no SASL)", labels=["listener"]),
+                        self._auth[AUTH_NO_REAUTH])
+        yield _by_label(GaugeMetricFamily("kafka_server_socket_server_metrics_expired_connections_killed_count",
+                                          "Connections closed because their SASL session expired without "
+                                          "re-authentication (cumulative, as Kafka's CumulativeSum)",
+                                          labels=["listener"]), self._auth[EXPIRED_KILLED])
         yield GaugeMetricFamily("ads_broker_max_connections", "The broker's max.connections setting",
                                 value=self.max_connections)
 

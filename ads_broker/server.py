@@ -22,6 +22,7 @@ import ssl
 import struct
 import time
 from pathlib import Path
+from typing import Any
 
 import structlog
 from kafka.protocol.api_message import ApiMessage
@@ -48,7 +49,17 @@ from ads_broker.protocol.codec import (
 )
 from ads_broker.protocol.context import flush_rejections
 from ads_broker.rejections import RejectionLog
-from ads_broker.request_metrics import REJECT_MAX_CONNECTIONS, REJECT_MAX_CONNECTIONS_PER_IP, REJECT_SHUTTING_DOWN
+from ads_broker.request_metrics import (
+    AUTH_FAILED,
+    AUTH_NO_REAUTH,
+    AUTH_SUCCEEDED,
+    EXPIRED_KILLED,
+    REAUTH_FAILED,
+    REAUTH_SUCCEEDED,
+    REJECT_MAX_CONNECTIONS,
+    REJECT_MAX_CONNECTIONS_PER_IP,
+    REJECT_SHUTTING_DOWN,
+)
 from ads_broker.security.context import ANONYMOUS, Session, set_session
 from ads_broker.security.listeners import ListenerSpec, resolve_listeners
 from ads_broker.security.scram import MECHANISMS, CredentialStore, SaslAuthenticationError, SaslServer
@@ -59,6 +70,9 @@ SENDFILE_MIN_BYTES = 64 * 1024
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
 SASL_HANDSHAKE_KEY = 17
 SASL_AUTHENTICATE_KEY = 36
+#: Kafka's ``KafkaChannel.MIN_REAUTH_INTERVAL_ONE_SECOND_NANOS``: a connection starts at most one
+#: re-authentication a second; a SaslHandshake sooner is handled as any other (ILLEGAL_SASL_STATE).
+MIN_REAUTH_INTERVAL_S = 1.0
 #: accept() errors that mean "out of a resource" (file descriptors, socket buffers): asyncio then
 #: takes the listening socket out of the selector and retries after ``ACCEPT_RETRY_DELAY`` (1 s)
 ACCEPT_RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
@@ -368,6 +382,10 @@ class TlsAcceptor(asyncio.Protocol):
             transport.abort()
             raise
         except (OSError, TimeoutError, ConnectionError) as e:
+            if isinstance(e, ssl.SSLError):
+                # Kafka's SslAuthenticationException: counted as a failed authentication (a client that
+                # disconnects or times out during the handshake is not, as in Kafka's Selector).
+                self.server.broker.metrics.authentication(self.listener.name, AUTH_FAILED)
             self.server.rejections.warn(client, "closing connection: TLS handshake failed", host=host,
                                         listener=self.listener.name, reason=f"{type(e).__name__}: {e}"[:300])
             transport.abort()
@@ -386,6 +404,15 @@ class Connection:
     authentication is answered with SASL_AUTHENTICATION_FAILED and closes it too. The principal
     (SASL user, client certificate DN, or ANONYMOUS) is published to the handlers through
     :mod:`ads_broker.security.context`.
+
+    Re-authentication (KIP-368, Kafka's ``KafkaChannel`` and ``SaslServerAuthenticator``): with a
+    positive ``connections.max.reauth.ms`` for the listener and mechanism, a SASL login gets a
+    session that ends that many ms after it completed (told to the client in SaslAuthenticate
+    v1+'s ``session_lifetime_ms``). A SaslHandshake on the authenticated connection then starts a
+    re-authentication (at most one a second); it must name the session's mechanism and end with
+    the same principal, else the connection is closed. A request arriving after the session ended
+    closes the connection instead of being handled. Without a session end a SaslHandshake after
+    authentication is answered ILLEGAL_SASL_STATE, as before.
     """
 
     def __init__(self, server: BrokerServer, receiver: FrameReceiver) -> None:
@@ -400,6 +427,23 @@ class Connection:
         #: After a SaslHandshake v0 the tokens come as raw size-prefixed frames (no request header),
         #: until the exchange completes (Kafka's enableKafkaSaslAuthenticateHeaders(false)).
         self.sasl_raw_tokens = False
+        self.principal = receiver.tls_principal or ANONYMOUS
+        #: The authenticated SASL session: its mechanism, and when it ends (time.monotonic(); None:
+        #: never, connections.max.reauth.ms is 0 for it).
+        self.session_mechanism: str | None = None
+        self.session_expires: float | None = None
+        self.last_reauth_start = 0.0
+        #: Whether the client sent a SaslAuthenticate v1+ (Kafka's connectedClientSupportsReauthentication).
+        self.client_supports_reauth = False
+        #: During a re-authentication: the (mechanism, principal) the new login must keep.
+        self.reauth_from: tuple[str, str] | None = None
+        #: A re-authentication handshake named another mechanism: the next frame closes the connection.
+        self.reauth_bad_mechanism: str | None = None
+        if self.authenticated:
+            # Kafka's Selector counts every channel that becomes ready (PLAINTEXT, SSL after its handshake).
+            metrics = server.broker.metrics
+            metrics.authentication(self.listener.name, AUTH_SUCCEEDED)
+            metrics.authentication(self.listener.name, AUTH_NO_REAUTH)
 
     def _publish(self, principal: str) -> None:
         set_session(Session(principal=principal, listener=self.listener.name,
@@ -412,7 +456,7 @@ class Connection:
 
     async def serve(self) -> None:
         frames = self.receiver.frames
-        self._publish(self.receiver.tls_principal or ANONYMOUS)
+        self._publish(self.principal)
         try:
             while not self.server.closing:
                 frame = await frames.get()
@@ -443,6 +487,10 @@ class Connection:
         """Decode, dispatch and answer one request; False closes the connection."""
         if self.sasl_raw_tokens:
             return await self._raw_sasl_token(bytes(frame))
+        if self.reauth_bad_mechanism is not None:
+            # Kafka's REAUTH_BAD_MECHANISM: whatever comes next fails the re-authentication, unanswered.
+            self._auth_failed("SASL authentication failed", reason=self.reauth_bad_mechanism)
+            return False
         started = time.perf_counter()
         try:
             req = decode_request(frame)
@@ -457,10 +505,20 @@ class Connection:
             self.server.rejections.warn(self.peer, "closing connection: unsupported api version",
                                         api_key=req.api_key, api_version=req.api_version)
             return False
+        if req.api_key == SASL_HANDSHAKE_KEY and self._begin_reauthentication():
+            return await self._sasl_request(req)
+        if self.authenticated and self.session_expires is not None and time.monotonic() > self.session_expires:
+            # Kafka's SocketServer: "Disconnecting expired channel", counted in expired-connections-killed-count.
+            self.server.broker.metrics.authentication(self.listener.name, EXPIRED_KILLED)
+            self.server.rejections.warn(self.peer, "closing connection: SASL session expired without re-authentication",
+                                        listener=self.listener.name, principal=self.principal[:128],
+                                        api_key=req.api_key, client_id=req.client_id)
+            return False
         if req.api_key in (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY):
             return await self._sasl_request(req)
-        if not self.authenticated and req.api_key != API_VERSIONS_KEY:
-            self.server.rejections.warn(self.peer, "closing connection: request before SASL authentication",
+        if not self.authenticated and (req.api_key != API_VERSIONS_KEY or self.reauth_from is not None):
+            what = "during SASL re-authentication" if self.reauth_from is not None else "before SASL authentication"
+            self.server.rejections.warn(self.peer, f"closing connection: request {what}",
                                         listener=self.listener.name, api_key=req.api_key, client_id=req.client_id)
             return False
         try:
@@ -487,7 +545,8 @@ class Connection:
         return True
 
     async def _sasl_request(self, req: DecodedRequest) -> bool:
-        """SaslHandshake (v1) and SaslAuthenticate, as Kafka's SaslServerAuthenticator serves them."""
+        """SaslHandshake and SaslAuthenticate, as Kafka's SaslServerAuthenticator serves them (also
+        during a re-authentication, which :meth:`_begin_reauthentication` started)."""
         mechanisms = self.server.sasl_mechanisms[self.listener.name]
         if req.api_key == SASL_HANDSHAKE_KEY:
             if self.authenticated or self.sasl is not None:
@@ -496,38 +555,38 @@ class Connection:
                 return self.authenticated
             mechanism = str(req.body.mechanism)
             if mechanism not in mechanisms:
-                self.server.rejections.warn(self.peer, "closing connection: unsupported SASL mechanism",
-                                            mechanism=mechanism[:64], enabled=mechanisms)
+                self._auth_failed("unsupported SASL mechanism", mechanism=mechanism[:64], enabled=mechanisms)
                 await self._respond(req, SaslHandshakeResponse(error_code=UNSUPPORTED_SASL_MECHANISM,
                                                                mechanisms=mechanisms))
                 return False
-            self.sasl = SaslServer(mechanism, self.server.credentials)
-            self.sasl_raw_tokens = req.api_version == 0
             await self._respond(req, SaslHandshakeResponse(error_code=0, mechanisms=mechanisms))
+            if self.reauth_from is not None and mechanism != self.reauth_from[0]:
+                # Kafka answers the handshake, then fails the re-authentication on the next frame.
+                self.reauth_bad_mechanism = (f"SASL mechanism '{mechanism[:64]}' requested by client is not "
+                                             f"supported for re-authentication of mechanism '{self.reauth_from[0]}'")
+                return True
+            self.sasl = SaslServer(mechanism, self.server.credentials, reauthentication=self.reauth_from is not None)
+            self.sasl_raw_tokens = req.api_version == 0
             return True
         if self.authenticated or self.sasl is None:
             await self._respond(req, SaslAuthenticateResponse(
                 error_code=ILLEGAL_SASL_STATE, error_message="SaslAuthenticate without a SaslHandshake",
                 auth_bytes=b"", session_lifetime_ms=0))
             return self.authenticated
+        if req.api_version > 0:
+            self.client_supports_reauth = True
         try:
             token = self.sasl.step(bytes(req.body.auth_bytes))
+            lifetime_ms = self._login_completed() if self.sasl.principal is not None else 0
         except (SaslAuthenticationError, ConfigError) as e:
-            self.server.rejections.warn(self.peer, "closing connection: SASL authentication failed",
-                                        listener=self.listener.name, mechanism=self.sasl.mechanism,
-                                        user=self.sasl.user[:128], reason=str(e))
+            self._auth_failed("SASL authentication failed", mechanism=self.sasl.mechanism, user=self.sasl.user[:128],
+                              reason=str(e))
             await self._respond(req, SaslAuthenticateResponse(
                 error_code=SASL_AUTHENTICATION_FAILED, error_message=str(e) if isinstance(e, SaslAuthenticationError)
                 else "Authentication failed", auth_bytes=b"", session_lifetime_ms=0))
             return False
-        if self.sasl.principal is not None:
-            self.authenticated = True
-            self.receiver.authenticated()
-            self._publish(self.sasl.principal)
-            log.info("authenticated", client=self.peer, listener=self.listener.name, mechanism=self.sasl.mechanism,
-                     principal=self.sasl.principal)
         await self._respond(req, SaslAuthenticateResponse(error_code=0, error_message=None, auth_bytes=token,
-                                                          session_lifetime_ms=0))
+                                                          session_lifetime_ms=lifetime_ms))
         return True
 
     async def _raw_sasl_token(self, token: bytes) -> bool:
@@ -537,19 +596,68 @@ class Connection:
         assert self.sasl is not None
         try:
             answer = self.sasl.step(token)
+            if self.sasl.principal is not None:
+                self._login_completed(handshake_version=0)
         except (SaslAuthenticationError, ConfigError) as e:
-            self.server.rejections.warn(self.peer, "closing connection: SASL authentication failed",
-                                        listener=self.listener.name, mechanism=self.sasl.mechanism,
-                                        user=self.sasl.user[:128], reason=str(e), handshake_version=0)
+            self._auth_failed("SASL authentication failed", mechanism=self.sasl.mechanism, user=self.sasl.user[:128],
+                              reason=str(e), handshake_version=0)
             return False
-        if self.sasl.principal is not None:
-            self.authenticated, self.sasl_raw_tokens = True, False
-            self.receiver.authenticated()
-            self._publish(self.sasl.principal)
-            log.info("authenticated", client=self.peer, listener=self.listener.name, mechanism=self.sasl.mechanism,
-                     principal=self.sasl.principal, handshake_version=0)
         await self._send([len(answer).to_bytes(4, "big") + answer])
         return True
+
+    def _begin_reauthentication(self) -> bool:
+        """A SaslHandshake arrived: start a re-authentication if Kafka would
+        (``KafkaChannel.maybeBeginServerReauthentication``): the connection is authenticated, its
+        session has an end, and no re-authentication started in the last second."""
+        if not self.authenticated or self.session_expires is None or self.session_mechanism is None:
+            return False
+        now = time.monotonic()
+        if self.last_reauth_start and now - self.last_reauth_start < MIN_REAUTH_INTERVAL_S:
+            return False
+        self.last_reauth_start = now
+        self.reauth_from = (self.session_mechanism, self.principal)
+        self.authenticated, self.sasl, self.sasl_raw_tokens = False, None, False
+        return True
+
+    def _login_completed(self, handshake_version: int = 1) -> int:
+        """The SASL exchange authenticated :attr:`sasl`'s principal: start its session and return
+        the session lifetime to tell the client (0: no end). A re-authentication must keep the
+        principal (Kafka's ``ensurePrincipalUnchanged``), else SaslAuthenticationError."""
+        assert self.sasl is not None and self.sasl.principal is not None
+        principal, mechanism = self.sasl.principal, self.sasl.mechanism
+        reauth = self.reauth_from
+        if reauth is not None and principal != reauth[1]:
+            raise SaslAuthenticationError(f"Cannot change principals during re-authentication from "
+                                          f"{reauth[1].replace(':', '.', 1)}: {principal.replace(':', '.', 1)}")
+        lifetime_ms = self.server.config.connections_max_reauth_ms(self.listener.name, mechanism)
+        self.session_expires = time.monotonic() + lifetime_ms / 1000 if lifetime_ms > 0 else None
+        self.session_mechanism, self.principal = mechanism, principal
+        self.authenticated, self.sasl_raw_tokens, self.reauth_from = True, False, None
+        metrics = self.server.broker.metrics
+        if reauth is not None:
+            metrics.authentication(self.listener.name, REAUTH_SUCCEEDED)
+            log.debug("re-authenticated", client=self.peer, listener=self.listener.name, principal=principal,
+                      session_lifetime_ms=lifetime_ms)
+            return lifetime_ms
+        metrics.authentication(self.listener.name, AUTH_SUCCEEDED)
+        if not self.client_supports_reauth:
+            metrics.authentication(self.listener.name, AUTH_NO_REAUTH)
+        self.receiver.authenticated()
+        self._publish(principal)
+        log.info("authenticated", client=self.peer, listener=self.listener.name, mechanism=mechanism,
+                 principal=principal, session_lifetime_ms=lifetime_ms,
+                 **({"handshake_version": 0} if handshake_version == 0 else {}))
+        return lifetime_ms
+
+    def _auth_failed(self, event: str, **fields: Any) -> None:
+        """A refused (re-)authentication: counted, logged through the aggregated rejection log (no
+        secret in ``fields``); the caller closes the connection."""
+        reauth = self.reauth_from is not None or self.reauth_bad_mechanism is not None
+        self.server.broker.metrics.authentication(self.listener.name, REAUTH_FAILED if reauth else AUTH_FAILED)
+        if reauth:  # one line kind for every re-authentication failure, the cause as a field
+            fields = {"cause": event, "principal": self.principal[:128], **fields}
+            event = "SASL re-authentication failed"
+        self.server.rejections.warn(self.peer, f"closing connection: {event}", listener=self.listener.name, **fields)
 
     async def _respond(self, req: DecodedRequest, response: ApiMessage) -> None:
         await self._send([encode_response(response, req.api_version, req.correlation_id)])

@@ -37,7 +37,14 @@ from kafka.protocol.admin import (
 )
 
 from ads_broker import dynamic_config
-from ads_broker.config import DYNAMIC_SETTINGS, SETTINGS, BrokerConfig, Setting
+from ads_broker.config import (
+    DYNAMIC_SETTINGS,
+    LISTENER_MECHANISM_KEYS,
+    LISTENER_PREFIX,
+    SETTINGS,
+    BrokerConfig,
+    Setting,
+)
 from ads_broker.exceptions import BrokerError, InvalidConfigurationError, InvalidRequestError
 from ads_broker.log.config import TOPIC_CONFIG_KEYS, TOPIC_CONFIG_TYPES
 from ads_broker.protocol.codec import DecodedRequest
@@ -69,7 +76,7 @@ _LONG_SETTINGS = frozenset({
     "log.message.timestamp.before.max.ms", "log.message.timestamp.after.max.ms", "log.segment.delete.delay.ms",
     "log.cleaner.dedupe.buffer.size", "log.cleaner.backoff.ms", "log.cleaner.delete.retention.ms",
     "log.cleaner.min.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms", "connections.max.idle.ms",
-    "queued.max.request.bytes",
+    "queued.max.request.bytes", "connections.max.reauth.ms",
 })
 #: Broker settings Kafka defines with another type than their Python value suggests.
 _SETTING_TYPES = {
@@ -181,6 +188,32 @@ def describe_broker(ctx: HandlerContext, name: str, include_synonyms: bool, incl
         entries.append(_entry(setting.name, _render(config[setting.name]), synonyms, config_type=config_type,
                               read_only=setting.name not in DYNAMIC_SETTINGS, include_synonyms=include_synonyms,
                               documentation=(setting.doc or None) if include_docs else None))
+    entries.extend(_listener_entries(config, include_synonyms, include_docs))
+    return entries
+
+
+def listener_base_name(key: str) -> str:
+    """The broker config a ``listener.name.<listener>.[<mechanism>.]<config>`` entry overrides
+    (Kafka's ``DynamicBrokerConfig.brokerConfigSynonyms`` with ``ListenerConfigRegex``)."""
+    name = key[len(LISTENER_PREFIX):].partition(".")[2]
+    return next((m for m in LISTENER_MECHANISM_KEYS if name.endswith(m)), name)
+
+
+def _listener_entries(config: BrokerConfig, include_synonyms: bool, include_docs: bool) -> list[Any]:
+    """The ``listener.name.*`` entries that are set, as Kafka lists its static configs' originals:
+    the entry's own name and value (STATIC_BROKER_CONFIG), the type of the config it overrides, a
+    PASSWORD value null and ``is_sensitive`` (Kafka's ``maybeSensitive``), and as synonyms the entry
+    then the base config's own. Read-only: per-listener settings need a restart here."""
+    entries = []
+    for key, value in sorted(config.listener_entries.items()):
+        base = _BY_NAME[listener_base_name(key)]
+        config_type = broker_config_type(base)
+        sensitive = config_type == "PASSWORD"
+        synonyms = [Synonym(name=key, value=None if sensitive else _render(value), source=SOURCE_STATIC_BROKER_CONFIG),
+                    *config_synonyms(config, base.name, sensitive)]
+        entries.append(_entry(key, _render(value), synonyms, config_type=config_type, read_only=True,
+                              include_synonyms=include_synonyms,
+                              documentation=(base.doc or None) if include_docs else None))
     return entries
 
 

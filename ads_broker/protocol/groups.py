@@ -24,6 +24,7 @@ from ads_broker.coordinator.offsets import OFFSETS_TOPIC
 from ads_broker.errors import TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PARTITION, UNSTABLE_OFFSET_COMMIT
 from ads_broker.exceptions import BrokerError
 from ads_broker.protocol.codec import DecodedRequest
+from ads_broker.protocol.groups_admin import group_authorized_operations
 from ads_broker.security.acl import CLUSTER, CLUSTER_NAME, DESCRIBE, GROUP, READ, TOPIC
 
 if TYPE_CHECKING:
@@ -141,7 +142,7 @@ async def handle_describe_groups(ctx: HandlerContext, req: DecodedRequest) -> De
                 member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
                 client_host=m.client_host, member_metadata=m.metadata, member_assignment=m.assignment)
                 for m in d.members],
-            authorized_operations=None))
+            authorized_operations=group_authorized_operations(ctx, req, group_id, d.error_code)))
     return DescribeGroupsResponse(throttle_time_ms=0, groups=out)
 
 

@@ -51,8 +51,22 @@ if TYPE_CHECKING:
 #: reported in DescribeCluster's authorized-operations bitfield (bit n = operation code n; the
 #: codec takes the set of codes, None for Kafka's "not requested" value, INT32_MIN).
 CLUSTER_OPERATIONS = (CREATE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE, ALTER, DESCRIBE)
+#: The operations Kafka (4.x, with KIP-848's group configs) defines on a GROUP, reported in
+#: DescribeGroups v3+'s authorized-operations bitfield when asked for.
+GROUP_OPERATIONS = (READ, DESCRIBE, DELETE, DESCRIBE_CONFIGS, ALTER_CONFIGS)
 ENDPOINT_BROKERS = 1
 ENDPOINT_CONTROLLERS = 2
+
+
+def group_authorized_operations(ctx: HandlerContext, req: DecodedRequest, group_id: str,
+                                error_code: int) -> set[int] | None:
+    """DescribeGroups' ``authorized_operations`` for one described group, as Kafka's
+    ``handleDescribeGroupsRequest``: v3+ and asked for, and only for a group answered without an
+    error (else Kafka's default, INT32_MIN: None here); every group operation without an
+    authorizer, else those the principal's ACLs allow."""
+    if req.api_version < 3 or not req.body.include_authorized_operations or error_code != NONE:
+        return None
+    return ctx.allowed_operations(GROUP_OPERATIONS, GROUP, group_id)
 
 
 def _group_known(ctx: HandlerContext, group_id: str) -> bool:

@@ -138,9 +138,12 @@ class SaslServer:
     returns the server's, raising :class:`SaslAuthenticationError` on bad credentials. When
     :attr:`principal` is set the client is authenticated."""
 
-    def __init__(self, mechanism: str, store: CredentialStore) -> None:
+    def __init__(self, mechanism: str, store: CredentialStore, *, reauthentication: bool = False) -> None:
         self.mechanism = mechanism
         self.store = store
+        #: KIP-368: this exchange re-authenticates an authenticated connection (only the failure
+        #: message differs: Kafka's ``authenticationOrReauthenticationText``).
+        self.reauthentication = reauthentication
         self.principal: str | None = None
         self.user = ""
         self._state = "first"
@@ -220,8 +223,8 @@ class SaslServer:
         algorithm = SCRAM_MECHANISMS[self.mechanism]
         auth_message = f"{self._first_bare},{self._server_first},{without_proof}".encode()
         failed = SaslAuthenticationError(
-            f"Authentication failed during authentication due to invalid credentials with SASL mechanism "
-            f"{self.mechanism}")
+            f"Authentication failed during {'re-authentication' if self.reauthentication else 'authentication'} "
+            f"due to invalid credentials with SASL mechanism {self.mechanism}")
         if credential is None:
             raise failed
         try:

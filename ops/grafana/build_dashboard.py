@@ -133,6 +133,23 @@ def broker_row(board: db.Dashboard) -> db.Dashboard:
                                f"{{{BSEL}}}[$__rate_interval]))", "closed {{listener}}", "B"),
                             _q(f"sum by (listener, reason) (rate(ads_broker_connections_rejected_total{{{BSEL}}}"
                                "[$__rate_interval]))", "refused {{listener}} {{reason}}", "C")))
+        .with_panel(_series("Authentications per listener", "ops",
+                            "Per second per listener: successful and failed authentications (failed TLS "
+                            "handshakes, refused SASL logins), SASL re-authentications (KIP-368, "
+                            "connections.max.reauth.ms) and their failures, logins by clients that cannot "
+                            "re-authenticate, and connections closed because their session expired.",
+                            _q("sum by (listener) (rate(kafka_server_socket_server_metrics_successful_authentication"
+                               f"_total{{{BSEL}}}[$__rate_interval]))", "ok {{listener}}"),
+                            _q("sum by (listener) (rate(kafka_server_socket_server_metrics_failed_authentication"
+                               f"_total{{{BSEL}}}[$__rate_interval]))", "failed {{listener}}", "B"),
+                            _q("sum by (listener) (rate(kafka_server_socket_server_metrics_successful_reauthentication"
+                               f"_total{{{BSEL}}}[$__rate_interval]))", "re-auth ok {{listener}}", "C"),
+                            _q("sum by (listener) (rate(kafka_server_socket_server_metrics_failed_reauthentication"
+                               f"_total{{{BSEL}}}[$__rate_interval]))", "re-auth failed {{listener}}", "D"),
+                            _q("sum by (listener) (rate(kafka_server_socket_server_metrics_successful_authentication"
+                               f"_no_reauth_total{{{BSEL}}}[$__rate_interval]))", "ok, no re-auth {{listener}}", "E"),
+                            _q("sum by (listener) (rate(kafka_server_socket_server_metrics_expired_connections_killed"
+                               f"_count{{{BSEL}}}[$__rate_interval]))", "expired, closed {{listener}}", "F")))
         .with_panel(_series("Partitions and leaders per broker", "short",
                             "Replicas each broker holds and partitions it leads; the cluster's partitions and topics.",
                             _q(f"kafka_server_replicamanager_partitioncount{{{BSEL}}}", "replicas {{instance}}"),

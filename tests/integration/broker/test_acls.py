@@ -584,3 +584,27 @@ def test_acls_cli_add_list_remove_and_errors(tmp_path: Path) -> None:
         assert out.returncode == 1 and out.stderr.startswith("error: "), (bad, out.stderr)
     assert cli("acls", "remove", "--topic", "nothing-here", data_dir=d).returncode == 1
     assert cli("acls", "list", data_dir=d).stdout.splitlines() == [listed[0]]
+
+
+def test_describe_groups_reports_the_group_authorized_operations(broker: AclBroker) -> None:
+    """DescribeGroups v3+ with include_authorized_operations: the group operations the principal's
+    ACLs allow (Kafka's handleDescribeGroupsRequest); null when not asked for; a group the
+    principal may not DESCRIBE is GROUP_AUTHORIZATION_FAILED with no operations."""
+    from kafka.protocol.admin import DescribeGroupsRequest
+
+    from ads_broker.security.acl import ALTER_CONFIGS, DELETE, DESCRIBE, DESCRIBE_CONFIGS, READ
+    from tests.integration.broker.rawclient import scram_login
+
+    def describe(user: str, include: bool) -> Any:
+        with RawClient(f"127.0.0.1:{broker.sasl}") as raw:
+            assert scram_login(raw, user, PASSWORD).error_code == 0
+            resp = raw.request(DescribeGroupsRequest(groups=["readers"], include_authorized_operations=include), 5)
+            [group] = resp.groups
+            return group
+
+    assert describe("admin", True).authorized_operations == {READ, DESCRIBE, DELETE, DESCRIBE_CONFIGS, ALTER_CONFIGS}
+    reader = describe("reader", True)
+    assert (reader.error_code, reader.authorized_operations) == (0, {READ, DESCRIBE})  # READ implies DESCRIBE
+    assert describe("reader", False).authorized_operations is None
+    nobody = describe("nobody", True)
+    assert (nobody.error_code, nobody.authorized_operations) == (GROUP_AUTHORIZATION_FAILED, None)

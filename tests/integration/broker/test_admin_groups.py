@@ -1,4 +1,5 @@
-"""DeleteGroups (42), OffsetDelete (47) and DescribeCluster (60) through a real broker process:
+"""DeleteGroups (42), OffsetDelete (47), DescribeCluster (60) and the authorized operations of
+DescribeGroups (15) through a real broker process:
 confluent-kafka's AdminClient where it has the call, raw frames where an exact error code must be
 seen; deletions are checked again after a restart (they are tombstones in __consumer_offsets)."""
 
@@ -254,3 +255,28 @@ def test_delete_groups_raw_versions(tmp_path: Path) -> None:
             group = uid("g")
             resp = client.request(DeleteGroupsRequest(groups_names=[group, ""]), version)
             assert [(r.group_id, r.error_code) for r in resp.results] == [(group, GROUP_ID_NOT_FOUND), ("", 24)]
+
+
+def test_describe_consumer_groups_reports_every_group_operation_without_an_authorizer(tmp_path: Path) -> None:
+    """confluent-kafka's describe_consumer_groups(include_authorized_operations=True) on a live
+    group: without an authorizer Kafka reports every group operation (it was null)."""
+    node = Node(tmp_path)
+    with node.running():
+        admin = AdminClient(node.conf())
+        topic, group = uid("t"), uid("g")
+        create(admin, topic)
+        consumer = Consumer({**node.conf(), "group.id": group, "auto.offset.reset": "earliest"})
+        try:
+            consumer.subscribe([topic])
+            deadline = time.monotonic() + 30
+            while not consumer.assignment() and time.monotonic() < deadline:
+                consumer.poll(0.2)
+            assert consumer.assignment(), "the consumer never joined its group"
+            [future] = admin.describe_consumer_groups([group], include_authorized_operations=True,
+                                                      request_timeout=30).values()
+            described = future.result(60)
+        finally:
+            consumer.close()
+    assert set(described.authorized_operations) == {
+        AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE, AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS}

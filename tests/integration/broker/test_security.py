@@ -30,6 +30,8 @@ from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from ads_broker.embedded import BrokerProcess, ads_broker_process, free_port
 from tests.integration.broker.rawclient import RawClient
+from tests.integration.broker.test_metrics import scrape
+from tests.integration.broker.test_request_metrics import scrape_until, total
 
 x509 = pytest.importorskip("cryptography.x509")
 from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
@@ -557,3 +559,35 @@ def test_an_unauthenticated_client_cannot_send_a_large_frame(secure: SecureBroke
     errors: list[Any] = []
     producer.produce(topic_name, b"x" * 800_000, on_delivery=lambda err, _m: errors.append(err) if err else None)
     assert producer.flush(30) == 0 and not errors, errors
+
+
+# -- authentication outcomes in /metrics (Kafka's socket-server-metrics) -------------------------------
+
+def test_failed_tls_handshakes_and_sasl_logins_are_counted(tmp_path: Path, pki: Pki) -> None:
+    """failed-authentication per listener: a client that does not speak TLS, a client without the
+    required certificate, a wrong SASL password; successful-authentication for the good one."""
+    metrics_port = free_port()
+    broker = start_secure_broker(tmp_path, pki, {"ssl.client.auth": "required", "metrics.port": str(metrics_port)})
+
+    def count(series: str, listener: str, samples: Any = None) -> float:
+        return total(samples if samples is not None else scrape(metrics_port),
+                     f"kafka_server_socket_server_metrics_{series}_total", listener=listener)
+
+    try:
+        assert count("failed_authentication", "SSL") == 0 and count("failed_authentication", "SASL_SSL") == 0
+        with RawClient(broker.addr("SSL")) as c:  # plaintext Kafka bytes on a TLS port
+            c.send(ApiVersionsRequest(), 3)
+            assert c.is_closed_by_peer()
+        scrape_until(metrics_port, lambda s: count("failed_authentication", "SSL", s) == 1,
+                     "the plaintext client on the SSL port counted")
+        expect_auth_failure(client_config(broker, pki, "SSL"))  # no client certificate
+        assert count("failed_authentication", "SSL") >= 2
+        good = client_config(broker, pki, "SASL_SSL", **{"ssl.certificate.location": str(pki.client_cert),
+                                                         "ssl.key.location": str(pki.client_key)})
+        expect_auth_failure({**good, "sasl.password": "wrong"})
+        assert count("failed_authentication", "SASL_SSL") >= 1
+        assert len(round_trip(good, f"t-{uuid.uuid4().hex[:8]}", 2)) == 2
+        assert count("successful_authentication", "SASL_SSL") >= 1
+        assert "TLS handshake failed" in broker.log_path.read_text()
+    finally:
+        broker.proc.stop()
