@@ -56,6 +56,7 @@ def run(profile: Profile, *, mode: str, seed: int, root: Path, skip: dict[str, s
         log.info("run started", profile=profile.name, mode=mode, seed=seed, root=str(root),
                  planned_sends=len(generator.plan), faults=len(specs))
         nemesis.run(specs, generator.started)
+        generator.end_tail()
         generator.join()
         if generator.error is not None:
             raise generator.error
@@ -77,6 +78,8 @@ def run(profile: Profile, *, mode: str, seed: int, root: Path, skip: dict[str, s
         (root / "report.json").write_text(json.dumps(failed, indent=2, default=str))
         raise HarnessError(failed) from e
     finally:
+        if generator is not None:
+            generator.stop()  # a harness error mid-run: no tail traffic left sending
         if monitor is not None:
             monitor.stop()
         cluster.close()
@@ -166,7 +169,8 @@ def _report(profile: Profile, mode: str, seed: int, root: Path, t_begin: float, 
         "profile": profile.name, "mode": mode, "seed": seed, "run_dir": str(root),
         "started_at": round(t_begin, 3), "duration_s": round(time.time() - t_begin, 1),
         "valid": checked["valid"], "drained": drained,
-        "messages": {"sent": len(attempts), "planned": len(generator.plan), "by_kind": dict(sorted(by_kind.items())),
+        "messages": {"sent": len(attempts), "planned": len(generator.plan), "tail": generator.tail_sent,
+                     "by_kind": dict(sorted(by_kind.items())),
                      "by_outcome": dict(sorted(by_outcome.items())),
                      "unique_ids": len({a.message_id for a in attempts if a.message_id}),
                      "producer_restarts": generator.producer_restarts},

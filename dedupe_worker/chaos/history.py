@@ -22,8 +22,10 @@ import heapq
 import random
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog
@@ -31,7 +33,7 @@ from confluent_kafka import KafkaError, Producer
 
 from dedupe_worker.chaos.model import H_ATTEMPT, Attempt, Outcome, digest
 from dedupe_worker.kafka import producer_config
-from dedupe_worker.loadgen import LoadSpec, plan
+from dedupe_worker.loadgen import LoadSpec, make_event, plan
 from dedupe_worker.records import classify
 
 log = structlog.get_logger("dedupe_worker.chaos.history")
@@ -124,6 +126,9 @@ class Generator:
         self._seq = 0
         self._fatal = False
         self._stop = threading.Event()
+        self._tail_end = threading.Event()
+        #: new events sent after the plan, while faults were still running (see :meth:`end_tail`)
+        self.tail_sent = 0
         self._thread = threading.Thread(target=self._run, name="generator", daemon=True)
         self.error: BaseException | None = None
 
@@ -136,6 +141,10 @@ class Generator:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def end_tail(self) -> None:
+        """The fault schedule is over: stop the tail traffic (see :meth:`_tail`) and finish."""
+        self._tail_end.set()
 
     def join(self, timeout_s: float | None = None) -> bool:
         self._thread.join(timeout_s)
@@ -164,6 +173,7 @@ class Generator:
                 producer = self._wait_until(producer, self.started + planned.due_s)
                 self._send(producer, planned, None)
                 self.sent += 1
+            producer = self._tail(producer)
             deadline = time.time() + self.spec.message_timeout_ms / 1000 * (MAX_CLIENT_RETRIES + 1) + 30
             while (self._retries or self._pending()) and time.time() < deadline and not self._stop.is_set():
                 producer = self._wait_until(producer, time.time() + 0.1)
@@ -176,6 +186,25 @@ class Generator:
                 for a in self.attempts.values():
                     if a.outcome is Outcome.PENDING:
                         a.outcome, a.error = Outcome.UNKNOWN, "no delivery report before the run ended"
+
+    def _tail(self, producer: Any) -> Any:
+        """After the plan, new events at the plan's average rate until :meth:`end_tail`: on a loaded
+        machine the fault schedule runs late, and a fault after the last send (a crash point at a
+        worker's 4th batch) would find no input to act on (seen in a CI run at load 10: the
+        after_commit point unreached). Recorded like every other send (kind ``new``)."""
+        rng = random.Random(self.spec.seed ^ 0x7A11)
+        gap = self.spec.duration_s / max(1, len(self.plan))
+        due = time.time()
+        while not self._tail_end.is_set() and not self._stop.is_set():
+            producer = self._wait_until(producer, due)
+            if self._tail_end.is_set() or self._stop.is_set():
+                break
+            mid = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+            value = make_event(rng, mid, rng.randrange(100), datetime.now(UTC))
+            self._send(producer, Planned(0.0, mid.encode(), value, "new", mid), None)
+            self.tail_sent += 1
+            due = max(due + gap, time.time() - 1.0)  # no burst after a stall
+        return producer
 
     def _pending(self) -> bool:
         with self._lock:

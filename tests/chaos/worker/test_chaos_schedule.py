@@ -1,15 +1,20 @@
-"""The harness's plans, without running anything: the fault schedule and the traffic plan are
-functions of the seed, and the ci profile's plan covers what issue 16 asks for."""
+"""The harness's plans: the fault schedule and the traffic plan are functions of the seed, and the
+ci profile's plan covers what issue 16 asks for (without running anything); the generator's tail
+traffic after the plan (against a real ads-broker)."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from itertools import pairwise
 
-from dedupe_worker.chaos.history import TrafficSpec, plan_traffic
+from ads_broker.embedded import BrokerProcess
+from dedupe_worker.chaos.history import Generator, TrafficSpec, plan_traffic
+from dedupe_worker.chaos.model import Outcome
 from dedupe_worker.chaos.nemesis import SNAPSHOT, schedule
 from dedupe_worker.chaos.profiles import CI, FAULT_KINDS, profile
 from dedupe_worker.faults import POINTS
+from dedupe_worker.kafka import create_topics
 
 
 def test_ci_schedule_covers_every_kind_and_crash_point() -> None:
@@ -60,3 +65,26 @@ def test_kinds_left_out_give_their_slots_to_worker_faults() -> None:
     some = [s for s in schedule(CI, 4, ["w0", "w1"], seed=1, kinds=kinds) if s.kind != SNAPSHOT]
     assert len(some) == len(full) >= 30
     assert not {s.kind for s in some} & left_out
+
+
+def test_the_generator_keeps_sending_new_events_until_the_faults_are_over(ads_broker: BrokerProcess) -> None:
+    """A fault the schedule runs after the plan's last send (late, on a loaded machine) still finds
+    input: after the plan the generator sends new, distinct events at the plan's rate until
+    ``end_tail``, each recorded like a planned send (a CI run at load 10 once left the after_commit
+    crash point unreached because the input had stopped)."""
+    create_topics(ads_broker.bootstrap, {"chaos-tail-in": 2})
+    spec = TrafficSpec(messages=40, duration_s=1.0, seed=5, malformed_rate=0.0, run_retry_rate=0.0,
+                       late_retry_rate=0.0, duplicate_rate=0.0)
+    generator = Generator(ads_broker.bootstrap, "chaos-tail-in", spec).start()
+    deadline = time.time() + 60
+    while generator.tail_sent < 20 and time.time() < deadline:
+        time.sleep(0.05)
+    assert generator.tail_sent >= 20 and not generator.done  # still sending: the faults are not over
+    generator.end_tail()
+    assert generator.join(60)
+    attempts = list(generator.attempts.values())
+    assert len(attempts) == len(generator.plan) + generator.tail_sent
+    tail = attempts[len(generator.plan):]
+    assert {a.kind for a in tail} == {"new"} and all(a.outcome is Outcome.OK for a in attempts)
+    ids = [a.message_id for a in attempts]
+    assert len(set(ids)) == len(ids)  # new ids, none repeating a planned one
