@@ -29,6 +29,7 @@ from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 from ads_broker.embedded import BrokerProcess, ads_broker_process, free_port
 from tests.integration.broker.rawclient import RawClient, scram_client_final, scram_login
 from tests.integration.broker.test_metrics import scrape
+from tests.integration.broker.test_security import serve_error
 
 PASSWORD = "pw-" + uuid.uuid4().hex[:8]
 LIFETIME_MS = 2000
@@ -273,17 +274,9 @@ def test_authentication_outcomes_are_counted(broker: ReauthBroker) -> None:
     assert broker.counter("successful_authentication", "PLAINTEXT") == plain_ok + 1
 
 
-def _serve_error(tmp_path: Path, *overrides: str) -> str:
-    args = [a for o in overrides for a in ("--override", o)]
-    out = subprocess.run([sys.executable, "-m", "ads_broker", "serve", "--data-dir", str(tmp_path / "d"), *args],
-                         capture_output=True, text=True, timeout=60, check=False)
-    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
-    return out.stderr
-
-
 def test_bad_reauth_settings_are_clear_errors(tmp_path: Path) -> None:
     listeners = f"listeners=PLAINTEXT://127.0.0.1:{free_port()},SASL_PLAINTEXT://127.0.0.1:{free_port()}"
-    err = _serve_error(tmp_path, listeners, "listener.name.sasl_plaintext.gssapi.connections.max.reauth.ms=1000")
+    err = serve_error(tmp_path, listeners, "listener.name.sasl_plaintext.gssapi.connections.max.reauth.ms=1000")
     assert "'gssapi' is not a SASL mechanism of this broker" in err
-    err = _serve_error(tmp_path, listeners, "connections.max.reauth.ms=-1")
+    err = serve_error(tmp_path, listeners, "connections.max.reauth.ms=-1")
     assert "connections.max.reauth.ms='-1' is below the minimum 0" in err

@@ -5,10 +5,7 @@ session, with the ``cryptography`` package; no key is ever committed.
 
 from __future__ import annotations
 
-import base64
 import datetime
-import hashlib
-import hmac
 import ipaddress
 import os
 import secrets
@@ -29,7 +26,7 @@ from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from ads_broker.embedded import BrokerProcess, ads_broker_process, free_port
-from tests.integration.broker.rawclient import RawClient
+from tests.integration.broker.rawclient import RawClient, scram_client_final
 from tests.integration.broker.test_metrics import scrape
 from tests.integration.broker.test_request_metrics import scrape_until, total
 
@@ -241,7 +238,7 @@ def test_a_listener_missing_from_the_protocol_map_is_a_clear_error(tmp_path: Pat
 
 # -- per-listener settings: listener.name.<listener>.ssl.* / sasl.enabled.mechanisms ----------------
 
-def _serve_error(tmp_path: Path, *overrides: str) -> str:
+def serve_error(tmp_path: Path, *overrides: str) -> str:
     """stderr of an ``ads-broker serve`` that must refuse its settings (exit 1, no traceback)."""
     args = [a for o in overrides for a in ("--override", o)]
     out = subprocess.run([sys.executable, "-m", "ads_broker", "serve", "--data-dir", str(tmp_path / "d"), *args],
@@ -252,15 +249,15 @@ def _serve_error(tmp_path: Path, *overrides: str) -> str:
 
 def test_a_per_listener_setting_for_an_unknown_listener_is_a_clear_error(tmp_path: Path) -> None:
     listeners = f"listeners=PLAINTEXT://127.0.0.1:{free_port()},SSL://127.0.0.1:{free_port()}"
-    err = _serve_error(tmp_path, listeners, "listener.name.external.ssl.client.auth=required")
+    err = serve_error(tmp_path, listeners, "listener.name.external.ssl.client.auth=required")
     assert "listener.name.external.ssl.client.auth: no listener named EXTERNAL in listeners (PLAINTEXT, SSL)" in err
 
 
 def test_a_setting_kafka_does_not_take_per_listener_is_a_clear_error(tmp_path: Path) -> None:
     listeners = f"listeners=PLAINTEXT://127.0.0.1:{free_port()},SSL://127.0.0.1:{free_port()}"
-    err = _serve_error(tmp_path, listeners, "listener.name.ssl.log.retention.ms=1")
+    err = serve_error(tmp_path, listeners, "listener.name.ssl.log.retention.ms=1")
     assert "'log.retention.ms' cannot be set per listener; per-listener settings are" in err
-    err = _serve_error(tmp_path, listeners, "listener.name.ssl.sasl.enabled.mechanisms=PLAIN,GSSAPI")
+    err = serve_error(tmp_path, listeners, "listener.name.ssl.sasl.enabled.mechanisms=PLAIN,GSSAPI")
     assert "listener.name.ssl.sasl.enabled.mechanisms: 'GSSAPI' is not one of" in err
 
 
@@ -349,17 +346,6 @@ def test_wrong_password_is_refused(secure: SecureBroker, pki: Pki, mechanism: st
     assert bad not in log_text and PASSWORD not in log_text  # no secret in the log
 
 
-def _scram_client_final(first_bare: str, server_first: str, password: str, algorithm: str) -> str:
-    attrs = dict(p.split("=", 1) for p in server_first.split(","))
-    salted = hashlib.pbkdf2_hmac(algorithm, password.encode(), base64.b64decode(attrs["s"]), int(attrs["i"]))
-    client_key = hmac.digest(salted, b"Client Key", algorithm)
-    stored = hashlib.new(algorithm, client_key).digest()
-    without_proof = f"c=biws,r={attrs['r']}"
-    sig = hmac.digest(stored, f"{first_bare},{server_first},{without_proof}".encode(), algorithm)
-    proof = bytes(a ^ b for a, b in zip(client_key, sig, strict=True))
-    return f"{without_proof},p={base64.b64encode(proof).decode()}"
-
-
 @pytest.mark.parametrize(("password", "user"), [("wrong", "alice"), (PASSWORD, "nobody")])
 def test_scram_failure_is_sasl_authentication_failed_58(secure: SecureBroker, password: str, user: str) -> None:
     with RawClient(secure.addr("SASL_PLAINTEXT")) as c:
@@ -367,7 +353,7 @@ def test_scram_failure_is_sasl_authentication_failed_58(secure: SecureBroker, pa
         first_bare = f"n={user},r={secrets.token_urlsafe(18)}"
         resp = c.request(SaslAuthenticateRequest(auth_bytes=f"n,,{first_bare}".encode()), 2)
         assert resp.error_code == 0
-        final = _scram_client_final(first_bare, resp.auth_bytes.decode(), password, "sha256")
+        final = scram_client_final(first_bare, resp.auth_bytes.decode(), password, "sha256")
         resp = c.request(SaslAuthenticateRequest(auth_bytes=final.encode()), 2)
         assert resp.error_code == SASL_AUTHENTICATION_FAILED
         assert "invalid credentials" in resp.error_message
@@ -379,7 +365,7 @@ def test_scram_success_with_raw_frames(secure: SecureBroker) -> None:
         assert c.request(SaslHandshakeRequest(mechanism="SCRAM-SHA-512"), 1).error_code == 0
         first_bare = f"n=bob,r={secrets.token_urlsafe(18)}"
         resp = c.request(SaslAuthenticateRequest(auth_bytes=f"n,,{first_bare}".encode()), 2)
-        final = _scram_client_final(first_bare, resp.auth_bytes.decode(), PASSWORD, "sha512")
+        final = scram_client_final(first_bare, resp.auth_bytes.decode(), PASSWORD, "sha512")
         resp = c.request(SaslAuthenticateRequest(auth_bytes=final.encode()), 2)
         assert resp.error_code == 0 and resp.auth_bytes.startswith(b"v=")
         assert c.request(MetadataRequest(topics=[], allow_auto_topic_creation=False), 9).brokers[0].port == \
@@ -418,7 +404,7 @@ def test_sasl_handshake_v0_scram_with_raw_tokens(secure: SecureBroker) -> None:
         assert c.request(SaslHandshakeRequest(mechanism="SCRAM-SHA-256"), 0).error_code == 0
         first_bare = f"n=bob,r={secrets.token_urlsafe(18)}"
         server_first = _raw_token(c, f"n,,{first_bare}".encode()).decode()
-        server_final = _raw_token(c, _scram_client_final(first_bare, server_first, PASSWORD, "sha256").encode())
+        server_final = _raw_token(c, scram_client_final(first_bare, server_first, PASSWORD, "sha256").encode())
         assert server_final.startswith(b"v=")
         assert c.request(MetadataRequest(topics=[], allow_auto_topic_creation=False), 9).brokers[0].port == \
             secure.ports["SASL_PLAINTEXT"]

@@ -170,13 +170,9 @@ def _crash_with_stale_newest_filter(path: Path, first: list[bytes], later: list[
     del store
 
 
-def test_lookups_writes_and_close_wait_for_the_background_rebuild(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """The stale filter is rebuilt in a thread (overlapping the start-up's network waits); held
-    here at a gate, so the interleaving is certain: a lookup and a write made meanwhile wait and
-    then answer from the rebuilt filter, never from the stale one."""
-    first, later, more = _uuids(300, 7), _uuids(200, 8), _uuids(50, 9)
-    _crash_with_stale_newest_filter(tmp_path, first, later)
+def _gate_rebuild(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
+    """Hold every background filter rebuild at a gate: (gate to open, set once one has started).
+    The rebuild then iterates the column family, so the DB must still be open when the gate opens."""
     gate, entered = threading.Event(), threading.Event()
     rebuild = RocksDBStore._rebuild_filter
 
@@ -186,6 +182,17 @@ def test_lookups_writes_and_close_wait_for_the_background_rebuild(tmp_path: Path
         return rebuild(self, gen)
 
     monkeypatch.setattr(RocksDBStore, "_rebuild_filter", gated)
+    return gate, entered
+
+
+def test_lookups_writes_and_close_wait_for_the_background_rebuild(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stale filter is rebuilt in a thread (overlapping the start-up's network waits); held
+    here at a gate, so the interleaving is certain: a lookup and a write made meanwhile wait and
+    then answer from the rebuilt filter, never from the stale one."""
+    first, later, more = _uuids(300, 7), _uuids(200, 8), _uuids(50, 9)
+    _crash_with_stale_newest_filter(tmp_path, first, later)
+    gate, entered = _gate_rebuild(monkeypatch)
     store = _open(tmp_path, generation_keys=10_000)
     assert entered.wait(30)
     answers: list[list[bool]] = []
@@ -204,15 +211,7 @@ def test_lookups_writes_and_close_wait_for_the_background_rebuild(tmp_path: Path
 def test_close_during_the_rebuild_waits_for_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     first, later = _uuids(300, 10), _uuids(200, 11)
     _crash_with_stale_newest_filter(tmp_path, first, later)
-    gate, entered = threading.Event(), threading.Event()
-    rebuild = RocksDBStore._rebuild_filter
-
-    def gated(self: RocksDBStore, gen: Generation) -> KeyFilter:
-        entered.set()
-        assert gate.wait(30)
-        return rebuild(self, gen)  # iterates the column family: the DB must still be open
-
-    monkeypatch.setattr(RocksDBStore, "_rebuild_filter", gated)
+    gate, entered = _gate_rebuild(monkeypatch)
     store = _open(tmp_path, generation_keys=10_000)
     assert entered.wait(30)
     closer = threading.Thread(target=store.close)
@@ -222,7 +221,7 @@ def test_close_during_the_rebuild_waits_for_it(tmp_path: Path, monkeypatch: pyte
     gate.set()
     closer.join(30)
     assert not closer.is_alive()
-    monkeypatch.setattr(RocksDBStore, "_rebuild_filter", rebuild)
+    monkeypatch.undo()
     store = _open(tmp_path, generation_keys=10_000)  # the filter saved at that close covers all 500
     assert store._filters_ready.is_set() and store._rebuilder is None
     assert store.contains(first + later) == [True] * 500
