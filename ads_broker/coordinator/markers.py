@@ -51,7 +51,7 @@ async def write_marker(replicas: ReplicaManager, offsets: OffsetManager, marker:
     except BrokerError as e:
         return e.error_code
     if topic == OFFSETS_TOPIC:
-        offsets.complete_transaction(marker.producer_id, index, marker.commit)
+        offsets.complete_transaction(marker.producer_id, marker.producer_epoch, index, marker.commit)
     return NONE
 
 

@@ -399,10 +399,18 @@ class Log:
             )
 
     def append_internal(self, records: bytes, leader_epoch: int) -> AppendInfo:
-        """Append broker-built batches (e.g. ``__consumer_offsets``): CRC-checked, no client rules."""
+        """Append broker-built batches (e.g. ``__consumer_offsets``): CRC-checked, no client rules.
+
+        A batch carrying a producer id (a TxnOffsetCommit's offsets) is checked for its epoch only,
+        as Kafka checks the COORDINATOR origin: an older epoch than the partition has seen is
+        InvalidProducerEpochError and nothing is written (a zombie's late commit cannot join its
+        successor's transaction, whichever broker coordinates the transactional id)."""
         batches = list(iter_batches(records, validate=True))
         if not batches:
             raise ValueError("append_internal needs at least one record batch")
+        for _pos, header in batches:
+            if header.has_producer_id and not header.is_control:
+                self.producer_state.check_coordinator_batch(header)
         return self._append(bytearray(records), batches, leader_epoch)
 
     def append_end_txn_marker(

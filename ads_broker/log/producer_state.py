@@ -149,12 +149,24 @@ class ProducerStateManager:
         return None
 
     def _check_epoch(self, entry: ProducerStateEntry, header: BatchHeader) -> None:
-        if header.producer_epoch < entry.producer_epoch:
+        self._check_producer_epoch(entry, header.producer_epoch)
+
+    def _check_producer_epoch(self, entry: ProducerStateEntry, epoch: int) -> None:
+        if epoch < entry.producer_epoch:
             raise InvalidProducerEpochError(
-                f"Epoch of producer {header.producer_id} in {self.dir.name} is {header.producer_epoch}, "
+                f"Epoch of producer {entry.producer_id} in {self.dir.name} is {epoch}, "
                 f"which is smaller than the last seen epoch {entry.producer_epoch}: this producer was "
                 "fenced by a newer instance"
             )
+
+    def check_coordinator_batch(self, header: BatchHeader) -> None:
+        """Validate a data batch a coordinator appends for a producer (a TxnOffsetCommit's offsets
+        in ``__consumer_offsets``): only its epoch, as Kafka's ``ProducerAppendInfo`` does for the
+        COORDINATOR origin (no sequence numbers). Raises InvalidProducerEpochError for an older epoch,
+        so a zombie's late batch cannot join its successor's transaction."""
+        entry = self.producers.get(header.producer_id)
+        if entry is not None:
+            self._check_producer_epoch(entry, header.producer_epoch)
 
     def _check_sequence(self, entry: ProducerStateEntry, header: BatchHeader) -> None:
         first_seq = header.base_sequence

@@ -1,0 +1,176 @@
+"""Transaction fencing in cluster mode where the coordinators cannot check each other (issue 13,
+the two HIGH findings of the 2026-11-27 coordinator review, docs/CLUSTER.md "Coordinators").
+
+* A TxnOffsetCommit reaching a group coordinator that does not coordinate the transactional id is
+  fenced by the producer epoch the ``__consumer_offsets`` partition has seen (Kafka's
+  ``ProducerAppendInfo`` for the COORDINATOR origin): a zombie's late commit is refused with
+  INVALID_PRODUCER_EPOCH, and undecided offsets of an older epoch never ride on the successor's
+  COMMIT marker.
+* A WriteTxnMarkers whose coordinator epoch is older than the one the partition stored for the
+  producer (the marker of a coordinator that lost its partition) is refused with
+  TRANSACTION_COORDINATOR_FENCED and does not end the transaction.
+
+Three real ``ads-broker serve`` processes on a real ZooKeeper; the zombie and the stale coordinator
+are the raw protocol client. Every wait is a generous deadline on an outcome, never a timing check.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.protocol.consumer import OffsetFetchRequest
+from kafka.protocol.producer import AddOffsetsToTxnRequest, EndTxnRequest, InitProducerIdRequest, TxnOffsetCommitRequest
+
+from ads_broker.coordinator.offsets import OFFSETS_TOPIC
+from ads_broker.coordinator.transaction import TRANSACTION_STATE_TOPIC
+from ads_broker.errors import (
+    CONCURRENT_TRANSACTIONS,
+    COORDINATOR_LOAD_IN_PROGRESS,
+    INVALID_PRODUCER_EPOCH,
+    NOT_COORDINATOR,
+)
+from tests.integration.broker.rawclient import RawClient
+
+from .conftest import IDS, BrokerCluster, start_three, wait_until
+from .test_coordinators import SETTINGS, _find, coordinator_of, create
+
+#: Answers a client retries (the coordinator moving, loading, or finishing the previous transaction).
+RETRIABLE = {CONCURRENT_TRANSACTIONS, COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR}
+
+
+def _init(client: RawClient, txn_id: str) -> tuple[int, int]:
+    """InitProducerId, retried while the coordinator answers a retriable error; (producer id, epoch)."""
+    answer: list[Any] = []
+
+    def ready() -> bool:
+        answer.append(client.request(InitProducerIdRequest(
+            transactional_id=txn_id, transaction_timeout_ms=60000, producer_id=-1, producer_epoch=-1), 4))
+        assert answer[-1].error_code in RETRIABLE | {0}, answer[-1]
+        return answer[-1].error_code == 0
+    wait_until(ready, f"InitProducerId of {txn_id}")
+    return int(answer[-1].producer_id), int(answer[-1].producer_epoch)
+
+
+def _add_offsets(client: RawClient, txn_id: str, pid: int, epoch: int, group: str) -> int:
+    return int(client.request(AddOffsetsToTxnRequest(transactional_id=txn_id, producer_id=pid, producer_epoch=epoch,
+                                                     group_id=group), 3).error_code)
+
+
+def _txn_offset_commit(client: RawClient, txn_id: str, group: str, pid: int, epoch: int, topic: str,
+                       offsets: dict[int, int]) -> dict[int, int]:
+    """TxnOffsetCommit v3 of ``offsets`` (partition -> offset); the error code per partition."""
+    topic_cls = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
+    response = client.request(TxnOffsetCommitRequest(
+        transactional_id=txn_id, group_id=group, producer_id=pid, producer_epoch=epoch, generation_id=-1,
+        member_id="", group_instance_id=None, topics=[topic_cls(name=topic, partitions=[
+            topic_cls.TxnOffsetCommitRequestPartition(partition_index=p, committed_offset=o,
+                                                      committed_leader_epoch=-1, committed_metadata="")
+            for p, o in offsets.items()])]), 3)
+    return {p.partition_index: p.error_code for t in response.topics for p in t.partitions}
+
+
+def _end_txn(client: RawClient, txn_id: str, pid: int, epoch: int, commit: bool) -> int:
+    return int(client.request(EndTxnRequest(transactional_id=txn_id, producer_id=pid, producer_epoch=epoch,
+                                            committed=commit), 3).error_code)
+
+
+def _stable_offsets(client: RawClient, group: str, topic: str, partitions: list[int]) -> dict[int, int] | None:
+    """The group's committed offsets once no transactional commit is pending (OffsetFetch with
+    require_stable, KIP-447); None while one is (UNSTABLE_OFFSET_COMMIT)."""
+    response = client.request(OffsetFetchRequest(group_id=group, topics=[OffsetFetchRequest.OffsetFetchRequestTopic(
+        name=topic, partition_indexes=partitions)], require_stable=True), 7)
+    assert response.error_code == 0, response
+    rows = {p.partition_index: (p.error_code, p.committed_offset) for t in response.topics for p in t.partitions}
+    if any(code for code, _ in rows.values()):
+        return None
+    return {p: offset for p, (_, offset) in rows.items()}
+
+
+def _coordinators_apart(brokers: BrokerCluster, admin: AdminClient) -> tuple[str, str, int, int]:
+    """A transactional id and a group whose coordinators are different brokers (so the group's
+    coordinator cannot ask the transaction's): (txn id, group, its coordinator, the group's)."""
+    first = brokers.procs[IDS[0]].bootstrap
+    txn_id = f"tx-{uuid.uuid4().hex[:8]}"
+    wait_until(lambda: _find(first, 4, [txn_id], key_type=1)[0][0] == 0, "the transaction coordinator")
+    wait_until(lambda: _find(first, 4, ["probe"])[0][0] == 0, "a group coordinator")
+    txn_coordinator = coordinator_of(admin, TRANSACTION_STATE_TOPIC, txn_id)
+    group = next(g for g in (f"g-{i}-{uuid.uuid4().hex[:4]}" for i in range(100))
+                 if coordinator_of(admin, OFFSETS_TOPIC, g) != txn_coordinator)
+    group_coordinator = coordinator_of(admin, OFFSETS_TOPIC, group)
+    # The group's partition is loaded (FindCoordinator names it only then).
+    wait_until(lambda: _find(first, 4, [group])[0] == (0, group_coordinator), f"the coordinator of {group}")
+    return txn_id, group, txn_coordinator, group_coordinator
+
+
+def test_a_zombies_late_txn_offset_commit_is_refused_where_the_group_coordinator_cannot_ask(
+        brokers: BrokerCluster) -> None:
+    admin = start_three(brokers, **SETTINGS)
+    topic = f"in-{uuid.uuid4().hex[:8]}"
+    create(admin, topic)
+    txn_id, group, txn_coordinator, group_coordinator = _coordinators_apart(brokers, admin)
+    with RawClient(brokers.procs[txn_coordinator].bootstrap) as at_txn, \
+            RawClient(brokers.procs[group_coordinator].bootstrap) as at_group:
+        pid, zombie_epoch = _init(at_txn, txn_id)
+        assert _add_offsets(at_txn, txn_id, pid, zombie_epoch, group) == 0
+        # The successor fences the zombie (its open transaction is aborted with a bumped epoch).
+        same_pid, epoch = _init(at_txn, txn_id)
+        assert same_pid == pid and epoch > zombie_epoch
+        assert _add_offsets(at_txn, txn_id, pid, epoch, group) == 0
+        assert _txn_offset_commit(at_group, txn_id, group, pid, epoch, topic, {0: 20}) == {0: 0}
+        # The zombie's delayed TxnOffsetCommit: refused by the offsets partition's producer epoch.
+        assert _txn_offset_commit(at_group, txn_id, group, pid, zombie_epoch, topic, {0: 10}) == {
+            0: INVALID_PRODUCER_EPOCH}
+        assert _end_txn(at_txn, txn_id, pid, epoch, True) == 0
+        committed: list[dict[int, int] | None] = [None]
+
+        def stable() -> bool:
+            committed[0] = _stable_offsets(at_group, group, topic, [0])
+            return committed[0] is not None
+        wait_until(stable, f"the transaction's offsets of {group} decided")
+        assert committed[0] == {0: 20}, "the zombie's offset replaced its successor's"
+
+
+def test_undecided_offsets_of_an_older_epoch_do_not_ride_on_the_successors_commit(brokers: BrokerCluster) -> None:
+    """The zombie's TxnOffsetCommit lands before the offsets partition has seen any newer epoch
+    (and it never told its coordinator, so no abort marker ends it): the successor's commit to the
+    same group must publish only its own offsets, also after the group's coordinator moved."""
+    admin = start_three(brokers, **SETTINGS)
+    topic = f"in-{uuid.uuid4().hex[:8]}"
+    new = NewTopic(topic, 2, 3, config={"min.insync.replicas": "2"})
+    admin.create_topics([new], operation_timeout=30)[topic].result(60)
+    txn_id, group, txn_coordinator, group_coordinator = _coordinators_apart(brokers, admin)
+    with RawClient(brokers.procs[txn_coordinator].bootstrap) as at_txn, \
+            RawClient(brokers.procs[group_coordinator].bootstrap) as at_group:
+        pid, zombie_epoch = _init(at_txn, txn_id)
+        assert _txn_offset_commit(at_group, txn_id, group, pid, zombie_epoch, topic, {0: 10}) == {0: 0}
+        same_pid, epoch = _init(at_txn, txn_id)
+        assert same_pid == pid and epoch > zombie_epoch
+        assert _add_offsets(at_txn, txn_id, pid, epoch, group) == 0
+        assert _txn_offset_commit(at_group, txn_id, group, pid, epoch, topic, {1: 20}) == {1: 0}
+        assert _end_txn(at_txn, txn_id, pid, epoch, True) == 0
+        committed: list[dict[int, int] | None] = [None]
+
+        def stable() -> bool:
+            committed[0] = _stable_offsets(at_group, group, topic, [0, 1])
+            return committed[0] is not None
+        wait_until(stable, f"the transaction's offsets of {group} decided")
+        assert committed[0] == {0: -1, 1: 20}, "the zombie's undecided offset was committed by its successor"
+
+    # The group's new coordinator rebuilds the same answer from the log.
+    brokers.procs[group_coordinator].stop()
+    others = [b for b in IDS if b != group_coordinator]
+    survivor = brokers.procs[others[0]].bootstrap
+
+    def moved() -> bool:
+        code, node = _find(survivor, 4, [group])[0]
+        return code == 0 and node in others
+    wait_until(moved, f"a new coordinator of {group}")
+    new_coordinator = _find(survivor, 4, [group])[0][1]
+    with RawClient(brokers.procs[new_coordinator].bootstrap) as at_new:
+        def reloaded() -> bool:
+            committed[0] = _stable_offsets(at_new, group, topic, [0, 1])
+            return committed[0] is not None
+        wait_until(reloaded, f"the offsets of {group} at its new coordinator")
+    assert committed[0] == {0: -1, 1: 20}
