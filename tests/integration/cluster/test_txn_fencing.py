@@ -19,9 +19,12 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.protocol.admin import DescribeProducersRequest
 from kafka.protocol.consumer import OffsetFetchRequest
 from kafka.protocol.producer import AddOffsetsToTxnRequest, EndTxnRequest, InitProducerIdRequest, TxnOffsetCommitRequest
+from kafka.protocol.producer.transaction import WriteTxnMarkersRequest
 
 from ads_broker.coordinator.offsets import OFFSETS_TOPIC
 from ads_broker.coordinator.transaction import TRANSACTION_STATE_TOPIC
@@ -30,11 +33,12 @@ from ads_broker.errors import (
     COORDINATOR_LOAD_IN_PROGRESS,
     INVALID_PRODUCER_EPOCH,
     NOT_COORDINATOR,
+    TRANSACTION_COORDINATOR_FENCED,
 )
 from tests.integration.broker.rawclient import RawClient
 
 from .conftest import IDS, BrokerCluster, start_three, wait_until
-from .test_coordinators import SETTINGS, _find, coordinator_of, create
+from .test_coordinators import SETTINGS, _find, _produce, _read_committed, coordinator_of, create
 
 #: Answers a client retries (the coordinator moving, loading, or finishing the previous transaction).
 RETRIABLE = {CONCURRENT_TRANSACTIONS, COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR}
@@ -174,3 +178,77 @@ def test_undecided_offsets_of_an_older_epoch_do_not_ride_on_the_successors_commi
             return committed[0] is not None
         wait_until(reloaded, f"the offsets of {group} at its new coordinator")
     assert committed[0] == {0: -1, 1: 20}
+
+
+def _producer_entry(bootstrap: str, topic: str, pid: int) -> Any:
+    """DescribeProducers' entry for ``pid`` in ``topic``-0 at the broker ``bootstrap``."""
+    topic_cls = DescribeProducersRequest.TopicRequest
+    with RawClient(bootstrap) as client:
+        response = client.request(DescribeProducersRequest(topics=[topic_cls(name=topic, partition_indexes=[0])]), 0)
+    partition = response.topics[0].partitions[0]
+    assert partition.error_code == 0, partition
+    return next(p for p in partition.active_producers if p.producer_id == pid)
+
+
+def _leader(admin: AdminClient, topic: str) -> int:
+    return int(admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader)
+
+
+def _write_marker(bootstrap: str, topic: str, pid: int, epoch: int, commit: bool, coordinator_epoch: int) -> int:
+    marker: Any = WriteTxnMarkersRequest.WritableTxnMarker
+    with RawClient(bootstrap) as client:
+        response = client.request(WriteTxnMarkersRequest(markers=[marker(
+            producer_id=pid, producer_epoch=epoch, transaction_result=commit, coordinator_epoch=coordinator_epoch,
+            topics=[marker.WritableTxnMarkerTopic(name=topic, partition_indexes=[0])])]), 1)
+    (code,) = [p.error_code for m in response.markers for t in m.topics for p in t.partitions]
+    return int(code)
+
+
+def test_a_marker_with_a_stale_coordinator_epoch_is_refused_and_leaves_the_transaction_open(
+        brokers: BrokerCluster) -> None:
+    admin = start_three(brokers, **SETTINGS)
+    topic, txn_id = f"pay-{uuid.uuid4().hex[:8]}", f"tx-{uuid.uuid4().hex[:8]}"
+    create(admin, topic)
+    config: dict[str, Any] = {"transactional.id": txn_id, "transaction.timeout.ms": 60000}
+    first = Producer({"bootstrap.servers": brokers.bootstrap, **config})
+    first.init_transactions(60)
+    first.begin_transaction()
+    _produce(first, topic, [b"first"])
+    first.commit_transaction(60)
+    coordinator = coordinator_of(admin, TRANSACTION_STATE_TOPIC, txn_id)
+    leader = _leader(admin, topic)
+    (pid,) = _describe_pids(brokers.procs[leader].bootstrap, topic)
+    old_coordinator_epoch = int(_producer_entry(brokers.procs[leader].bootstrap, topic, pid).coordinator_epoch)
+
+    # The coordinator's broker shuts down: another loads the id with a newer coordinator epoch.
+    brokers.procs[coordinator].stop()
+    survivors = ",".join(p.bootstrap for b, p in brokers.procs.items() if b != coordinator)
+    second = Producer({"bootstrap.servers": survivors, **config})
+    second.init_transactions(120)
+    second.begin_transaction()
+    _produce(second, topic, [b"second"])
+    second.commit_transaction(60)
+    second.begin_transaction()
+    _produce(second, topic, [b"open-%d" % i for i in range(3)])  # a transaction left open
+    survivor_admin = AdminClient({"bootstrap.servers": survivors})
+    at_leader = brokers.procs[_leader(survivor_admin, topic)].bootstrap
+    entry = _producer_entry(at_leader, topic, pid)
+    assert entry.coordinator_epoch > old_coordinator_epoch, "premise: the new coordinator's epoch is newer"
+    assert entry.current_txn_start_offset >= 0, "premise: the transaction is open"
+
+    # The old coordinator's ABORT (right producer epoch, stale coordinator epoch) arrives late.
+    assert _write_marker(at_leader, topic, pid, entry.producer_epoch, False, old_coordinator_epoch) == \
+        TRANSACTION_COORDINATOR_FENCED
+    after = _producer_entry(at_leader, topic, pid)
+    assert after.current_txn_start_offset == entry.current_txn_start_offset, "the stale marker ended the transaction"
+    assert after.coordinator_epoch == entry.coordinator_epoch
+    second.commit_transaction(60)
+    got = _read_committed(survivors, topic, 5)
+    assert got == [b"first", b"second", b"open-0", b"open-1", b"open-2"]
+
+
+def _describe_pids(bootstrap: str, topic: str) -> list[int]:
+    topic_cls = DescribeProducersRequest.TopicRequest
+    with RawClient(bootstrap) as client:
+        response = client.request(DescribeProducersRequest(topics=[topic_cls(name=topic, partition_indexes=[0])]), 0)
+    return [int(p.producer_id) for p in response.topics[0].partitions[0].active_producers]
