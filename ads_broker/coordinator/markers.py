@@ -43,9 +43,15 @@ FINAL_ERRORS = frozenset({UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH, PR
 
 async def write_marker(replicas: ReplicaManager, offsets: OffsetManager, marker: EndTxnMarker, topic: str,
                        index: int, timeout_ms: int) -> int:
-    """Write ``marker`` to ``topic``-``index`` as its leader and wait for the ISR; the error code."""
+    """Write ``marker`` to ``topic``-``index`` as its leader and wait for the ISR; the error code.
+
+    Kafka appends markers with acks=all, so an ISR below ``min.insync.replicas`` is
+    NOT_ENOUGH_REPLICAS before anything is written (the coordinator retries): otherwise the marker
+    would sit in the log unacknowledged and the retry would write a second one."""
     try:
         partition = replicas.get_partition(topic, index)
+        partition.check_leader()
+        partition.check_min_isr(-1)
         info = replicas.append_records(partition, marker, AppendOrigin.COORDINATOR)
         await replicas.wait_for_high_watermark(partition, info.last_offset + 1, timeout_ms)
     except BrokerError as e:

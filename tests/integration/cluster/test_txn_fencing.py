@@ -33,6 +33,7 @@ from ads_broker.errors import (
     COORDINATOR_LOAD_IN_PROGRESS,
     INVALID_PRODUCER_EPOCH,
     NOT_COORDINATOR,
+    NOT_ENOUGH_REPLICAS,
     TRANSACTION_COORDINATOR_FENCED,
 )
 from tests.integration.broker.rawclient import RawClient
@@ -245,6 +246,40 @@ def test_a_marker_with_a_stale_coordinator_epoch_is_refused_and_leaves_the_trans
     second.commit_transaction(60)
     got = _read_committed(survivors, topic, 5)
     assert got == [b"first", b"second", b"open-0", b"open-1", b"open-2"]
+
+
+def test_a_marker_is_refused_while_the_isr_is_below_min_insync_replicas_and_written_once_it_is_not(
+        brokers: BrokerCluster) -> None:
+    """Kafka appends markers with acks=all: below ``min.insync.replicas`` the leader answers
+    NOT_ENOUGH_REPLICAS and writes nothing (not a marker that is in the log but unacknowledged,
+    which the coordinator would then write again); the coordinator retries until it is written."""
+    admin = start_three(brokers, **SETTINGS)
+    topic, txn_id = f"isr-{uuid.uuid4().hex[:8]}", f"tx-{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(topic, 1, 3, config={"min.insync.replicas": "3"})],
+                        operation_timeout=30)[topic].result(60)
+    producer = Producer({"bootstrap.servers": brokers.bootstrap, "transactional.id": txn_id,
+                         "transaction.timeout.ms": 60000})
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    _produce(producer, topic, [b"v-%d" % i for i in range(3)])
+    leader = _leader(admin, topic)
+    follower = next(b for b in IDS if b not in (leader, coordinator_of(admin, TRANSACTION_STATE_TOPIC, txn_id)))
+    brokers.procs[follower].stop()  # controlled shutdown: it leaves the ISR
+    wait_until(lambda: len(admin.list_topics(topic, timeout=10).topics[topic].partitions[0].isrs) == 2,
+               f"the ISR of {topic}-0 without broker {follower}")
+    at_leader = brokers.procs[leader].bootstrap
+    (pid,) = _describe_pids(at_leader, topic)
+    entry = _producer_entry(at_leader, topic, pid)
+    assert entry.current_txn_start_offset >= 0, "premise: the transaction is open"
+    assert _write_marker(at_leader, topic, pid, entry.producer_epoch, False, entry.coordinator_epoch) == \
+        NOT_ENOUGH_REPLICAS
+    after = _producer_entry(at_leader, topic, pid)
+    assert after.current_txn_start_offset == entry.current_txn_start_offset, "the refused marker ended the transaction"
+
+    # The commit's marker waits (retried) until the follower is back in the ISR.
+    brokers.start(follower)
+    producer.commit_transaction(120)
+    assert _read_committed(brokers.bootstrap, topic, 3) == [b"v-%d" % i for i in range(3)]
 
 
 def _describe_pids(bootstrap: str, topic: str) -> list[int]:
