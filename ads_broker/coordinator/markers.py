@@ -12,6 +12,7 @@ returned so the coordinator retries them; the transaction stays in Prepare* unti
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -114,9 +115,10 @@ class TxnMarkerSender:
 
     async def _send_to(self, leader: int, marker: EndTxnMarker, tps: list[tuple[str, int]]
                        ) -> dict[tuple[str, int], int]:
-        if leader == self.cluster.broker_id:
-            return {(t, p): await write_marker(self.replicas, self.offsets, marker, t, p, self.timeout_ms)
-                    for t, p in tps}
+        if leader == self.cluster.broker_id:  # appended in order, ISR waits together (as WriteTxnMarkers)
+            codes = await asyncio.gather(*(write_marker(self.replicas, self.offsets, marker, t, p, self.timeout_ms)
+                                           for t, p in tps))
+            return dict(zip(tps, codes, strict=True))
         address = await self.cluster.broker_address(leader)
         if address is None:
             return {}

@@ -16,7 +16,10 @@ are the raw protocol client. Every wait is a generous deadline on an outcome, ne
 
 from __future__ import annotations
 
+import select
+import signal
 import uuid
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer
@@ -280,6 +283,55 @@ def test_a_marker_is_refused_while_the_isr_is_below_min_insync_replicas_and_writ
     brokers.start(follower)
     producer.commit_transaction(120)
     assert _read_committed(brokers.bootstrap, topic, 3) == [b"v-%d" % i for i in range(3)]
+
+
+def test_write_txn_markers_does_not_hold_one_partitions_marker_behind_anothers_slow_isr(
+        zk_connect: str, tmp_path: Path) -> None:
+    """One WriteTxnMarkers for two partitions of one leader: partition A's ISR holds a follower that
+    stopped fetching (SIGSTOPped, still registered and in the ISR), partition B's ISR is the leader
+    alone. B's marker must be written and replicated while A's still waits for its ISR, not after A's
+    wait ends (a session timeout, ``replica.lag.time.max.ms`` or ``offsets.commit.timeout.ms`` away:
+    60 s or more here), or one slow ISR delays every other partition's marker until the sender
+    times out and resends them all."""
+    brokers = BrokerCluster(zk_connect, tmp_path, session_timeout_ms=60000)
+    try:
+        admin = start_three(brokers, **SETTINGS, **{"replica.lag.time.max.ms": "120000",
+                                                    "offsets.commit.timeout.ms": "120000"})
+        tag = uuid.uuid4().hex[:8]
+        slow, fast, txn_id = f"slow-{tag}", f"fast-{tag}", f"tx-{tag}"
+        leader, stopped = IDS[0], IDS[1]
+        created = admin.create_topics([NewTopic(slow, 1, replica_assignment=[[leader, stopped]]),
+                                       NewTopic(fast, 1, replica_assignment=[[leader]])], operation_timeout=30)
+        for future in created.values():
+            future.result(60)
+        producer = Producer({"bootstrap.servers": brokers.bootstrap, "transactional.id": txn_id,
+                             "transaction.timeout.ms": 60000})
+        producer.init_transactions(60)
+        producer.begin_transaction()
+        _produce(producer, slow, [b"a"])
+        _produce(producer, fast, [b"b"])
+        at_leader = brokers.procs[leader].bootstrap
+        (pid,) = _describe_pids(at_leader, fast)
+        entry = _producer_entry(at_leader, fast, pid)
+        assert entry.current_txn_start_offset >= 0, "premise: the transaction is open"
+        marker: Any = WriteTxnMarkersRequest.WritableTxnMarker
+        request = WriteTxnMarkersRequest(markers=[marker(
+            producer_id=pid, producer_epoch=entry.producer_epoch, transaction_result=True,
+            coordinator_epoch=entry.coordinator_epoch, topics=[
+                marker.WritableTxnMarkerTopic(name=slow, partition_indexes=[0]),
+                marker.WritableTxnMarkerTopic(name=fast, partition_indexes=[0])])])
+        brokers.procs[stopped].signal(signal.SIGSTOP)
+        try:
+            with RawClient(at_leader) as client:
+                client.send(request, 1)
+                wait_until(lambda: _producer_entry(at_leader, fast, pid).current_txn_start_offset == -1,
+                           f"the marker of {fast}-0 while {slow}-0 waits for its ISR", timeout_s=30)
+                readable, _, _ = select.select([client.sock], [], [], 0)
+                assert not readable, "premise: the marker of the slow partition is still waiting"
+        finally:
+            brokers.procs[stopped].signal(signal.SIGCONT)
+    finally:
+        brokers.stop_all()
 
 
 def _describe_pids(bootstrap: str, topic: str) -> list[int]:
