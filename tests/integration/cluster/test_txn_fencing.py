@@ -9,6 +9,9 @@ the two HIGH findings of the 2026-11-27 coordinator review, docs/CLUSTER.md "Coo
 * A WriteTxnMarkers whose coordinator epoch is older than the one the partition stored for the
   producer (the marker of a coordinator that lost its partition) is refused with
   TRANSACTION_COORDINATOR_FENCED and does not end the transaction.
+* From the same review: a marker is refused with NOT_ENOUGH_REPLICAS, unwritten, below
+  ``min.insync.replicas``; one WriteTxnMarkers does not hold one partition's marker behind another
+  partition's slow ISR; a coordinator load that fails is retried.
 
 Three real ``ads-broker serve`` processes on a real ZooKeeper; the zombie and the stale coordinator
 are the raw protocol client. Every wait is a generous deadline on an outcome, never a timing check.
@@ -332,6 +335,31 @@ def test_write_txn_markers_does_not_hold_one_partitions_marker_behind_anothers_s
             brokers.procs[stopped].signal(signal.SIGCONT)
     finally:
         brokers.stop_all()
+
+
+def test_a_coordinator_load_that_fails_is_retried_until_it_succeeds(brokers: BrokerCluster, tmp_path: Path) -> None:
+    """A load of a group coordinator's partition fails (the fault hook's EIO before it reads): the
+    group answers COORDINATOR_LOAD_IN_PROGRESS (clients retry) rather than NOT_COORDINATOR forever,
+    and once the fault is gone the retried load serves the group's committed offset."""
+    faults = tmp_path / "faults.json"
+    faults.write_text('{"coordinator_load_fail": true}')
+    brokers.start(1, env={"ADS_BROKER_FAULT_FILE": str(faults)}, **{
+        "offsets.topic.num.partitions": "1", "offsets.topic.replication.factor": "1"})
+    at_broker = brokers.procs[1].bootstrap
+    group, topic = f"g-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
+    wait_until(lambda: _find(at_broker, 4, [group])[0] == (0, 1), "FindCoordinator naming broker 1")
+    wait_until(lambda: any(e.get("event") == "loading a coordinator partition failed"
+                           and e.get("topic") == OFFSETS_TOPIC for e in brokers.log_events(1)),
+               "a failed load of the offsets partition")
+    with RawClient(at_broker) as client:
+        def fetch_code() -> int:
+            response = client.request(OffsetFetchRequest(group_id=group, topics=[
+                OffsetFetchRequest.OffsetFetchRequestTopic(name=topic, partition_indexes=[0])]), 7)
+            return int(response.error_code)
+        assert fetch_code() == COORDINATOR_LOAD_IN_PROGRESS
+        faults.write_text("{}")
+        wait_until(lambda: fetch_code() == 0, f"the retried load serving {group}")
+    assert any(e.get("event") == "coordinator partition loaded" for e in brokers.log_events(1))
 
 
 def _describe_pids(bootstrap: str, topic: str) -> list[int]:
