@@ -329,8 +329,9 @@ def test_write_txn_markers_does_not_hold_one_partitions_marker_behind_anothers_s
                 client.send(request, 1)
                 wait_until(lambda: _producer_entry(at_leader, fast, pid).current_txn_start_offset == -1,
                            f"the marker of {fast}-0 while {slow}-0 waits for its ISR", timeout_s=30)
-                readable, _, _ = select.select([client.sock], [], [], 0)
-                assert not readable, "premise: the marker of the slow partition is still waiting"
+                answered = select.poll()  # (not select.select: a long session's fds pass FD_SETSIZE)
+                answered.register(client.sock, select.POLLIN)
+                assert not answered.poll(0), "premise: the marker of the slow partition is still waiting"
         finally:
             brokers.procs[stopped].signal(signal.SIGCONT)
     finally:
