@@ -200,10 +200,11 @@ class CommittedOffset:
 
 @dataclass(slots=True)
 class PendingTxnOffsets:
-    """One producer's transactional offset commits not decided yet: the producer epoch they were
-    written with, and group -> (topic, partition) -> offset. Only one epoch's offsets are kept:
-    a newer epoch's commit drops an older epoch's (a zombie's commit must not ride on its
-    successor's COMMIT marker), and an older epoch's is never added (the log refuses it)."""
+    """One producer's transactional offset commits not decided yet in one ``__consumer_offsets``
+    partition: the producer epoch they were written with, and group -> (topic, partition) -> offset.
+    Only one epoch's offsets are kept, per partition as the log's producer state is: a newer
+    epoch's commit drops an older epoch's (a zombie's commit must not ride on its successor's COMMIT
+    marker), and an older epoch's is never added (the log refuses it)."""
 
     producer_epoch: int
     groups: dict[str, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
@@ -217,9 +218,9 @@ class OffsetManager:
         self.num_partitions = num_partitions
         self.metadata_max_bytes = replicas.config.settings.offset_metadata_max_bytes
         self._cache: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
-        # Transactional commits not yet decided, by producer id. They become visible when the
-        # coordinator writes COMMIT to the group's partition.
-        self._pending: dict[int, PendingTxnOffsets] = {}
+        # Transactional commits not yet decided, by (producer id, __consumer_offsets partition).
+        # They become visible when the coordinator writes COMMIT to the group's partition.
+        self._pending: dict[tuple[int, int], PendingTxnOffsets] = {}
         #: Cluster mode: which ``__consumer_offsets`` partitions this broker coordinates.
         self.ownership = CoordinatorPartitions(OFFSETS_TOPIC, owns_all=True)
 
@@ -241,7 +242,7 @@ class OffsetManager:
         skipped = UndecodableRecords()
         for partition in partitions:
             for data in self.replicas.read_all(partition):
-                self._apply_batches(data, f"{OFFSETS_TOPIC}-{partition.index}", skipped)
+                self._apply_batches(data, f"{OFFSETS_TOPIC}-{partition.index}", skipped, partition.index)
                 reads += 1
         skipped.warn("offsets")
         log.info("offsets loaded", groups=len(self._cache), reads=reads, skipped_records=skipped.records,
@@ -259,12 +260,8 @@ class OffsetManager:
         groups = [g for g in self._cache if self.partition_for(g) == index]
         for group in groups:
             del self._cache[group]
-        for producer_id in list(self._pending):
-            pending = self._pending[producer_id].groups
-            for group in [g for g in pending if self.partition_for(g) == index]:
-                del pending[group]
-            if not pending:
-                del self._pending[producer_id]
+        for key in [key for key in self._pending if key[1] == index]:
+            del self._pending[key]
         return groups
 
     def coordinator_error(self, group: str) -> int:
@@ -292,7 +289,7 @@ class OffsetManager:
             if producer is None:
                 target = self._cache.setdefault(group, {})
             else:
-                pending = self._pending_of(*producer)
+                pending = self._pending_of(producer[0], producer[1], self.partition_for(group))
                 if pending is None:
                     return  # a newer epoch of the producer committed while this one waited for the ISR
                 target = pending.groups.setdefault(group, {})
@@ -300,23 +297,22 @@ class OffsetManager:
                 target[key] = value
         return errors, publish
 
-    def _pending_of(self, producer_id: int, producer_epoch: int) -> PendingTxnOffsets | None:
-        """Where ``producer_id``'s commits of ``producer_epoch`` go: a newer epoch replaces an older
-        epoch's undecided offsets (dropped, as the fenced transaction they belong to can never
-        commit); None for an epoch older than the one kept."""
-        pending = self._pending.get(producer_id)
+    def _pending_of(self, producer_id: int, producer_epoch: int, index: int) -> PendingTxnOffsets | None:
+        """Where ``producer_id``'s commits of ``producer_epoch`` to ``__consumer_offsets``-``index``
+        go: a newer epoch replaces an older epoch's undecided offsets there (dropped, as the fenced
+        transaction they belong to can never commit); None for an epoch older than the one kept."""
+        pending = self._pending.get((producer_id, index))
         if pending is not None and pending.producer_epoch > producer_epoch:
             return None
         if pending is None or pending.producer_epoch < producer_epoch:
             if pending is not None:
                 log.warning("pending transactional offsets of an older producer epoch dropped",
-                            producer_id=producer_id, old_epoch=pending.producer_epoch, new_epoch=producer_epoch,
-                            groups=len(pending.groups))
-            pending = self._pending[producer_id] = PendingTxnOffsets(producer_epoch)
+                            producer_id=producer_id, partition=index, old_epoch=pending.producer_epoch,
+                            new_epoch=producer_epoch, groups=len(pending.groups))
+            pending = self._pending[(producer_id, index)] = PendingTxnOffsets(producer_epoch)
         return pending
 
-    def _apply_batches(self, data: bytes, where: str, skipped: UndecodableRecords,
-                       index: int | None = None) -> None:
+    def _apply_batches(self, data: bytes, where: str, skipped: UndecodableRecords, index: int) -> None:
         pos = 0
         while pos + 12 <= len(data):
             size = 12 + int.from_bytes(data[pos + 8:pos + 12], "big")
@@ -330,7 +326,7 @@ class OffsetManager:
                     self._resolve(header.producer_id, header.producer_epoch, index, kind == 1)
                 continue
             if header.is_transactional:
-                pending = self._pending_of(header.producer_id, header.producer_epoch)
+                pending = self._pending_of(header.producer_id, header.producer_epoch, index)
                 if pending is None:
                     continue  # an older epoch's late commit (a log written before the log fenced it)
                 target = pending.groups
@@ -422,21 +418,17 @@ class OffsetManager:
         ``__consumer_offsets``-``partition``."""
         self._resolve(producer_id, producer_epoch, partition, commit)
 
-    def _resolve(self, producer_id: int, producer_epoch: int, partition: int | None, commit: bool) -> None:
-        """A marker ends the producer's pending offsets of ``partition`` (all when None); a COMMIT
-        publishes only those of its own epoch (an older epoch's belong to a fenced transaction). A
-        marker older than the pending offsets (the log refuses those now) leaves them alone."""
-        pending = self._pending.get(producer_id)
+    def _resolve(self, producer_id: int, producer_epoch: int, partition: int, commit: bool) -> None:
+        """A marker ends the producer's pending offsets in ``partition``; a COMMIT publishes only
+        those of its own epoch (an older epoch's belong to a fenced transaction). A marker older than
+        the pending offsets (the log refuses those now) leaves them alone."""
+        pending = self._pending.get((producer_id, partition))
         if pending is None or producer_epoch < pending.producer_epoch:
             return
-        groups = pending.groups
-        publish = commit and pending.producer_epoch == producer_epoch
-        for group in [g for g in groups if partition is None or self.partition_for(g) == partition]:
-            offsets = groups.pop(group)
-            if publish:
+        del self._pending[(producer_id, partition)]
+        if commit and pending.producer_epoch == producer_epoch:
+            for group, offsets in pending.groups.items():
                 self._cache.setdefault(group, {}).update(offsets)
-        if not groups:
-            del self._pending[producer_id]
 
     def has_pending(self, group: str, partitions: Iterable[tuple[str, int]] | None) -> bool:
         """Are transactional commits of ``group`` (for ``partitions``, or any) still undecided?"""
@@ -466,8 +458,8 @@ class OffsetManager:
         ``removeOffsets`` does on a deletion: otherwise the transaction's COMMIT marker would bring a
         deleted offset back (in memory, and again on every load of ``__consumer_offsets``)."""
         wanted = None if partitions is None else set(partitions)
-        for producer_id in list(self._pending):
-            groups = self._pending[producer_id].groups
+        for key in list(self._pending):
+            groups = self._pending[key].groups
             offsets = groups.get(group)
             if offsets is None:
                 continue
@@ -476,7 +468,7 @@ class OffsetManager:
             if not offsets:
                 del groups[group]
             if not groups:
-                del self._pending[producer_id]
+                del self._pending[key]
 
     def delete_group(self, group: str) -> None:
         """DeleteGroups: tombstone every offset of ``group``, committed or pending in an open
