@@ -80,7 +80,9 @@ class Broker:
         if self.cluster is not None:
             self.producer_ids.block_source = self.cluster.allocate_producer_ids
             # The coordinators follow their internal partitions' leadership (docs/CLUSTER.md "Coordinators").
-            self.loader = CoordinatorLoader(self.replicas, self.groups, self.offsets, self.txn)
+            self.loader = CoordinatorLoader(
+                self.replicas, self.groups, self.offsets, self.txn,
+                load_fault=faults.coordinator_load_fails if faults is not None else None)
             self.cluster.on_internal_partition = self.loader.on_internal_partition
             self.txn.send_markers = TxnMarkerSender(self.replicas, self.offsets, self.cluster,
                                                     config.settings.offsets_commit_timeout_ms).send

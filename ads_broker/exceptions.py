@@ -82,6 +82,13 @@ class InvalidProducerEpochError(BrokerError):
     error_code = errors.INVALID_PRODUCER_EPOCH
 
 
+class TransactionCoordinatorFencedError(BrokerError):
+    """A transaction marker whose coordinator epoch is older than the one the partition stored for
+    its producer: a newer coordinator owns the transaction (TRANSACTION_COORDINATOR_FENCED)."""
+
+    error_code = errors.TRANSACTION_COORDINATOR_FENCED
+
+
 class InvalidTxnStateError(BrokerError):
     """A non-transactional batch from a producer with an open transaction (INVALID_TXN_STATE)."""
 

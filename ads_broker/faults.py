@@ -9,6 +9,9 @@ without this module (one ``is None`` test on the produce path). With it set to a
   shorter gives up while the broker still holds the request, and the broker applies it anyway.
 * ``marker_delay_ms`` ``ms``: the transaction coordinator waits ``ms`` before writing a decided
   transaction's COMMIT/ABORT markers to its data partitions (WriteTxnMarkers).
+* ``coordinator_load_fail`` ``true``: in cluster mode, every load of a ``__consumer_offsets`` or
+  ``__transaction_state`` partition this broker starts to lead fails with an I/O error (EIO) before
+  it reads, as a failing disk would; the loader retries with backoff until the key is removed.
 * every fsync of a log segment also records the fsynced byte length next to it
   (``{base_offset:020d}.log.synced``); :func:`cut_to_synced` then plays a power cut on the data dir
   of a SIGKILLed broker by truncating every segment to that length.
@@ -35,7 +38,7 @@ log = structlog.get_logger("ads_broker.faults")
 
 FAULT_FILE_ENV = "ADS_BROKER_FAULT_FILE"
 RELOAD_INTERVAL_S = 0.1
-_KNOWN_KEYS = frozenset({"append_delay_ms", "marker_delay_ms"})
+_KNOWN_KEYS = frozenset({"append_delay_ms", "marker_delay_ms", "coordinator_load_fail"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +47,7 @@ class FaultSpec:
 
     append_delay_ms: Mapping[str, float] = field(default_factory=dict)
     marker_delay_ms: float = 0.0
+    coordinator_load_fail: bool = False
 
     @classmethod
     def parse(cls, text: str) -> FaultSpec:
@@ -58,7 +62,10 @@ class FaultSpec:
         if not isinstance(delays, dict):
             raise ValueError('"append_delay_ms" must be an object {"<topic>": <ms>}')
         append = {str(topic): _milliseconds(f"append_delay_ms.{topic}", ms) for topic, ms in delays.items()}
-        return cls(append, _milliseconds("marker_delay_ms", data.get("marker_delay_ms", 0)))
+        load_fail = data.get("coordinator_load_fail", False)
+        if not isinstance(load_fail, bool):
+            raise ValueError(f'"coordinator_load_fail" must be true or false, got {load_fail!r}')
+        return cls(append, _milliseconds("marker_delay_ms", data.get("marker_delay_ms", 0)), load_fail)
 
 
 def _milliseconds(key: str, value: Any) -> float:
@@ -110,6 +117,10 @@ class BrokerFaults:
         """How long a decided transaction's markers are held before they are written (0: not held)."""
         return self.spec.marker_delay_ms / 1000
 
+    def coordinator_load_fails(self) -> bool:
+        """Whether a coordinator partition's load fails now (``coordinator_load_fail``)."""
+        return self.spec.coordinator_load_fail
+
     def _reload_if_changed(self) -> None:
         try:
             st = os.stat(self.path)
@@ -126,7 +137,7 @@ class BrokerFaults:
             return
         self._use(spec, version, None)
         log.info("fault file loaded", fault_file=str(self.path), append_delay_ms=dict(spec.append_delay_ms),
-                 marker_delay_ms=spec.marker_delay_ms)
+                 marker_delay_ms=spec.marker_delay_ms, coordinator_load_fail=spec.coordinator_load_fail)
 
     def _use(self, spec: FaultSpec, version: tuple[int, int, int] | None, problem: str | None) -> None:
         self._spec, self._version = spec, version

@@ -4,12 +4,17 @@
 state of a ``__consumer_offsets`` or ``__transaction_state`` partition (``ClusterNode``). Becoming
 its leader loads the partition's state from the log in a task (its keys answer
 COORDINATOR_LOAD_IN_PROGRESS meanwhile); losing leadership unloads it at once (NOT_COORDINATOR).
+A load that fails (an I/O or log error) is logged and retried with backoff (``LOAD_RETRY_S`` doubling
+up to ``LOAD_RETRY_MAX_S``) for as long as this broker leads the partition; its keys keep answering
+COORDINATOR_LOAD_IN_PROGRESS, so clients retry instead of looking for a coordinator elsewhere.
 See ``coordinator/ownership.py`` for the rules and ``docs/CLUSTER.md`` "Coordinators".
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
+from collections.abc import Callable
 
 import structlog
 
@@ -22,13 +27,18 @@ from ads_broker.replication.replica_manager import ReplicaManager
 
 log = structlog.get_logger("ads_broker.coordinator")
 
+LOAD_RETRY_S = 0.2
+LOAD_RETRY_MAX_S = 10.0
+
 
 class CoordinatorLoader:
     """Loads and unloads the coordinators' partitions as leadership moves (see the module docstring)."""
 
     def __init__(self, replicas: ReplicaManager, groups: GroupCoordinator, offsets: OffsetManager,
-                 txn: TransactionCoordinator) -> None:
+                 txn: TransactionCoordinator, *, load_fault: Callable[[], bool] | None = None) -> None:
         self.replicas = replicas
+        #: The fault hook's ``coordinator_load_fail`` (faults.py); None: never.
+        self.load_fault = load_fault
         self.groups = groups
         self.offsets = offsets
         self.txn = txn
@@ -63,9 +73,26 @@ class CoordinatorLoader:
             log.info("coordinator partition unloaded", topic=topic, partition=index, transactional_ids=ids)
 
     async def _load(self, topic: str, index: int, generation: int) -> None:
+        """Load until it succeeds or the partition is unloaded, retrying failures with backoff."""
+        ownership = self.offsets.ownership if topic == OFFSETS_TOPIC else self.txn.ownership
+        delay = LOAD_RETRY_S
+        while not await self._load_once(topic, index, generation):
+            if not ownership.current(index, generation):
+                return
+            log.info("retrying the load of a coordinator partition", topic=topic, partition=index,
+                     retry_after_s=delay)
+            await asyncio.sleep(delay)  # cancelled at shutdown (cancel)
+            delay = min(delay * 2, LOAD_RETRY_MAX_S)
+            if not ownership.current(index, generation):
+                return
+
+    async def _load_once(self, topic: str, index: int, generation: int) -> bool:
+        """One load attempt; False if it failed (logged) while the partition is still to be loaded."""
         ownership = self.offsets.ownership if topic == OFFSETS_TOPIC else self.txn.ownership
         skipped = UndecodableRecords()
         try:
+            if self.load_fault is not None and self.load_fault():
+                raise OSError(errno.EIO, f"load of {topic}-{index} failed (fault hook coordinator_load_fail)")
             partition = self.replicas.get_partition(topic, index)
             num_partitions = self.replicas.get_topic(topic).num_partitions
             if topic == OFFSETS_TOPIC:
@@ -84,11 +111,11 @@ class CoordinatorLoader:
                                      lambda: ownership.current(index, generation))
         except (BrokerError, OSError):
             log.exception("loading a coordinator partition failed", topic=topic, partition=index)
-            ownership.unload(index)
-            return
+            return False
         skipped.warn(f"{topic}-{index}")
         if not done or not ownership.finish_load(index, generation):
-            return  # unloaded meanwhile: another broker leads it now
+            return True  # unloaded meanwhile: another broker leads it now
         held = self.txn.finish_load(index) if topic == TRANSACTION_STATE_TOPIC else None
         log.info("coordinator partition loaded", topic=topic, partition=index, leader_epoch=ownership.epoch(index),
                  transactional_ids=held)
+        return True

@@ -12,6 +12,7 @@ returned so the coordinator retries them; the transaction stays in Prepare* unti
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -43,15 +44,21 @@ FINAL_ERRORS = frozenset({UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH, PR
 
 async def write_marker(replicas: ReplicaManager, offsets: OffsetManager, marker: EndTxnMarker, topic: str,
                        index: int, timeout_ms: int) -> int:
-    """Write ``marker`` to ``topic``-``index`` as its leader and wait for the ISR; the error code."""
+    """Write ``marker`` to ``topic``-``index`` as its leader and wait for the ISR; the error code.
+
+    Kafka appends markers with acks=all, so an ISR below ``min.insync.replicas`` is
+    NOT_ENOUGH_REPLICAS before anything is written (the coordinator retries): otherwise the marker
+    would sit in the log unacknowledged and the retry would write a second one."""
     try:
         partition = replicas.get_partition(topic, index)
+        partition.check_leader()
+        partition.check_min_isr(-1)
         info = replicas.append_records(partition, marker, AppendOrigin.COORDINATOR)
         await replicas.wait_for_high_watermark(partition, info.last_offset + 1, timeout_ms)
     except BrokerError as e:
         return e.error_code
     if topic == OFFSETS_TOPIC:
-        offsets.complete_transaction(marker.producer_id, index, marker.commit)
+        offsets.complete_transaction(marker.producer_id, marker.producer_epoch, index, marker.commit)
     return NONE
 
 
@@ -108,9 +115,10 @@ class TxnMarkerSender:
 
     async def _send_to(self, leader: int, marker: EndTxnMarker, tps: list[tuple[str, int]]
                        ) -> dict[tuple[str, int], int]:
-        if leader == self.cluster.broker_id:
-            return {(t, p): await write_marker(self.replicas, self.offsets, marker, t, p, self.timeout_ms)
-                    for t, p in tps}
+        if leader == self.cluster.broker_id:  # appended in order, ISR waits together (as WriteTxnMarkers)
+            codes = await asyncio.gather(*(write_marker(self.replicas, self.offsets, marker, t, p, self.timeout_ms)
+                                           for t, p in tps))
+            return dict(zip(tps, codes, strict=True))
         address = await self.cluster.broker_address(leader)
         if address is None:
             return {}

@@ -18,13 +18,13 @@ from __future__ import annotations
 import struct
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import structlog
 
 from ads_broker.coordinator.ownership import CoordinatorPartitions
-from ads_broker.errors import INVALID_COMMIT_OFFSET_SIZE, NONE, OFFSET_METADATA_TOO_LARGE
-from ads_broker.exceptions import BrokerError
+from ads_broker.errors import INVALID_COMMIT_OFFSET_SIZE, INVALID_PRODUCER_EPOCH, NONE, OFFSET_METADATA_TOO_LARGE
+from ads_broker.exceptions import BrokerError, InvalidProducerEpochError
 from ads_broker.log.records import (
     RECORD_BATCH_OVERHEAD,
     BatchHeader,
@@ -198,6 +198,18 @@ class CommittedOffset:
     commit_timestamp: int
 
 
+@dataclass(slots=True)
+class PendingTxnOffsets:
+    """One producer's transactional offset commits not decided yet in one ``__consumer_offsets``
+    partition: the producer epoch they were written with, and group -> (topic, partition) -> offset.
+    Only one epoch's offsets are kept, per partition as the log's producer state is: a newer
+    epoch's commit drops an older epoch's (a zombie's commit must not ride on its successor's COMMIT
+    marker), and an older epoch's is never added (the log refuses it)."""
+
+    producer_epoch: int
+    groups: dict[str, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
+
+
 class OffsetManager:
     """Reads and writes committed offsets through the ``__consumer_offsets`` logs."""
 
@@ -206,9 +218,9 @@ class OffsetManager:
         self.num_partitions = num_partitions
         self.metadata_max_bytes = replicas.config.settings.offset_metadata_max_bytes
         self._cache: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
-        # Transactional commits not yet decided: producer id -> group -> (topic, partition) -> offset.
+        # Transactional commits not yet decided, by (producer id, __consumer_offsets partition).
         # They become visible when the coordinator writes COMMIT to the group's partition.
-        self._pending: dict[int, dict[str, dict[tuple[str, int], CommittedOffset]]] = {}
+        self._pending: dict[tuple[int, int], PendingTxnOffsets] = {}
         #: Cluster mode: which ``__consumer_offsets`` partitions this broker coordinates.
         self.ownership = CoordinatorPartitions(OFFSETS_TOPIC, owns_all=True)
 
@@ -230,7 +242,7 @@ class OffsetManager:
         skipped = UndecodableRecords()
         for partition in partitions:
             for data in self.replicas.read_all(partition):
-                self._apply_batches(data, f"{OFFSETS_TOPIC}-{partition.index}", skipped)
+                self._apply_batches(data, f"{OFFSETS_TOPIC}-{partition.index}", skipped, partition.index)
                 reads += 1
         skipped.warn("offsets")
         log.info("offsets loaded", groups=len(self._cache), reads=reads, skipped_records=skipped.records,
@@ -248,12 +260,8 @@ class OffsetManager:
         groups = [g for g in self._cache if self.partition_for(g) == index]
         for group in groups:
             del self._cache[group]
-        for producer_id in list(self._pending):
-            pending = self._pending[producer_id]
-            for group in [g for g in pending if self.partition_for(g) == index]:
-                del pending[group]
-            if not pending:
-                del self._pending[producer_id]
+        for key in [key for key in self._pending if key[1] == index]:
+            del self._pending[key]
         return groups
 
     def coordinator_error(self, group: str) -> int:
@@ -281,13 +289,30 @@ class OffsetManager:
             if producer is None:
                 target = self._cache.setdefault(group, {})
             else:
-                target = self._pending.setdefault(producer[0], {}).setdefault(group, {})
+                pending = self._pending_of(producer[0], producer[1], self.partition_for(group))
+                if pending is None:
+                    return  # a newer epoch of the producer committed while this one waited for the ISR
+                target = pending.groups.setdefault(group, {})
             for key, value in accepted:
                 target[key] = value
         return errors, publish
 
-    def _apply_batches(self, data: bytes, where: str, skipped: UndecodableRecords,
-                       index: int | None = None) -> None:
+    def _pending_of(self, producer_id: int, producer_epoch: int, index: int) -> PendingTxnOffsets | None:
+        """Where ``producer_id``'s commits of ``producer_epoch`` to ``__consumer_offsets``-``index``
+        go: a newer epoch replaces an older epoch's undecided offsets there (dropped, as the fenced
+        transaction they belong to can never commit); None for an epoch older than the one kept."""
+        pending = self._pending.get((producer_id, index))
+        if pending is not None and pending.producer_epoch > producer_epoch:
+            return None
+        if pending is None or pending.producer_epoch < producer_epoch:
+            if pending is not None:
+                log.warning("pending transactional offsets of an older producer epoch dropped",
+                            producer_id=producer_id, partition=index, old_epoch=pending.producer_epoch,
+                            new_epoch=producer_epoch, groups=len(pending.groups))
+            pending = self._pending[(producer_id, index)] = PendingTxnOffsets(producer_epoch)
+        return pending
+
+    def _apply_batches(self, data: bytes, where: str, skipped: UndecodableRecords, index: int) -> None:
         pos = 0
         while pos + 12 <= len(data):
             size = 12 + int.from_bytes(data[pos + 8:pos + 12], "big")
@@ -298,9 +323,15 @@ class OffsetManager:
             if header.is_control:
                 kind = _control_kind(batch_records)
                 if kind is not None:
-                    self._resolve(header.producer_id, index, kind == 1)
+                    self._resolve(header.producer_id, header.producer_epoch, index, kind == 1)
                 continue
-            target = self._pending.setdefault(header.producer_id, {}) if header.is_transactional else self._cache
+            if header.is_transactional:
+                pending = self._pending_of(header.producer_id, header.producer_epoch, index)
+                if pending is None:
+                    continue  # an older epoch's late commit (a log written before the log fenced it)
+                target = pending.groups
+            else:
+                target = self._cache
             for record in batch_records:
                 try:
                     self._apply(record, target)
@@ -372,29 +403,38 @@ class OffsetManager:
             for key, _ in accepted:
                 errors[key] = INVALID_COMMIT_OFFSET_SIZE
             return False
-        self.replicas.append_records(partition, batch, AppendOrigin.COORDINATOR)
+        try:
+            self.replicas.append_records(partition, batch, AppendOrigin.COORDINATOR)
+        except InvalidProducerEpochError:
+            # A TxnOffsetCommit of a fenced epoch (the partition saw a newer one): Kafka's log refuses
+            # it and the group coordinator answers the log's error, INVALID_PRODUCER_EPOCH.
+            for key, _ in accepted:
+                errors[key] = INVALID_PRODUCER_EPOCH
+            return False
         return True
 
-    def complete_transaction(self, producer_id: int, partition: int, commit: bool) -> None:
-        """The coordinator wrote a marker for ``producer_id`` to ``__consumer_offsets``-``partition``."""
-        self._resolve(producer_id, partition, commit)
+    def complete_transaction(self, producer_id: int, producer_epoch: int, partition: int, commit: bool) -> None:
+        """The coordinator wrote a marker for ``producer_id`` (at ``producer_epoch``) to
+        ``__consumer_offsets``-``partition``."""
+        self._resolve(producer_id, producer_epoch, partition, commit)
 
-    def _resolve(self, producer_id: int, partition: int | None, commit: bool) -> None:
-        groups = self._pending.get(producer_id)
-        if not groups:
+    def _resolve(self, producer_id: int, producer_epoch: int, partition: int, commit: bool) -> None:
+        """A marker ends the producer's pending offsets in ``partition``; a COMMIT publishes only
+        those of its own epoch (an older epoch's belong to a fenced transaction). A marker older than
+        the pending offsets (the log refuses those now) leaves them alone."""
+        pending = self._pending.get((producer_id, partition))
+        if pending is None or producer_epoch < pending.producer_epoch:
             return
-        for group in [g for g in groups if partition is None or self.partition_for(g) == partition]:
-            offsets = groups.pop(group)
-            if commit:
+        del self._pending[(producer_id, partition)]
+        if commit and pending.producer_epoch == producer_epoch:
+            for group, offsets in pending.groups.items():
                 self._cache.setdefault(group, {}).update(offsets)
-        if not groups:
-            del self._pending[producer_id]
 
     def has_pending(self, group: str, partitions: Iterable[tuple[str, int]] | None) -> bool:
         """Are transactional commits of ``group`` (for ``partitions``, or any) still undecided?"""
         wanted = None if partitions is None else set(partitions)
-        for groups in self._pending.values():
-            offsets = groups.get(group)
+        for pending in self._pending.values():
+            offsets = pending.groups.get(group)
             if offsets and (wanted is None or not wanted.isdisjoint(offsets)):
                 return True
         return False
@@ -411,15 +451,15 @@ class OffsetManager:
         return [g for g, offsets in self._cache.items() if offsets]
 
     def _pending_partitions(self, group: str) -> set[tuple[str, int]]:
-        return {tp for groups in self._pending.values() for tp in groups.get(group, ())}
+        return {tp for pending in self._pending.values() for tp in pending.groups.get(group, ())}
 
     def _drop_pending(self, group: str, partitions: Iterable[tuple[str, int]] | None) -> None:
         """Forget open transactions' offsets of ``group`` (for ``partitions``, or all), as Kafka's
         ``removeOffsets`` does on a deletion: otherwise the transaction's COMMIT marker would bring a
         deleted offset back (in memory, and again on every load of ``__consumer_offsets``)."""
         wanted = None if partitions is None else set(partitions)
-        for producer_id in list(self._pending):
-            groups = self._pending[producer_id]
+        for key in list(self._pending):
+            groups = self._pending[key].groups
             offsets = groups.get(group)
             if offsets is None:
                 continue
@@ -428,7 +468,7 @@ class OffsetManager:
             if not offsets:
                 del groups[group]
             if not groups:
-                del self._pending[producer_id]
+                del self._pending[key]
 
     def delete_group(self, group: str) -> None:
         """DeleteGroups: tombstone every offset of ``group``, committed or pending in an open

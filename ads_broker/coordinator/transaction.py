@@ -425,7 +425,7 @@ class TransactionCoordinator:
                             partition=index, error=str(e))
                 continue
             if topic == OFFSETS_TOPIC:
-                self.offsets.complete_transaction(md.producer_id, index, commit)
+                self.offsets.complete_transaction(md.producer_id, md.producer_epoch, index, commit)
         self._transition(md, TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
                          partitions=set(), start_ms=-1)
 

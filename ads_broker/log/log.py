@@ -28,7 +28,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ads_broker.exceptions import (
-    InvalidProducerEpochError,
     InvalidRecordError,
     InvalidTimestampError,
     OffsetOutOfRangeError,
@@ -77,13 +76,18 @@ _TEMP_SUFFIXES = (".tmp", CLEANED_SUFFIX, DELETED_SUFFIX)
 TxnVerifier = Callable[[int, int, tuple[str, int]], int]
 
 
-def _control_type(batch: bytes | bytearray) -> int | None:
-    """The marker type (CONTROL_ABORT / CONTROL_COMMIT) of a control batch; None if unknown."""
+def _control_marker(batch: bytes | bytearray) -> tuple[int | None, int | None]:
+    """(marker type, coordinator epoch) of a control batch (Kafka's ``EndTransactionMarker``: key
+    version and type, value version and coordinator epoch); None for what it does not hold."""
     _header, records = decode_batch(batch)
     if not records or records[0].key is None or len(records[0].key) < _CONTROL_KEY.size:
-        return None
+        return None, None
     _version, kind = _CONTROL_KEY.unpack_from(records[0].key, 0)
-    return int(kind)
+    value = records[0].value
+    if value is None or len(value) < _CONTROL_VALUE.size:
+        return int(kind), None
+    _value_version, coordinator_epoch = _CONTROL_VALUE.unpack_from(value, 0)
+    return int(kind), int(coordinator_epoch)
 
 
 def _base_offset(segment: LogSegment) -> int:
@@ -254,8 +258,9 @@ class Log:
         for segment in self._segments[self._segment_index_for(replay_from) :]:
             for pos, header in segment.batches_from(replay_from):
                 if header.base_offset >= replay_from and header.has_producer_id:
-                    control = _control_type(segment.read_batch(pos, header.size)) if header.is_control else None
-                    completed = self.producer_state.load_from_batch(header, control)
+                    control, coordinator_epoch = (
+                        _control_marker(segment.read_batch(pos, header.size)) if header.is_control else (None, None))
+                    completed = self.producer_state.load_from_batch(header, control, coordinator_epoch)
                     if completed is not None:
                         self._record_completed(completed, segment.base_offset)
         self.producer_state.map_end_offset = leo
@@ -399,23 +404,29 @@ class Log:
             )
 
     def append_internal(self, records: bytes, leader_epoch: int) -> AppendInfo:
-        """Append broker-built batches (e.g. ``__consumer_offsets``): CRC-checked, no client rules."""
+        """Append broker-built batches (e.g. ``__consumer_offsets``): CRC-checked, no client rules.
+
+        A batch carrying a producer id (a TxnOffsetCommit's offsets) is checked for its epoch only,
+        as Kafka checks the COORDINATOR origin: an older epoch than the partition has seen is
+        InvalidProducerEpochError and nothing is written (a zombie's late commit cannot join its
+        successor's transaction, whichever broker coordinates the transactional id)."""
         batches = list(iter_batches(records, validate=True))
         if not batches:
             raise ValueError("append_internal needs at least one record batch")
+        for _pos, header in batches:
+            if header.has_producer_id and not header.is_control:
+                self.producer_state.check_coordinator_batch(header)
         return self._append(bytearray(records), batches, leader_epoch)
 
     def append_end_txn_marker(
         self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, leader_epoch: int
     ) -> AppendInfo:
         """Append a COMMIT or ABORT control batch for ``producer_id`` (the coordinator's
-        WriteTxnMarkers); it ends the producer's open transaction in this partition."""
-        entry = self.producer_state.producers.get(producer_id)
-        if entry is not None and entry.producer_epoch > producer_epoch:
-            raise InvalidProducerEpochError(
-                f"marker epoch {producer_epoch} for producer {producer_id} in {self.topic}-{self.partition} is older "
-                f"than the partition's epoch {entry.producer_epoch}"
-            )
+        WriteTxnMarkers); it ends the producer's open transaction in this partition and stores
+        ``coordinator_epoch`` for the producer (in its snapshots too). Refused, with nothing written,
+        for an older producer epoch (InvalidProducerEpochError) or a coordinator epoch older than the
+        stored one (TransactionCoordinatorFencedError), as Kafka's ``appendEndTxnMarker``."""
+        self.producer_state.check_marker(producer_id, producer_epoch, coordinator_epoch)
         marker = Record(
             offset=0,
             timestamp=self._now_ms(),
@@ -466,8 +477,9 @@ class Log:
             data = buf if len(placed) == 1 else buf[pos : pos + header.size]
             segment.append(offset + header.last_offset_delta, max_ts, data)
             if header.has_producer_id:
-                control = _control_type(data if len(placed) == 1 else bytes(data)) if header.is_control else None
-                completed = self.producer_state.update(header, offset, max_ts, control)
+                control, coordinator_epoch = (
+                    _control_marker(data if len(placed) == 1 else bytes(data)) if header.is_control else (None, None))
+                completed = self.producer_state.update(header, offset, max_ts, control, coordinator_epoch)
                 if completed is not None:
                     self._record_completed(completed, segment.base_offset)
         self.producer_state.map_end_offset = next_offset
@@ -530,8 +542,9 @@ class Log:
                 data = view[pos : pos + header.size]
                 segment.append(header.last_offset, header.max_timestamp, data)
                 if header.has_producer_id:
-                    control = _control_type(bytes(data)) if header.is_control else None
-                    completed = self.producer_state.update(header, header.base_offset, header.max_timestamp, control)
+                    control, coordinator_epoch = _control_marker(bytes(data)) if header.is_control else (None, None)
+                    completed = self.producer_state.update(header, header.base_offset, header.max_timestamp, control,
+                                                           coordinator_epoch)
                     if completed is not None:
                         self._record_completed(completed, segment.base_offset)
         finally:

@@ -27,7 +27,11 @@ from pathlib import Path
 
 import crc32c
 
-from ads_broker.exceptions import InvalidProducerEpochError, OutOfOrderSequenceError
+from ads_broker.exceptions import (
+    InvalidProducerEpochError,
+    OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
+)
 from ads_broker.log.fileutil import atomic_write
 from ads_broker.log.records import (
     NO_PRODUCER_EPOCH,
@@ -149,11 +153,38 @@ class ProducerStateManager:
         return None
 
     def _check_epoch(self, entry: ProducerStateEntry, header: BatchHeader) -> None:
-        if header.producer_epoch < entry.producer_epoch:
+        self._check_producer_epoch(entry, header.producer_epoch)
+
+    def _check_producer_epoch(self, entry: ProducerStateEntry, epoch: int) -> None:
+        if epoch < entry.producer_epoch:
             raise InvalidProducerEpochError(
-                f"Epoch of producer {header.producer_id} in {self.dir.name} is {header.producer_epoch}, "
+                f"Epoch of producer {entry.producer_id} in {self.dir.name} is {epoch}, "
                 f"which is smaller than the last seen epoch {entry.producer_epoch}: this producer was "
                 "fenced by a newer instance"
+            )
+
+    def check_coordinator_batch(self, header: BatchHeader) -> None:
+        """Validate a data batch a coordinator appends for a producer (a TxnOffsetCommit's offsets
+        in ``__consumer_offsets``): only its epoch, as Kafka's ``ProducerAppendInfo`` does for the
+        COORDINATOR origin (no sequence numbers). Raises InvalidProducerEpochError for an older epoch,
+        so a zombie's late batch cannot join its successor's transaction."""
+        entry = self.producers.get(header.producer_id)
+        if entry is not None:
+            self._check_producer_epoch(entry, header.producer_epoch)
+
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
+        """Validate a transaction marker before it is appended (Kafka's ``appendEndTxnMarker``):
+        InvalidProducerEpochError for an older producer epoch, TransactionCoordinatorFencedError for
+        a coordinator epoch older than the one stored for the producer (a zombie coordinator)."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return
+        self._check_producer_epoch(entry, producer_epoch)
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"Invalid coordinator epoch for producer {producer_id} in partition {self.dir.name}: "
+                f"{coordinator_epoch} (zombie), {entry.coordinator_epoch} (current); a newer transaction "
+                "coordinator owns this producer's transactions, so this marker is not written"
             )
 
     def _check_sequence(self, entry: ProducerStateEntry, header: BatchHeader) -> None:
@@ -179,11 +210,14 @@ class ProducerStateManager:
         first_offset: int,
         timestamp: int | None = None,
         control_type: int | None = None,
+        coordinator_epoch: int | None = None,
     ) -> CompletedTxn | None:
         """Record a batch appended at ``first_offset`` (after ``check`` accepted it).
 
-        ``control_type`` (CONTROL_ABORT / CONTROL_COMMIT) is the marker type of a control batch;
-        the transaction it ends is returned.
+        ``control_type`` (CONTROL_ABORT / CONTROL_COMMIT) is the marker type of a control batch and
+        ``coordinator_epoch`` the one its marker carries (stored for the producer, as Kafka's
+        ``ProducerStateEntry.update`` does, also when replicated or replayed); the transaction it
+        ends is returned.
         """
         last_offset = first_offset + header.last_offset_delta
         entry = self.producers.get(header.producer_id)
@@ -196,6 +230,8 @@ class ProducerStateManager:
                 entry.batches.clear()
                 entry.producer_epoch = header.producer_epoch
             entry.last_timestamp = ts
+            if header.is_control and coordinator_epoch is not None:
+                entry.coordinator_epoch = coordinator_epoch
             if header.is_control and control_type in (CONTROL_ABORT, CONTROL_COMMIT):
                 first = entry.current_txn_first_offset if entry.current_txn_first_offset >= 0 else first_offset
                 completed = CompletedTxn(header.producer_id, first, last_offset, control_type == CONTROL_ABORT)
@@ -212,9 +248,11 @@ class ProducerStateManager:
         self.map_end_offset = max(self.map_end_offset, last_offset + 1)
         return completed
 
-    def load_from_batch(self, header: BatchHeader, control_type: int | None = None) -> CompletedTxn | None:
+    def load_from_batch(self, header: BatchHeader, control_type: int | None = None,
+                        coordinator_epoch: int | None = None) -> CompletedTxn | None:
         """Replay a stored batch during recovery (no validation, like Kafka's replication origin)."""
-        return self.update(header, header.base_offset, control_type=control_type)
+        return self.update(header, header.base_offset, control_type=control_type,
+                           coordinator_epoch=coordinator_epoch)
 
     def remove_expired(self, now_ms: int, expiration_ms: int) -> list[int]:
         """Drop producers idle for ``expiration_ms`` (``producer.id.expiration.ms``); returns their ids."""

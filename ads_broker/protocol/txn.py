@@ -7,6 +7,7 @@ Kafka's ``KafkaApis`` does).
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.producer import (
@@ -161,15 +162,20 @@ async def handle_write_txn_markers(ctx: HandlerContext, req: DecodedRequest) -> 
     result: Any = WriteTxnMarkersResponse.WritableTxnMarkerResult
     topic_result: Any = result.WritableTxnMarkerTopicResult
     partition_result: Any = topic_result.WritableTxnMarkerPartitionResult
+    # Every marker is appended (in request order: each append happens before its first await) and
+    # their ISR waits run together, as Kafka's one acks=all append for the whole request: one slow
+    # ISR must not hold the other partitions' markers until the coordinator times out and resends.
+    writes = [write_marker(ctx.replicas, ctx.offsets,
+                           EndTxnMarker(m.producer_id, m.producer_epoch, bool(m.transaction_result),
+                                        m.coordinator_epoch), t.name, index, timeout_ms)
+              for m in req.body.markers for t in m.topics for index in t.partition_indexes] if not denied else []
+    codes = iter(await asyncio.gather(*writes) if writes else [])
     markers = []
     for m in req.body.markers:
-        marker = EndTxnMarker(m.producer_id, m.producer_epoch, bool(m.transaction_result), m.coordinator_epoch)
         topics = []
         for t in m.topics:
-            partitions = []
-            for index in t.partition_indexes:
-                code = denied or await write_marker(ctx.replicas, ctx.offsets, marker, t.name, index, timeout_ms)
-                partitions.append(partition_result(partition_index=index, error_code=code))
+            partitions = [partition_result(partition_index=index, error_code=denied or next(codes))
+                          for index in t.partition_indexes]
             topics.append(topic_result(name=t.name, partitions=partitions))
         markers.append(result(producer_id=m.producer_id, topics=topics))
     return WriteTxnMarkersResponse(markers=markers)

@@ -41,9 +41,10 @@ def test_spec_parses_every_key_and_rejects_what_it_does_not_know() -> None:
     spec = FaultSpec.parse('{"append_delay_ms": {"a": 5000, "b": 0.5}, "marker_delay_ms": 250}')
     assert spec == FaultSpec({"a": 5000.0, "b": 0.5}, 250.0)
     assert FaultSpec.parse("{}") == FaultSpec()
+    assert FaultSpec.parse('{"coordinator_load_fail": true}') == FaultSpec(coordinator_load_fail=True)
     for bad in ("[]", '{"append_delay": {}}', '{"append_delay_ms": [1]}', '{"append_delay_ms": {"a": -1}}',
                 '{"append_delay_ms": {"a": "5"}}', '{"marker_delay_ms": true}', '{"marker_delay_ms": 1e999}',
-                "{not json"):
+                '{"coordinator_load_fail": 1}', "{not json"):
         with pytest.raises(ValueError):
             FaultSpec.parse(bad)
 

@@ -13,11 +13,15 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from ads_broker.exceptions import InvalidProducerEpochError, OutOfOrderSequenceError
+from ads_broker.exceptions import (
+    InvalidProducerEpochError,
+    OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
+)
 from ads_broker.log.config import LogConfig
 from ads_broker.log.log import Log
 from ads_broker.log.producer_state import decode_snapshot, encode_snapshot
-from ads_broker.log.records import INT32_MAX, iter_batches, sequence_increment
+from ads_broker.log.records import INT32_MAX, Record, build_batch, iter_batches, sequence_increment
 
 from .helpers import BASE_TS, Clock, batch, open_log, read_all
 
@@ -187,3 +191,57 @@ def test_expired_producer_may_restart_at_any_sequence(tmp_path: Path) -> None:
     log.expire_producers()
     assert 4 not in log.producer_state.producers
     assert log.append_as_leader(batch(1, ts=clock.now, pid=4, epoch=0, seq=17), 0).first_offset == 1
+
+
+def _open_txn(log: Log, pid: int, epoch: int, seq: int) -> None:
+    data = build_batch([Record(-1, BASE_TS, b"k", b"v")], producer_id=pid, producer_epoch=epoch, base_sequence=seq,
+                       is_transactional=True)
+    log.append_as_leader(data, 0)
+
+
+@pytest.mark.parametrize("restart", ["clean", "replay"])
+def test_a_markers_coordinator_epoch_is_stored_and_fences_an_older_coordinator_after_a_restart(
+        tmp_path: Path, restart: str) -> None:
+    """Kafka's ``appendEndTxnMarker``: the marker's coordinator epoch is kept for the producer (in
+    the snapshot's coordinatorEpoch field, and rebuilt by a replay of the log); a marker of an
+    older coordinator epoch is TRANSACTION_COORDINATOR_FENCED and writes nothing."""
+    log = open_log(tmp_path / "p")
+    _open_txn(log, 5, 0, 0)
+    log.append_end_txn_marker(5, 0, True, coordinator_epoch=3, leader_epoch=0)
+    _open_txn(log, 5, 0, 1)
+    if restart == "clean":
+        log.close()  # snapshot at the log end
+    else:
+        log.flush()
+        for snapshot in (tmp_path / "p").glob("*.snapshot"):
+            snapshot.unlink()  # state comes from replaying the marker
+    reopened = open_log(tmp_path / "p", clean=restart == "clean")
+    assert reopened.producer_state.producers[5].coordinator_epoch == 3
+    end = reopened.log_end_offset
+    with pytest.raises(TransactionCoordinatorFencedError):
+        reopened.append_end_txn_marker(5, 0, False, coordinator_epoch=2, leader_epoch=0)
+    assert reopened.log_end_offset == end and reopened.first_unstable_offset() == 2
+    reopened.append_end_txn_marker(5, 0, True, coordinator_epoch=4, leader_epoch=0)
+    assert reopened.producer_state.producers[5].coordinator_epoch == 4 and reopened.first_unstable_offset() is None
+
+
+def test_a_follower_keeps_the_coordinator_epoch_of_the_markers_it_copies(tmp_path: Path) -> None:
+    leader = open_log(tmp_path / "leader")
+    _open_txn(leader, 6, 1, 0)
+    leader.append_end_txn_marker(6, 1, False, coordinator_epoch=7, leader_epoch=0)
+    follower = open_log(tmp_path / "follower")
+    follower.append_as_follower(read_all(leader))
+    assert follower.producer_state.producers[6].coordinator_epoch == 7
+    with pytest.raises(InvalidProducerEpochError):
+        follower.append_end_txn_marker(6, 0, True, coordinator_epoch=7, leader_epoch=0)
+
+
+def test_a_coordinator_batch_of_an_older_producer_epoch_is_refused(tmp_path: Path) -> None:
+    """Kafka checks only the epoch of a coordinator's batch for a producer (TxnOffsetCommit)."""
+    log = open_log(tmp_path / "p")
+    offsets = build_batch([Record(-1, BASE_TS, b"k", b"v")], producer_id=8, producer_epoch=2, is_transactional=True)
+    log.append_internal(offsets, 0)
+    stale = build_batch([Record(-1, BASE_TS, b"k", b"old")], producer_id=8, producer_epoch=1, is_transactional=True)
+    with pytest.raises(InvalidProducerEpochError):
+        log.append_internal(stale, 0)
+    assert log.log_end_offset == 1
