@@ -290,6 +290,12 @@ def plan(tests: list[SuiteTest]) -> list[tuple[str, str, str]]:
     return out
 
 
+def env_or(name: str, default: str) -> str:
+    """``$name``, or ``default`` when it is unset or empty: compat/compat.mk exports every COMPAT_*
+    knob, and make exports one that was never set as an empty string."""
+    return os.environ.get(name) or default
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tests", default=os.environ.get("COMPAT_TESTS", ""),
@@ -297,11 +303,11 @@ def main(argv: list[str] | None = None) -> int:
                          " default: every test not in compat/exclusions")
     ap.add_argument("--subset", default=os.environ.get("COMPAT_SUBSET", ""),
                     help="a file of test keys, one per line (e.g. compat/ci-subset)")
-    ap.add_argument("--timeout", type=float, default=float(os.environ.get("COMPAT_TIMEOUT", 1200)),
+    ap.add_argument("--timeout", type=float, default=float(env_or("COMPAT_TIMEOUT", "1200")),
                     help="wall-clock seconds per test number (default 1200: 0113 runs over 10 min on 2 loaded cores)")
-    ap.add_argument("--multiplier", default=os.environ.get("COMPAT_MULTIPLIER", "2"),
+    ap.add_argument("--multiplier", default=env_or("COMPAT_MULTIPLIER", "2"),
                     help="the suite's test.timeout.multiplier (slow or loaded machines)")
-    ap.add_argument("--kafka-version", default=os.environ.get("COMPAT_KAFKA_VERSION", DEFAULT_KAFKA_VERSION))
+    ap.add_argument("--kafka-version", default=env_or("COMPAT_KAFKA_VERSION", DEFAULT_KAFKA_VERSION))
     ap.add_argument("--quick", action="store_true",
                     default=os.environ.get("COMPAT_QUICK", "") not in ("", "0"),
                     help="the runner's -Q: less data, but it also skips every subtest not marked"
