@@ -69,10 +69,17 @@ def kafka_version_for(number: str, default: str) -> str:
 # else stays at Kafka's defaults, as on trivup's clusters: group.initial.rebalance.delay.ms is
 # Kafka's 3000 (ads-broker's own default is 100), or the first consumer of a group forms a
 # generation alone and 0118's "closing consumer" callback runs in an ordinary rebalance instead.
+#
+# An authorizer that allows what no ACL restricts: 0081's ACL subtests (CreateAcls, DescribeAcls,
+# DeleteAcls) expect NO_ERROR, which a Kafka broker without authorizer.class.name never answers
+# (SECURITY_DISABLED, "No Authorizer is configured on the broker"), so the suite's brokers have
+# one; with allow.everyone.if.no.acl.found=true every other test is allowed everything, as without.
 BROKER_OVERRIDES = (
     "num.partitions=4",
     "default.replication.factor=1",
     "group.initial.rebalance.delay.ms=3000",
+    "authorizer.class.name=kafka.security.authorizer.AclAuthorizer",
+    "allow.everyone.if.no.acl.found=true",
 )
 
 TEST_F_LOCAL = "TEST_F_LOCAL"
