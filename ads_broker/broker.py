@@ -28,7 +28,7 @@ from ads_broker.coordinator.offsets import OffsetManager
 from ads_broker.coordinator.transaction import TransactionCoordinator
 from ads_broker.faults import BrokerFaults
 from ads_broker.log.manager import now_ms
-from ads_broker.metrics import serve_metrics
+from ads_broker.metrics import FetchSessionCollector, serve_metrics
 from ads_broker.producer_ids import ProducerIdManager
 from ads_broker.protocol.apis import APIS
 from ads_broker.protocol.codec import Chunk, DecodedRequest
@@ -91,6 +91,8 @@ class Broker:
                                       offsets=self.offsets, txn=self.txn, producer_ids=self.producer_ids,
                                       authorizer=authorizer, faults=faults, cluster=self.cluster,
                                       metrics=self.metrics)
+        # Kafka's FetchSessionCache gauges and eviction count, served with the other metrics.
+        self.registry.register(FetchSessionCollector(self.context.fetch_sessions))
         self._tasks: list[asyncio.Task[None]] = []
         #: The metrics endpoint (``metrics.port``), when served.
         self._metrics: WSGIServer | None = None

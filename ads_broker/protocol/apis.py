@@ -86,12 +86,31 @@ Handler = Callable[["HandlerContext", DecodedRequest], Awaitable[ApiMessage | li
 
 @dataclass(frozen=True)
 class Api:
-    """One API: its request class, the versions served, and the handler (None: the connection's)."""
+    """One API: its request class, the versions served, and the handler (None: the connection's).
+
+    ``advertised_min_version`` is the minimum ApiVersions shows when it differs from the lowest version
+    served: Produce only (see :data:`PRODUCE_API_VERSIONS_RESPONSE_MIN_VERSION`).
+    """
 
     request: type[ApiMessage]
     min_version: int
     max_version: int
     handler: Handler | None
+    advertised_min_version: int | None = None
+
+    @property
+    def advertised_min(self) -> int:
+        return self.min_version if self.advertised_min_version is None else self.advertised_min_version
+
+
+#: Kafka 4.0's ``ApiKeys.PRODUCE_API_VERSIONS_RESPONSE_MIN_VERSION`` (KAFKA-18659): Produce v0-v2
+#: (message formats v0/v1) were removed in 4.0 (KIP-896) and are refused like any version not served
+#: (the connection is closed), yet ApiVersions advertises Produce from v0, because librdkafka before
+#: 2.11.1 (Debian's kcat with 2.0.2, confluent-kafka before 2.11.1) enables gzip, snappy and lz4 only
+#: when the broker lists Produce v0, and otherwise sends those batches uncompressed. Clients pick
+#: the highest version both sides know, so no client that negotiates sends v0-v2 because of it.
+#: docs/COMPATIBILITY.md, "Produce v0-v2".
+PRODUCE_API_VERSIONS_RESPONSE_MIN_VERSION = 0
 
 
 async def handle_api_versions(ctx: HandlerContext, req: DecodedRequest) -> ApiVersionsResponse:
@@ -99,7 +118,7 @@ async def handle_api_versions(ctx: HandlerContext, req: DecodedRequest) -> ApiVe
 
 
 _APIS = (
-    Api(ProduceRequest, 3, 9, produce.handle_produce),
+    Api(ProduceRequest, 3, 9, produce.handle_produce, PRODUCE_API_VERSIONS_RESPONSE_MIN_VERSION),
     Api(FetchRequest, 4, 12, fetch.handle_fetch),
     Api(ListOffsetsRequest, 1, 7, fetch.handle_list_offsets),
     Api(MetadataRequest, 1, 12, metadata.handle_metadata),
@@ -146,9 +165,12 @@ _APIS = (
 
 #: API key -> :class:`Api`.
 APIS: dict[int, Api] = {api.request.API_KEY: api for api in _APIS}
-#: API key -> (request class, min version, max version): what is decoded and advertised.
+#: API key -> (request class, min version, max version): what is decoded and served.
 SUPPORTED_APIS: dict[int, tuple[type[ApiMessage], int, int]] = {
     key: (api.request, api.min_version, api.max_version) for key, api in APIS.items()}
+#: API key -> (min version, max version) as ApiVersions advertises them: SUPPORTED_APIS' ranges,
+#: except Produce's minimum (:data:`PRODUCE_API_VERSIONS_RESPONSE_MIN_VERSION`).
+ADVERTISED_APIS: dict[int, tuple[int, int]] = {key: (api.advertised_min, api.max_version) for key, api in APIS.items()}
 
 
 def decode_request(frame: bytes | bytearray) -> DecodedRequest:
@@ -158,5 +180,5 @@ def decode_request(frame: bytes | bytearray) -> DecodedRequest:
 
 def api_versions_response(error_code: int = 0) -> ApiVersionsResponse:
     keys = [ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
-            for k, (_, lo, hi) in sorted(SUPPORTED_APIS.items())]
+            for k, (lo, hi) in sorted(ADVERTISED_APIS.items())]
     return ApiVersionsResponse(error_code=error_code, api_keys=keys, throttle_time_ms=0)

@@ -170,6 +170,16 @@ def broker_row(board: db.Dashboard) -> db.Dashboard:
                                "under min ISR {{topic}}"),
                             _q(f"sum by (topic) (kafka_cluster_partition_underreplicated{{{BSEL}}})",
                                "under-replicated {{topic}}", "B")))
+        .with_panel(_series("Incremental fetch sessions", "short",
+                            "Fetch sessions (KIP-227) cached per broker and their partitions, against "
+                            "max.incremental.fetch.session.cache.slots; evictions per second: a full cache evicting "
+                            "sessions for new ones (consumers then fall back to full fetches).",
+                            _q(f"kafka_server_fetchsessioncache_numincrementalfetchsessions{{{BSEL}}}",
+                               "sessions {{instance}}"),
+                            _q(f"kafka_server_fetchsessioncache_numincrementalfetchpartitionscached{{{BSEL}}}",
+                               "partitions cached {{instance}}", "B"),
+                            _q("rate(kafka_server_fetchsessioncache_incrementalfetchsessionevictions_total"
+                               f"{{{BSEL}}}[$__rate_interval])", "evictions/s {{instance}}", "C")))
     )
 
 

@@ -20,8 +20,9 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import FetchSessionIdNotFoundError, InvalidFetchSessionEpochError, UnknownTopicOrPartitionError
 from kafka.protocol.consumer import FetchRequest
 
-from ads_broker.embedded import BrokerProcess, ads_broker_process
+from ads_broker.embedded import BrokerProcess, ads_broker_process, free_port
 from tests.integration.broker.rawclient import RawClient
+from tests.integration.broker.test_metrics import scrape
 from tests.integration.compat.batches import parse_batches
 
 pytestmark = pytest.mark.timeout(120)
@@ -307,3 +308,40 @@ def test_a_session_never_holds_more_partitions_than_the_broker_may(tight_broker:
         assert fetch(client, session_id, 2, []).error_code == FETCH_SESSION_ID_NOT_FOUND
         # At the bound exactly, a session is made.
         assert fetch(client, 0, 0, [(made_up, p, 0) for p in range(20)]).session_id != 0
+
+
+SESSIONS = "kafka_server_fetchsessioncache_numincrementalfetchsessions"
+PARTITIONS_CACHED = "kafka_server_fetchsessioncache_numincrementalfetchpartitionscached"
+EVICTIONS = "kafka_server_fetchsessioncache_incrementalfetchsessionevictions_total"
+
+
+def test_session_metrics_under_kafkas_fetchsessioncache_names(tmp_path_factory: pytest.TempPathFactory,
+                                                              topic_name: str) -> None:
+    """/metrics serves Kafka's FetchSessionCache MBeans (JMX-exporter names) from the real cache:
+    sessions, their cached partitions (as of each session's last fetch) and evictions."""
+    tmp = tmp_path_factory.mktemp("fetch-session-metrics")
+    port = free_port()
+    config = {"metrics.port": str(port), "max.incremental.fetch.session.cache.slots": "2",
+              "min.incremental.fetch.session.eviction.ms": "0", "offsets.topic.num.partitions": "1",
+              "transaction.state.log.num.partitions": "1"}
+    with ads_broker_process(tmp / "data", config=config, log_path=tmp / "broker.log") as broker:
+        def session_metrics() -> tuple[float, float, float]:
+            samples = scrape(port)
+            return samples[(SESSIONS, ())], samples[(PARTITIONS_CACHED, ())], samples[(EVICTIONS, ())]
+
+        assert session_metrics() == (0, 0, 0)
+        bs = broker.bootstrap
+        create(bs, topic_name, 4)
+        produce(bs, topic_name, {0: 2})
+        with RawClient(bs) as a, RawClient(bs) as b, RawClient(bs) as c:
+            first, _ = open_session(a, topic_name, 4)
+            assert fetch(a, first, 1, [], forgotten=((topic_name, 3),)).error_code == 0  # now 3 partitions
+            second, _ = open_session(b, topic_name, 2)
+            assert session_metrics() == (2, 3 + 2, 0)
+            time.sleep(0.01)  # a precondition (first unused for > 0 ms: stale), not a timing assertion
+            third, _ = open_session(c, topic_name, 1)  # the cache is full: the stale LRU session goes
+            assert fetch(a, first, 2, []).error_code == FETCH_SESSION_ID_NOT_FOUND
+            assert session_metrics() == (2, 2 + 1, 1)
+            assert fetch(c, third, -1, []).error_code == 0  # FINAL epoch: closed, which is no eviction
+            assert session_metrics() == (1, 2, 1)
+            assert fetch(b, second, 1, []).error_code == 0
