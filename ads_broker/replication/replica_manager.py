@@ -62,6 +62,7 @@ from ads_broker.log.manager import FDS_PER_NEW_PARTITION, MIN_FD_RESERVE, LogMan
 from ads_broker.log.records import ATTRIBUTES_OFFSET, COMPRESSION_CODEC_MASK, RECORD_BATCH_OVERHEAD, iter_batches
 from ads_broker.log.txn_index import AbortedTxn
 from ads_broker.replication.leader_epoch import EpochEntry, LeaderEpochFileCache
+from ads_broker.replication.metrics import ReplicationMetrics
 from ads_broker.replication.partition import Partition
 from ads_broker.replication.state import (
     AlterPartitionRequest,
@@ -194,6 +195,9 @@ class ReplicaManager:
         self.on_alter_partition: Callable[[Partition, AlterPartitionRequest], None] | None = None
         #: Request-path counters: consumer fetches count bytes out and error codes here.
         self.metrics: BrokerMetrics | None = None
+        #: Replication counters (bytes served to followers here, bytes and records the fetchers
+        #: copied, their failed fetches), served on /metrics next to the request-path ones.
+        self.replication_metrics = ReplicationMetrics()
 
     @property
     def topics(self) -> dict[str, Topic]:
@@ -672,6 +676,8 @@ class ReplicaManager:
             timeout = deadline - loop.time()
             found = any(r.slices for r in reads) or any(r.error or r.diverging_epoch for r in reads)
             if found or timeout <= 0 or self.stopping:
+                # Kafka's ReplicationBytesOutPerSec, marked as the answer is built
+                self.replication_metrics.served_follower(sum(s.size for r in reads for s in r.slices))
                 return reads
             partitions = [p for w in wanted if (p := self._find(w.topic, w.partition)) is not None]
             await self._wait_for_append(partitions, timeout)
