@@ -54,7 +54,10 @@ class ReplicationMetrics(Collector):
         self.bytes_in = 0
         self.messages_in = 0
         self.bytes_out = 0
-        self._fetch_errors: dict[str, int] = {}
+        # The fetcher's own failures are served at 0 from the start: increase() and rate() then
+        # see the first one (a series born at 1 shows no increase).
+        self._fetch_errors: dict[str, int] = dict.fromkeys((NETWORK_EXCEPTION, REQUEST_TIMED_OUT,
+                                                            LEADER_NOT_AVAILABLE), 0)
 
     def follower_appended(self, nbytes: int, records: int) -> None:
         """A follower appended a fetch answer: ``nbytes`` of record batches holding ``records``."""
