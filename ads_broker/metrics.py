@@ -329,4 +329,5 @@ def serve_metrics(replicas: ReplicaManager, node_id: int, port: int, host: str =
     dashboards do not read) plus the scrape-time gauges; ``shutdown()`` the result to stop."""
     registry = registry if registry is not None else CollectorRegistry(auto_describe=False)
     registry.register(BrokerCollector(replicas, node_id))
+    registry.register(replicas.replication_metrics)
     return serve_registry(registry, port, host)

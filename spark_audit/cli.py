@@ -20,6 +20,7 @@ import typer
 from spark_audit import __version__
 from spark_audit.exceptions import AuditError
 from spark_audit.job import AuditConfig, day_window
+from spark_audit.kafka_settings import as_options, connection_settings
 from spark_audit.publish import is_s3, run_label, split_s3, upload_report
 from spark_audit.sources import ExportSource, KafkaSource, Source
 
@@ -80,11 +81,12 @@ def _window(date: str | None, start: str | None, end: str | None) -> tuple[datet
     return day_window(yesterday)
 
 
-def _source(bootstrap: str | None, topic: str | None, path: str | None, fmt: str, role: str) -> Source | None:
+def _source(bootstrap: str | None, topic: str | None, path: str | None, fmt: str, role: str,
+            kafka: dict[str, str] | None = None) -> Source | None:
     if path:
         return ExportSource(path, "json" if fmt == "json" else "parquet")
     if topic and bootstrap:
-        return KafkaSource(bootstrap, topic)
+        return KafkaSource(bootstrap, topic, as_options(kafka or {}))
     if topic:
         raise typer.BadParameter(f"the {role} topic {topic!r} needs --bootstrap HOST:PORT (or give an export path)",
                                  param_hint="--bootstrap")
@@ -97,6 +99,13 @@ def run(
         help="Report directory (report.json, index.html, PNGs, details/), or s3://BUCKET/PREFIX/: the "
              "report is then uploaded under PREFIX/date=YYYY-MM-DD/ (or window=START_END/).")],
     bootstrap: Annotated[str | None, typer.Option(help="Kafka-protocol broker HOST:PORT.")] = None,
+    kafka: Annotated[list[str] | None, typer.Option(
+        "--kafka", "-X", help="librdkafka setting KEY=VALUE for every client, repeatable "
+                              "(e.g. security.protocol=SASL_SSL, sasl.mechanism=SCRAM-SHA-512).")] = None,
+    kafka_secret: Annotated[str | None, typer.Option(
+        help="Secrets Manager secret (ARN or name) with the SCRAM credentials, MSK's "
+             '{"username": ..., "password": ...}; read at start, never printed. Without '
+             "--kafka security.protocol: SASL_SSL and SCRAM-SHA-512.")] = None,
     input: Annotated[str, typer.Option("--input", help="Input topic.")] = "events",
     output: Annotated[str, typer.Option("--output", help="Deduplicated output topic.")] = "events.deduped",
     dlq: Annotated[str, typer.Option(help="Dead-letter topic ('' for none).")] = "events.dlq",
@@ -140,14 +149,19 @@ def run(
         report_dir = Path(tempfile.mkdtemp(prefix="spark-audit-report-"))
     else:
         report_dir = Path(out)
-    input_source = _source(bootstrap, input, input_path, export_format, "input")
-    output_source = _source(bootstrap, output, output_path, export_format, "output")
+    try:
+        settings = connection_settings(kafka or [], kafka_secret)
+    except AuditError as exc:
+        typer.echo(f"spark-audit: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    input_source = _source(bootstrap, input, input_path, export_format, "input", settings)
+    output_source = _source(bootstrap, output, output_path, export_format, "output", settings)
     if input_source is None or output_source is None:
         raise typer.BadParameter("give --bootstrap (to read topics) or --input-path and --output-path",
                                  param_hint="--bootstrap")
     cfg = AuditConfig(
         input=input_source, output=output_source,
-        dlq=_source(bootstrap, dlq or None, dlq_path, export_format, "dead-letter"),
+        dlq=_source(bootstrap, dlq or None, dlq_path, export_format, "dead-letter", settings),
         start=window_start, end=window_end, out_dir=report_dir,
         dedupe_window=timedelta(hours=dedupe_window_hours),
         lookback=timedelta(hours=lookback_hours) if lookback_hours is not None else None,
@@ -192,6 +206,10 @@ def export(
     out: Annotated[Path, typer.Option(help="Export root (date=YYYY-MM-DD/partition=N/*.parquet below it).")],
     bootstrap: Annotated[str, typer.Option(help="Kafka-protocol broker HOST:PORT.")],
     topic: Annotated[str, typer.Option(help="Topic to export.")],
+    kafka: Annotated[list[str] | None, typer.Option(
+        "--kafka", "-X", help="librdkafka setting KEY=VALUE, repeatable (as for run).")] = None,
+    kafka_secret: Annotated[str | None, typer.Option(
+        help="Secrets Manager secret with the SCRAM credentials (as for run).")] = None,
     date: Annotated[str | None, typer.Option(help="UTC day, YYYY-MM-DD (default: yesterday).")] = None,
     timestamp_skew_hours: Annotated[float, typer.Option(
         help="Read from the offset of (day start - this) to the end of the log.")] = 1.0,
@@ -206,8 +224,8 @@ def export(
     day = date or (datetime.now(UTC) - timedelta(days=1)).strftime("%Y-%m-%d")
     _window(day, None, None)  # validates the date
     try:
-        counts = export_day(build_session(master), KafkaSource(bootstrap, topic), day, out,
-                            timedelta(hours=timestamp_skew_hours))
+        source = KafkaSource(bootstrap, topic, as_options(connection_settings(kafka or [], kafka_secret)))
+        counts = export_day(build_session(master), source, day, out, timedelta(hours=timestamp_skew_hours))
     except AuditError as exc:
         typer.echo(f"spark-audit: {exc}", err=True)
         raise typer.Exit(1) from exc

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from spark_audit.datasource import RECORD_SCHEMA_DDL, consumer_config
 from spark_audit.exceptions import AuditError
+from spark_audit.kafka_settings import from_options
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +28,8 @@ JSON_EXPORT_SCHEMA_DDL = (
 
 @dataclass(frozen=True)
 class KafkaSource:
-    """A topic on a Kafka-protocol broker (ads-broker, Kafka, MSK)."""
+    """A topic on a Kafka-protocol broker (ads-broker, Kafka, MSK); ``options`` are data source
+    options, ``kafka.*`` ones the clients' connection settings (spark_audit/kafka_settings.py)."""
 
     bootstrap: str
     topic: str
@@ -51,11 +53,13 @@ class ExportSource:
 Source = KafkaSource | ExportSource
 
 
-def topic_exists(bootstrap: str, topic: str, timeout_s: float = 30.0) -> bool:
-    """Whether ``topic`` exists; lists all topics so nothing is auto-created by asking."""
+def topic_exists(bootstrap: str, topic: str, timeout_s: float = 30.0,
+                 settings: dict[str, str] | None = None) -> bool:
+    """Whether ``topic`` exists; lists all topics so nothing is auto-created by asking.
+    ``settings``: librdkafka connection settings (``--kafka``, ``--kafka-secret``)."""
     from confluent_kafka import Consumer, KafkaException
 
-    consumer = Consumer(consumer_config(bootstrap))
+    consumer = Consumer(consumer_config(bootstrap, settings))
     try:
         metadata = consumer.list_topics(timeout=timeout_s)
     except KafkaException as exc:
@@ -83,7 +87,7 @@ def load(spark: Any, source: Source, start: datetime, end: datetime | None) -> t
 
 def _load_kafka(spark: Any, source: KafkaSource, start: datetime,
                 end: datetime | None) -> tuple[Any | None, str | None]:
-    if not topic_exists(source.bootstrap, source.topic):
+    if not topic_exists(source.bootstrap, source.topic, settings=from_options(source.options)):
         problem = f"topic {source.topic!r} does not exist on {source.bootstrap}"
         log.warning("audit source missing: %s", problem)
         return None, problem

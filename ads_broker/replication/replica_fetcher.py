@@ -15,7 +15,8 @@ A fetcher runs while its partition's ``follower_state`` exists and does what tha
 * FENCED, or no leader: wait for the controller's next state (:meth:`ReplicaFetcher.poke`).
 
 Errors (leader unreachable, not yet leader, UNKNOWN_LEADER_EPOCH) back off ``replica.fetch.backoff.ms``
-and retry; the connection is re-opened to whoever leads next.
+and retry; the connection is re-opened to whoever leads next. Each failed attempt is counted by its
+Kafka error name, and each appended answer's bytes and records, in :mod:`.metrics`.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer import FetchRequest, FetchResponse, OffsetForLeaderEpochRequest
 
 from ads_broker.config import BrokerSettings
+from ads_broker.replication.metrics import LEADER_NOT_AVAILABLE, NETWORK_EXCEPTION, REQUEST_TIMED_OUT, error_label
 from ads_broker.replication.partition import Partition
 from ads_broker.replication.replica_manager import AppendOrigin, ReplicaManager
 from ads_broker.replication.state import EpochEndOffset, Errors, FetchState, FollowerFetchResult, FollowerState
@@ -143,6 +145,7 @@ class ReplicaFetcher:
                     ok = await (self._truncate(connection, follower) if follower.state is FetchState.TRUNCATING
                                 else self._fetch(connection, follower))
                 except (OSError, EOFError, asyncio.IncompleteReadError, TimeoutError, ConnectionError) as e:
+                    self._failed(REQUEST_TIMED_OUT if isinstance(e, TimeoutError) else NETWORK_EXCEPTION)
                     log.warning("fetch from the leader failed; reconnecting", topic=self.partition.topic,
                                 partition=self.partition.index, leader=follower.leader, error=repr(e))
                     connection.close()
@@ -154,13 +157,18 @@ class ReplicaFetcher:
             if connection is not None:
                 connection.close()
 
+    def _failed(self, error: str) -> None:
+        self.replicas.replication_metrics.follower_fetch_failed(error)
+
     async def _connect(self, leader: int) -> LeaderConnection | None:
         address = await self.resolve(leader)
         if address is None:
+            self._failed(LEADER_NOT_AVAILABLE)
             return None
         try:
             return await LeaderConnection.open(address[0], address[1], f"ads-broker-{self.broker_id}-fetcher")
         except OSError as e:
+            self._failed(NETWORK_EXCEPTION)
             log.warning("cannot reach the leader", leader=leader, address=f"{address[0]}:{address[1]}", error=str(e))
             return None
 
@@ -197,7 +205,10 @@ class ReplicaFetcher:
         if cut is not None:
             self._cut(cut.offset, f"leader epoch {epoch}: the leader answered epoch {part.leader_epoch} "
                                   f"ending at {part.end_offset}")
-        return answer.error is Errors.NONE
+        if answer.error is not Errors.NONE:
+            self._failed(error_label(part.error_code))
+            return False
+        return True
 
     async def _fetch(self, connection: LeaderConnection, follower: FollowerState) -> bool:
         cache = self.partition.epoch_cache
@@ -229,7 +240,9 @@ class ReplicaFetcher:
         elif error is Errors.NONE:
             records = part.records
             if records:
-                self.replicas.append_records(self.partition, bytes(records), AppendOrigin.REPLICATION)
+                info = self.replicas.append_records(self.partition, bytes(records), AppendOrigin.REPLICATION)
+                # Kafka's ReplicationBytesInPerSec: the answer's record bytes, once appended
+                self.replicas.replication_metrics.follower_appended(len(records), info.record_count)
             result = FollowerFetchResult(Errors.NONE, part.high_watermark)
         else:
             result = FollowerFetchResult(error)
@@ -237,6 +250,7 @@ class ReplicaFetcher:
         if cut is not None:
             self._cut(cut.offset, f"the leader's fetch answer names diverging epoch {result.diverging_epoch}")
         if error is not Errors.NONE:
+            self._failed(error_label(part.error_code))
             log.info("follower fetch answered with an error", topic=self.partition.topic,
                      partition=self.partition.index, leader=current.leader, error=error.name)
             return False

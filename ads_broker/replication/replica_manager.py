@@ -62,6 +62,7 @@ from ads_broker.log.manager import FDS_PER_NEW_PARTITION, MIN_FD_RESERVE, LogMan
 from ads_broker.log.records import ATTRIBUTES_OFFSET, COMPRESSION_CODEC_MASK, RECORD_BATCH_OVERHEAD, iter_batches
 from ads_broker.log.txn_index import AbortedTxn
 from ads_broker.replication.leader_epoch import EpochEntry, LeaderEpochFileCache
+from ads_broker.replication.metrics import ReplicationMetrics
 from ads_broker.replication.partition import Partition
 from ads_broker.replication.state import (
     AlterPartitionRequest,
@@ -194,6 +195,9 @@ class ReplicaManager:
         self.on_alter_partition: Callable[[Partition, AlterPartitionRequest], None] | None = None
         #: Request-path counters: consumer fetches count bytes out and error codes here.
         self.metrics: BrokerMetrics | None = None
+        #: Replication counters (bytes served to followers here, bytes and records the fetchers
+        #: copied, their failed fetches), served on /metrics next to the request-path ones.
+        self.replication_metrics = ReplicationMetrics()
 
     @property
     def topics(self) -> dict[str, Topic]:
@@ -514,17 +518,23 @@ class ReplicaManager:
         return info
 
     async def wait_for_high_watermark(self, partition: Partition, offset: int, timeout_ms: int) -> None:
-        """Wait until ``partition``'s high watermark reached ``offset`` (a coordinator's write with
-        acks=all, Kafka's DelayedProduce for the group and transaction coordinators). Nothing to
+        """Wait until ``partition``'s high watermark reached ``offset`` (Kafka's DelayedProduce: a
+        client's acks=all produce, and the group and transaction coordinators' writes). Nothing to
         wait for on a single node. NOT_LEADER_OR_FOLLOWER if this broker stops leading meanwhile,
         NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR is below ``min.insync.replicas``,
-        REQUEST_TIMED_OUT after ``timeout_ms``."""
+        REQUEST_TIMED_OUT after ``timeout_ms``.
+
+        A new leader epoch with this broker still leading (the controller bumps it on every ISR
+        change it writes) keeps the batch in the log: the wait goes on, as Kafka's DelayedProduce
+        does while the partition stays led here; a lost and regained leadership (a new
+        ``leader_generation``) ends it (the batch may have been truncated meanwhile)."""
         if not partition.replicated:
             return
+        last = f"offset {offset - 1} of {partition.topic}-{partition.index}"
         leader = partition.leader_state
         if leader is None:
             raise NotLeaderOrFollowerError(f"broker {self.broker_id} does not lead {partition.topic}-"
-                                           f"{partition.index}")
+                                           f"{partition.index}; retry at the new leader")
         generation = partition.leader_generation
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(timeout_ms, 0) / 1000
@@ -532,20 +542,21 @@ class ReplicaManager:
             leader = partition.leader_state
             if leader is None or partition.leader_generation != generation or self.stopping:
                 raise NotLeaderOrFollowerError(
-                    f"broker {self.broker_id} stopped leading {partition.topic}-{partition.index} before offset "
-                    f"{offset - 1} was replicated")
+                    f"broker {self.broker_id} stopped leading {partition.topic}-{partition.index} before {last} "
+                    "was replicated; retry at the new leader")
             done, error = leader.check_enough_replicas_reach_offset(offset)
             if done:
                 if error is Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND:
                     raise NotEnoughReplicasAfterAppendError(
                         f"the ISR of {partition.topic}-{partition.index} is {sorted(leader.isr)}, below "
-                        f"min.insync.replicas={leader.effective_min_isr()}")
+                        f"min.insync.replicas={leader.effective_min_isr()}, while {last} was replicated "
+                        "(it is written)")
                 return
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise RequestTimedOutError(
-                    f"offset {offset - 1} of {partition.topic}-{partition.index} was not replicated to the ISR "
-                    f"{sorted(leader.isr)} within {timeout_ms} ms (high watermark {leader.high_watermark})")
+                    f"{last} was not replicated to the ISR {sorted(leader.isr)} within {timeout_ms} ms "
+                    f"(high watermark {leader.high_watermark})")
             await self._wait_for_append([partition], remaining)
 
     async def append_client_records(self, partition: Partition, records: bytes, required_acks: int = 1,
@@ -581,7 +592,7 @@ class ReplicaManager:
 
     async def _replicate(self, partition: Partition, info: AppendInfo, required_acks: int, timeout_ms: int) -> None:
         """A leader's append: move the HW (an ISR of one), then for acks=all wait until the HW
-        passed the batch (Kafka's DelayedProduce): NONE, NOT_ENOUGH_REPLICAS_AFTER_APPEND if the
+        passed the batch (:meth:`wait_for_high_watermark`): NONE, NOT_ENOUGH_REPLICAS_AFTER_APPEND if the
         ISR shrank below the minimum meanwhile, REQUEST_TIMED_OUT after ``timeout_ms``, and
         NOT_LEADER_OR_FOLLOWER if this broker stopped leading (the client retries at the new
         leader; an idempotent retry of a batch that did survive is deduplicated there)."""
@@ -593,35 +604,8 @@ class ReplicaManager:
             return
         if leader.after_append(partition.log.log_end_offset, now_ms()):
             partition.notify()
-        if required_acks != -1:
-            return
-        generation = partition.leader_generation
-        required = info.last_offset + 1
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(timeout_ms, 0) / 1000
-        while True:
-            # A new leader epoch with this broker still leading (the controller bumps it on every
-            # ISR change it writes) keeps the batch in the log: keep waiting for the HW, as Kafka's
-            # DelayedProduce does while the partition stays led here.
-            leader = partition.leader_state
-            if leader is None or partition.leader_generation != generation or self.stopping:
-                raise NotLeaderOrFollowerError(
-                    f"broker {self.broker_id} stopped leading {partition.topic}-{partition.index} before offset "
-                    f"{info.last_offset} was replicated; retry at the new leader")
-            done, error = leader.check_enough_replicas_reach_offset(required)
-            if done:
-                if error is Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND:
-                    raise NotEnoughReplicasAfterAppendError(
-                        f"the ISR of {partition.topic}-{partition.index} shrank to {len(leader.isr)}, below "
-                        f"min.insync.replicas={leader.effective_min_isr()}, while offset {info.last_offset} was "
-                        "replicated (it is written)")
-                return
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise RequestTimedOutError(
-                    f"offset {info.last_offset} of {partition.topic}-{partition.index} was not replicated to the "
-                    f"ISR {sorted(leader.isr)} within {timeout_ms} ms (high watermark {leader.high_watermark})")
-            await self._wait_for_append([partition], remaining)
+        if required_acks == -1:
+            await self.wait_for_high_watermark(partition, info.last_offset + 1, timeout_ms)
 
     @staticmethod
     async def _validate(partition: Partition, records: bytes) -> ValidatedBatch:
@@ -692,6 +676,8 @@ class ReplicaManager:
             timeout = deadline - loop.time()
             found = any(r.slices for r in reads) or any(r.error or r.diverging_epoch for r in reads)
             if found or timeout <= 0 or self.stopping:
+                # Kafka's ReplicationBytesOutPerSec, marked as the answer is built
+                self.replication_metrics.served_follower(sum(s.size for r in reads for s in r.slices))
                 return reads
             partitions = [p for w in wanted if (p := self._find(w.topic, w.partition)) is not None]
             await self._wait_for_append(partitions, timeout)

@@ -13,8 +13,9 @@ The ads-broker row reads the replica-manager, controller, partition and log-end-
 (ads_broker/metrics.py) and the request-path series (ads_broker/request_metrics.py): Kafka's request
 rate, time and errors (``kafka_network_requestmetrics_*``), bytes and messages in/out per topic
 (``kafka_server_brokertopicmetrics_*``), connections per listener
-(``kafka_server_socket_server_metrics_*``) and ads-broker's own refused connections and
-``max.connections`` (``ads_broker_*``).
+(``kafka_server_socket_server_metrics_*``), ads-broker's own refused connections and
+``max.connections`` (``ads_broker_*``), and the replication counters (ads_broker/replication/metrics.py):
+Kafka's replication bytes in/out, records copied and follower fetch errors.
 """
 
 from __future__ import annotations
@@ -150,6 +151,27 @@ def broker_row(board: db.Dashboard) -> db.Dashboard:
                                f"_no_reauth_total{{{BSEL}}}[$__rate_interval]))", "ok, no re-auth {{listener}}", "E"),
                             _q("sum by (listener) (rate(kafka_server_socket_server_metrics_expired_connections_killed"
                                f"_count{{{BSEL}}}[$__rate_interval]))", "expired, closed {{listener}}", "F")))
+        .with_panel(_series("Replication bytes per broker", "Bps",
+                            "Record-batch bytes each broker's followers copied from their leaders (in) and its "
+                            "leaders served to followers (out); with every follower caught up, the cluster's in "
+                            "equals its out (each copy is counted once by the follower and once by its leader).",
+                            _q("sum by (instance) (rate(kafka_server_brokertopicmetrics_replicationbytesin_total"
+                               f"{{{BSEL}}}[$__rate_interval]))", "in {{instance}}"),
+                            _q("sum by (instance) (rate(kafka_server_brokertopicmetrics_replicationbytesout_total"
+                               f"{{{BSEL}}}[$__rate_interval]))", "out {{instance}}", "B")))
+        .with_panel(_series("Records replicated per broker", "ops",
+                            "Records each broker's followers copied from their leaders per second, against the "
+                            "records producers wrote to the partitions it leads.",
+                            _q(f"sum by (instance) (rate(ads_broker_replication_messagesin_total{{{BSEL}}}"
+                               "[$__rate_interval]))", "copied {{instance}}"),
+                            _q(f"sum by (instance) (rate(kafka_server_brokertopicmetrics_messagesin_total{{{BSEL}}}"
+                               "[$__rate_interval]))", "produced {{instance}}", "B")))
+        .with_panel(_series("Follower fetch errors", "ops",
+                            "Failed follower fetches per second by broker and Kafka error name (NETWORK_EXCEPTION: "
+                            "the connection to the leader failed); KafkaReplicaFetcherErrors when they go on for "
+                            "10 minutes.",
+                            _q(f"sum by (instance, error) (rate(ads_broker_replica_fetcher_errors_total{{{BSEL}}}"
+                               "[$__rate_interval]))", "{{instance}} {{error}}")))
         .with_panel(_series("Partitions and leaders per broker", "short",
                             "Replicas each broker holds and partitions it leads; the cluster's partitions and topics.",
                             _q(f"kafka_server_replicamanager_partitioncount{{{BSEL}}}", "replicas {{instance}}"),

@@ -160,6 +160,7 @@ def test_promtool_unit_tests_can_fail(tmp_path: Path) -> None:
     ("ads_broker_max_connections > 0.8", "ads_broker_max_connections > 0.9", "KafkaConnectionsNearLimit"),
     ('{request="Produce"}[5m]))) > 500', '{request="Produce"}[5m]))) > 1000', "KafkaProduceTimeHigh"),
     ('request=~"Produce|Fetch"', 'request=~".+"', "KafkaRequestErrorRatioHigh"),
+    ("fetcher_errors_total[5m])) > 0", "fetcher_errors_total[5m])) > 1", "KafkaReplicaFetcherErrors"),
 ])
 def test_broker_unit_tests_can_fail(tmp_path: Path, before: str, after: str, alert: str) -> None:
     """The broker rules' unit tests bite: a raised threshold (under-min-ISR) or a rule that forgets the

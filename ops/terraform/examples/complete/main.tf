@@ -44,7 +44,7 @@ module "msk" {
   security_group_ids     = [var.broker_security_group_id]
   number_of_broker_nodes = 3
   kms_key_arn            = aws_kms_key.this.arn
-  scram_secret_arns      = var.worker_scram_secret_arn == null ? [] : [var.worker_scram_secret_arn]
+  scram_secret_arns      = compact([var.worker_scram_secret_arn, var.audit_scram_secret_arn])
   tags                   = local.tags
 }
 
@@ -80,6 +80,7 @@ module "spark_audit" {
   security_group_ids = [var.worker_security_group_id]
   kms_key_arn        = aws_kms_key.this.arn
   audit_arguments    = ["--bootstrap", module.msk.bootstrap_brokers_sasl_scram]
+  scram_secret_arn   = var.audit_scram_secret_arn
   tags               = local.tags
 }
 

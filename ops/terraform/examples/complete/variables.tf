@@ -102,3 +102,14 @@ variable "worker_scram_secret_arn" {
     error_message = "worker_scram_secret_arn must be the full ARN of a Secrets Manager secret whose name starts with AmazonMSK_ (MSK's rule), including its 6-character suffix."
   }
 }
+
+variable "audit_scram_secret_arn" {
+  description = "Full ARN of the Secrets Manager secret (name AmazonMSK_..., encrypted with this deployment's KMS key) holding the nightly audit's SCRAM user (a user of its own: read-only ACLs on the topics); null on the first apply, like worker_scram_secret_arn."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.audit_scram_secret_arn == null ? true : can(regex("^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:AmazonMSK_[A-Za-z0-9/_+=.@-]+-[A-Za-z0-9]{6}$", var.audit_scram_secret_arn))
+    error_message = "audit_scram_secret_arn must be the full ARN of a Secrets Manager secret whose name starts with AmazonMSK_ (MSK's rule), including its 6-character suffix."
+  }
+}

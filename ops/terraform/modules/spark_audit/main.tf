@@ -7,6 +7,16 @@ data "aws_partition" "current" {}
 
 locals {
   bucket = "${var.name}-audit-${data.aws_caller_identity.current.account_id}-${data.aws_region.current.name}"
+
+  # Kafka SCRAM credentials: spark-audit reads them at start from the secret named here; only its
+  # ARN is in the job's arguments, never the credentials (docs/AUDIT.md, --kafka-secret).
+  scram = var.scram_secret_arn != null
+  kafka_arguments = var.scram_secret_arn == null ? [] : [
+    "--kafka-secret", var.scram_secret_arn,
+    "--kafka", "security.protocol=SASL_SSL",
+    "--kafka", "sasl.mechanism=${var.scram_mechanism}",
+  ]
+  entry_point_arguments = concat(["run"], var.audit_arguments, local.kafka_arguments, ["--out", "s3://${local.bucket}/reports/"])
 }
 
 resource "aws_s3_bucket" "reports" {
@@ -150,6 +160,37 @@ resource "aws_iam_role_policy" "job" {
   })
 }
 
+# Read access to the one secret holding the audit's Kafka SCRAM credentials, and Decrypt on its key
+# only through Secrets Manager and only for that ARN (the encryption context Secrets Manager binds
+# to every value it encrypts).
+resource "aws_iam_role_policy" "scram_secret" {
+  count = var.create && local.scram ? 1 : 0
+
+  name = "scram-secret"
+  role = aws_iam_role.job[0].id
+  policy = jsonencode({
+    Version = "2012-10-17"
+    Statement = [
+      {
+        Sid      = "ReadScramSecret"
+        Effect   = "Allow"
+        Action   = ["secretsmanager:GetSecretValue"]
+        Resource = [var.scram_secret_arn]
+      },
+      {
+        Sid      = "DecryptScramSecret"
+        Effect   = "Allow"
+        Action   = ["kms:Decrypt"]
+        Resource = [coalesce(var.scram_kms_key_arn, var.kms_key_arn)]
+        Condition = { StringEquals = {
+          "kms:ViaService"                  = "secretsmanager.${data.aws_region.current.name}.amazonaws.com"
+          "kms:EncryptionContext:SecretARN" = var.scram_secret_arn
+        } }
+      },
+    ]
+  })
+}
+
 resource "aws_iam_role" "scheduler" {
   count = var.create ? 1 : 0
 
@@ -214,7 +255,7 @@ resource "aws_scheduler_schedule" "nightly" {
       JobDriver = {
         SparkSubmit = {
           EntryPoint            = "/usr/local/bin/spark-audit"
-          EntryPointArguments   = concat(["run"], var.audit_arguments, ["--out", "s3://${local.bucket}/reports/"])
+          EntryPointArguments   = local.entry_point_arguments
           SparkSubmitParameters = "--conf spark.driver.extraJavaOptions=-Dlog4j2.level=WARN"
         }
       }

@@ -69,6 +69,44 @@ variable "audit_arguments" {
     condition     = !contains(var.audit_arguments, "--out")
     error_message = "audit_arguments must not set --out: the module points it at the reports bucket."
   }
+
+  validation {
+    condition     = !anytrue([for a in var.audit_arguments : can(regex("(?i)(^--kafka-secret|sasl\\.(password|username|oauthbearer)|ssl\\.key\\.password)", a))])
+    error_message = "audit_arguments must not carry Kafka credentials (sasl.password, sasl.username, ssl.key.password) nor --kafka-secret: a job run's arguments are readable by anyone who may list job runs. Set scram_secret_arn instead."
+  }
+}
+
+variable "scram_secret_arn" {
+  description = "Full ARN of the Secrets Manager secret holding the audit's Kafka SCRAM user (MSK's AmazonMSK_ secrets, JSON {\"username\": ..., \"password\": ...}); spark-audit reads it at start (--kafka-secret). null: the audit connects without SASL."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.scram_secret_arn == null ? true : can(regex("^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:[A-Za-z0-9/_+=.@-]+-[A-Za-z0-9]{6}$", var.scram_secret_arn))
+    error_message = "scram_secret_arn must be the full ARN of a Secrets Manager secret (arn:aws:secretsmanager:REGION:ACCOUNT:secret:NAME-XXXXXX, with its 6-character suffix: IAM and KMS match the exact ARN), or null."
+  }
+}
+
+variable "scram_kms_key_arn" {
+  description = "KMS key the SCRAM secret is encrypted with (MSK requires a customer-managed key for its secrets); null: kms_key_arn."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.scram_kms_key_arn == null ? true : can(regex("^arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[0-9a-f-]+$", var.scram_kms_key_arn))
+    error_message = "scram_kms_key_arn must be a KMS key ARN (arn:aws:kms:REGION:ACCOUNT:key/ID) or null."
+  }
+}
+
+variable "scram_mechanism" {
+  description = "sasl.mechanism of the audit when scram_secret_arn is set (MSK supports SCRAM-SHA-512 only)."
+  type        = string
+  default     = "SCRAM-SHA-512"
+
+  validation {
+    condition     = contains(["SCRAM-SHA-256", "SCRAM-SHA-512"], var.scram_mechanism)
+    error_message = "scram_mechanism must be SCRAM-SHA-256 or SCRAM-SHA-512."
+  }
 }
 
 variable "max_vcpu" {
