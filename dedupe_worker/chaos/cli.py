@@ -25,7 +25,7 @@ app = typer.Typer(help="Exactly-once proof harness: ads-broker + dedupe workers 
 @app.command()
 def main(
     profile_name: Annotated[str, typer.Option("--profile", help="ci | soak")] = "ci",
-    hours: Annotated[float | None, typer.Option(help="run length in hours (soak; ci overrides its 330 s)")] = None,
+    hours: Annotated[float | None, typer.Option(help="run length in hours (soak; ci overrides its 210 s)")] = None,
     seed: Annotated[int, typer.Option(help="seeds the traffic and the fault schedule")] = 1,
     mode: Annotated[str, typer.Option(help="the workers' exactly-once mode: reconcile | transactional")] = "reconcile",
     report: Annotated[Path, typer.Option(help="write the JSON report here")] = Path("chaos-report.json"),

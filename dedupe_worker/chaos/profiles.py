@@ -62,7 +62,7 @@ class Profile:
 
 
 CI = Profile(
-    name="ci", messages=110_000, duration_s=330.0, drain_timeout_s=90.0, recovery_timeout_s=60.0,
+    name="ci", messages=110_000, duration_s=210.0, drain_timeout_s=90.0, recovery_timeout_s=60.0,
     fault_counts={"worker_kill": 6, "worker_pause": 4, "crash_point": len(POINTS), "broker_kill": 2,
                   "broker_power_cut": 2, "append_delay": 2, "marker_delay": 2, "store_deleted": 2,
                   "stale_restore": 2, "second_worker": 2, "clock_skew": 2},
