@@ -581,6 +581,11 @@ def read_source(spark: Any, source: Source, role: str, cfg: AuditConfig) -> tupl
         return None, problem
     if isinstance(source, KafkaSource):
         return df.persist(StorageLevel.DISK_ONLY), None
+    if source.format == "parquet":
+        from spark_audit.export_datasource import may_hold_keyless
+
+        # By the footers: an export without null or empty keys needs no keyless branch.
+        return with_message_ids(df, keyless_possible=may_hold_keyless(source.path)), None
     return with_message_ids(df), None
 
 
