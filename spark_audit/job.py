@@ -446,12 +446,20 @@ def _write_counted(df: Any, path: Path) -> int:
     return int(df.sparkSession.read.parquet(str(path)).count())
 
 
-def dead_letters_missing(input_df: Any, raw_dlq: Any | None, cfg: AuditConfig, details_dir: Path) -> tuple[int, Path]:
+def dead_letters_missing(input_df: Any, raw_dlq: Any | None, cfg: AuditConfig, details_dir: Path,
+                         malformed_in_window: int | None = None) -> tuple[int, Path]:
     """Input records in the window without a messageId (the worker dead-letters them) for which no
-    dead letter names their partition and offset (``dedupe.source.*`` headers); written as detail."""
+    dead letter names their partition and offset (``dedupe.source.*`` headers); written as detail.
+
+    ``malformed_in_window`` is the input pass's count of those records (``missing_message_ids``):
+    when it is 0 there is nothing to look for, and the input is not scanned again.
+    """
     from pyspark.sql import functions as F
 
     path = details_dir / "dead_letters_missing"
+    if malformed_in_window == 0:
+        input_df.sparkSession.createDataFrame([], UNLINKED_DETAIL_DDL).write.mode("overwrite").parquet(str(path))
+        return 0, path
     ts = F.col("timestamp")
     malformed = input_df.where(F.col("key").isNull() & (ts >= F.lit(cfg.start)) & (ts < F.lit(cfg.end))) \
         .select("partition", "offset", "timestamp")
@@ -684,7 +692,8 @@ def audit(spark: Any, cfg: AuditConfig) -> AuditResult:
             missing_path = missing_ids(input_df, ids, counts["missing"], cfg, details_dir)
         with _step("dead letters", timings):
             dead, reasons = dead_letters(raw_dlq, cfg) if raw_dlq is not None else (0, {})
-            unlinked, unlinked_path = dead_letters_missing(input_df, raw_dlq, cfg, details_dir)
+            unlinked, unlinked_path = dead_letters_missing(input_df, raw_dlq, cfg, details_dir,
+                                                           totals["missing_message_ids"])
         with _step("timestamps", timings):
             bad_ts, outliers, timestamps_path = timestamp_checks(
                 raw_input if raw_input is not None else _empty_records(spark), cfg, details_dir)
