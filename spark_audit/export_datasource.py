@@ -84,6 +84,30 @@ def _int_option(options: Mapping[str, str], name: str) -> int | None:
     return int(text) if text not in (None, "") else None
 
 
+def may_hold_keyless(path: str) -> bool:
+    """Whether a record of the Parquet export at ``path`` can have a null or empty key, by the
+    footers' statistics alone (no data is read): a row group whose ``key`` column has nulls, an
+    empty minimum, no statistics, or no ``key`` column at all can. Without any such row group the
+    audit needs no keyless branch (and no Python UDF) when it gives each record its messageId."""
+    import pyarrow.parquet as pq
+
+    fs, files = export_files(path)
+    for name in files:
+        with fs.open_input_file(name) as handle:
+            meta = pq.ParquetFile(handle).metadata
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            if group.num_rows == 0:
+                continue
+            chunks = [group.column(i) for i in range(group.num_columns)]
+            key = next((c for c in chunks if c.path_in_schema == "key"), None)
+            stats = key.statistics if key is not None else None
+            if (stats is None or not stats.has_null_count or stats.null_count > 0 or not stats.has_min_max
+                    or stats.min in (b"", "")):
+                return True
+    return False
+
+
 class InputCountsReader(DataSourceReader):
     """Plans row groups on the driver; each task reads, parses and counts one row group."""
 

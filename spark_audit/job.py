@@ -374,6 +374,22 @@ def _rated(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+def write_empty(spark: Any, ddl: str, path: Path) -> None:
+    """An empty detail table (a clean day's ``missing``, ``output_duplicates``, ...) at ``path``, as
+    ``df.write.mode("overwrite").parquet`` leaves it (one file holding the schema), written by
+    pyarrow on the driver: a Spark job per empty table cost ~0.5 JVM CPU-s (issue 15)."""
+    import shutil
+
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema = to_arrow_schema(spark.createDataFrame([], ddl).schema, timezone="UTC")  # no job: a local relation
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    pq.write_table(schema.empty_table(), path / "part-00000.parquet")
+
+
 LEAK_DETAIL_DDL = ("message_id STRING, timestamp TIMESTAMP, partition INT, offset BIGINT, copy INT, "
                    "previous_ts TIMESTAMP")
 MISSING_DETAIL_DDL = ("message_id STRING, timestamp TIMESTAMP, partition INT, offset BIGINT, library STRING, "
@@ -388,7 +404,7 @@ def output_duplicates(output: Any, ids: Any, repeated: int, cfg: AuditConfig, de
     path = details_dir / "output_duplicates"
     spark = output.sparkSession
     if not repeated:
-        spark.createDataFrame([], LEAK_DETAIL_DDL).write.mode("overwrite").parquet(str(path))
+        write_empty(spark, LEAK_DETAIL_DDL, path)
         return 0, path
     ts = F.col("timestamp")
     rows = (output.where(F.col("key").isNotNull() & ts.isNotNull()).select("key", "timestamp", "partition", "offset")
@@ -412,7 +428,7 @@ def missing_ids(input_df: Any, ids: Any, missing: int, cfg: AuditConfig, details
     path = details_dir / "missing"
     spark = input_df.sparkSession
     if not missing:
-        spark.createDataFrame([], MISSING_DETAIL_DDL).write.mode("overwrite").parquet(str(path))
+        write_empty(spark, MISSING_DETAIL_DDL, path)
         return path
     ts = F.col("timestamp")
     rows = (input_df.where(F.col("key").isNotNull() & ts.isNotNull())
@@ -446,12 +462,20 @@ def _write_counted(df: Any, path: Path) -> int:
     return int(df.sparkSession.read.parquet(str(path)).count())
 
 
-def dead_letters_missing(input_df: Any, raw_dlq: Any | None, cfg: AuditConfig, details_dir: Path) -> tuple[int, Path]:
+def dead_letters_missing(input_df: Any, raw_dlq: Any | None, cfg: AuditConfig, details_dir: Path,
+                         malformed_in_window: int | None = None) -> tuple[int, Path]:
     """Input records in the window without a messageId (the worker dead-letters them) for which no
-    dead letter names their partition and offset (``dedupe.source.*`` headers); written as detail."""
+    dead letter names their partition and offset (``dedupe.source.*`` headers); written as detail.
+
+    ``malformed_in_window`` is the input pass's count of those records (``missing_message_ids``):
+    when it is 0 there is nothing to look for, and the input is not scanned again.
+    """
     from pyspark.sql import functions as F
 
     path = details_dir / "dead_letters_missing"
+    if malformed_in_window == 0:
+        write_empty(input_df.sparkSession, UNLINKED_DETAIL_DDL, path)
+        return 0, path
     ts = F.col("timestamp")
     malformed = input_df.where(F.col("key").isNull() & (ts >= F.lit(cfg.start)) & (ts < F.lit(cfg.end))) \
         .select("partition", "offset", "timestamp")
@@ -581,6 +605,11 @@ def read_source(spark: Any, source: Source, role: str, cfg: AuditConfig) -> tupl
         return None, problem
     if isinstance(source, KafkaSource):
         return df.persist(StorageLevel.DISK_ONLY), None
+    if source.format == "parquet":
+        from spark_audit.export_datasource import may_hold_keyless
+
+        # By the footers: an export without null or empty keys needs no keyless branch.
+        return with_message_ids(df, keyless_possible=may_hold_keyless(source.path)), None
     return with_message_ids(df), None
 
 
@@ -679,7 +708,8 @@ def audit(spark: Any, cfg: AuditConfig) -> AuditResult:
             missing_path = missing_ids(input_df, ids, counts["missing"], cfg, details_dir)
         with _step("dead letters", timings):
             dead, reasons = dead_letters(raw_dlq, cfg) if raw_dlq is not None else (0, {})
-            unlinked, unlinked_path = dead_letters_missing(input_df, raw_dlq, cfg, details_dir)
+            unlinked, unlinked_path = dead_letters_missing(input_df, raw_dlq, cfg, details_dir,
+                                                           totals["missing_message_ids"])
         with _step("timestamps", timings):
             bad_ts, outliers, timestamps_path = timestamp_checks(
                 raw_input if raw_input is not None else _empty_records(spark), cfg, details_dir)

@@ -60,7 +60,10 @@ def test_on_a_terminal_the_audit_draws_its_steps_live(ads_broker: BrokerProcess,
 def test_off_a_terminal_the_audit_logs_progress_lines_and_stdout_keeps_the_result(
         ads_broker: BrokerProcess, topic_name: str, tmp_path: Path) -> None:
     args = _topics(ads_broker.bootstrap, topic_name)
-    env = {**os.environ, "TERM": "xterm-256color", "SPARK_AUDIT_JVM_LOG": str(tmp_path / "jvm.log")}
+    temp = tmp_path / "tmp"  # the JVM's log and log4j file go to the temp directory by default
+    temp.mkdir()
+    env = {**{k: v for k, v in os.environ.items() if k != "SPARK_AUDIT_JVM_LOG"}, "TERM": "xterm-256color",
+           "TMPDIR": str(temp)}
     done = subprocess.run(_argv(args, tmp_path / "report", "--progress-interval", "0.5"), capture_output=True,
                           text=True, timeout=600, check=False, env=env)
     assert done.returncode == 3, done.stderr[-3000:]
@@ -73,3 +76,5 @@ def test_off_a_terminal_the_audit_logs_progress_lines_and_stdout_keeps_the_resul
     assert done.stdout.splitlines()[0] == f"report: {tmp_path / 'report' / 'report.json'} and " \
                                           f"{tmp_path / 'report' / 'index.html'}"
     assert "audit progress" not in done.stdout
+    # the run leaves nothing of its JVM behind (issue 15: spark-audit-jvm-<pid>.log and its log4j file)
+    assert not [p.name for p in temp.iterdir() if p.name.startswith("spark-audit-jvm")], list(temp.iterdir())

@@ -11,7 +11,15 @@ from typing import Any
 import pytest
 
 from spark_audit.api import run_config
-from spark_audit.job import AuditConfig, input_pass, input_pass_from_counts, within
+from spark_audit.job import (
+    LEAK_DETAIL_DDL,
+    MISSING_DETAIL_DDL,
+    UNLINKED_DETAIL_DDL,
+    AuditConfig,
+    input_pass,
+    input_pass_from_counts,
+    within,
+)
 from spark_audit.message_ids import with_message_ids
 from spark_audit.report import CHARTS, format_number
 from spark_audit.sources import ExportSource, load_input_counts
@@ -180,6 +188,11 @@ def test_tied_first_copies_break_by_partition_then_offset(spark: Any, tmp_path: 
     libs = {r["library"]: (r["input_messages"], r["input_duplicates"]) for r in report["by_library"]}
     assert libs == {"analytics.js": (2, 0), "analytics-ios": (1, 1)}
     assert [(r["client"], r["input_duplicates"]) for r in report["top_clients"]] == [("user-1", 1)]
+    # a clean day's detail tables are empty, with their schema (written without a Spark job)
+    for name, ddl in (("missing", MISSING_DETAIL_DDL), ("output_duplicates", LEAK_DETAIL_DDL),
+                      ("dead_letters_missing", UNLINKED_DETAIL_DDL)):
+        table = spark.read.parquet(str(tmp_path / "report" / "details" / name))
+        assert (table.schema, table.count()) == (spark.createDataFrame([], ddl).schema, 0), name
 
 
 def _as_rows(df: Any) -> list[tuple[Any, ...]]:
