@@ -13,6 +13,11 @@ class StoreError(DedupeError):
     """A partition store could not be opened, read or written."""
 
 
+class StoreUnusableError(StoreError):
+    """The open store cannot serve (its key filters could not be rebuilt from its column
+    families): restarting the partition on the same store cannot help; the worker stops."""
+
+
 class VolumeMismatchError(StoreError):
     """A partition volume belongs to another topic or partition than the one requested."""
 

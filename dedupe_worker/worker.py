@@ -12,7 +12,8 @@ Order of effects per batch (ARCHITECTURE invariant 7):
    from reconcile without touching RocksDB) or :class:`FencedError` (another worker owns p);
 4. one atomic WriteBatch: ids (first seen = the worker's clock) + generation counts + meta (next
    input offset, next output offset, sequence counter);
-5. mode ``reconcile``: commit the next input offset (synchronously, explicit offsets).
+5. mode ``reconcile``: commit the next input offset (explicit offsets; asynchronous in the loop,
+   synchronous at a stop, at a repair's end and in group assignment).
 
 Start (:meth:`PartitionWorker.prepare`): fence (``init_transactions``), then reconcile the store
 with the output (read_committed; repairs lost output), then read the committed input offset.
@@ -48,7 +49,14 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from ads_broker.log.fileutil import atomic_write, fsync_dir  # crash-safe small files, one implementation
 from dedupe_worker.aging import Ager
 from dedupe_worker.config import WorkerConfig
-from dedupe_worker.exceptions import DedupeError, DeliveryError, FencedError, OutputLostError, StoreError
+from dedupe_worker.exceptions import (
+    DedupeError,
+    DeliveryError,
+    FencedError,
+    OutputLostError,
+    StoreError,
+    StoreUnusableError,
+)
 from dedupe_worker.faults import FaultHook
 from dedupe_worker.kafka import consumer_config, partition_counts, producer_config
 from dedupe_worker.metrics import ROCKSDB_TICKERS, WorkerMetrics
@@ -336,6 +344,10 @@ class PartitionWorker:
         steps.done("reconcile")
         store = self.store
         assert store is not None
+        # a key-filter rebuild started at open (after a crash) finishes here if it has not yet,
+        # ticking the stall watchdog: on a very large stale volume it is progress, not a stall
+        store.wait_filters(tick=self._alive)
+        steps.done("filters")
         self._output_next = store.meta().output_offset
         tp = TopicPartition(self.cfg.input_topic, self.partition)
         committed = (offsets or consumer).committed([tp], timeout=10)[0].offset
@@ -349,6 +361,9 @@ class PartitionWorker:
                  seconds=steps.seconds)
         self.state = "running"
         return int(position)
+
+    def _alive(self) -> None:
+        self.last_progress = time.monotonic()
 
     def _repair_marker(self) -> Path:
         """Present while a lost-output repair is unfinished: ``rebuilding`` (written before the store
@@ -512,7 +527,7 @@ class PartitionWorker:
                     self.close_clients()
                     return
                 except Exception as e:
-                    if isinstance(e, StoreError) and self.store is None:
+                    if isinstance(e, StoreUnusableError) or (isinstance(e, StoreError) and self.store is None):
                         self.failure, self.state = e, "failed"
                         raise
                     log.error("partition error; restarting from reconcile", partition=self.partition,

@@ -19,13 +19,12 @@ outcome (ok with partition and offset, failed, unknown).
 from __future__ import annotations
 
 import heapq
+import itertools
 import random
 import threading
 import time
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass, replace
 from typing import Any
 
 import structlog
@@ -33,7 +32,7 @@ from confluent_kafka import KafkaError, Producer
 
 from dedupe_worker.chaos.model import H_ATTEMPT, Attempt, Outcome, digest
 from dedupe_worker.kafka import producer_config
-from dedupe_worker.loadgen import LoadSpec, make_event, plan
+from dedupe_worker.loadgen import LoadSpec, plan
 from dedupe_worker.records import classify
 
 log = structlog.get_logger("dedupe_worker.chaos.history")
@@ -188,22 +187,25 @@ class Generator:
                         a.outcome, a.error = Outcome.UNKNOWN, "no delivery report before the run ended"
 
     def _tail(self, producer: Any) -> Any:
-        """After the plan, new events at the plan's average rate until :meth:`end_tail`: on a loaded
-        machine the fault schedule runs late, and a fault after the last send (a crash point at a
-        worker's 4th batch) would find no input to act on (seen in a CI run at load 10: the
-        after_commit point unreached). Recorded like every other send (kind ``new``)."""
-        rng = random.Random(self.spec.seed ^ 0x7A11)
-        gap = self.spec.duration_s / max(1, len(self.plan))
-        due = time.time()
-        while not self._tail_end.is_set() and not self._stop.is_set():
-            producer = self._wait_until(producer, due)
-            if self._tail_end.is_set() or self._stop.is_set():
-                break
-            mid = str(uuid.UUID(int=rng.getrandbits(128), version=4))
-            value = make_event(rng, mid, rng.randrange(100), datetime.now(UTC))
-            self._send(producer, Planned(0.0, mid.encode(), value, "new", mid), None)
-            self.tail_sent += 1
-            due = max(due + gap, time.time() - 1.0)  # no burst after a stall
+        """After the plan, more traffic of the same mix (new ids, retries, malformed and hours-late
+        events: plans of 60 s with seeds of their own) at the plan's average rate, until
+        :meth:`end_tail`: on a loaded machine the fault schedule runs late, and a fault after the
+        last send (a crash point at a worker's 4th batch) would find no input to act on (seen in a
+        CI run at load 10: the after_commit point unreached), or only unique valid events. Recorded
+        like every other send."""
+        chunk_s = 60.0
+        rate = len(self.plan) / max(self.spec.duration_s, 1.0)
+        start = time.time()
+        for k in itertools.count(1):
+            spec = replace(self.spec, seed=self.spec.seed * 1_000_003 + k, duration_s=chunk_s,
+                           messages=max(1, int(rate * chunk_s)))
+            for planned in plan_traffic(spec):
+                producer = self._wait_until(producer, start + planned.due_s)
+                if self._tail_end.is_set() or self._stop.is_set():
+                    return producer
+                self._send(producer, planned, None)
+                self.tail_sent += 1
+            start = max(start + chunk_s, time.time() - 1.0)  # no burst after a stall
         return producer
 
     def _pending(self) -> bool:

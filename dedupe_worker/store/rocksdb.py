@@ -47,7 +47,7 @@ import re
 import struct
 import threading
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from pathlib import Path
@@ -66,7 +66,7 @@ from rocksdict import (
     WriteOptions,
 )
 
-from dedupe_worker.exceptions import StoreError, VolumeMismatchError
+from dedupe_worker.exceptions import StoreError, StoreUnusableError, VolumeMismatchError
 from dedupe_worker.store.base import AgingResult, StoreMeta
 from dedupe_worker.store.keyfilter import KeyFilter, Probe, key_hashes
 
@@ -311,11 +311,25 @@ class RocksDBStore:
         generations' column families until :attr:`_filters_ready` is set."""
         try:
             for gen in stale:
-                self._loaded_filters[gen.id] = self._rebuild_filter(gen)
+                filt = self._rebuild_filter(gen)
+                self._loaded_filters[gen.id] = filt
+                # saved at once (no write can change the generation meanwhile: writes wait for
+                # this thread), so a process killed during a long rebuild does not redo it
+                wb = WriteBatch(raw_mode=True)
+                self._put_filter(wb, gen, filt)
+                self._db.write(wb, self._write_opts)
         except BaseException as e:  # reported to the first caller that needs the filters
             self._filters_error = e
         finally:
             self._filters_ready.set()
+
+    def wait_filters(self, tick: Callable[[], None] | None = None, interval_s: float = 1.0) -> None:
+        """Wait for a rebuild started at open, calling ``tick`` every ``interval_s`` meanwhile (the
+        worker's stall watchdog: a rebuild of a very large stale volume is progress, not a stall)."""
+        while not self._filters_ready.wait(interval_s):
+            if tick is not None:
+                tick()
+        self._filters  # noqa: B018 - raises the rebuild's error, if any
 
     @property
     def _filters(self) -> dict[int, KeyFilter]:
@@ -323,7 +337,7 @@ class RocksDBStore:
         if not self._filters_ready.is_set():
             self._filters_ready.wait()
         if self._filters_error is not None:
-            raise StoreError(f"cannot rebuild the key filters of {self.path} from its column families: "
+            raise StoreUnusableError(f"cannot rebuild the key filters of {self.path} from its column families: "
                              f"{self._filters_error}. The store may be damaged: restore the volume from a "
                              "snapshot or move it aside (the worker then rebuilds it from the output topic)"
                              ) from self._filters_error
@@ -506,6 +520,7 @@ class RocksDBStore:
         The generation list and ``low_sequence`` are rewritten in one WriteBatch, then the dropped
         column families are removed (a crash in between leaves unnamed ones, dropped on open).
         """
+        filters = self._filters  # a rebuild may still read a generation this drops: wait for it first
         gens = list(self._gens)
         dropped: list[Generation] = []
         deleted = 0
@@ -527,7 +542,7 @@ class RocksDBStore:
             self._meta, self._gens = new, gens
             for gen in dropped:
                 del self._views[gen.cf], self._handles[gen.cf]
-                self._filters.pop(gen.id, None)
+                filters.pop(gen.id, None)
                 self._db.drop_column_family(gen.cf)
         return AgingResult(deleted=deleted, oldest_first_seen_ms=self.oldest_first_seen_ms())
 

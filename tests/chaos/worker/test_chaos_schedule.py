@@ -67,24 +67,26 @@ def test_kinds_left_out_give_their_slots_to_worker_faults() -> None:
     assert not {s.kind for s in some} & left_out
 
 
-def test_the_generator_keeps_sending_new_events_until_the_faults_are_over(ads_broker: BrokerProcess) -> None:
+def test_the_generator_keeps_sending_until_the_faults_are_over(ads_broker: BrokerProcess) -> None:
     """A fault the schedule runs after the plan's last send (late, on a loaded machine) still finds
-    input: after the plan the generator sends new, distinct events at the plan's rate until
-    ``end_tail``, each recorded like a planned send (a CI run at load 10 once left the after_commit
-    crash point unreached because the input had stopped)."""
+    input of the same mix: after the plan the generator keeps sending at the plan's rate (new ids,
+    malformed events, retries) until ``end_tail``, each recorded like a planned send (a CI run at
+    load 10 once left the after_commit crash point unreached because the input had stopped)."""
     create_topics(ads_broker.bootstrap, {"chaos-tail-in": 2})
-    spec = TrafficSpec(messages=40, duration_s=1.0, seed=5, malformed_rate=0.0, run_retry_rate=0.0,
-                       late_retry_rate=0.0, duplicate_rate=0.0)
+    spec = TrafficSpec(messages=100, duration_s=1.0, seed=5, malformed_rate=0.1, duplicate_rate=0.0,
+                       late_retry_rate=0.0)
     generator = Generator(ads_broker.bootstrap, "chaos-tail-in", spec).start()
     deadline = time.time() + 60
-    while generator.tail_sent < 20 and time.time() < deadline:
+    while generator.tail_sent < 300 and time.time() < deadline:
         time.sleep(0.05)
-    assert generator.tail_sent >= 20 and not generator.done  # still sending: the faults are not over
+    assert generator.tail_sent >= 300 and not generator.done  # still sending: the faults are not over
     generator.end_tail()
     assert generator.join(60)
     attempts = list(generator.attempts.values())
     assert len(attempts) == len(generator.plan) + generator.tail_sent
+    assert all(a.outcome is Outcome.OK for a in attempts)
+    planned_ids = {a.message_id for a in attempts[:len(generator.plan)] if a.message_id}
     tail = attempts[len(generator.plan):]
-    assert {a.kind for a in tail} == {"new"} and all(a.outcome is Outcome.OK for a in attempts)
-    ids = [a.message_id for a in attempts]
-    assert len(set(ids)) == len(ids)  # new ids, none repeating a planned one
+    assert {"new", "malformed"} <= {a.kind for a in tail}
+    new_ids = [a.message_id for a in tail if a.kind == "new"]
+    assert len(set(new_ids)) == len(new_ids) and not planned_ids & set(new_ids)  # fresh ids, none planned

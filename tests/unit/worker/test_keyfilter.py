@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dedupe_worker.exceptions import StoreError
+from dedupe_worker.exceptions import StoreError, StoreUnusableError
 from dedupe_worker.keys import encode_message_id
 from dedupe_worker.store.keyfilter import BlockedBloom, KeyFilter, key_hashes
 from dedupe_worker.store.rocksdb import _I64, _M_FILTER, Generation, RocksDBOptions, RocksDBStore
@@ -237,8 +237,38 @@ def test_a_rebuild_that_fails_is_a_store_error_at_first_use(tmp_path: Path, monk
 
     monkeypatch.setattr(RocksDBStore, "_rebuild_filter", broken)
     store = _open(tmp_path, generation_keys=10_000)
-    with pytest.raises(StoreError, match=r"cannot rebuild the key filters .*checksum mismatch.*restore the volume"):
+    with pytest.raises(StoreUnusableError, match=r"cannot rebuild the key filters .*checksum mismatch.*restore"):
         store.contains(first)
     with pytest.raises(StoreError):
         store.record(_uuids(5, 14), [1] * 5, input_offset=3, output_offset=3)
+    store.close()
+
+
+def test_a_rebuilt_filter_is_saved_at_once_and_waiting_for_it_ticks(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker's start waits for the rebuild with a tick (its stall watchdog) instead of a bare
+    wait; the rebuilt filter is saved as soon as it is built, so a crash right after (no close)
+    does not make the next open rebuild it again."""
+    first, later = _uuids(300, 15), _uuids(200, 16)
+    _crash_with_stale_newest_filter(tmp_path, first, later)
+    gate, entered = _gate_rebuild(monkeypatch)
+    store = _open(tmp_path, generation_keys=10_000)
+    assert entered.wait(30)
+    ticks: list[float] = []
+    waiter = threading.Thread(target=store.wait_filters, kwargs={"tick": lambda: ticks.append(1.0),
+                                                                 "interval_s": 0.05})
+    waiter.start()
+    deadline = threading.Event()
+    while len(ticks) < 3 and not deadline.wait(0.05):
+        pass
+    assert len(ticks) >= 3 and waiter.is_alive()
+    gate.set()
+    waiter.join(30)
+    assert not waiter.is_alive()
+    monkeypatch.undo()
+    store._db.close()  # a crash right after the rebuild: no close(), no flush()
+    del store
+    store = _open(tmp_path, generation_keys=10_000)
+    assert store._rebuilder is None  # the saved filter covers the generation: nothing to rebuild
+    assert store.contains(first + later) == [True] * 500
     store.close()
