@@ -19,7 +19,7 @@ from __future__ import annotations
 import operator
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import compress
 from typing import Any
 
@@ -155,8 +155,9 @@ def check_output_end(cfg: WorkerConfig, partition: int, meta: StoreMeta, timeout
         high, stable = _log_ends(admin, tp, timeout_s, where)
         if meta.output_offset > high:
             raise OutputLostError(
-                f"output partition is shorter than recorded: {where} ends at offset {high} but the store "
-                f"recorded publishing up to {meta.output_offset} (input up to {meta.input_offset}); the broker "
+                f"output partition is shorter than recorded: {where} ends at offset {high} but the store or "
+                f"the committed input offset recorded publishing up to {meta.output_offset} (store's input "
+                f"position {meta.input_offset}); the broker "
                 "lost acknowledged output (a crash with unsynced writes, or an unclean leader election)")
         if meta.output_offset <= stable or time.monotonic() > deadline:
             break
@@ -201,7 +202,8 @@ def _log_ends(admin: AdminClient, tp: TopicPartition, timeout_s: float, where: s
 
 
 def reconcile(store: RocksDBStore, cfg: WorkerConfig, partition: int, *, idle_timeout_s: float = 60.0,
-              on_records: Any = None, on_bad_header: Callable[[], None] | None = None) -> ReconcileResult:
+              on_records: Any = None, on_bad_header: Callable[[], None] | None = None,
+              output_floor: int | None = None) -> ReconcileResult:
     """Read output partition ``partition`` from ``store.meta().output_offset`` to its end (only
     committed records: aborted batches never reached downstream). Raises :class:`OutputLostError`
     before reading anything when the output is shorter than the store recorded (see
@@ -214,7 +216,14 @@ def reconcile(store: RocksDBStore, cfg: WorkerConfig, partition: int, *, idle_ti
     meta = store.meta()
     start = meta.output_offset
     rebuild = start == 0 and meta.sequence == 0
-    if not rebuild and check_output_end(cfg, partition, meta) == start:
+    # ``output_floor``: the next output offset the group's committed input offset recorded. The
+    # output was published at least that far, whatever the store says: a store restored from a
+    # stale snapshot, or deleted (a rebuild), cannot see output lost under it, the floor can.
+    recorded = max(meta.output_offset, output_floor or 0)
+    if rebuild:
+        if output_floor is not None:
+            check_output_end(cfg, partition, replace(meta, output_offset=output_floor))
+    elif check_output_end(cfg, partition, replace(meta, output_offset=recorded)) == start:
         # Nothing committed past what the store recorded (the usual restart: the last batch was
         # committed, or its transaction is still open): a replay would read nothing and stop at
         # this same end, so no reader is started (a client start, a fetch and a close per restart).

@@ -15,8 +15,9 @@ Order of effects per batch (ARCHITECTURE invariant 7):
 5. mode ``reconcile``: commit the next input offset (explicit offsets; asynchronous in the loop,
    synchronous at a stop, at a repair's end and in group assignment).
 
-Start (:meth:`PartitionWorker.prepare`): fence (``init_transactions``), then reconcile the store
-with the output (read_committed; repairs lost output), then read the committed input offset.
+Start (:meth:`PartitionWorker.prepare`): fence (``init_transactions``), read the committed input
+offset (its metadata records the next output offset), then reconcile the store with the output
+(read_committed; repairs output lost under the store or under that committed offset).
 A crash between any two steps leaves RocksDB at or behind the output, never ahead: a transaction
 left open is aborted by the next ``init_transactions``, and reconcile replays what was committed.
 Output and dead letters of a batch commit together, so dead letters are never lost behind
@@ -176,6 +177,28 @@ class InFlight:
     txn_started: float
 
 
+#: The input offset's commit metadata names the next output offset of the batch it commits, so a
+#: start can tell output lost under the broker even when the store cannot (restored from a stale
+#: snapshot, or deleted: see :func:`~dedupe_worker.reconcile.reconcile`'s ``output_floor``).
+OUTPUT_METADATA = "dedupe.output="
+
+
+def output_metadata(next_output: int) -> str:
+    return f"{OUTPUT_METADATA}{next_output}"
+
+
+def parse_output_metadata(metadata: str | None) -> int | None:
+    """The next output offset an input commit recorded, or None (an older worker's commit, or
+    metadata someone else wrote)."""
+    if not metadata or not metadata.startswith(OUTPUT_METADATA):
+        return None
+    try:
+        value = int(metadata[len(OUTPUT_METADATA):])
+    except ValueError:
+        return None
+    return value if value >= 0 else None
+
+
 class Steps:
     """Seconds each start-up step took, for the "partition started" log line (a slow restart says
     where it waited: side-topic metadata, the fence, reconcile, the committed offset)."""
@@ -206,7 +229,7 @@ class ReconcileMode:
     name = "reconcile"
     pipelines = True
 
-    def before_commit(self, worker: PartitionWorker, next_input: int) -> None:
+    def before_commit(self, worker: PartitionWorker, next_input: int, next_output: int) -> None:
         pass
 
     def after_record(self, worker: PartitionWorker, next_input: int) -> None:
@@ -219,8 +242,9 @@ class ReconcileMode:
         (a partition's next owner may start from the group's offset on another volume). A failed
         asynchronous commit is logged (:func:`log_commit_failure`); the next batch's commit covers it."""
         sync = worker._repair_pending or worker.stop_event.is_set() or not worker._owns_consumer
-        worker._consumer.commit(offsets=[TopicPartition(worker.cfg.input_topic, worker.partition, next_input)],
-                                asynchronous=not sync)
+        tp = TopicPartition(worker.cfg.input_topic, worker.partition, next_input,
+                            metadata=output_metadata(worker._output_next))
+        worker._consumer.commit(offsets=[tp], asynchronous=not sync)
 
 
 class TransactionalMode:
@@ -230,8 +254,9 @@ class TransactionalMode:
     name = "transactional"
     pipelines = False
 
-    def before_commit(self, worker: PartitionWorker, next_input: int) -> None:
-        tp = TopicPartition(worker.cfg.input_topic, worker.partition, next_input)
+    def before_commit(self, worker: PartitionWorker, next_input: int, next_output: int) -> None:
+        tp = TopicPartition(worker.cfg.input_topic, worker.partition, next_input,
+                            metadata=output_metadata(next_output))
         with worker.bounded_call("send_offsets_to_transaction", worker.cfg.delivery_timeout_s):
             worker._producer.send_offsets_to_transaction([tp], worker._consumer.consumer_group_metadata(),
                                                          worker.cfg.delivery_timeout_s)
@@ -324,8 +349,8 @@ class PartitionWorker:
         consumer.assign([TopicPartition(self.cfg.input_topic, self.partition, position)])
 
     def prepare(self, consumer: Any, owns_consumer: bool = True, offsets: Any = None) -> int:
-        """Open the store, fence every earlier producer of the partition, reconcile the store with
-        the output, then read the committed input offset; returns the input offset to resume from:
+        """Open the store, fence every earlier producer of the partition, read the committed input
+        offset, reconcile the store with the output; returns the input offset to resume from:
         max(committed offset, recorded position), or the recorded position alone after a repair
         of lost output (the committed offset is then past what the output holds). ``offsets``: the
         client to read the committed offset with, if not ``consumer`` (group mode prepares on
@@ -339,8 +364,13 @@ class PartitionWorker:
         self.state = "fencing"
         self._producer = self._make_producer()  # init_transactions: fence first (hole 3 of issue 16)
         steps.done("fence")
+        # after the fence: a transaction it completed has committed its input offset by now
+        tp = TopicPartition(self.cfg.input_topic, self.partition)
+        got = (offsets or consumer).committed([tp], timeout=10)[0]
+        committed, output_floor = got.offset, parse_output_metadata(got.metadata)
+        steps.done("committed")
         self.state = "reconciling"
-        repaired = self._reconcile()
+        repaired = self._reconcile(output_floor)
         steps.done("reconcile")
         store = self.store
         assert store is not None
@@ -349,9 +379,6 @@ class PartitionWorker:
         store.wait_filters(tick=self._alive)
         steps.done("filters")
         self._output_next = store.meta().output_offset
-        tp = TopicPartition(self.cfg.input_topic, self.partition)
-        committed = (offsets or consumer).committed([tp], timeout=10)[0].offset
-        steps.done("committed")
         # after a repair the group's offset is past what the output holds: the store's position alone,
         # until the first batch's commit has moved the group's offset back (see drain)
         self._repair_pending = repaired
@@ -370,7 +397,7 @@ class PartitionWorker:
         is wiped), then ``rebuilt``; removed once a batch's commit moved the group's offset back."""
         return self.cfg.partition_dir(self.partition) / REPAIR_MARKER
 
-    def _reconcile(self) -> bool:
+    def _reconcile(self, output_floor: int | None = None) -> bool:
         """Reconcile; on lost output, rebuild the store from what the output holds (the store and
         the committed input then describe output that no longer exists). True while a repair is
         unfinished (the caller then resumes from the store's position, not the group's).
@@ -394,7 +421,8 @@ class PartitionWorker:
         state = marker.read_bytes() if marker.exists() else None
         if state != REPAIR_REBUILDING:
             try:
-                result = reconcile(store, self.cfg, self.partition, on_records=counter_inc, on_bad_header=bad)
+                result = reconcile(store, self.cfg, self.partition, on_records=counter_inc, on_bad_header=bad,
+                                   output_floor=output_floor)
                 if result.rebuilt:
                     self.metrics.rebuilds.labels(**self._labels, reason="no_local_state").inc()
                 return state is not None
@@ -637,7 +665,8 @@ class PartitionWorker:
         transaction is aborted (best effort; a new producer's ``init_transactions`` aborts it
         otherwise) and RocksDB is not written."""
         try:
-            self.mode.before_commit(self, pending.next_input)
+            n = len(pending.split.new)
+            self.mode.before_commit(self, pending.next_input, self._output_next + (n + 1 if n else 0))
             with self.bounded_call("commit_transaction", self.cfg.delivery_timeout_s):
                 self.faults.hit("in_commit", self._batches)
                 self._producer.commit_transaction(self.cfg.delivery_timeout_s)

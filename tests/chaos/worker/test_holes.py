@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -184,6 +185,45 @@ def test_output_lost_under_the_worker_is_repaired(tmp_path: Path, topic_name: st
     assert set(counts) == set(ids) and max(counts.values()) == 1
     assert b"output partition is shorter than recorded" in (tmp_path / "w.log").read_bytes()
     assert not (tmp_path / "w" / "partition-0" / "REPAIR-PENDING").exists()
+
+
+@pytest.mark.parametrize("mode", ["reconcile", "transactional"])
+def test_output_lost_under_a_deleted_store_is_repaired(tmp_path: Path, topic_name: str, mode: str) -> None:
+    """Found by review on 2026-11-27: acknowledged output lost by the broker (as above) AND the
+    worker's volume lost before the restart (a new volume: the store is rebuilt from the output's
+    last window). The store can no longer say how far the output went; the restart rebuilt an empty
+    store and resumed from the group's committed offset, past all 10 inputs, so their output was
+    lost for good with no error. Now the input commit's metadata carries the next output offset
+    (``dedupe.output=<n>``), and a start finding the output shorter than that repairs: rebuild from
+    what the output holds and re-read the input from there (both modes: in ``transactional`` the
+    metadata rides in the transaction's offset commit)."""
+    data = tmp_path / "broker-data"
+    with ads_broker_process(data, log_path=tmp_path / "broker.log") as broker:
+        port = broker.port
+        topics = _topics(broker.bootstrap, topic_name, durable=False)
+        ids = [str(uuid.uuid4()) for _ in range(10)]
+        _send(broker.bootstrap, topics.input, [_event(m) for m in ids])
+        env = {"DEDUPE_REQUIRE_DURABLE_OUTPUT": "false", "DEDUPE_EXACTLY_ONCE": mode}
+        proc = start_worker(broker.bootstrap, topics, tmp_path / "w", tmp_path / "w.log", env=env)
+        try:
+            _wait_ids(broker.bootstrap, topics.output, 10, [proc])
+        finally:
+            assert stop_worker(proc) == 0
+        os.kill(broker.pid, signal.SIGKILL)
+        broker.proc.wait(30)
+    for seg in _output_segments(data, topics.output):
+        os.truncate(seg, 0)  # nothing of the output had reached the disk
+    shutil.rmtree(tmp_path / "w" / "partition-0")  # and the worker's volume is gone too
+    with ads_broker_process(data, port=port, log_path=tmp_path / "broker.log") as broker:
+        assert read_all(broker.bootstrap, topics.output, 1) == []
+        proc = start_worker(broker.bootstrap, topics, tmp_path / "w", tmp_path / "w.log", env=env)
+        try:
+            out = _wait_ids(broker.bootstrap, topics.output, 10, [proc])
+        finally:
+            assert stop_worker(proc) == 0
+    counts = message_ids(out)
+    assert set(counts) == set(ids) and max(counts.values()) == 1
+    assert b"output partition is shorter than recorded" in (tmp_path / "w.log").read_bytes()
 
 
 def test_unsafe_output_settings_are_refused(ads_broker: BrokerProcess, topic_name: str, tmp_path: Path) -> None:
