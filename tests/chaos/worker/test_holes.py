@@ -142,6 +142,30 @@ def _output_segments(data_dir: Path, topic: str) -> list[Path]:
     return sorted((data_dir / f"{topic}-0").glob("*.log"))
 
 
+def _publish_then_lose_output(tmp_path: Path, topic_name: str,
+                              env: dict[str, str]) -> tuple[Path, int, Topics, list[str]]:
+    """10 ids published by a worker (stopped cleanly), then the broker SIGKILLed and the output's
+    segments cut to 0 bytes: acknowledged output lost under the worker. The output topic is created
+    without flush.messages=1 (the unsafe setting the worker refuses by default), so ``env`` must
+    turn require_durable_output off. Returns (broker data dir, its port, topics, ids)."""
+    data = tmp_path / "broker-data"
+    with ads_broker_process(data, log_path=tmp_path / "broker.log") as broker:
+        port = broker.port
+        topics = _topics(broker.bootstrap, topic_name, durable=False)
+        ids = [str(uuid.uuid4()) for _ in range(10)]
+        _send(broker.bootstrap, topics.input, [_event(m) for m in ids])
+        proc = start_worker(broker.bootstrap, topics, tmp_path / "w", tmp_path / "w.log", env=env)
+        try:
+            _wait_ids(broker.bootstrap, topics.output, 10, [proc])
+        finally:
+            assert stop_worker(proc) == 0
+        os.kill(broker.pid, signal.SIGKILL)
+        broker.proc.wait(30)
+    for seg in _output_segments(data, topics.output):
+        os.truncate(seg, 0)  # nothing of the output had reached the disk
+    return data, port, topics, ids
+
+
 @pytest.mark.parametrize("interrupted", [False, True])
 def test_output_lost_under_the_worker_is_repaired(tmp_path: Path, topic_name: str, interrupted: bool) -> None:
     """Hole 5: acknowledged output lost by the broker (its segment cut back to what was fsynced, 0
@@ -153,22 +177,8 @@ def test_output_lost_under_the_worker_is_repaired(tmp_path: Path, topic_name: st
     ``interrupted``: the worker is SIGKILLed in the middle of the repair (store wiped, not yet
     rebuilt); the next start must finish it, not resume from the group's offset, which is past
     what the output holds (the repair's marker file says so)."""
-    data = tmp_path / "broker-data"
-    with ads_broker_process(data, log_path=tmp_path / "broker.log") as broker:
-        port = broker.port
-        topics = _topics(broker.bootstrap, topic_name, durable=False)
-        ids = [str(uuid.uuid4()) for _ in range(10)]
-        _send(broker.bootstrap, topics.input, [_event(m) for m in ids])
-        env = {"DEDUPE_REQUIRE_DURABLE_OUTPUT": "false"}
-        proc = start_worker(broker.bootstrap, topics, tmp_path / "w", tmp_path / "w.log", env=env)
-        try:
-            _wait_ids(broker.bootstrap, topics.output, 10, [proc])
-        finally:
-            assert stop_worker(proc) == 0
-        os.kill(broker.pid, signal.SIGKILL)
-        broker.proc.wait(30)
-    for seg in _output_segments(data, topics.output):
-        os.truncate(seg, 0)  # nothing of the output had reached the disk
+    env = {"DEDUPE_REQUIRE_DURABLE_OUTPUT": "false"}
+    data, port, topics, ids = _publish_then_lose_output(tmp_path, topic_name, env)
     with ads_broker_process(data, port=port, log_path=tmp_path / "broker.log") as broker:
         assert read_all(broker.bootstrap, topics.output, 1) == []
         if interrupted:
@@ -197,22 +207,8 @@ def test_output_lost_under_a_deleted_store_is_repaired(tmp_path: Path, topic_nam
     (``dedupe.output=<n>``), and a start finding the output shorter than that repairs: rebuild from
     what the output holds and re-read the input from there (both modes: in ``transactional`` the
     metadata rides in the transaction's offset commit)."""
-    data = tmp_path / "broker-data"
-    with ads_broker_process(data, log_path=tmp_path / "broker.log") as broker:
-        port = broker.port
-        topics = _topics(broker.bootstrap, topic_name, durable=False)
-        ids = [str(uuid.uuid4()) for _ in range(10)]
-        _send(broker.bootstrap, topics.input, [_event(m) for m in ids])
-        env = {"DEDUPE_REQUIRE_DURABLE_OUTPUT": "false", "DEDUPE_EXACTLY_ONCE": mode}
-        proc = start_worker(broker.bootstrap, topics, tmp_path / "w", tmp_path / "w.log", env=env)
-        try:
-            _wait_ids(broker.bootstrap, topics.output, 10, [proc])
-        finally:
-            assert stop_worker(proc) == 0
-        os.kill(broker.pid, signal.SIGKILL)
-        broker.proc.wait(30)
-    for seg in _output_segments(data, topics.output):
-        os.truncate(seg, 0)  # nothing of the output had reached the disk
+    env = {"DEDUPE_REQUIRE_DURABLE_OUTPUT": "false", "DEDUPE_EXACTLY_ONCE": mode}
+    data, port, topics, ids = _publish_then_lose_output(tmp_path, topic_name, env)
     shutil.rmtree(tmp_path / "w" / "partition-0")  # and the worker's volume is gone too
     with ads_broker_process(data, port=port, log_path=tmp_path / "broker.log") as broker:
         assert read_all(broker.bootstrap, topics.output, 1) == []
