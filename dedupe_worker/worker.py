@@ -413,7 +413,7 @@ class PartitionWorker:
 
         def counter_inc(n: int) -> None:
             replayed.inc(n)
-            self.last_progress = time.monotonic()  # a long rebuild is progress, not a stall
+            self._alive()  # a long rebuild is progress, not a stall
 
         self._reconciles += 1
         self.faults.hit("before_reconcile", self._reconciles)
@@ -665,8 +665,7 @@ class PartitionWorker:
         transaction is aborted (best effort; a new producer's ``init_transactions`` aborts it
         otherwise) and RocksDB is not written."""
         try:
-            n = len(pending.split.new)
-            self.mode.before_commit(self, pending.next_input, self._output_next + (n + 1 if n else 0))
+            self.mode.before_commit(self, pending.next_input, self._output_after(pending))
             with self.bounded_call("commit_transaction", self.cfg.delivery_timeout_s):
                 self.faults.hit("in_commit", self._batches)
                 self._producer.commit_transaction(self.cfg.delivery_timeout_s)
@@ -681,10 +680,14 @@ class PartitionWorker:
                                                                            self.cfg.delivery_timeout_s):
                     self._producer.abort_transaction(self.cfg.delivery_timeout_s)
             raise error from e
-        n = len(pending.split.new)
-        if n:
-            self._output_next += n + 1
+        self._output_next = self._output_after(pending)
         return self._output_next
+
+    def _output_after(self, pending: InFlight) -> int:
+        """The next output offset once ``pending``'s transaction is committed: its records plus one
+        commit marker, when it has records (no output record, no marker on the output)."""
+        n = len(pending.split.new)
+        return self._output_next + (n + 1 if n else 0)
 
     def _txn_error(self, e: KafkaException, call: str, txn_started: float) -> DedupeError:
         """:class:`FencedError` if another producer of this partition fenced ours; otherwise a
