@@ -276,13 +276,16 @@ class SendfileSlice:
     position: int
     size: int
 
-    def read(self) -> bytes:
-        """The slice's bytes; a short read (file truncated underneath) is an error, never a short frame."""
-        data = os.pread(self.fd, self.size, self.position)
-        while len(data) < self.size:
-            more = os.pread(self.fd, self.size - len(data), self.position + len(data))
+    def read(self, start: int = 0, size: int | None = None) -> bytes:
+        """The slice's bytes (``size`` of them from ``start`` within it, all by default); a short
+        read (file truncated underneath) is an error, never a short frame."""
+        size = self.size - start if size is None else size
+        position = self.position + start
+        data = os.pread(self.fd, size, position)
+        while len(data) < size:
+            more = os.pread(self.fd, size - len(data), position + len(data))
             if not more:
-                raise OSError(f"segment ended {self.size - len(data)} bytes short of a fetch slice")
+                raise OSError(f"segment ended {size - len(data)} bytes short of a fetch slice")
             data += more
         return data
 

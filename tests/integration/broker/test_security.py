@@ -491,15 +491,18 @@ def test_scram_credentials_apis_through_the_admin_client(secure: SecureBroker, p
 
 
 def test_large_records_over_tls(secure: SecureBroker, pki: Pki, topic_name: str) -> None:
-    """Frames received in place and grown as TLS delivers them; Fetch slices past the sendfile
-    threshold go out through asyncio's read+write fallback on a TLS transport."""
+    """Frames received in place and grown as TLS delivers them; a Fetch slice of 3.6 MB (the
+    consumer allows 4 MB a partition) goes out through a TLS transport in 1 MiB pieces
+    (``Connection._write_copied``): every byte in order, the last piece short."""
     conf = client_config(secure, pki, "SASL_SSL")
     producer = Producer({**conf, "message.max.bytes": 1000000, "linger.ms": 0})
     values = [os.urandom(900_000) for _ in range(4)]
     for v in values:
         producer.produce(topic_name, v)
     assert producer.flush(60) == 0
-    consumer = Consumer({**conf, "group.id": f"g-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest"})
+    consumer = Consumer({**conf, "group.id": f"g-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest",
+                         "max.partition.fetch.bytes": 4_000_000, "fetch.max.bytes": 8_000_000,
+                         "receive.message.max.bytes": 9_000_000})
     consumer.subscribe([topic_name])
     got: list[bytes] = []
     try:
