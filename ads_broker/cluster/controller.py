@@ -175,7 +175,7 @@ class Controller:
             if epoch is None:
                 return
             view = self.read_view()
-            if self._write_all(decide(view, epoch.epoch, self._unclean_for), epoch):
+            if self._write_all(_urgent_first(decide(view, epoch.epoch, self._unclean_for), view), epoch):
                 pending = self.zk.get_preferred_election()
                 if pending is not None and pending[0] <= view.preferred:
                     self.zk.delete_preferred_election(pending[1])
@@ -183,19 +183,32 @@ class Controller:
         self._events.put(_RECONCILE)
 
     def _write_all(self, changes: dict[TopicPartition, LeaderAndIsr], epoch: ControllerEpoch) -> bool:
-        """Write every decision; False if one met a newer version (decide again)."""
+        """Write every decision, pipelined (``write_partition_states``); False if one met a newer
+        version (decide again)."""
         clean = True
-        for tp, state in changes.items():
-            try:
-                self.zk.write_partition_state(tp, state, epoch)
-            except PartitionEpochError as e:
-                log.info("broker %d (controller): %s", self.broker_id, e)
+        for tp, result in self.zk.write_partition_states(changes, epoch).items():
+            if isinstance(result, PartitionEpochError):
+                log.info("broker %d (controller): %s", self.broker_id, result)
                 clean = False
                 continue
             self.decisions += 1
-            log.info("controller epoch %d: %s leader %d epoch %d isr %s", epoch.epoch, tp, state.leader,
-                     state.leader_epoch, list(state.isr))
+            log.info("controller epoch %d: %s leader %d epoch %d isr %s", epoch.epoch, tp, result.leader,
+                     result.leader_epoch, list(result.isr))
         return clean
+
+
+def _urgent_first(changes: dict[TopicPartition, LeaderAndIsr], view: ClusterView) -> dict[TopicPartition, LeaderAndIsr]:
+    """The writes in the order brokers should apply them (they apply state changes one at a time,
+    in ZooKeeper's notification order, which is the write order): leader changes before ISR-only
+    changes, and clients' topics before the internal ones, so a controlled shutdown moves the
+    partitions producers wait on first, not after 50 ``__consumer_offsets`` partitions."""
+
+    def rank(item: tuple[TopicPartition, LeaderAndIsr]) -> tuple[bool, bool]:
+        tp, state = item
+        before = view.states.get(tp)
+        return (before is not None and before.leader == state.leader, tp.topic.startswith("__"))
+
+    return dict(sorted(changes.items(), key=rank))
 
 
 def partitions_led_by(zk: KafkaZkClient, broker_id: int) -> list[TopicPartition]:

@@ -395,10 +395,25 @@ class KafkaZkClient:
         return parse_assignment(data)
 
     def get_all_assignments(self) -> dict[TopicPartition, tuple[int, ...]]:
+        """Every topic's assignment, the reads pipelined (one round trip, not one per topic)."""
         out: dict[TopicPartition, tuple[int, ...]] = {}
-        for topic in self.get_topics():
-            for p, replicas in self.get_assignment(topic).items():
-                out[TopicPartition(topic, p)] = replicas
+        topics = self.get_topics()
+        for topic, (_path, found) in zip(topics, self._get_many(f"{TOPICS_PATH}/{t}" for t in topics), strict=True):
+            if found is not None:
+                for p, replicas in parse_assignment(found[0]).items():
+                    out[TopicPartition(topic, p)] = replicas
+        return out
+
+    def _get_many(self, paths: Iterable[str]) -> list[tuple[str, tuple[bytes, ZnodeStat] | None]]:
+        """``get`` of many znodes, pipelined: every request is sent before the first answer is
+        awaited; a missing znode is None."""
+        pending = [(path, self.client.get_async(path)) for path in paths]
+        out: list[tuple[str, tuple[bytes, ZnodeStat] | None]] = []
+        for path, answer in pending:
+            try:
+                out.append((path, answer.get()))
+            except NoNodeError:
+                out.append((path, None))
         return out
 
     def watch_topics(self, callback: Callable[[list[str]], None]) -> None:
@@ -417,11 +432,12 @@ class KafkaZkClient:
         return LeaderAndIsr.from_json(data, stat.version)
 
     def get_partition_states(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, LeaderAndIsr]:
+        """The stored states of ``tps`` (those that have one), the reads pipelined."""
+        tps = list(tps)
         out: dict[TopicPartition, LeaderAndIsr] = {}
-        for tp in tps:
-            state = self.get_partition_state(tp)
-            if state is not None:
-                out[tp] = state
+        for tp, (_path, found) in zip(tps, self._get_many(self.state_path(tp) for tp in tps), strict=True):
+            if found is not None:
+                out[tp] = LeaderAndIsr.from_json(found[0], found[1].version)
         return out
 
     def write_partition_state(self, tp: TopicPartition, state: LeaderAndIsr,
@@ -432,26 +448,49 @@ class KafkaZkClient:
         Returns the state with its new partition epoch. Raises :class:`ControllerMovedError` (a newer
         controller exists: step down) or :class:`PartitionEpochError` (re-read and decide again).
         """
-        path = self.state_path(tp)
-        if state.partition_epoch < 0:
-            self.client.ensure_path(path.rsplit("/", 1)[0])
-        txn = self.client.transaction()
-        txn.check(CONTROLLER_EPOCH_PATH, controller.zk_version)
-        if state.partition_epoch < 0:
-            txn.create(path, state.to_json())
-        else:
-            txn.set_data(path, state.to_json(), version=state.partition_epoch)
-        check, write = txn.commit()
-        # A failed multi reports the failing op's error and RolledBackError for the others.
-        if isinstance(check, Exception) and not isinstance(check, RolledBackError):
+        result = self.write_partition_states({tp: state}, controller)[tp]
+        if isinstance(result, PartitionEpochError):
+            raise result
+        return result
+
+    def write_partition_states(self, states: Mapping[TopicPartition, LeaderAndIsr], controller: ControllerEpoch,
+                               ) -> dict[TopicPartition, LeaderAndIsr | PartitionEpochError]:
+        """:meth:`write_partition_state` for many partitions, pipelined: every multi-op is sent
+        before the first answer is awaited (Kafka's controller sends its state writes the same
+        way), so a controlled shutdown that moves 50 partitions costs about one round trip and one
+        ZooKeeper commit, not 50. Each partition's result is its new state or the
+        :class:`PartitionEpochError` to decide it again; raises :class:`ControllerMovedError` once
+        every answer is in if any write met a newer controller epoch."""
+        for tp, state in states.items():
+            if state.partition_epoch < 0:
+                self.client.ensure_path(self.state_path(tp).rsplit("/", 1)[0])
+        pending = []
+        for tp, state in states.items():
+            txn = self.client.transaction()
+            txn.check(CONTROLLER_EPOCH_PATH, controller.zk_version)
+            if state.partition_epoch < 0:
+                txn.create(self.state_path(tp), state.to_json())
+            else:
+                txn.set_data(self.state_path(tp), state.to_json(), version=state.partition_epoch)
+            pending.append((tp, state, txn.commit_async()))
+        out: dict[TopicPartition, LeaderAndIsr | PartitionEpochError] = {}
+        moved = False
+        for tp, state, answer in pending:
+            check, write = answer.get()
+            # A failed multi reports the failing op's error and RolledBackError for the others.
+            if isinstance(check, Exception) and not isinstance(check, RolledBackError):
+                moved = True
+            elif isinstance(write, Exception):
+                out[tp] = PartitionEpochError(f"{tp}: state changed since partition epoch {state.partition_epoch} "
+                                              f"({type(write).__name__}): re-read it")
+            else:
+                out[tp] = LeaderAndIsr(state.leader, state.leader_epoch, state.isr, state.controller_epoch,
+                                       0 if state.partition_epoch < 0 else state.partition_epoch + 1)
+        if moved:
             raise ControllerMovedError(
                 f"controller epoch {controller.epoch} is stale (/controller_epoch moved past version "
-                f"{controller.zk_version}): not writing {tp}'s state")
-        if isinstance(write, Exception):
-            raise PartitionEpochError(f"{tp}: state changed since partition epoch {state.partition_epoch} "
-                                      f"({type(write).__name__}): re-read it")
-        return LeaderAndIsr(state.leader, state.leader_epoch, state.isr, state.controller_epoch,
-                            0 if state.partition_epoch < 0 else state.partition_epoch + 1)
+                f"{controller.zk_version}): partition states not written")
+        return out
 
     def update_isr_as_leader(self, tp: TopicPartition, current: LeaderAndIsr, isr: Iterable[int]) -> LeaderAndIsr:
         """The leader's own ISR change (shrink or expand), conditional on the version it read.
