@@ -72,7 +72,6 @@ TLS_COPY_BYTES = 1 << 20  # a slice's piece read at once for a TLS listener (see
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
 SASL_HANDSHAKE_KEY = 17
 SASL_AUTHENTICATE_KEY = 36
-SASL_HANDSHAKE_PREFIX = SASL_HANDSHAKE_KEY.to_bytes(2, "big")  # a request frame starts with its api key
 #: Kafka's ``KafkaChannel.MIN_REAUTH_INTERVAL_ONE_SECOND_NANOS``: a connection starts at most one
 #: re-authentication a second; a SaslHandshake sooner is handled as any other (ILLEGAL_SASL_STATE).
 MIN_REAUTH_INTERVAL_S = 1.0
@@ -329,7 +328,8 @@ class FrameReceiver(asyncio.BufferedProtocol):
 
     def _deliver(self, frame: bytearray) -> None:
         self.frames.put_nowait(frame)
-        if self.one_at_a_time or (self.hold_handshakes and frame[:2] == SASL_HANDSHAKE_PREFIX):
+        if self.one_at_a_time or (self.hold_handshakes and len(frame) >= 2 and frame[0] == 0
+                                  and frame[1] == SASL_HANDSHAKE_KEY):  # the api key, big-endian
             self.held = True
             self._pause("held")
         if self.frames.qsize() >= self.MAX_QUEUED_FRAMES:

@@ -287,8 +287,8 @@ def test_a_reauthenticating_client_cannot_send_a_frame_over_the_sasl_cap(broker:
     """From the SaslHandshake that begins a re-authentication until it completes, Kafka's
     SaslServerAuthenticator reads frames up to sasl.server.max.receive.size (not
     socket.request.max.bytes): a length prefix over it closes the connection at once, before its
-    bytes are buffered, and counts a failed re-authentication. Before the handshake and after the
-    re-authentication the usual limit applies."""
+    bytes are buffered, and counts a failed re-authentication (before the first login: a failed
+    authentication). Before the handshake and after the re-authentication the usual limit applies."""
     failed = broker.counter("failed_reauthentication")
     with RawClient(broker.addr()) as c:
         assert scram_login(c, "alice", PASSWORD).error_code == 0
@@ -306,6 +306,12 @@ def test_a_reauthenticating_client_cannot_send_a_frame_over_the_sasl_cap(broker:
     refusals = [json.loads(line) for line in broker.log_path.read_text().splitlines() if "bad frame size" in line]
     assert any(r["size"] == SASL_SERVER_MAX_RECEIVE_SIZE + 1 and r["max"] == SASL_SERVER_MAX_RECEIVE_SIZE
                for r in refusals), refusals
+    # Before the first login the same prefix is a failed authentication (Kafka's "invalid receive size").
+    failed_login = broker.counter("failed_authentication")
+    with RawClient(broker.addr()) as c:
+        c.send_bytes(struct.pack(">i", SASL_SERVER_MAX_RECEIVE_SIZE + 1) + b"\0" * 64)
+        assert c.is_closed_by_peer()
+    assert broker.counter("failed_authentication") == failed_login + 1
     # A completed re-authentication gives the usual limit back: a prefix over the SASL cap waits.
     with RawClient(broker.addr()) as c:
         assert scram_login(c, "bob", PASSWORD).error_code == 0
