@@ -177,6 +177,7 @@ class FrameReceiver(asyncio.BufferedProtocol):
         self.hold_handshakes = False
         self.one_at_a_time = False
         self.held = False
+        self.held_frame: bytearray | None = None  # the frame whose handling ends the hold
 
     # -- asyncio.BufferedProtocol -----------------------------------------------------------
 
@@ -243,7 +244,7 @@ class FrameReceiver(asyncio.BufferedProtocol):
         ``socket.request.max.bytes``) and read on."""
         self.max_frame = max_frame
         self.one_at_a_time = one_at_a_time
-        self.held = False
+        self.held, self.held_frame = False, None
         if self._pending and not self.reading_stopped and not self.closed:
             self._cut_frames(memoryview(self._pending))
         if not self.held:
@@ -330,7 +331,7 @@ class FrameReceiver(asyncio.BufferedProtocol):
         self.frames.put_nowait(frame)
         if self.one_at_a_time or (self.hold_handshakes and len(frame) >= 2 and frame[0] == 0
                                   and frame[1] == SASL_HANDSHAKE_KEY):  # the api key, big-endian
-            self.held = True
+            self.held, self.held_frame = True, frame
             self._pause("held")
         if self.frames.qsize() >= self.MAX_QUEUED_FRAMES:
             self._pause("queue")
@@ -514,8 +515,8 @@ class Connection:
                 try:
                     if not await self._handle_frame(bytes(frame) if size < 4096 else frame):
                         return
-                    if self.receiver.held:
-                        self._release_receiver()
+                    if self.receiver.held and self.receiver.held_frame is frame:
+                        self._release_receiver()  # (not after a frame queued before the held one)
                 except ConnectionError:
                     return  # the client went away while we answered
                 finally:

@@ -283,6 +283,14 @@ def test_reauthentication_latency_is_exported(broker: ReauthBroker) -> None:
     assert idle is not None and math.isnan(idle)
 
 
+def _frame(c: RawClient, request: Any, version: int) -> bytes:
+    """A request's bytes as RawClient.send would write them (to send several in one write)."""
+    c.correlation_id += 1
+    request.API_VERSION = version
+    request.with_header(correlation_id=c.correlation_id, client_id=c.client_id)
+    return bytes(request.encode(version=version, header=True, framed=True))
+
+
 def test_a_reauthenticating_client_cannot_send_a_frame_over_the_sasl_cap(broker: ReauthBroker) -> None:
     """From the SaslHandshake that begins a re-authentication until it completes, Kafka's
     SaslServerAuthenticator reads frames up to sasl.server.max.receive.size (not
@@ -306,6 +314,16 @@ def test_a_reauthenticating_client_cannot_send_a_frame_over_the_sasl_cap(broker:
     refusals = [json.loads(line) for line in broker.log_path.read_text().splitlines() if "bad frame size" in line]
     assert any(r["size"] == SASL_SERVER_MAX_RECEIVE_SIZE + 1 and r["max"] == SASL_SERVER_MAX_RECEIVE_SIZE
                for r in refusals), refusals
+    # Pipelined behind a request and the SaslHandshake, in one write: the cap still applies.
+    with RawClient(broker.addr()) as c:
+        assert scram_login(c, "alice", PASSWORD).error_code == 0
+        c.send_bytes(_frame(c, MetadataRequest(topics=[], allow_auto_topic_creation=False), 9)
+                     + _frame(c, SaslHandshakeRequest(mechanism="SCRAM-SHA-256"), 1)
+                     + struct.pack(">i", SASL_SERVER_MAX_RECEIVE_SIZE + 1) + b"\0" * 64)
+        c.recv_frame()  # Metadata
+        c.recv_frame()  # SaslHandshake
+        assert c.is_closed_by_peer()
+    assert broker.counter("failed_reauthentication") == failed + 2
     # Before the first login the same prefix is a failed authentication (Kafka's "invalid receive size").
     failed_login = broker.counter("failed_authentication")
     with RawClient(broker.addr()) as c:
