@@ -53,6 +53,27 @@ def _authorizer_class(value: str) -> str:
     return value
 
 
+def _java_integer(bits: int, kind: str) -> Callable[[str], int]:
+    """Kafka's SHORT/INT/LONG parse: an integer within the Java type's range."""
+    low, high = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+
+    def parse(value: str) -> int:
+        number = int(value)
+        if not low <= number <= high:
+            raise ValueError(f"expected a {kind} ({low} to {high})")
+        return number
+    return parse
+
+
+_short = _java_integer(16, "SHORT")
+_long = _java_integer(64, "LONG")
+
+
+def _optional(value: str) -> str | None:
+    """A STRING config whose default is null (Kafka's ``sasl.kerberos.service.name``)."""
+    return value or None
+
+
 def _compression_type(value: str) -> str:
     if value not in COMPRESSION_TYPES:
         raise ValueError(f"expected one of {', '.join(COMPRESSION_TYPES)}")
@@ -259,6 +280,29 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("metrics.topic.labels.max", int, 100, 0,
             doc="not a Kafka setting: topics labelled by name in the per-topic byte and message counters "
                 "(the first ones seen); later topics are counted under topic=\"(other)\", which bounds the series"),
+    # -- Kafka dynamic broker configs that ads-broker accepts, validates (Kafka's types) and keeps, but does not
+    #    use (issue 14, librdkafka 0081): dynamic_config.py, docs/BROKER.md "Dynamic broker configs" --
+    *(Setting(name, parse, default, doc=f"Kafka's {what}; accepted (server.properties, or dynamically per broker "
+                                        "id) and described for Kafka's tools, not used: ads-broker has no "
+                                        "GSSAPI/OAUTHBEARER login")
+      for name, parse, default, what in (
+          ("sasl.kerberos.service.name", _optional, None, "Kerberos service name"),
+          ("sasl.kerberos.kinit.cmd", str, "/usr/bin/kinit", "Kerberos kinit command"),
+          ("sasl.kerberos.ticket.renew.window.factor", float, 0.8, "Kerberos ticket renew window factor"),
+          ("sasl.kerberos.ticket.renew.jitter", float, 0.05, "Kerberos ticket renew jitter"),
+          ("sasl.kerberos.min.time.before.relogin", _long, 60000, "Kerberos login refresh thread sleep (ms)"),
+          ("sasl.kerberos.principal.to.local.rules", str, "DEFAULT", "Kerberos principal-to-short-name rules"),
+          ("sasl.login.refresh.window.factor", float, 0.8, "OAUTHBEARER login refresh window factor"),
+          ("sasl.login.refresh.window.jitter", float, 0.05, "OAUTHBEARER login refresh jitter"),
+          ("sasl.login.refresh.min.period.seconds", _short, 60, "OAUTHBEARER login refresh minimum period"),
+          ("sasl.login.refresh.buffer.seconds", _short, 300, "OAUTHBEARER login refresh buffer"))),
+    *(Setting(name, int, default, 1, doc=f"Kafka's {what}; accepted (server.properties, or dynamically within half "
+                                         "to double the current value, as Kafka's DynamicThreadPool) and described "
+                                         "for Kafka's tools, not used: ads-broker serves requests on one event loop")
+      for name, default, what in (
+          ("background.threads", 10, "background task threads"),
+          ("num.io.threads", 8, "request handler threads"),
+          ("num.replica.fetchers", 1, "replica fetcher threads per source broker"))),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 
@@ -431,6 +475,20 @@ class BrokerSettings:
     metrics_port: int
     metrics_host: str
     metrics_topic_labels_max: int
+    # Kafka dynamic broker configs accepted and kept, not used (issue 14, 0081)
+    sasl_kerberos_service_name: str | None
+    sasl_kerberos_kinit_cmd: str
+    sasl_kerberos_ticket_renew_window_factor: float
+    sasl_kerberos_ticket_renew_jitter: float
+    sasl_kerberos_min_time_before_relogin: int
+    sasl_kerberos_principal_to_local_rules: str
+    sasl_login_refresh_window_factor: float
+    sasl_login_refresh_window_jitter: float
+    sasl_login_refresh_min_period_seconds: int
+    sasl_login_refresh_buffer_seconds: int
+    background_threads: int
+    num_io_threads: int
+    num_replica_fetchers: int
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> BrokerSettings:
@@ -603,8 +661,20 @@ class BrokerConfig:
 #: ``DynamicLogConfig.ReconfigurableConfigs``: the broker-wide defaults of topic configs, and the
 #: retention synonyms). Every other setting needs a restart (Kafka's "Cannot update these configs
 #: dynamically").
+#: Kafka's DynamicListenerConfig SASL login configs that ads-broker accepts (and does not use): Kafka's
+#: PerBrokerConfigs, so only for a broker id ("Cannot update these configs at default cluster level").
+PER_BROKER_DYNAMIC_SETTINGS = frozenset({
+    "sasl.kerberos.service.name", "sasl.kerberos.kinit.cmd", "sasl.kerberos.ticket.renew.window.factor",
+    "sasl.kerberos.ticket.renew.jitter", "sasl.kerberos.min.time.before.relogin",
+    "sasl.kerberos.principal.to.local.rules", "sasl.login.refresh.window.factor", "sasl.login.refresh.window.jitter",
+    "sasl.login.refresh.min.period.seconds", "sasl.login.refresh.buffer.seconds",
+})
+#: Kafka's DynamicThreadPool configs that ads-broker accepts (and does not use): a new value must be
+#: within half and double the current one.
+THREAD_POOL_SETTINGS = frozenset({"background.threads", "num.io.threads", "num.replica.fetchers"})
 DYNAMIC_SETTINGS = frozenset({s.name for s in SETTINGS if s.topic_name}
-                             | {"log.retention.minutes", "log.retention.hours"})
+                             | {"log.retention.minutes", "log.retention.hours"}
+                             | PER_BROKER_DYNAMIC_SETTINGS | THREAD_POOL_SETTINGS)
 
 
 def parse_dynamic(raw: Mapping[str, str], where: str) -> dict[str, Any]:

@@ -9,6 +9,13 @@ static config (server.properties, ``--override``), else the default. Here the dy
 ``DynamicLogConfig``): a change applies at once to every partition of every topic that does not
 override it (retention, segment size, cleanup policy, compression, ...), as in Kafka.
 
+Kafka's tools (and librdkafka's test 0081) also alter broker configs that ads-broker has no use
+for: the SASL login configs of Kafka's ``DynamicListenerConfig`` (``sasl.kerberos.*``,
+``sasl.login.refresh.*``; per broker id only, Kafka's ``PerBrokerConfigs``) and the thread counts
+of ``DynamicThreadPool`` (``background.threads``, ``num.io.threads``, ``num.replica.fetchers``;
+within half and double the current value). They are validated with Kafka's types and rules, kept
+and described like the others, and change nothing else.
+
 Single node: kept in ``<log dir>/dynamic-broker-configs.json`` (written atomically and fsynced),
 loaded before any log is opened, so they survive a restart as Kafka's (kept in ZooKeeper or the
 metadata log) do. Cluster mode would keep them in ZooKeeper (``/config/brokers/<default>`` and
@@ -18,12 +25,20 @@ metadata log) do. Cluster mode would keep them in ZooKeeper (``/config/brokers/<
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import structlog
 
-from ads_broker.config import DYNAMIC_SETTINGS, SETTINGS, BrokerConfig, parse_dynamic
+from ads_broker.config import (
+    DYNAMIC_SETTINGS,
+    PER_BROKER_DYNAMIC_SETTINGS,
+    SETTINGS,
+    THREAD_POOL_SETTINGS,
+    BrokerConfig,
+    parse_dynamic,
+)
 from ads_broker.exceptions import ConfigError, InvalidConfigurationError, InvalidRequestError
 from ads_broker.log.fileutil import atomic_write
 
@@ -59,8 +74,10 @@ def raw_layers(data_dir: Path) -> tuple[dict[str, str], dict[str, str]]:
                           "(its configs then fall back to the static ones)") from e
 
 
-def check_names(names: list[str]) -> None:
-    """Kafka's answers: an unknown name is INVALID_CONFIG, a known static one INVALID_REQUEST."""
+def check_names(names: Iterable[str], *, per_broker: bool) -> None:
+    """Kafka's answers: an unknown name is INVALID_CONFIG, a known static one INVALID_REQUEST, a
+    per-broker one for the cluster-wide defaults INVALID_REQUEST (``DynamicBrokerConfig.validateConfigs``)."""
+    names = list(names)
     unknown = [n for n in names if n not in KNOWN]
     if unknown:
         raise InvalidConfigurationError(f"Unknown broker config name(s): {', '.join(unknown)} "
@@ -72,6 +89,27 @@ def check_names(names: list[str]) -> None:
         raise InvalidRequestError(f"Cannot update these configs dynamically: Set({listed}); "
                                   "configure them in server.properties (or --override) and restart. Dynamic here: "
                                   "the log.* defaults of topic configs (docs/BROKER.md)")
+    cluster_level = [n for n in names if n in PER_BROKER_DYNAMIC_SETTINGS] if not per_broker else []
+    if cluster_level:
+        raise InvalidRequestError("Cannot update these configs at default cluster level, broker id must be "
+                                  f"specified: Set({', '.join(cluster_level)})")
+
+
+def check_thread_counts(config: BrokerConfig, default: Mapping[str, Any], broker: Mapping[str, Any]) -> None:
+    """Kafka's ``DynamicThreadPool.validateReconfiguration``: a thread count that changes must stay
+    within half and double its current value (INVALID_REQUEST, Kafka's text)."""
+    for name in sorted(THREAD_POOL_SETTINGS):
+        old = int(config[name])
+        new = int(broker.get(name, default.get(name, config.values[name])))
+        if new == old:
+            continue
+        failed = f"Dynamic thread count update validation failed for {name}={new}"
+        if new <= 0:
+            raise InvalidRequestError(f"{failed}, value should be at least 1")
+        if new < old // 2:
+            raise InvalidRequestError(f"{failed}, value should be at least half the current value {old}")
+        if new > old * 2:
+            raise InvalidRequestError(f"{failed}, value should not be greater than double the current value {old}")
 
 
 def apply(data_dir: Path, config: BrokerConfig, default: Mapping[str, str], broker: Mapping[str, str],
@@ -80,12 +118,14 @@ def apply(data_dir: Path, config: BrokerConfig, default: Mapping[str, str], brok
     new layers installed: every topic's config must still build), then keep and install them.
     On any error, or with ``validate_only``, the previous layers stay. The caller applies the
     new topic configs to the logs."""
-    check_names([*default, *broker])
+    check_names(default, per_broker=False)
+    check_names(broker, per_broker=True)
     try:
         parsed_default = parse_dynamic(default, "dynamic broker config")
         parsed_broker = parse_dynamic(broker, "dynamic broker config")
     except ConfigError as e:
         raise InvalidConfigurationError(str(e)) from e
+    check_thread_counts(config, parsed_default, parsed_broker)
     previous = (config.dynamic_default, config.dynamic_broker)
     config.set_dynamic(parsed_default, parsed_broker)
     try:

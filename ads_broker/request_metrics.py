@@ -26,6 +26,14 @@ Kafka's MBeans and the series Strimzi's ``kafka-metrics.yaml`` makes of them:
   connection that needs no authentication (PLAINTEXT, SSL) counts as a successful authentication
   once accepted (SSL: once its handshake completed), a failed TLS handshake (an ``SSLError``: no or an
   untrusted client certificate, not TLS at all) and a refused SASL login as failed ones.
+- the same MBeans' ``reauthentication-latency-max`` and ``reauthentication-latency-avg`` (the
+  ``Selector``'s ``reauthentication-latency`` sensor: milliseconds from the SaslHandshake that began a
+  re-authentication to its completion, at least 1 when not 0, as ``SaslServerAuthenticator.ReauthInfo``
+  rounds it) -> ``kafka_server_socket_server_metrics_reauthentication_latency_{max,avg}{listener}``:
+  gauges over Kafka's sample window (``metrics.num.samples`` samples of ``metrics.sample.window.ms``,
+  Kafka's ``SampledStat``), NaN when no re-authentication completed in it, as Kafka reports them.
+  The ``-rate`` attributes of Kafka's meters are not exported: ``rate()`` over the ``_total``
+  counters gives them.
 
 Kafka has no metric for connections refused by ``max.connections`` / ``max.connections.per.ip``
 (it logs them) nor one for the limit itself, so those two are ads-broker's own:
@@ -49,6 +57,7 @@ dict updates, a bisect over the time buckets and a walk of its partitions' error
 from __future__ import annotations
 
 import bisect
+import math
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -81,6 +90,7 @@ REAUTH_FAILED = "failed_reauthentication"
 AUTH_NO_REAUTH = "successful_authentication_no_reauth"
 EXPIRED_KILLED = "expired_connections_killed_count"
 AUTH_SERIES = (AUTH_SUCCEEDED, AUTH_FAILED, REAUTH_SUCCEEDED, REAUTH_FAILED, AUTH_NO_REAUTH, EXPIRED_KILLED)
+NAN = float("nan")
 
 #: API key -> Kafka's ``ApiKeys`` name (the request class without ``Request``: ``ListOffsets``).
 REQUEST_NAMES: dict[int, str] = {key: api.request.__name__.removesuffix("Request") for key, api in APIS.items()}
@@ -146,6 +156,46 @@ def _count_errors(obj: Any, struct: Any, counts: dict[int, int]) -> None:
             _count_errors(value, sub, counts)
 
 
+class WindowedMaxAvg:
+    """Kafka's ``SampledStat`` for one sensor with a ``Max`` and an ``Avg``: ``samples`` samples of
+    ``window_ms`` each; a record goes to the current sample, or starts the next one (reusing the
+    oldest) once the current one is ``window_ms`` old; a sample older than ``samples * window_ms``
+    no longer counts. Both are NaN while no event counts (Kafka's ``Max``/``Avg`` with count 0).
+
+    Recorded on the event loop; :meth:`measure` (the scrape thread) reads a copy and changes nothing.
+    """
+
+    def __init__(self, samples: int, window_ms: int) -> None:
+        self.samples = samples
+        self.window_ms = window_ms
+        self._samples: list[list[float]] = []  # [window start ms, events, sum, max]
+        self._current = 0
+
+    def record(self, value: float, now_ms: float) -> None:
+        if not self._samples:
+            self._samples.append([now_ms, 0, 0.0, -math.inf])
+        sample = self._samples[self._current]
+        if now_ms - sample[0] >= self.window_ms:  # Kafka's Sample.isComplete: advance
+            self._current = (self._current + 1) % self.samples
+            if self._current >= len(self._samples):
+                self._samples.append([now_ms, 0, 0.0, -math.inf])
+            else:
+                self._samples[self._current] = [now_ms, 0, 0.0, -math.inf]
+            sample = self._samples[self._current]
+        sample[1] += 1
+        sample[2] += value
+        sample[3] = max(sample[3], value)
+
+    def measure(self, now_ms: float) -> tuple[float, float]:
+        """(max, avg) of the samples still inside ``samples * window_ms`` (Kafka purges older ones)."""
+        expire = self.samples * self.window_ms
+        live = [s for s in list(self._samples) if now_ms - s[0] < expire and s[1]]
+        events = sum(s[1] for s in live)
+        if not events:
+            return NAN, NAN
+        return max(s[3] for s in live), sum(s[2] for s in live) / events
+
+
 class TopicLabels:
     """The topic label of a topic: itself for the first ``limit`` topics seen, then ``(other)``.
     Labelled topics are never forgotten (a counter's series must not change meaning while it is
@@ -178,9 +228,15 @@ class BrokerMetrics(Collector):
     one copy, so they always agree.
     """
 
-    def __init__(self, *, max_topic_labels: int, max_connections: int) -> None:
+    def __init__(self, *, max_topic_labels: int, max_connections: int, sample_window_ms: int = 30000,
+                 num_samples: int = 2) -> None:
         self.topic_label = TopicLabels(max_topic_labels)
         self.max_connections = max_connections
+        #: Kafka's metrics.sample.window.ms and metrics.num.samples, for the windowed gauges
+        self.sample_window_ms = sample_window_ms
+        self.num_samples = num_samples
+        #: re-authentication latency (ms) by listener: Kafka's reauthentication-latency sensor
+        self._reauth_latency: dict[str, WindowedMaxAvg] = {}
         self._requests: dict[tuple[str, str], int] = {}  # (request, version)
         #: request -> [observations per bucket (non-cumulative; the last is +Inf)..., sum of ms]
         self._time: dict[str, list[float]] = {}
@@ -265,6 +321,7 @@ class BrokerMetrics(Collector):
             self._rejected.setdefault((listener, reason), 0)
         for counts in self._auth.values():
             counts.setdefault(listener, 0)
+        self._reauth_latency.setdefault(listener, WindowedMaxAvg(self.num_samples, self.sample_window_ms))
 
     def connection_opened(self, listener: str) -> None:
         self._created[listener] = self._created.get(listener, 0) + 1
@@ -281,6 +338,14 @@ class BrokerMetrics(Collector):
         """One authentication outcome on a listener (one of :data:`AUTH_SERIES`)."""
         counts = self._auth[outcome]
         counts[listener] = counts.get(listener, 0) + 1
+
+    def reauthentication_latency(self, listener: str, latency_ms: int) -> None:
+        """A re-authentication completed ``latency_ms`` after its SaslHandshake (Kafka's Selector
+        records it with the successful re-authentication)."""
+        stat = self._reauth_latency.get(listener)
+        if stat is None:
+            stat = self._reauth_latency[listener] = WindowedMaxAvg(self.num_samples, self.sample_window_ms)
+        stat.record(float(latency_ms), time.time() * 1000.0)
 
     # -- the scrape (the endpoint's thread) -------------------------------------------------------
 
@@ -355,6 +420,19 @@ class BrokerMetrics(Collector):
                                           "Connections closed because their SASL session expired without "
                                           "re-authentication (cumulative, as Kafka's CumulativeSum)",
                                           labels=["listener"]), self._auth[EXPIRED_KILLED])
+        latency_max = GaugeMetricFamily("kafka_server_socket_server_metrics_reauthentication_latency_max",
+                                        "The max latency observed due to re-authentication (ms, over Kafka's "
+                                        "sample window; NaN without one)", labels=["listener"])
+        latency_avg = GaugeMetricFamily("kafka_server_socket_server_metrics_reauthentication_latency_avg",
+                                        "The average latency observed due to re-authentication (ms, over Kafka's "
+                                        "sample window; NaN without one)", labels=["listener"])
+        now_ms = time.time() * 1000.0
+        for listener, stat in self._reauth_latency.copy().items():
+            high, mean = stat.measure(now_ms)
+            latency_max.add_metric([listener], high)
+            latency_avg.add_metric([listener], mean)
+        yield latency_max
+        yield latency_avg
         yield GaugeMetricFamily("ads_broker_max_connections", "The broker's max.connections setting",
                                 value=self.max_connections)
 

@@ -80,6 +80,13 @@ MIN_REAUTH_INTERVAL_S = 1.0
 ACCEPT_RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
+def reauthentication_latency_ms(started_ns: int) -> int:
+    """Milliseconds since ``started_ns`` as Kafka's ``ReauthInfo.reauthenticationLatencyMs`` rounds
+    them: 0 only for no latency at all, else at least 1."""
+    nanos = time.monotonic_ns() - started_ns
+    return 0 if nanos <= 0 else max(1, round(nanos / 1_000_000))
+
+
 class MemoryPool:
     """The budget for bytes of received requests, shared by every connection (Kafka's
     ``queued.max.request.bytes`` and its ``SimpleMemoryPool`` in non-strict mode).
@@ -162,6 +169,15 @@ class FrameReceiver(asyncio.BufferedProtocol):
         self._paused_for: set[str] = set()
         self.closed = False
         self.reading_stopped = False  # a bad frame size: no more frames, close once the queued ones are answered
+        self.frame_too_large = False  # why reading stopped: a length prefix over max_frame
+        #: After authentication: a SaslHandshake frame may begin a re-authentication, after which
+        #: Kafka reads with sasl.server.max.receive.size; so no frame behind it is cut until the
+        #: connection says which limit applies (:meth:`release`). During a re-authentication every
+        #: frame is held that way (Kafka's authenticator reads one frame at a time).
+        self.hold_handshakes = False
+        self.one_at_a_time = False
+        self.held = False
+        self.held_frame: bytearray | None = None  # the frame whose handling ends the hold
 
     # -- asyncio.BufferedProtocol -----------------------------------------------------------
 
@@ -207,22 +223,41 @@ class FrameReceiver(asyncio.BufferedProtocol):
                 self._grow_frame()
             return
         data = self.server.scratch[:nbytes]
+        if self.held:  # bytes a transport delivers after pause_reading: kept uncut until release()
+            self._pending += data
+            return
         if self._pending:
             self._pending += data
             data = memoryview(self._pending)
         self._cut_frames(data)
 
     def authenticated(self) -> None:
-        """The client authenticated: frames up to ``socket.request.max.bytes`` from now on."""
+        """The client (re-)authenticated: frames up to ``socket.request.max.bytes`` from now on, a
+        SaslHandshake held until the connection decides whether it begins a re-authentication."""
         self.max_frame = self.server.broker.config.settings.socket_request_max_bytes
+        self.hold_handshakes = self.listener.uses_sasl
+        self.one_at_a_time = False
+
+    def release(self, max_frame: int, *, one_at_a_time: bool) -> None:
+        """The held frame was handled: cut what follows it with ``max_frame`` (Kafka: the
+        authenticator's ``sasl.server.max.receive.size`` during a re-authentication, else
+        ``socket.request.max.bytes``) and read on."""
+        self.max_frame = max_frame
+        self.one_at_a_time = one_at_a_time
+        self.held, self.held_frame = False, None
+        if self._pending and not self.reading_stopped and not self.closed:
+            self._cut_frames(memoryview(self._pending))
+        if not self.held:
+            self._resume("held")
 
     def _cut_frames(self, data: memoryview) -> None:
         pos, have = 0, len(data)
-        while have - pos >= 4:
+        while have - pos >= 4 and not self.held:
             (size,) = struct.unpack_from(">i", data, pos)
             if size < 0 or size > self.max_frame:
                 self.server.rejections.warn(self.peer, "closing connection: bad frame size", size=size,
                                             max=self.max_frame)
+                self.frame_too_large = True
                 self._stop_reading()
                 return
             available = have - pos - 4
@@ -294,6 +329,10 @@ class FrameReceiver(asyncio.BufferedProtocol):
 
     def _deliver(self, frame: bytearray) -> None:
         self.frames.put_nowait(frame)
+        if self.one_at_a_time or (self.hold_handshakes and len(frame) >= 2 and frame[0] == 0
+                                  and frame[1] == SASL_HANDSHAKE_KEY):  # the api key, big-endian
+            self.held, self.held_frame = True, frame
+            self._pause("held")
         if self.frames.qsize() >= self.MAX_QUEUED_FRAMES:
             self._pause("queue")
 
@@ -441,6 +480,9 @@ class Connection:
         self.reauth_from: tuple[str, str] | None = None
         #: A re-authentication handshake named another mechanism: the next frame closes the connection.
         self.reauth_bad_mechanism: str | None = None
+        #: time.monotonic_ns() of the SaslHandshake that began the running re-authentication
+        #: (Kafka's reauthenticationBeginNanos), for the reauthentication-latency metrics.
+        self.reauth_started_ns = 0
         if self.authenticated:
             # Kafka's Selector counts every channel that becomes ready (PLAINTEXT, SSL after its handshake).
             metrics = server.broker.metrics
@@ -463,6 +505,9 @@ class Connection:
             while not self.server.closing:
                 frame = await frames.get()
                 if frame is None:
+                    if self.receiver.frame_too_large and not self.authenticated:
+                        # Kafka's authenticator: "Failing SASL authentication due to invalid receive size"
+                        self._count_auth_failure()
                     return
                 self.receiver.next_frame_taken()
                 self.busy = True
@@ -470,6 +515,8 @@ class Connection:
                 try:
                     if not await self._handle_frame(bytes(frame) if size < 4096 else frame):
                         return
+                    if self.receiver.held and self.receiver.held_frame is frame:
+                        self._release_receiver()  # (not after a frame queued before the held one)
                 except ConnectionError:
                     return  # the client went away while we answered
                 finally:
@@ -557,7 +604,10 @@ class Connection:
                 return self.authenticated
             mechanism = str(req.body.mechanism)
             if mechanism not in mechanisms:
-                self._auth_failed("unsupported SASL mechanism", mechanism=mechanism[:64], enabled=mechanisms)
+                # Not counted at a re-authentication, as in Kafka: its UnsupportedSaslMechanismException leaves
+                # maybeBeginServerReauthentication before the Selector, which keeps the counts, sees it.
+                self._auth_failed("unsupported SASL mechanism", counted=self.reauth_from is None,
+                                  mechanism=mechanism[:64], enabled=mechanisms)
                 await self._respond(req, SaslHandshakeResponse(error_code=UNSUPPORTED_SASL_MECHANISM,
                                                                mechanisms=mechanisms))
                 return False
@@ -617,6 +667,7 @@ class Connection:
         if self.last_reauth_start and now - self.last_reauth_start < MIN_REAUTH_INTERVAL_S:
             return False
         self.last_reauth_start = now
+        self.reauth_started_ns = time.monotonic_ns()
         self.reauth_from = (self.session_mechanism, self.principal)
         self.authenticated, self.sasl, self.sasl_raw_tokens = False, None, False
         return True
@@ -636,26 +687,42 @@ class Connection:
         self.session_mechanism, self.principal = mechanism, principal
         self.authenticated, self.sasl_raw_tokens, self.reauth_from = True, False, None
         metrics = self.server.broker.metrics
+        self.receiver.authenticated()
         if reauth is not None:
             metrics.authentication(self.listener.name, REAUTH_SUCCEEDED)
+            metrics.reauthentication_latency(self.listener.name, reauthentication_latency_ms(self.reauth_started_ns))
             log.debug("re-authenticated", client=self.peer, listener=self.listener.name, principal=principal,
                       session_lifetime_ms=lifetime_ms)
             return lifetime_ms
         metrics.authentication(self.listener.name, AUTH_SUCCEEDED)
         if not self.client_supports_reauth:
             metrics.authentication(self.listener.name, AUTH_NO_REAUTH)
-        self.receiver.authenticated()
         self._publish(principal)
         log.info("authenticated", client=self.peer, listener=self.listener.name, mechanism=mechanism,
                  principal=principal, session_lifetime_ms=lifetime_ms,
                  **({"handshake_version": 0} if handshake_version == 0 else {}))
         return lifetime_ms
 
-    def _auth_failed(self, event: str, **fields: Any) -> None:
-        """A refused (re-)authentication: counted, logged through the aggregated rejection log (no
-        secret in ``fields``); the caller closes the connection."""
-        reauth = self.reauth_from is not None or self.reauth_bad_mechanism is not None
+    def _release_receiver(self) -> None:
+        """The receiver held the frames behind a SaslHandshake (or behind any frame during a
+        re-authentication): cut them with the limit Kafka reads them with now."""
+        settings = self.server.broker.config.settings
+        reauthenticating = not self.authenticated and self.session_mechanism is not None
+        self.receiver.release(settings.sasl_server_max_receive_size if not self.authenticated
+                              else settings.socket_request_max_bytes, one_at_a_time=reauthenticating)
+
+    def _count_auth_failure(self) -> None:
+        """Kafka's Selector: a failure on a connection that authenticated before is a failed
+        re-authentication, else a failed authentication."""
+        reauth = self.session_mechanism is not None
         self.server.broker.metrics.authentication(self.listener.name, REAUTH_FAILED if reauth else AUTH_FAILED)
+
+    def _auth_failed(self, event: str, *, counted: bool = True, **fields: Any) -> None:
+        """A refused (re-)authentication: counted (unless ``counted`` is False), logged through the
+        aggregated rejection log (no secret in ``fields``); the caller closes the connection."""
+        reauth = self.reauth_from is not None or self.reauth_bad_mechanism is not None
+        if counted:
+            self.server.broker.metrics.authentication(self.listener.name, REAUTH_FAILED if reauth else AUTH_FAILED)
         if reauth:  # one line kind for every re-authentication failure, the cause as a field
             fields = {"cause": event, "principal": self.principal[:128], **fields}
             event = "SASL re-authentication failed"

@@ -18,9 +18,10 @@ and ``createBrokerConfigEntry``):
 Topic configs are altered per topic and persisted in the topic store (:meth:`ReplicaManager.
 alter_topic_configs`). On the BROKER resource (``""``: the cluster-wide defaults, or this broker's
 id) the dynamic broker configs are altered (:mod:`ads_broker.dynamic_config`: the ``log.*``
-defaults of topic configs, applied to every topic at once); every other broker config is refused
-with Kafka's answer for a config that cannot be updated dynamically (INVALID_REQUEST, "Cannot
-update these configs dynamically: Set(...)"), see docs/BROKER.md.
+defaults of topic configs, applied to every topic at once; and Kafka's dynamic SASL login and
+thread-pool configs, validated and kept although ads-broker does not use them); every other broker
+config is refused with Kafka's answer for a config that cannot be updated dynamically
+(INVALID_REQUEST, "Cannot update these configs dynamically: Set(...)"), see docs/BROKER.md.
 """
 
 from __future__ import annotations
@@ -85,6 +86,9 @@ _SETTING_TYPES = {
     # PASSWORD: described as sensitive, value null (Kafka's KafkaConfig.maybeSensitive)
     "ssl.key.password": "PASSWORD", "ssl.keystore.key": "PASSWORD", "ssl.keystore.certificate.chain": "PASSWORD",
     "ssl.truststore.certificates": "PASSWORD",
+    # Kafka dynamic broker configs kept but not used (config.py, PER_BROKER_DYNAMIC_SETTINGS)
+    "sasl.kerberos.min.time.before.relogin": "LONG", "sasl.kerberos.principal.to.local.rules": "LIST",
+    "sasl.login.refresh.min.period.seconds": "SHORT", "sasl.login.refresh.buffer.seconds": "SHORT",
 }
 #: Kafka's ``DynamicBrokerConfig.brokerConfigSynonyms``, for the names this broker knows.
 _RETENTION_SYNONYMS = ("log.retention.ms", "log.retention.minutes", "log.retention.hours")
@@ -322,7 +326,7 @@ def _alter_broker(ctx: HandlerContext, name: str, entries: list[Any], incrementa
     own; AlterConfigs replaces the layer, IncrementalAlterConfigs changes it (Kafka's semantics)."""
     own = _broker_id(ctx, name) is not None
     _check_unique(entries)
-    dynamic_config.check_names([e.name for e in entries])
+    dynamic_config.check_names([e.name for e in entries], per_broker=own)
     if ctx.cluster is not None:
         raise InvalidRequestError("dynamic broker configs are not kept in ZooKeeper yet (/config/brokers): in cluster "
                                   "mode set them in each broker's server.properties (or --override) and restart")

@@ -151,6 +151,14 @@ def broker_row(board: db.Dashboard) -> db.Dashboard:
                                f"_no_reauth_total{{{BSEL}}}[$__rate_interval]))", "ok, no re-auth {{listener}}", "E"),
                             _q("sum by (listener) (rate(kafka_server_socket_server_metrics_expired_connections_killed"
                                f"_count{{{BSEL}}}[$__rate_interval]))", "expired, closed {{listener}}", "F")))
+        .with_panel(_series("Re-authentication latency per listener", "ms",
+                            "Milliseconds from the SaslHandshake that begins a SASL re-authentication (KIP-368) "
+                            "to its completion, max and average over Kafka's sample window (2 x 30 s); no "
+                            "value while no connection re-authenticated in it.",
+                            _q("max by (listener) (kafka_server_socket_server_metrics_reauthentication_latency_max"
+                               f"{{{BSEL}}})", "max {{listener}}"),
+                            _q("avg by (listener) (kafka_server_socket_server_metrics_reauthentication_latency_avg"
+                               f"{{{BSEL}}})", "avg {{listener}}", "B")))
         .with_panel(_series("Replication bytes per broker", "Bps",
                             "Record-batch bytes each broker's followers copied from their leaders (in) and its "
                             "leaders served to followers (out); with every follower caught up, the cluster's in "

@@ -4,12 +4,15 @@ principal or mechanism change, a deleted SCRAM credential) and librdkafka, which
 on its own, for the client that does. The outcomes are read back from ``/metrics`` under Kafka's
 ``socket-server-metrics`` names.
 
-Lifetimes are short (2 s) so the tests take seconds; the checks are on answers, closes and
+Lifetimes are short (2 s; 5 s on the listener librdkafka must re-authenticate on in time, which
+it does at 90 % of the lifetime) so the tests take seconds; the checks are on answers, closes and
 counters, never on how long something took.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import struct
 import subprocess
@@ -33,6 +36,11 @@ from tests.integration.broker.test_security import serve_error
 
 PASSWORD = "pw-" + uuid.uuid4().hex[:8]
 LIFETIME_MS = 2000
+#: The LIBRDKAFKA listener's lifetime: librdkafka starts re-authenticating at 90 % of it, so its
+#: margin is 500 ms (200 ms at 2 s failed on a stalled machine)
+CLIENT_LIFETIME_MS = 5000
+SASL_SERVER_MAX_RECEIVE_SIZE = 524288  # Kafka's default sasl.server.max.receive.size
+UNSUPPORTED_SASL_MECHANISM = 33
 SASL_AUTHENTICATION_FAILED = 58
 ILLEGAL_SASL_STATE = 34
 SOCKET = "kafka_server_socket_server_metrics_"
@@ -60,24 +68,30 @@ class ReauthBroker:
         name = SOCKET + series + ("" if series.endswith("_count") else "_total")
         return scrape(self.metrics_port).get((name, (("listener", listener),)), 0.0)
 
+    def gauge(self, name: str, listener: str = "SASL_PLAINTEXT") -> float | None:
+        return scrape(self.metrics_port).get((SOCKET + name, (("listener", listener),)))
+
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReauthBroker]:
     """SASL_PLAINTEXT: sessions of 2 s, except SCRAM-SHA-512 (0: no end) by the per-listener,
-    per-mechanism override; INTERNAL (also SASL_PLAINTEXT): 0 by the per-listener override."""
+    per-mechanism override; INTERNAL (also SASL_PLAINTEXT): 0 by the per-listener override;
+    LIBRDKAFKA (SASL_PLAINTEXT): 5 s."""
     tmp = tmp_path_factory.mktemp("reauth")
     data_dir = tmp / "data"
     for user in ("alice", "bob", "carol"):
         users("add", user, data_dir=data_dir)
-    ports = {name: free_port() for name in ("PLAINTEXT", "SASL_PLAINTEXT", "INTERNAL")}
+    ports = {name: free_port() for name in ("PLAINTEXT", "SASL_PLAINTEXT", "INTERNAL", "LIBRDKAFKA")}
     metrics_port = free_port()
     config = {
         "listeners": ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items()),
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,INTERNAL:SASL_PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,INTERNAL:SASL_PLAINTEXT,"
+                                          "LIBRDKAFKA:SASL_PLAINTEXT",
         "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
         "connections.max.reauth.ms": str(LIFETIME_MS),
         "listener.name.sasl_plaintext.scram-sha-512.connections.max.reauth.ms": "0",
         "listener.name.internal.connections.max.reauth.ms": "0",
+        "listener.name.librdkafka.connections.max.reauth.ms": str(CLIENT_LIFETIME_MS),
         "metrics.port": str(metrics_port),
         "offsets.topic.num.partitions": "1", "transaction.state.log.num.partitions": "1",
     }
@@ -201,35 +215,36 @@ def test_a_handshake_after_authentication_without_a_session_end_is_illegal_sasl_
         assert metadata_works(c)
 
 
-def _produce_for(conf: dict[str, Any], topic: str, seconds: float) -> int:
-    """Produce one record at a time for ``seconds``; how many were delivered (all must be)."""
-    producer = Producer({**conf, "enable.idempotence": True, "message.timeout.ms": 10000})
-    errors: list[Any] = []
-    sent = 0
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        producer.produce(topic, f"v{sent}".encode(), on_delivery=lambda err, _m: errors.append(err) if err else None)
-        sent += 1
-        assert producer.flush(15) == 0
-        time.sleep(0.2)
-    assert not errors, errors
-    return sent
-
-
-def client_conf(broker: ReauthBroker, user: str = "alice") -> dict[str, Any]:
-    return {"bootstrap.servers": broker.addr(), "security.protocol": "SASL_PLAINTEXT",
+def client_conf(broker: ReauthBroker, user: str = "alice", listener: str = "SASL_PLAINTEXT") -> dict[str, Any]:
+    return {"bootstrap.servers": broker.addr(listener), "security.protocol": "SASL_PLAINTEXT",
             "sasl.mechanisms": "SCRAM-SHA-256", "sasl.username": user, "sasl.password": PASSWORD,
             "broker.address.family": "v4", "log_level": 3}
 
 
 def test_librdkafka_reauthenticates_and_keeps_its_connection(broker: ReauthBroker, topic_name: str) -> None:
-    """librdkafka re-authenticates before the session ends (KIP-368), so over several lifetimes
-    every record is delivered and the broker never has to close its connection."""
-    killed = broker.counter("expired_connections_killed_count")
-    reauths = broker.counter("successful_reauthentication")
-    assert _produce_for(client_conf(broker), topic_name, 3 * LIFETIME_MS / 1000) > 0
-    assert broker.counter("successful_reauthentication") >= reauths + 2
-    assert broker.counter("expired_connections_killed_count") == killed
+    """librdkafka re-authenticates before the session ends (KIP-368), so every record is delivered
+    and the broker never has to close its connection, also for records sent after the first
+    session's end. Ends on what happened (a re-authentication, then a record past the first
+    session's end), not after a fixed time: a stalled machine only makes it take longer."""
+    listener = "LIBRDKAFKA"
+    killed = broker.counter("expired_connections_killed_count", listener)
+    reauths = broker.counter("successful_reauthentication", listener)
+    producer = Producer({**client_conf(broker, listener=listener), "enable.idempotence": True,
+                         "message.timeout.ms": 30000})
+    errors: list[Any] = []
+    started = time.monotonic()
+    deadline = started + 60
+    while time.monotonic() < deadline:
+        producer.produce(topic_name, b"v", on_delivery=lambda err, _m: errors.append(err) if err else None)
+        assert producer.flush(30) == 0
+        if (broker.counter("successful_reauthentication", listener) > reauths
+                and time.monotonic() - started > (CLIENT_LIFETIME_MS + 500) / 1000):
+            break  # re-authenticated, and this record went out after the first session ended
+        time.sleep(0.2)
+    assert not errors, errors
+    assert broker.counter("successful_reauthentication", listener) > reauths
+    assert time.monotonic() < deadline, "no re-authentication in 60 s"
+    assert broker.counter("expired_connections_killed_count", listener) == killed
 
 
 def test_librdkafka_client_of_a_deleted_user_is_shut_out(broker: ReauthBroker, topic_name: str) -> None:
@@ -251,6 +266,95 @@ def test_librdkafka_client_of_a_deleted_user_is_shut_out(broker: ReauthBroker, t
     producer.flush(10)
     assert delivered and delivered[0] is not None, "a record of a deleted user was delivered"
     assert any("Authentication failed" in str(e) for e in errors), errors
+
+
+def test_reauthentication_latency_is_exported(broker: ReauthBroker) -> None:
+    """Kafka's socket-server-metrics reauthentication-latency-max and -avg per listener: the
+    milliseconds from the SaslHandshake that began a re-authentication to its completion (at least
+    1, as Kafka rounds a non-zero latency), over Kafka's sample window; NaN on a listener without
+    re-authentications (INTERNAL: sessions without an end)."""
+    with RawClient(broker.addr()) as c:
+        assert scram_login(c, "alice", PASSWORD).error_code == 0
+        assert scram_login(c, "alice", PASSWORD).error_code == 0  # the re-authentication
+    high, avg = broker.gauge("reauthentication_latency_max"), broker.gauge("reauthentication_latency_avg")
+    assert high is not None and avg is not None, "reauthentication-latency-max/-avg not exported"
+    assert high >= avg >= 1
+    idle = broker.gauge("reauthentication_latency_max", "INTERNAL")
+    assert idle is not None and math.isnan(idle)
+
+
+def _frame(c: RawClient, request: Any, version: int) -> bytes:
+    """A request's bytes as RawClient.send would write them (to send several in one write)."""
+    c.correlation_id += 1
+    request.API_VERSION = version
+    request.with_header(correlation_id=c.correlation_id, client_id=c.client_id)
+    return bytes(request.encode(version=version, header=True, framed=True))
+
+
+def test_a_reauthenticating_client_cannot_send_a_frame_over_the_sasl_cap(broker: ReauthBroker) -> None:
+    """From the SaslHandshake that begins a re-authentication until it completes, Kafka's
+    SaslServerAuthenticator reads frames up to sasl.server.max.receive.size (not
+    socket.request.max.bytes): a length prefix over it closes the connection at once, before its
+    bytes are buffered, and counts a failed re-authentication (before the first login: a failed
+    authentication). Before the handshake and after the re-authentication the usual limit applies."""
+    failed = broker.counter("failed_reauthentication")
+    with RawClient(broker.addr()) as c:
+        assert scram_login(c, "alice", PASSWORD).error_code == 0
+        assert c.request(SaslHandshakeRequest(mechanism="SCRAM-SHA-256"), 1).error_code == 0
+        c.send_bytes(struct.pack(">i", SASL_SERVER_MAX_RECEIVE_SIZE + 1) + b"\0" * 65536)
+        c.sock.settimeout(10)
+        try:
+            closed = c.sock.recv(1) == b""
+        except ConnectionResetError:
+            closed = True
+        except TimeoutError:
+            closed = False  # the broker is waiting for the rest of the frame: it took the prefix
+        assert closed, "a frame over sasl.server.max.receive.size during re-authentication was accepted"
+    assert broker.counter("failed_reauthentication") == failed + 1
+    refusals = [json.loads(line) for line in broker.log_path.read_text().splitlines() if "bad frame size" in line]
+    assert any(r["size"] == SASL_SERVER_MAX_RECEIVE_SIZE + 1 and r["max"] == SASL_SERVER_MAX_RECEIVE_SIZE
+               for r in refusals), refusals
+    # Pipelined behind a request and the SaslHandshake, in one write: the cap still applies.
+    with RawClient(broker.addr()) as c:
+        assert scram_login(c, "alice", PASSWORD).error_code == 0
+        c.send_bytes(_frame(c, MetadataRequest(topics=[], allow_auto_topic_creation=False), 9)
+                     + _frame(c, SaslHandshakeRequest(mechanism="SCRAM-SHA-256"), 1)
+                     + struct.pack(">i", SASL_SERVER_MAX_RECEIVE_SIZE + 1) + b"\0" * 64)
+        c.recv_frame()  # Metadata
+        c.recv_frame()  # SaslHandshake
+        assert c.is_closed_by_peer()
+    assert broker.counter("failed_reauthentication") == failed + 2
+    # Before the first login the same prefix is a failed authentication (Kafka's "invalid receive size").
+    failed_login = broker.counter("failed_authentication")
+    with RawClient(broker.addr()) as c:
+        c.send_bytes(struct.pack(">i", SASL_SERVER_MAX_RECEIVE_SIZE + 1) + b"\0" * 64)
+        assert c.is_closed_by_peer()
+    assert broker.counter("failed_authentication") == failed_login + 1
+    # A completed re-authentication gives the usual limit back: a prefix over the SASL cap waits.
+    with RawClient(broker.addr()) as c:
+        assert scram_login(c, "bob", PASSWORD).error_code == 0
+        assert scram_login(c, "bob", PASSWORD).error_code == 0
+        c.send_bytes(struct.pack(">i", SASL_SERVER_MAX_RECEIVE_SIZE + 1) + b"\0" * 64)
+        c.sock.settimeout(2.0)
+        with pytest.raises(TimeoutError):
+            c.sock.recv(1)
+
+
+def test_an_unknown_mechanism_at_reauthentication_is_not_a_counted_failure(broker: ReauthBroker) -> None:
+    """Kafka's SaslServerAuthenticator fails an unknown mechanism at the start of a
+    re-authentication inside maybeBeginServerReauthentication, before the Selector that keeps the
+    counts sees it ("the failed re-authentication metric does not get updated if we send back an
+    error immediately upon the start of re-authentication"): neither failed-reauthentication nor
+    failed-authentication counts it. The connection is closed; the client is told
+    UNSUPPORTED_SASL_MECHANISM."""
+    failed_reauth, failed = broker.counter("failed_reauthentication"), broker.counter("failed_authentication")
+    with RawClient(broker.addr()) as c:
+        assert scram_login(c, "alice", PASSWORD).error_code == 0
+        answer = c.request(SaslHandshakeRequest(mechanism="GSSAPI"), 1)
+        assert answer.error_code == UNSUPPORTED_SASL_MECHANISM
+        assert c.is_closed_by_peer()
+    assert broker.counter("failed_reauthentication") == failed_reauth
+    assert broker.counter("failed_authentication") == failed
 
 
 def test_authentication_outcomes_are_counted(broker: ReauthBroker) -> None:
