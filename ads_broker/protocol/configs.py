@@ -84,7 +84,7 @@ _SETTING_TYPES = {
     "ssl.cipher.suites": "LIST", "authorizer.class.name": "CLASS",
     # PASSWORD: described as sensitive, value null (Kafka's KafkaConfig.maybeSensitive)
     "ssl.key.password": "PASSWORD", "ssl.keystore.key": "PASSWORD", "ssl.keystore.certificate.chain": "PASSWORD",
-    "ssl.truststore.certificates": "PASSWORD",
+    "ssl.truststore.certificates": "PASSWORD", "sasl.jaas.config": "PASSWORD",
 }
 #: Kafka's ``DynamicBrokerConfig.brokerConfigSynonyms``, for the names this broker knows.
 _RETENTION_SYNONYMS = ("log.retention.ms", "log.retention.minutes", "log.retention.hours")

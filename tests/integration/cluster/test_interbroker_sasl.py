@@ -1,0 +1,79 @@
+"""Three real brokers (real ZooKeeper) that talk SASL_PLAINTEXT with SCRAM-SHA-256 to each other
+under the ACL authorizer (``tests/integration/cluster/secure.py``): the replica fetchers and the
+transaction marker sender log in as ``User:broker`` (in ``super.users``) on the inter-broker
+listener, so replication and transactions across brokers work, while the broker logs never show
+the password.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+from tests.integration.cluster.conftest import IDS, BrokerCluster, wait_until
+from tests.integration.cluster.secure import PASSWORD, start_three_sasl
+from tests.integration.cluster.test_replication import create, state
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def _consume(conf: dict[str, object], topic: str, partitions: int, count: int) -> list[bytes]:
+    consumer = Consumer({**conf, "group.id": f"g-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest"})
+    got: list[bytes] = []
+    try:
+        consumer.assign([KafkaTopicPartition(topic, p, 0) for p in range(partitions)])
+
+        def done() -> bool:
+            got.extend(m.value() for m in consumer.consume(1000, 1.0) if m.error() is None)
+            return len(got) >= count
+
+        wait_until(done, f"{count} records of {topic}")
+        return got
+    finally:
+        consumer.close()
+
+
+def test_brokers_replicate_and_send_markers_over_sasl_scram_with_the_authorizer_on(
+        brokers: BrokerCluster, zk_connect: str, tmp_path: Path) -> None:
+    cluster = start_three_sasl(brokers)
+    topic = f"t-{uuid.uuid4().hex[:10]}"
+    partitions = 3
+    create(cluster.admin(), topic, partitions=partitions, min_isr=2)
+
+    # acks=all with min.insync.replicas=2: acknowledged only once a follower fetched it (over SASL).
+    producer = Producer(cluster.client_conf(acks="all", **{"linger.ms": 5, "message.timeout.ms": 60000}))
+    acked: list[bytes] = []
+    values = [b"r%03d" % i for i in range(60)]
+    for i, value in enumerate(values):
+        producer.produce(topic, value=value, partition=i % partitions,
+                         on_delivery=lambda err, msg: acked.append(msg.value()) if err is None else None)
+    assert producer.flush(60) == 0
+    assert sorted(acked) == values
+    for p in range(partitions):
+        wait_until(lambda p=p: sorted(state(zk_connect, topic, p).isr) == list(IDS), f"a full ISR for partition {p}")
+
+    # A transaction over the three partitions, whose leaders are three brokers: the coordinator
+    # sends WriteTxnMarkers to the other two over the inter-broker listener (CLUSTER_ACTION).
+    txn = Producer(cluster.client_conf(**{"transactional.id": f"tx-{uuid.uuid4().hex[:8]}"}))
+    txn.init_transactions(60)
+    txn.begin_transaction()
+    committed = [b"t%d" % p for p in range(partitions)]
+    for p, value in enumerate(committed):
+        txn.produce(topic, value=value, partition=p)
+    txn.commit_transaction(60)
+    leaders = {state(zk_connect, topic, p).leader for p in range(partitions)}
+    assert len(leaders) == partitions, leaders  # the markers really crossed brokers
+
+    seen = _consume(cluster.client_conf(**{"isolation.level": "read_committed"}), topic, partitions,
+                    len(values) + partitions)
+    assert sorted(seen) == sorted(values + committed)
+
+    for broker_id in IDS:
+        text = (brokers.root / f"broker-{broker_id}.log").read_text(errors="replace")
+        assert PASSWORD not in text, f"broker {broker_id} logged the inter-broker password"
+        assert "cannot log in" not in text, f"broker {broker_id}: an inter-broker login failed"
