@@ -1,33 +1,41 @@
-"""A three-broker cluster whose brokers talk SASL_PLAINTEXT (SCRAM-SHA-256) to each other, with
-the ACL authorizer on: each broker has a SASL_PLAINTEXT listener (the inter-broker one, first, so
-Metadata names it) and a PLAINTEXT one (``User:ANONYMOUS``, where an attacker without credentials
-connects). Users are created offline in every data dir with ``ads-broker users add`` before the
-first start, as an operator would: ``broker`` (the brokers' own principal, in ``super.users``),
-``admin`` (in ``super.users``) and ``mallory`` (may read and write the test topics, nothing on the
-cluster).
+"""A three-broker cluster whose brokers log in to each other on a SASL inter-broker listener, with
+the ACL authorizer on: each broker has the SASL listener (first, so Metadata names it; SASL_PLAINTEXT,
+or SASL_SSL with the test PKI) and a PLAINTEXT one (``User:ANONYMOUS``, where an attacker without
+credentials connects). Users and ACLs are written into every data dir before the first start
+(what ``ads-broker users add`` / ``acls add`` write, done in process to keep the tests fast):
+``broker`` (the brokers' own principal, in ``super.users``), ``admin`` (in ``super.users``) and
+``mallory`` (may read and write the test topics, nothing on the cluster).
 """
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
 from ads_broker.embedded import free_port
-from tests.integration.broker.test_acls import acl_add, cli
+from ads_broker.security.acl import ALLOW, PREFIXED, READ, TOPIC, WRITE, Acl, AclStore
+from ads_broker.security.sasl_client import LOGIN_MODULES
+from ads_broker.security.scram import CredentialStore, ScramCredential
 from tests.integration.cluster.conftest import IDS, BrokerCluster, wait_until
 
 PASSWORD = "pw-" + uuid.uuid4().hex[:12]
 USERS = ("broker", "admin", "mallory")
-MECHANISM = "SCRAM-SHA-256"
-JAAS = f'org.apache.kafka.common.security.scram.ScramLoginModule required username="broker" password="{PASSWORD}";'
+
+
+def jaas(mechanism: str) -> str:
+    return f'{LOGIN_MODULES[mechanism]} required username="broker" password="{PASSWORD}";'
 
 
 @dataclass
 class SaslCluster:
     brokers: BrokerCluster
+    protocol: str
+    mechanism: str
+    ca: Path | None
     sasl_ports: dict[int, int] = field(default_factory=dict)
     plain_ports: dict[int, int] = field(default_factory=dict)
 
@@ -43,37 +51,51 @@ class SaslCluster:
         return f"127.0.0.1:{self.plain_ports[broker_id]}"
 
     def client_conf(self, user: str = "admin", **extra: Any) -> dict[str, Any]:
-        return {"bootstrap.servers": self.bootstrap, "security.protocol": "SASL_PLAINTEXT",
-                "sasl.mechanisms": MECHANISM, "sasl.username": user, "sasl.password": PASSWORD,
+        conf = {"bootstrap.servers": self.bootstrap, "security.protocol": self.protocol,
+                "sasl.mechanisms": self.mechanism, "sasl.username": user, "sasl.password": PASSWORD,
                 "broker.address.family": "v4", **extra}
+        if self.ca is not None:
+            conf["ssl.ca.location"] = str(self.ca)
+        return conf
 
     def admin(self) -> AdminClient:
         return AdminClient(self.client_conf())
 
 
-def start_three_sasl(brokers: BrokerCluster, topic_prefix: str = "t-", **config: str) -> SaslCluster:
-    """Brokers 1-3 with SASL_PLAINTEXT between them; returns once all three are registered."""
-    cluster = SaslCluster(brokers)
+def _provision(data_dir: Path, mechanism: str, topic_prefix: str) -> None:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    store = CredentialStore(data_dir)
+    scram = mechanism if mechanism != "PLAIN" else "SCRAM-SHA-256"  # PLAIN is checked against SCRAM credentials
+    for user in USERS:
+        store.upsert(user, scram, ScramCredential.from_password(scram, PASSWORD))
+    AclStore(data_dir).save([Acl(TOPIC, topic_prefix, PREFIXED, "User:mallory", "*", op, ALLOW)
+                             for op in (READ, WRITE)])
+
+
+def start_three_sasl(brokers: BrokerCluster, topic_prefix: str = "t-", *, protocol: str = "SASL_PLAINTEXT",
+                     mechanism: str = "SCRAM-SHA-256", keystore: Path | None = None, ca: Path | None = None,
+                     **config: str) -> SaslCluster:
+    """Brokers 1-3 with ``protocol``/``mechanism`` between them; returns once all three are
+    registered. SASL_SSL needs ``keystore`` (chain + key, SAN 127.0.0.1) and ``ca``."""
+    cluster = SaslCluster(brokers, protocol, mechanism, ca)
+    tls: dict[str, str] = {}
+    if protocol == "SASL_SSL":
+        assert keystore is not None and ca is not None
+        tls = {"ssl.keystore.location": str(keystore), "ssl.truststore.location": str(ca)}
     for broker_id in IDS:
-        data_dir = brokers.data_dir(broker_id)
-        data_dir.mkdir(parents=True, exist_ok=True)
-        for user in USERS:
-            out = cli("users", "add", user, "--mechanism", MECHANISM, data_dir=data_dir, password=PASSWORD)
-            assert out.returncode == 0, out.stderr
-        acl_add(data_dir, "--allow-principal", "User:mallory", "--operation", "READ", "--operation", "WRITE",
-                "--topic", topic_prefix, "--resource-pattern-type", "PREFIXED")
+        _provision(brokers.data_dir(broker_id), mechanism, topic_prefix)
         sasl, plain = free_port(), free_port()
         cluster.sasl_ports[broker_id], cluster.plain_ports[broker_id] = sasl, plain
         brokers.start(broker_id, port=plain, **{
-            "listeners": f"SASL_PLAINTEXT://127.0.0.1:{sasl},PLAINTEXT://127.0.0.1:{plain}",
-            "inter.broker.listener.name": "SASL_PLAINTEXT",
-            "sasl.enabled.mechanisms": MECHANISM,
-            "sasl.mechanism.inter.broker.protocol": MECHANISM,
-            f"listener.name.sasl_plaintext.{MECHANISM.lower()}.sasl.jaas.config": JAAS,
+            "listeners": f"{protocol}://127.0.0.1:{sasl},PLAINTEXT://127.0.0.1:{plain}",
+            "inter.broker.listener.name": protocol,
+            "sasl.enabled.mechanisms": mechanism,
+            "sasl.mechanism.inter.broker.protocol": mechanism,
+            f"listener.name.{protocol.lower()}.{mechanism.lower()}.sasl.jaas.config": jaas(mechanism),
             "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
             "super.users": "User:broker;User:admin",
             "offsets.topic.num.partitions": "1", "transaction.state.log.num.partitions": "1",
-            **config})
+            **tls, **config})
     admin = cluster.admin()
     wait_until(lambda: sorted(admin.list_topics(timeout=10).brokers) == list(IDS), "three registered brokers")
     return cluster

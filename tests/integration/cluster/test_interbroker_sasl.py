@@ -1,24 +1,26 @@
-"""Three real brokers (real ZooKeeper) that talk SASL_PLAINTEXT with SCRAM-SHA-256 to each other
-under the ACL authorizer (``tests/integration/cluster/secure.py``): the replica fetchers and the
-transaction marker sender log in as ``User:broker`` (in ``super.users``) on the inter-broker
-listener, so replication and transactions across brokers work, while the broker logs never show
-the password.
+"""Three real brokers (real ZooKeeper) that log in to each other on their inter-broker listener
+under the ACL authorizer (``tests/integration/cluster/secure.py``): SASL_PLAINTEXT with
+SCRAM-SHA-256, and SASL_SSL with PLAIN (the brokers verify each other's certificate, host name
+included). The replica fetchers and the transaction marker sender log in as ``User:broker`` (in
+``super.users``), so replication and transactions across brokers work, and the broker logs never
+show the password.
 """
 
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
+from tests.integration.broker.test_security import Pki, pki
 from tests.integration.cluster.conftest import IDS, BrokerCluster, wait_until
 from tests.integration.cluster.secure import PASSWORD, start_three_sasl
 from tests.integration.cluster.test_replication import create, state
 
 pytestmark = pytest.mark.timeout(240)
+__all__ = ["pki"]  # the test PKI fixture (a CA and a server certificate for 127.0.0.1)
 
 
 def _consume(conf: dict[str, object], topic: str, partitions: int, count: int) -> list[bytes]:
@@ -38,9 +40,10 @@ def _consume(conf: dict[str, object], topic: str, partitions: int, count: int) -
         consumer.close()
 
 
-def test_brokers_replicate_and_send_markers_over_sasl_scram_with_the_authorizer_on(
-        brokers: BrokerCluster, zk_connect: str, tmp_path: Path) -> None:
-    cluster = start_three_sasl(brokers)
+@pytest.mark.parametrize(("protocol", "mechanism"), [("SASL_PLAINTEXT", "SCRAM-SHA-256"), ("SASL_SSL", "PLAIN")])
+def test_brokers_replicate_and_send_markers_over_a_sasl_inter_broker_listener_with_the_authorizer_on(
+        brokers: BrokerCluster, zk_connect: str, pki: Pki, protocol: str, mechanism: str) -> None:
+    cluster = start_three_sasl(brokers, protocol=protocol, mechanism=mechanism, keystore=pki.server, ca=pki.ca)
     topic = f"t-{uuid.uuid4().hex[:10]}"
     partitions = 3
     create(cluster.admin(), topic, partitions=partitions, min_isr=2)
