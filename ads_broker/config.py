@@ -604,6 +604,9 @@ class BrokerConfig:
         listener_overrides, listener_entries = _listener_overrides(per_listener, values["listeners"])
         config = cls(values, frozenset(k for k in raw if k not in per_listener), listener_overrides=listener_overrides,
                      listener_entries=listener_entries)
+        if values["sasl.jaas.config"]:
+            raise ConfigError("sasl.jaas.config is only read per listener and mechanism, as Kafka's brokers read it: "
+                              "set listener.name.<listener>.<mechanism>.sasl.jaas.config instead")
         if values["zookeeper.connect"]:  # cluster mode: the inter-broker listener must resolve (Kafka's checks)
             from ads_broker.security.interbroker import InterBrokerSecurity
 

@@ -86,6 +86,12 @@ def test_a_malformed_jaas_entry_is_refused_without_showing_it() -> None:
     assert "not a JAAS login entry" in str(raised.value) and SECRET not in str(raised.value)
 
 
+def test_a_broker_wide_jaas_entry_is_refused_rather_than_ignored() -> None:
+    with pytest.raises(ConfigError, match="only read per listener and mechanism") as raised:
+        BrokerConfig.load(None, {"sasl.jaas.config": JAAS})
+    assert SECRET not in str(raised.value)
+
+
 def test_a_single_node_does_not_check_the_inter_broker_listener() -> None:
     BrokerConfig.load(None, {"listeners": "SASL_PLAINTEXT://127.0.0.1:9093"})
 
