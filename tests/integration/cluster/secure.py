@@ -26,8 +26,8 @@ PASSWORD = "pw-" + uuid.uuid4().hex[:12]
 USERS = ("broker", "admin", "mallory")
 
 
-def jaas(mechanism: str) -> str:
-    return f'{LOGIN_MODULES[mechanism]} required username="broker" password="{PASSWORD}";'
+def jaas(mechanism: str, password: str = PASSWORD) -> str:
+    return f'{LOGIN_MODULES[mechanism]} required username="broker" password="{password}";'
 
 
 @dataclass
@@ -74,9 +74,10 @@ def _provision(data_dir: Path, mechanism: str, topic_prefix: str) -> None:
 
 def start_three_sasl(brokers: BrokerCluster, topic_prefix: str = "t-", *, protocol: str = "SASL_PLAINTEXT",
                      mechanism: str = "SCRAM-SHA-256", keystore: Path | None = None, ca: Path | None = None,
-                     **config: str) -> SaslCluster:
+                     per_broker: dict[int, dict[str, str]] | None = None, **config: str) -> SaslCluster:
     """Brokers 1-3 with ``protocol``/``mechanism`` between them; returns once all three are
-    registered. SASL_SSL needs ``keystore`` (chain + key, SAN 127.0.0.1) and ``ca``."""
+    registered. SASL_SSL needs ``keystore`` (chain + key, SAN 127.0.0.1) and ``ca``;
+    ``per_broker`` adds settings to one broker only."""
     cluster = SaslCluster(brokers, protocol, mechanism, ca)
     tls: dict[str, str] = {}
     if protocol == "SASL_SSL":
@@ -95,7 +96,7 @@ def start_three_sasl(brokers: BrokerCluster, topic_prefix: str = "t-", *, protoc
             "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
             "super.users": "User:broker;User:admin",
             "offsets.topic.num.partitions": "1", "transaction.state.log.num.partitions": "1",
-            **tls, **config})
+            **tls, **config, **(per_broker or {}).get(broker_id, {})})
     admin = cluster.admin()
     wait_until(lambda: sorted(admin.list_topics(timeout=10).brokers) == list(IDS), "three registered brokers")
     return cluster

@@ -13,11 +13,12 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import NewTopic
 
 from tests.integration.broker.test_security import Pki, pki
 from tests.integration.cluster.conftest import IDS, BrokerCluster, wait_until
-from tests.integration.cluster.secure import PASSWORD, start_three_sasl
-from tests.integration.cluster.test_replication import create, state
+from tests.integration.cluster.secure import PASSWORD, jaas, start_three_sasl
+from tests.integration.cluster.test_replication import create, local_records, state
 
 pytestmark = pytest.mark.timeout(240)
 __all__ = ["pki"]  # the test PKI fixture (a CA and a server certificate for 127.0.0.1)
@@ -80,3 +81,26 @@ def test_brokers_replicate_and_send_markers_over_a_sasl_inter_broker_listener_wi
         text = (brokers.root / f"broker-{broker_id}.log").read_text(errors="replace")
         assert PASSWORD not in text, f"broker {broker_id} logged the inter-broker password"
         assert "cannot log in" not in text, f"broker {broker_id}: an inter-broker login failed"
+
+
+def test_a_broker_whose_inter_broker_login_is_refused_replicates_nothing_and_logs_no_password(
+        brokers: BrokerCluster, zk_connect: str) -> None:
+    wrong = "wrong-" + uuid.uuid4().hex[:10]
+    cluster = start_three_sasl(brokers, per_broker={3: {
+        "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": jaas("SCRAM-SHA-256", wrong)}},
+        **{"replica.lag.time.max.ms": "2000"})
+    topic = f"t-{uuid.uuid4().hex[:10]}"
+    new = NewTopic(topic, 1, replica_assignment=[[1, 2, 3]], config={"min.insync.replicas": "2"})
+    admin = cluster.admin()
+    admin.create_topics([new], operation_timeout=30)[topic].result(60)
+    producer = Producer(cluster.client_conf(acks="all", **{"message.timeout.ms": 60000}))
+    producer.produce(topic, value=b"kept", partition=0)
+    assert producer.flush(60) == 0  # brokers 1 and 2 hold it
+    wait_until(lambda: sorted(state(zk_connect, topic).isr) == [1, 2], "broker 3 to leave the ISR")
+    assert local_records(brokers.data_dir(3), topic) == []
+    refused = [e for e in brokers.log_events(3) if e.get("event") == "cannot log in to the leader's inter-broker "
+               "listener"]
+    assert refused and "SCRAM-SHA-256 login as 'broker' refused" in str(refused[0].get("error")), refused[:1]
+    for broker_id in IDS:
+        text = (brokers.root / f"broker-{broker_id}.log").read_text(errors="replace")
+        assert wrong not in text and PASSWORD not in text, f"broker {broker_id} logged a password"
