@@ -17,6 +17,11 @@ A fetcher runs while its partition's ``follower_state`` exists and does what tha
 Errors (leader unreachable, not yet leader, UNKNOWN_LEADER_EPOCH) back off ``replica.fetch.backoff.ms``
 and retry; the connection is re-opened to whoever leads next. Each failed attempt is counted by its
 Kafka error name, and each appended answer's bytes and records, in :mod:`.metrics`.
+
+Connections go to the leader's inter-broker listener and log in there (TLS, SASL) before the first
+request (:mod:`ads_broker.cluster.channel`); a refused login, or a leader whose authorizer denies
+this broker's principal CLUSTER_ACTION (TOPIC_AUTHORIZATION_FAILED), is logged as a warning naming
+what to fix and retried like any other failure.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse, OffsetForLeader
 
 from ads_broker.cluster.channel import BrokerConnection
 from ads_broker.config import BrokerSettings
+from ads_broker.errors import TOPIC_AUTHORIZATION_FAILED
 from ads_broker.exceptions import BrokerError
 from ads_broker.replication.metrics import LEADER_NOT_AVAILABLE, NETWORK_EXCEPTION, REQUEST_TIMED_OUT, error_label
 from ads_broker.replication.partition import Partition
@@ -44,8 +50,6 @@ Resolver = Callable[[int], Awaitable[tuple[str, int] | None]]
 #: opens a connection to another broker: ``(host, port, client_id)``; in a running broker it goes
 #: to the inter-broker listener and logs in there (:mod:`ads_broker.cluster.channel`)
 Connector = Callable[[str, int, str], Awaitable[BrokerConnection]]
-#: kept for readers of older code: a fetcher's connection is a BrokerConnection
-LeaderConnection = BrokerConnection
 
 
 def _error(code: int) -> Errors:
@@ -182,6 +186,7 @@ class ReplicaFetcher:
                                   f"ending at {part.end_offset}")
         if answer.error is not Errors.NONE:
             self._failed(error_label(part.error_code))
+            self._denied(part.error_code, current.leader)
             return False
         return True
 
@@ -226,9 +231,20 @@ class ReplicaFetcher:
             self._cut(cut.offset, f"the leader's fetch answer names diverging epoch {result.diverging_epoch}")
         if error is not Errors.NONE:
             self._failed(error_label(part.error_code))
-            log.info("follower fetch answered with an error", topic=self.partition.topic,
-                     partition=self.partition.index, leader=current.leader, error=error.name)
+            if not self._denied(part.error_code, current.leader):
+                log.info("follower fetch answered with an error", topic=self.partition.topic,
+                         partition=self.partition.index, leader=current.leader, error=error_label(part.error_code))
             return False
+        return True
+
+    def _denied(self, code: int, leader: int) -> bool:
+        """Log an authorization refusal with what to fix; True if ``code`` was one."""
+        if code != TOPIC_AUTHORIZATION_FAILED:
+            return False
+        log.warning("the leader's authorizer refused this broker's follower requests; give the principal this "
+                    "broker logs in as CLUSTER_ACTION on the cluster or a place in super.users, on every broker "
+                    "(docs/SECURITY.md, Inter-broker listener)", topic=self.partition.topic,
+                    partition=self.partition.index, leader=leader, error=error_label(code))
         return True
 
     def _timeout_s(self) -> float:

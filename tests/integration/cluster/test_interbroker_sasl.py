@@ -104,3 +104,24 @@ def test_a_broker_whose_inter_broker_login_is_refused_replicates_nothing_and_log
     for broker_id in IDS:
         text = (brokers.root / f"broker-{broker_id}.log").read_text(errors="replace")
         assert wrong not in text and PASSWORD not in text, f"broker {broker_id} logged a password"
+
+
+def test_followers_whose_principal_lacks_cluster_action_copy_nothing_and_say_what_to_grant(
+        brokers: BrokerCluster, zk_connect: str) -> None:
+    # The brokers log in fine, but User:broker is neither a super user nor granted CLUSTER_ACTION.
+    cluster = start_three_sasl(brokers, **{"super.users": "User:admin", "replica.lag.time.max.ms": "2000"})
+    topic = f"t-{uuid.uuid4().hex[:10]}"
+    admin = cluster.admin()
+    new = NewTopic(topic, 1, replica_assignment=[[1, 2, 3]], config={"min.insync.replicas": "2"})
+    admin.create_topics([new], operation_timeout=30)[topic].result(60)
+    wait_until(lambda: state(zk_connect, topic).isr == (1,), "the denied followers to leave the ISR")
+    producer = Producer(cluster.client_conf(acks="all", **{"message.timeout.ms": 5000}))
+    failed: list[object] = []
+    producer.produce(topic, value=b"x", partition=0, on_delivery=lambda err, msg: failed.append(err))
+    producer.flush(30)
+    assert failed and failed[0] is not None, "acks=all was acknowledged with no follower able to fetch"
+    for follower in (2, 3):
+        assert local_records(brokers.data_dir(follower), topic) == []
+        warnings = [e for e in brokers.log_events(follower)
+                    if str(e.get("event", "")).startswith("the leader's authorizer refused this broker's follower")]
+        assert warnings and warnings[0].get("error") == "TOPIC_AUTHORIZATION_FAILED", warnings[:1]
