@@ -74,6 +74,21 @@ def _optional(value: str) -> str | None:
     return value or None
 
 
+def _security_protocol(value: str) -> str:
+    from ads_broker.security.interbroker import validate_security_protocol
+
+    return validate_security_protocol(value)
+
+
+def _jaas_config(value: str) -> str:
+    """Checked as a JAAS entry; a bad one is a ConfigError that never shows the value (a password)."""
+    if value:
+        from ads_broker.security.sasl_client import parse_jaas_config
+
+        parse_jaas_config(value)
+    return value
+
+
 def _compression_type(value: str) -> str:
     if value not in COMPRESSION_TYPES:
         raise ValueError(f"expected one of {', '.join(COMPRESSION_TYPES)}")
@@ -269,6 +284,22 @@ SETTINGS: tuple[Setting, ...] = (
             doc="bytes a follower asks per partition per fetch (a larger first batch is still sent whole)"),
     Setting("replica.fetch.backoff.ms", int, 1000, 0,
             doc="how long a follower waits after a failed fetch (leader unreachable, error) before the next"),
+    # -- inter-broker connections (ads_broker/security/interbroker.py; docs/SECURITY.md "Inter-broker listener") --
+    Setting("inter.broker.listener.name", str, "",
+            doc="the listener other brokers are reached on (replica fetchers, transaction markers); empty: the "
+                "listener named like security.inter.broker.protocol. Only one of the two may be set"),
+    Setting("security.inter.broker.protocol", _security_protocol, "PLAINTEXT",
+            doc="PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL: the inter-broker listener is the one of this name"),
+    Setting("sasl.mechanism.inter.broker.protocol", str, "GSSAPI",
+            doc="the SASL mechanism brokers log in to each other with (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; "
+                "Kafka's default GSSAPI is not supported). The login is the inter-broker listener's "
+                "listener.name.<listener>.<mechanism>.sasl.jaas.config username and password"),
+    Setting("sasl.jaas.config", _jaas_config, "",
+            doc="a JAAS login entry; only per listener and mechanism, as Kafka's brokers take it: "
+                "listener.name.<listener>.<mechanism>.sasl.jaas.config"),
+    Setting("ssl.endpoint.identification.algorithm", str, "https",
+            doc="https: a broker connecting to another broker's TLS listener checks the certificate's host name; "
+                "empty: it does not"),
     # -- metrics: the Prometheus endpoint (ads_broker/metrics.py, docs/BROKER.md "Metrics") --
     Setting("min.insync.replicas", int, 1, 1, topic_name="min.insync.replicas",
             doc="in-sync replicas an acks=all write needs; a partition with fewer is under its minimum ISR "
@@ -313,11 +344,11 @@ LISTENER_KEYS = frozenset({
     "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.certificate.chain", "ssl.keystore.key",
     "ssl.key.password", "ssl.truststore.type", "ssl.truststore.location", "ssl.truststore.certificates",
     "ssl.client.auth", "ssl.enabled.protocols", "ssl.cipher.suites", "ssl.principal.mapping.rules",
-    "sasl.enabled.mechanisms", "connections.max.reauth.ms",
+    "sasl.enabled.mechanisms", "connections.max.reauth.ms", "ssl.endpoint.identification.algorithm",
 })
 #: Kafka's ``ListenerMechanismConfigs`` this broker has: ``listener.name.<listener>.<mechanism>.<key>``
 #: (the mechanism in lower case, ``scram-sha-256``) sets them for one mechanism of one listener.
-LISTENER_MECHANISM_KEYS = frozenset({"connections.max.reauth.ms"})
+LISTENER_MECHANISM_KEYS = frozenset({"connections.max.reauth.ms", "sasl.jaas.config"})
 
 
 def _listener_override(key: str, raw: str, source: str, listener_names: set[str]) -> tuple[str, str, Any]:
@@ -341,7 +372,8 @@ def _listener_override(key: str, raw: str, source: str, listener_names: set[str]
         return listener.upper(), f"{mechanism.lower()}.{base}", _parse_setting(_BY_NAME[base], raw, source)
     if name not in LISTENER_KEYS:
         raise ConfigError(f"{source}: {key}: {name!r} cannot be set per listener; per-listener settings are "
-                          f"{', '.join(sorted(LISTENER_KEYS))}, and <mechanism>.connections.max.reauth.ms")
+                          f"{', '.join(sorted(LISTENER_KEYS))}, and <mechanism>.connections.max.reauth.ms and "
+                          "<mechanism>.sasl.jaas.config")
     value = _parse_setting(_BY_NAME[name], raw, source)
     if name == "sasl.enabled.mechanisms":
         from ads_broker.security.scram import MECHANISMS
@@ -470,6 +502,12 @@ class BrokerSettings:
     replica_fetch_wait_max_ms: int
     replica_fetch_max_bytes: int
     replica_fetch_backoff_ms: int
+    # inter-broker connections
+    inter_broker_listener_name: str
+    security_inter_broker_protocol: str
+    sasl_mechanism_inter_broker_protocol: str
+    sasl_jaas_config: str
+    ssl_endpoint_identification_algorithm: str
     # metrics
     min_insync_replicas: int
     metrics_port: int
@@ -622,8 +660,16 @@ class BrokerConfig:
         if not values["advertised.listeners"]:
             values["advertised.listeners"] = values["listeners"]
         listener_overrides, listener_entries = _listener_overrides(per_listener, values["listeners"])
-        return cls(values, frozenset(k for k in raw if k not in per_listener), listener_overrides=listener_overrides,
-                   listener_entries=listener_entries)
+        config = cls(values, frozenset(k for k in raw if k not in per_listener), listener_overrides=listener_overrides,
+                     listener_entries=listener_entries)
+        if values["sasl.jaas.config"]:
+            raise ConfigError("sasl.jaas.config is only read per listener and mechanism, as Kafka's brokers read it: "
+                              "set listener.name.<listener>.<mechanism>.sasl.jaas.config instead")
+        if values["zookeeper.connect"]:  # cluster mode: the inter-broker listener must resolve (Kafka's checks)
+            from ads_broker.security.interbroker import InterBrokerSecurity
+
+            InterBrokerSecurity.from_config(config)
+        return config
 
     @property
     def log_retention_time_ms(self) -> int:

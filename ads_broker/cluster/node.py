@@ -33,6 +33,7 @@ import structlog
 from kazoo.exceptions import KazooException, NodeExistsError
 
 from ads_broker import errors
+from ads_broker.cluster.channel import BrokerConnection
 from ads_broker.cluster.exceptions import PartitionEpochError
 from ads_broker.cluster.member import ClusterMember
 from ads_broker.cluster.topics import Topic, validate_topic_name
@@ -58,7 +59,8 @@ from ads_broker.replication import state as rules
 from ads_broker.replication.partition import Partition
 from ads_broker.replication.replica_fetcher import ReplicaFetcherManager
 from ads_broker.replication.replica_manager import ReplicaManager
-from ads_broker.security.listeners import parse_endpoints
+from ads_broker.security.interbroker import InterBrokerSecurity
+from ads_broker.security.listeners import parse_endpoints, parse_protocol_map
 
 log = structlog.get_logger("ads_broker.cluster")
 
@@ -139,7 +141,9 @@ class ClusterNode:
         self.broker_id = config.settings.broker_id
         self.member: ClusterMember | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.fetchers = ReplicaFetcherManager(replicas, self.broker_address, config.settings)
+        #: the listener other brokers are reached on and this broker's login there (Kafka's rules)
+        self.interbroker = InterBrokerSecurity.from_config(config)
+        self.fetchers = ReplicaFetcherManager(replicas, self.broker_address, config.settings, self.connect)
         replicas.on_alter_partition = self.alter_partition
         self._isr_writes: set[asyncio.Task[None]] = set()
         # States delivered while join() is still registering (before self.member is set) wait here.
@@ -169,7 +173,9 @@ class ClusterNode:
         endpoints = parse_endpoints(str(self.config["advertised.listeners"]))
         host, port = self.config.advertised
         return BrokerRegistration(self.broker_id, host, port, self.config.settings.cluster_id,
-                                  endpoints=tuple(f"{e.name}://{e.host}:{e.port}" for e in endpoints))
+                                  endpoints=tuple(f"{e.name}://{e.host}:{e.port}" for e in endpoints),
+                                  security_protocol_map=parse_protocol_map(
+                                      self.config.settings.listener_security_protocol_map))
 
     async def join(self) -> None:
         """Connect, register (refused for another cluster id or a broker id in use), run for controller."""
@@ -275,12 +281,25 @@ class ClusterNode:
                  role="leader" if partition.is_leader else "follower")
 
     async def broker_address(self, broker_id: int) -> tuple[str, int] | None:
-        """HOST, PORT a broker registered (where its follower fetchers connect); None if not live."""
+        """HOST, PORT of a broker's inter-broker listener as it registered it (where follower
+        fetchers and marker senders connect); None if it is not live or lacks that listener."""
         member = self.member
         if member is None:
             return None
         registration = await asyncio.get_running_loop().run_in_executor(None, member.zk.get_broker, broker_id)
-        return None if registration is None else (registration.host, registration.port)
+        if registration is None:
+            return None
+        address = self.interbroker.endpoint(registration)
+        if address is None:
+            log.warning("a broker does not advertise the inter-broker listener; set the same "
+                        "inter.broker.listener.name and advertised.listeners names on every broker",
+                        broker_id=broker_id, listener=self.interbroker.listener_name,
+                        endpoints=list(registration.endpoints))
+        return address
+
+    async def connect(self, host: str, port: int, client_id: str) -> BrokerConnection:
+        """A connection to another broker's inter-broker listener, TLS and SASL login done."""
+        return await BrokerConnection.open(host, port, client_id, self.interbroker)
 
     def alter_partition(self, partition: Partition, request: rules.AlterPartitionRequest) -> None:
         """A leader's ISR change: written to the state znode, conditional on the partition epoch it

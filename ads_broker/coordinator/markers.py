@@ -28,7 +28,6 @@ from ads_broker.errors import (
     UNKNOWN_TOPIC_OR_PARTITION,
 )
 from ads_broker.exceptions import BrokerError
-from ads_broker.replication.replica_fetcher import LeaderConnection
 from ads_broker.replication.replica_manager import AppendOrigin, EndTxnMarker, ReplicaManager
 
 if TYPE_CHECKING:
@@ -123,9 +122,12 @@ class TxnMarkerSender:
         if address is None:
             return {}
         try:
-            connection = await LeaderConnection.open(address[0], address[1], f"txn-markers-{self.cluster.broker_id}")
-        except OSError as e:
+            connection = await self.cluster.connect(address[0], address[1], f"txn-markers-{self.cluster.broker_id}")
+        except (OSError, TimeoutError, EOFError, ConnectionError) as e:
             log.info("cannot reach a partition leader for transaction markers", leader=leader, error=repr(e))
+            return {}
+        except BrokerError as e:  # the inter-broker login was refused (SASL), or TLS is misconfigured
+            log.warning("cannot log in to a partition leader for transaction markers", leader=leader, error=str(e))
             return {}
         try:
             response = await connection.request(marker_request(marker, tps), WRITE_TXN_MARKERS_VERSION,

@@ -85,7 +85,7 @@ _SETTING_TYPES = {
     "ssl.cipher.suites": "LIST", "authorizer.class.name": "CLASS",
     # PASSWORD: described as sensitive, value null (Kafka's KafkaConfig.maybeSensitive)
     "ssl.key.password": "PASSWORD", "ssl.keystore.key": "PASSWORD", "ssl.keystore.certificate.chain": "PASSWORD",
-    "ssl.truststore.certificates": "PASSWORD",
+    "ssl.truststore.certificates": "PASSWORD", "sasl.jaas.config": "PASSWORD",
     # Kafka dynamic broker configs kept but not used (config.py, PER_BROKER_DYNAMIC_SETTINGS)
     "sasl.kerberos.min.time.before.relogin": "LONG", "sasl.kerberos.principal.to.local.rules": "LIST",
     "sasl.login.refresh.min.period.seconds": "SHORT", "sasl.login.refresh.buffer.seconds": "SHORT",

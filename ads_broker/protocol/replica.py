@@ -5,7 +5,12 @@ watermark, records the follower's position (which moves the HW and may add it to
 answer a diverging epoch instead of records (the follower must truncate first, KIP-320's
 truncation on fetch). OffsetForLeaderEpoch answers, for a follower or a consumer validating its
 position, the largest leader epoch <= the one asked and the offset where it ends (KIP-101/279).
-Kafka requires CLUSTER_ACTION for both when an authorizer is on.
+With an authorizer (Kafka's ``KafkaApis``): a follower's Fetch needs CLUSTER_ACTION on the
+Cluster, and without it every partition is answered TOPIC_AUTHORIZATION_FAILED (Kafka's code for
+this case, not CLUSTER_AUTHORIZATION_FAILED) and nothing is read or recorded: a forged replica id
+moves no high watermark and adds no one to the ISR. OffsetForLeaderEpoch is allowed with
+CLUSTER_ACTION or with DESCRIBE on the topic (KIP-320: consumers validate their position with it),
+whatever the replica id; otherwise TOPIC_AUTHORIZATION_FAILED per partition.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.consumer import FetchResponse, OffsetForLeaderEpochResponse
 
+from ads_broker.errors import TOPIC_AUTHORIZATION_FAILED
 from ads_broker.exceptions import BrokerError
 from ads_broker.log.log import FileSlice
 from ads_broker.protocol.codec import Chunk, DecodedRequest
@@ -37,6 +43,9 @@ def _epoch(value: int | None) -> int | None:
 async def handle_follower_fetch(ctx: HandlerContext, req: DecodedRequest) -> list[Chunk]:
     body = req.body
     denied = ctx.denial(CLUSTER_ACTION, CLUSTER, CLUSTER_NAME)
+    if denied is not None:
+        # Kafka answers each partition TOPIC_AUTHORIZATION_FAILED, the denial itself names CLUSTER_ACTION
+        ctx.log_client_error(req, "fetch", denied, replica_id=body.replica_id, error_code=TOPIC_AUTHORIZATION_FAILED)
     wanted = [ReplicaFetchPartition(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes,
                                     _epoch(getattr(p, "current_leader_epoch", None)),
                                     _epoch(getattr(p, "last_fetched_epoch", None)), p.log_start_offset)
@@ -52,7 +61,7 @@ async def handle_follower_fetch(ctx: HandlerContext, req: DecodedRequest) -> lis
                                  last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None,
                                  preferred_read_replica=-1, records=b"")
             if denied is not None:
-                data.error_code = denied.error_code
+                data.error_code = TOPIC_AUTHORIZATION_FAILED
                 parts.append((data, []))
                 continue
             read = reads[index]
@@ -71,16 +80,16 @@ async def handle_follower_fetch(ctx: HandlerContext, req: DecodedRequest) -> lis
 
 async def handle_offset_for_leader_epoch(ctx: HandlerContext, req: DecodedRequest) -> OffsetForLeaderEpochResponse:
     body = req.body
-    replica_id = getattr(body, "replica_id", -1)
+    # Kafka: CLUSTER_ACTION on the cluster (a follower), else DESCRIBE on each topic (a consumer);
+    # denied: TOPIC_AUTHORIZATION_FAILED. The replica id plays no part in the check.
+    cluster_action = ctx.allowed(CLUSTER_ACTION, CLUSTER, CLUSTER_NAME)
     topics = []
     for etopic in body.topics:
         parts = []
+        denied = None if cluster_action else ctx.denial(DESCRIBE, TOPIC, etopic.topic)
         for epart in etopic.partitions:
             resp = EpochPartition(error_code=0, partition=epart.partition, leader_epoch=-1, end_offset=-1)
             try:
-                # Kafka: a follower needs CLUSTER_ACTION, a consumer DESCRIBE on the topic.
-                denied = (ctx.denial(CLUSTER_ACTION, CLUSTER, CLUSTER_NAME) if replica_id is not None
-                          and replica_id >= 0 else ctx.denial(DESCRIBE, TOPIC, etopic.topic))
                 if denied is not None:
                     raise denied
                 answer = ctx.replicas.offset_for_leader_epoch(

@@ -17,21 +17,26 @@ A fetcher runs while its partition's ``follower_state`` exists and does what tha
 Errors (leader unreachable, not yet leader, UNKNOWN_LEADER_EPOCH) back off ``replica.fetch.backoff.ms``
 and retry; the connection is re-opened to whoever leads next. Each failed attempt is counted by its
 Kafka error name, and each appended answer's bytes and records, in :mod:`.metrics`.
+
+Connections go to the leader's inter-broker listener and log in there (TLS, SASL) before the first
+request (:mod:`ads_broker.cluster.channel`); a refused login, or a leader whose authorizer denies
+this broker's principal CLUSTER_ACTION (TOPIC_AUTHORIZATION_FAILED), is logged as a warning naming
+what to fix and retried like any other failure.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import struct
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import structlog
-from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer import FetchRequest, FetchResponse, OffsetForLeaderEpochRequest
 
+from ads_broker.cluster.channel import BrokerConnection
 from ads_broker.config import BrokerSettings
+from ads_broker.errors import TOPIC_AUTHORIZATION_FAILED
+from ads_broker.exceptions import BrokerError
 from ads_broker.replication.metrics import LEADER_NOT_AVAILABLE, NETWORK_EXCEPTION, REQUEST_TIMED_OUT, error_label
 from ads_broker.replication.partition import Partition
 from ads_broker.replication.replica_manager import AppendOrigin, ReplicaManager
@@ -42,41 +47,9 @@ log = structlog.get_logger("ads_broker.replica_fetcher")
 FETCH_VERSION = 12  # current_leader_epoch, last_fetched_epoch, diverging_epoch
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 Resolver = Callable[[int], Awaitable[tuple[str, int] | None]]
-
-
-class LeaderConnection:
-    """One Kafka-protocol connection to a leader (requests in order, one at a time)."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client_id: str) -> None:
-        self.reader = reader
-        self.writer = writer
-        self.client_id = client_id
-        self.correlation_id = 0
-
-    @classmethod
-    async def open(cls, host: str, port: int, client_id: str) -> LeaderConnection:
-        reader, writer = await asyncio.open_connection(host, port)
-        return cls(reader, writer, client_id)
-
-    def close(self) -> None:
-        self.writer.close()
-
-    async def request(self, request: ApiMessage, version: int, timeout_s: float) -> Any:
-        self.correlation_id += 1
-        request.API_VERSION = version
-        request.with_header(correlation_id=self.correlation_id, client_id=self.client_id)
-        self.writer.write(bytes(request.encode(version=version, header=True, framed=True)))
-        await self.writer.drain()
-        size = struct.unpack(">i", await asyncio.wait_for(self.reader.readexactly(4), timeout_s))[0]
-        frame = await asyncio.wait_for(self.reader.readexactly(size), timeout_s)
-        response_name = type(request).__name__.replace("Request", "Response")
-        module = __import__(type(request).__module__, fromlist=[response_name])
-        response_cls = getattr(module, response_name)
-        (correlation_id,) = struct.unpack_from(">i", frame, 0)
-        if correlation_id != self.correlation_id:
-            raise ConnectionError(f"correlation id {correlation_id} answered, {self.correlation_id} expected")
-        header = 4 + (1 if response_cls.flexible_version_q(version) else 0)
-        return response_cls[version].decode(frame[header:])
+#: opens a connection to another broker: ``(host, port, client_id)``; in a running broker it goes
+#: to the inter-broker listener and logs in there (:mod:`ads_broker.cluster.channel`)
+Connector = Callable[[str, int, str], Awaitable[BrokerConnection]]
 
 
 def _error(code: int) -> Errors:
@@ -90,10 +63,11 @@ class ReplicaFetcher:
     """Keeps one followed partition in step with its leader (see the module docstring)."""
 
     def __init__(self, replicas: ReplicaManager, partition: Partition, resolve: Resolver,
-                 settings: BrokerSettings) -> None:
+                 settings: BrokerSettings, connect: Connector = BrokerConnection.open) -> None:
         self.replicas = replicas
         self.partition = partition
         self.resolve = resolve
+        self.connect = connect
         self.settings = settings
         self.broker_id = settings.broker_id
         self._wake = asyncio.Event()
@@ -122,7 +96,7 @@ class ReplicaFetcher:
             await asyncio.wait_for(self._wake.wait(), seconds)
 
     async def _run(self) -> None:
-        connection: LeaderConnection | None = None
+        connection: BrokerConnection | None = None
         connected_to = -1
         backoff = self.settings.replica_fetch_backoff_ms / 1000
         try:
@@ -160,16 +134,21 @@ class ReplicaFetcher:
     def _failed(self, error: str) -> None:
         self.replicas.replication_metrics.follower_fetch_failed(error)
 
-    async def _connect(self, leader: int) -> LeaderConnection | None:
+    async def _connect(self, leader: int) -> BrokerConnection | None:
         address = await self.resolve(leader)
         if address is None:
             self._failed(LEADER_NOT_AVAILABLE)
             return None
         try:
-            return await LeaderConnection.open(address[0], address[1], f"ads-broker-{self.broker_id}-fetcher")
-        except OSError as e:
+            return await self.connect(address[0], address[1], f"ads-broker-{self.broker_id}-fetcher")
+        except (OSError, TimeoutError, EOFError, ConnectionError) as e:
             self._failed(NETWORK_EXCEPTION)
             log.warning("cannot reach the leader", leader=leader, address=f"{address[0]}:{address[1]}", error=str(e))
+            return None
+        except BrokerError as e:  # the login was refused (SASL) or the TLS settings are wrong
+            self._failed(error_label(e.error_code))
+            log.warning("cannot log in to the leader's inter-broker listener", leader=leader,
+                        address=f"{address[0]}:{address[1]}", error=str(e))
             return None
 
     def _leo(self) -> int:
@@ -183,7 +162,7 @@ class ReplicaFetcher:
                         log_end_offset=leo, truncate_to=offset, reason=reason)
             self.partition.truncate_to(offset)
 
-    async def _truncate(self, connection: LeaderConnection, follower: FollowerState) -> bool:
+    async def _truncate(self, connection: BrokerConnection, follower: FollowerState) -> bool:
         cache = self.partition.epoch_cache
         assert cache is not None
         epoch = follower.offset_for_leader_epoch_request(cache)
@@ -207,10 +186,11 @@ class ReplicaFetcher:
                                   f"ending at {part.end_offset}")
         if answer.error is not Errors.NONE:
             self._failed(error_label(part.error_code))
+            self._denied(part.error_code, current.leader)
             return False
         return True
 
-    async def _fetch(self, connection: LeaderConnection, follower: FollowerState) -> bool:
+    async def _fetch(self, connection: BrokerConnection, follower: FollowerState) -> bool:
         cache = self.partition.epoch_cache
         assert cache is not None
         with self.partition.lock:
@@ -251,9 +231,20 @@ class ReplicaFetcher:
             self._cut(cut.offset, f"the leader's fetch answer names diverging epoch {result.diverging_epoch}")
         if error is not Errors.NONE:
             self._failed(error_label(part.error_code))
-            log.info("follower fetch answered with an error", topic=self.partition.topic,
-                     partition=self.partition.index, leader=current.leader, error=error.name)
+            if not self._denied(part.error_code, current.leader):
+                log.info("follower fetch answered with an error", topic=self.partition.topic,
+                         partition=self.partition.index, leader=current.leader, error=error_label(part.error_code))
             return False
+        return True
+
+    def _denied(self, code: int, leader: int) -> bool:
+        """Log an authorization refusal with what to fix; True if ``code`` was one."""
+        if code != TOPIC_AUTHORIZATION_FAILED:
+            return False
+        log.warning("the leader's authorizer refused this broker's follower requests; give the principal this "
+                    "broker logs in as CLUSTER_ACTION on the cluster or a place in super.users, on every broker "
+                    "(docs/SECURITY.md, Inter-broker listener)", topic=self.partition.topic,
+                    partition=self.partition.index, leader=leader, error=error_label(code))
         return True
 
     def _timeout_s(self) -> float:
@@ -264,10 +255,12 @@ class ReplicaFetcher:
 class ReplicaFetcherManager:
     """The fetchers of this broker, one per followed partition."""
 
-    def __init__(self, replicas: ReplicaManager, resolve: Resolver, settings: BrokerSettings) -> None:
+    def __init__(self, replicas: ReplicaManager, resolve: Resolver, settings: BrokerSettings,
+                 connect: Connector = BrokerConnection.open) -> None:
         self.replicas = replicas
         self.resolve = resolve
         self.settings = settings
+        self.connect = connect
         self._fetchers: dict[tuple[str, int], ReplicaFetcher] = {}
 
     def update(self, partition: Partition) -> None:
@@ -279,7 +272,7 @@ class ReplicaFetcherManager:
                 fetcher.poke()  # it sees it leads now and ends
             return
         if fetcher is None or fetcher.partition is not partition or not fetcher.running:
-            fetcher = ReplicaFetcher(self.replicas, partition, self.resolve, self.settings)
+            fetcher = ReplicaFetcher(self.replicas, partition, self.resolve, self.settings, self.connect)
             self._fetchers[key] = fetcher
             fetcher.start()
         fetcher.poke()

@@ -57,6 +57,36 @@ def server_context(settings: BrokerSettings) -> ssl.SSLContext:
     return ctx
 
 
+def client_context(settings: BrokerSettings) -> ssl.SSLContext:
+    """The client-side SSLContext a broker uses towards another broker's TLS listener (Kafka's
+    inter-broker client takes the listener's ssl.* settings): the truststore verifies the server
+    (the system CAs without one), the keystore if set is the client certificate (mTLS), and
+    ``ssl.endpoint.identification.algorithm=https`` checks the host name; empty turns that off."""
+    for key, value in (("ssl.keystore.type", settings.ssl_keystore_type),
+                       ("ssl.truststore.type", settings.ssl_truststore_type)):
+        if value.upper() != "PEM":
+            raise ConfigError(f"{key}={value!r}: only PEM is supported (JKS and PKCS12 are JVM formats)")
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    versions = sorted(_tls_version(v) for v in settings.ssl_enabled_protocols.split(",") if v.strip())
+    ctx.minimum_version, ctx.maximum_version = versions[0], versions[-1]
+    if settings.ssl_cipher_suites:
+        ctx.set_ciphers(settings.ssl_cipher_suites)
+    try:
+        if settings.ssl_truststore_location:
+            ctx.load_verify_locations(cafile=settings.ssl_truststore_location)
+        elif settings.ssl_truststore_certificates:
+            ctx.load_verify_locations(cadata=settings.ssl_truststore_certificates.replace("\\n", "\n"))
+    except (OSError, ssl.SSLError) as e:
+        raise ConfigError(f"cannot load the TLS truststore for inter-broker connections: {e}") from e
+    if settings.ssl_keystore_location or (settings.ssl_keystore_certificate_chain and settings.ssl_keystore_key):
+        _load_keystore(ctx, settings)
+    algorithm = settings.ssl_endpoint_identification_algorithm.strip().lower()
+    if algorithm not in ("https", ""):
+        raise ConfigError(f"ssl.endpoint.identification.algorithm={algorithm!r}: expected https or empty (off)")
+    ctx.check_hostname = algorithm == "https"
+    return ctx
+
+
 def _tls_version(name: str) -> ssl.TLSVersion:
     try:
         return _TLS_VERSIONS[name.strip()]

@@ -26,6 +26,7 @@ from ads_broker.errors import (
     LEADER_NOT_AVAILABLE,
     NOT_LEADER_OR_FOLLOWER,
     OFFSET_NOT_AVAILABLE,
+    TOPIC_AUTHORIZATION_FAILED,
     UNKNOWN_LEADER_EPOCH,
 )
 from tests.chaos.cluster.faults import (
@@ -42,8 +43,9 @@ from tests.chaos.cluster.faults import (
     values_of,
     wait_for_state,
 )
-from tests.integration.broker.rawclient import RawClient
+from tests.integration.broker.rawclient import RawClient, scram_login
 from tests.integration.cluster.conftest import IDS, SESSION_TIMEOUT_MS, BrokerCluster, start_three, wait_until
+from tests.integration.cluster.secure import PASSWORD, start_three_sasl
 from tests.integration.cluster.test_replication import consume_all, create, state
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -248,40 +250,51 @@ def test_plain_client_fetches_posing_as_a_follower_with_a_wrong_epoch_or_id_move
         resume(brokers, followers)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "A plain client's Fetch with a real follower's replica_id and the current leader epoch is taken "
-    "as that follower's position: the leader moves the HW and acknowledges an acks=all write that "
-    "only it holds (a SIGKILL of the leader then loses it). Kafka without an authorizer accepts it "
-    "too, but Kafka can turn CLUSTER_ACTION on with authenticated inter-broker listeners; ads-broker's "
-    "replica fetcher (replication/replica_fetcher.py) speaks PLAINTEXT without SASL, so an authorizer "
-    "would deny the real followers as well. Fix: follower fetches authenticate "
-    "(security.inter.broker.protocol, a broker principal with CLUSTER_ACTION) and the leader checks "
-    "Fetch v15's ReplicaEpoch against the follower's registration (KIP-903) — needs protocol/fetch "
-    "v15 and protocol/replica.py (another engineer's area)."))
 def test_a_plain_client_cannot_pose_as_a_follower_to_acknowledge_an_unreplicated_write(
         brokers: BrokerCluster, zk_connect: str) -> None:
-    admin = start_three(brokers, **QUICK_FETCH)
+    """The forged-follower attack against a cluster secured as Kafka secures it: brokers log in to
+    each other with SCRAM on the inter-broker listener, the authorizer is on and only the brokers'
+    principal (and admin) may CLUSTER_ACTION. A client with a real follower's replica id and the
+    current leader epoch, anonymous on the PLAINTEXT listener or logged in as a user allowed to read
+    and write the topic, gets TOPIC_AUTHORIZATION_FAILED; the HW stays and the acks=all write that
+    only the leader holds is not acknowledged. (A PLAINTEXT cluster without an authorizer stays
+    open to this, as Kafka's does: docs/CLUSTER.md.)"""
+    cluster = start_three_sasl(brokers, **QUICK_FETCH)
     topic = fresh_topic()
-    create(admin, topic, min_isr=2)
+    create(cluster.admin(), topic, min_isr=2)
     current = state(zk_connect, topic)
     leader, epoch = current.leader, current.leader_epoch
-    produce(brokers.bootstrap, topic, [b"base"], "all")
+    produce_conf = cluster.client_conf()
+    producer = Producer({**produce_conf, "acks": "all", "linger.ms": 0})
+    producer.produce(topic, value=b"base", partition=0)
+    assert producer.flush(60) == 0
     followers = [b for b in IDS if b != leader]
     cut_off(brokers, followers)
     try:
-        with RawClient(brokers.procs[leader].bootstrap) as pending, RawClient(brokers.procs[leader].bootstrap) as raw:
+        with RawClient(cluster.sasl(leader)) as pending, RawClient(cluster.plain(leader)) as anonymous, \
+                RawClient(cluster.sasl(leader)) as mallory, RawClient(cluster.sasl(leader)) as admin:
+            for raw, user in ((pending, "admin"), (mallory, "mallory"), (admin, "admin")):
+                assert scram_login(raw, user, PASSWORD).error_code == 0
             acks_all = produce_request(topic, b"only-on-the-leader", -1, timeout_ms=4000)
             pending.send(acks_all, 9)
-            def appended() -> bool:  # a forged fetch at the HW shows the leader's log end
-                answer = raw.request(fetch_request(topic, 1, replica_id=followers[0], leader_epoch=epoch), 12)
+
+            def appended() -> bool:  # the leader's log end, as the (authorized) admin reads it
+                answer = admin.request(fetch_request(topic, 1, replica_id=followers[0], leader_epoch=epoch), 12)
                 return values_of(answer.responses[0].partitions[0].records) == [b"only-on-the-leader"]
+
             wait_until(appended, "the leader to append the pending write")
-            for b in followers:
-                raw.request(fetch_request(topic, 2, replica_id=b, leader_epoch=epoch, last_fetched_epoch=epoch), 12)
+            for raw in (anonymous, mallory):
+                for b in followers:
+                    answer = raw.request(fetch_request(topic, 2, replica_id=b, leader_epoch=epoch,
+                                                       last_fetched_epoch=epoch), 12)
+                    part = answer.responses[0].partitions[0]
+                    assert part.error_code == TOPIC_AUTHORIZATION_FAILED and not part.records, part
             error = receive(pending, acks_all, 9).responses[0].partition_responses[0].error_code
+            high = mallory.request(fetch_request(topic, 0), 12).responses[0].partitions[0].high_watermark
     finally:
         resume(brokers, followers)
     assert error != 0, "acks=all acknowledged a write no follower holds"
+    assert high == 1, "a forged follower fetch moved the high watermark"
 
 
 def test_zookeeper_stopped_past_the_session_timeout_loses_and_duplicates_no_acknowledged_write(

@@ -6,15 +6,16 @@ uses, but the framing and sockets are plain, so a test can send what no well-beh
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import secrets
 import socket
 import struct
 from typing import Any
 
 from kafka.protocol.api_message import ApiMessage
+
+from ads_broker.security.sasl_client import scram_client_final
+
+__all__ = ["RawClient", "fetch_request", "scram_client_final", "scram_login"]
 
 
 class RawClient:
@@ -76,18 +77,6 @@ class RawClient:
             return self.sock.recv(1) == b""
         except ConnectionResetError:
             return True
-
-
-def scram_client_final(first_bare: str, server_first: str, password: str, algorithm: str) -> str:
-    """The SCRAM client-final message (RFC 5802) for the server-first message, with its proof."""
-    attrs = dict(p.split("=", 1) for p in server_first.split(","))
-    salted = hashlib.pbkdf2_hmac(algorithm, password.encode(), base64.b64decode(attrs["s"]), int(attrs["i"]))
-    client_key = hmac.digest(salted, b"Client Key", algorithm)
-    stored = hashlib.new(algorithm, client_key).digest()
-    without_proof = f"c=biws,r={attrs['r']}"
-    sig = hmac.digest(stored, f"{first_bare},{server_first},{without_proof}".encode(), algorithm)
-    proof = bytes(a ^ b for a, b in zip(client_key, sig, strict=True))
-    return f"{without_proof},p={base64.b64encode(proof).decode()}"
 
 
 def scram_login(c: RawClient, user: str, password: str, mechanism: str = "SCRAM-SHA-256",

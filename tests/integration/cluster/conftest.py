@@ -153,15 +153,20 @@ class BrokerCluster:
         self.session_timeout_ms = session_timeout_ms
         self.procs: dict[int, BrokerProcess] = {}
 
-    def start(self, broker_id: int, env: dict[str, str] | None = None, **config: str) -> BrokerProcess:
+    def data_dir(self, broker_id: int) -> Path:
+        return self.root / f"broker-{broker_id}"
+
+    def start(self, broker_id: int, env: dict[str, str] | None = None, port: int | None = None,
+              **config: str) -> BrokerProcess:
         """Start broker ``broker_id`` (again, on the same port and data dir, after a stop or kill);
-        ``env`` is added to its environment on the first start (e.g. ``ADS_BROKER_FAULT_FILE``)."""
+        ``env`` is added to its environment on the first start (e.g. ``ADS_BROKER_FAULT_FILE``);
+        ``port``: the PLAINTEXT port it is waited on (when ``listeners`` names several)."""
         proc = self.procs.get(broker_id)
         if proc is None:
             settings = {"broker.id": str(broker_id), "cluster.id": self.cluster_id,
                         "zookeeper.connect": self.zk_connect,
                         "zookeeper.session.timeout.ms": str(self.session_timeout_ms), **config}
-            proc = ads_broker_process(self.root / f"broker-{broker_id}", config=settings,
+            proc = ads_broker_process(self.data_dir(broker_id), port=port, config=settings,
                                       log_path=self.root / f"broker-{broker_id}.log", env=env)
             self.procs[broker_id] = proc
         return proc.start()
