@@ -187,6 +187,8 @@ class ClusterNode:
         with self._joining:
             self.member = member
             early, self._early = self._early or [], None
+        await loop.run_in_executor(None, member.zk.watch_shutting_down, self._on_shutting_down)
+        await loop.run_in_executor(None, member.zk.watch_broker_ids, self._on_live_brokers)
         if early:  # the states of the partitions this broker already holds, read while it registered
             await loop.run_in_executor(None, self._deliver, early)
         log.info("joined the cluster", broker_id=self.broker_id, zookeeper=self.config.settings.zookeeper_connect,
@@ -224,6 +226,24 @@ class ClusterNode:
 
         while still_leading() and time.monotonic() < deadline:
             await asyncio.sleep(LEADER_POLL_S)
+
+    def _on_shutting_down(self, ids: frozenset[int]) -> None:
+        """kazoo's event thread: the brokers in controlled shutdown now (one frozenset swapped in,
+        read by the follower-fetch path without a lock)."""
+        if ids != self.replicas.shutting_down_brokers:
+            log.info("brokers in controlled shutdown", broker_ids=sorted(ids))
+        self.replicas.shutting_down_brokers = ids
+        self._refresh_eligibility()
+
+    def _on_live_brokers(self, ids: frozenset[int]) -> None:
+        """kazoo's event thread: the registered brokers now (for ISR eligibility, KIP-841)."""
+        self.replicas.live_brokers = ids
+        self._refresh_eligibility()
+
+    def _refresh_eligibility(self) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.replicas.refresh_isr_eligibility)
 
     def allocate_producer_ids(self, size: int) -> tuple[int, int]:
         """A block of producer ids unique in the cluster (blocks the caller for one ZooKeeper write,
@@ -317,9 +337,26 @@ class ClusterNode:
             return
         current = LeaderAndIsr(request.broker_id, request.leader_epoch, state.isr, partition.controller_epoch,
                                request.partition_epoch)
-        write = functools.partial(member.zk.update_isr_as_leader, tp, current, request.new_isr)
+        zk = member.zk
+
+        def write() -> bool:
+            # KIP-841 at write time too: the fetch that proposed the expansion may have been served
+            # before this broker's watches saw the follower's broker shut down or leave.
+            if request.expanding is not None and (request.expanding in zk.get_shutting_down()
+                                                  or request.expanding not in zk.get_live_broker_ids()):
+                return False
+            zk.update_isr_as_leader(tp, current, request.new_isr)
+            return True
+
         try:
-            await asyncio.get_running_loop().run_in_executor(None, write)
+            if not await asyncio.get_running_loop().run_in_executor(None, write):
+                log.info("ISR expansion dropped: the follower's broker is shutting down or gone", topic=tp.topic,
+                         partition=tp.partition, broker_id=request.expanding)
+                leader = partition.leader_state
+                if leader is not None:
+                    leader.handle_alter_partition_response(request, rules.Errors.INELIGIBLE_REPLICA, None,
+                                                           partition.log.log_end_offset, int(time.time() * 1000))
+                return
             log.info("ISR written", topic=tp.topic, partition=tp.partition, isr=list(request.new_isr),
                      leader_epoch=request.leader_epoch)
         except PartitionEpochError as e:

@@ -193,6 +193,11 @@ class ReplicaManager:
         self.broker_id = config.settings.broker_id
         #: Cluster mode: called with each ISR change a leader proposes (the cluster writes it).
         self.on_alter_partition: Callable[[Partition, AlterPartitionRequest], None] | None = None
+        #: Cluster mode, kept by the cluster node's ZooKeeper watches: the registered brokers (None
+        #: until known) and those in controlled shutdown. A follower joins an ISR only while its
+        #: broker is registered and not shutting down (KIP-841's ``isReplicaIsrEligible``).
+        self.live_brokers: frozenset[int] | None = None
+        self.shutting_down_brokers: frozenset[int] = frozenset()
         #: Request-path counters: consumer fetches count bytes out and error codes here.
         self.metrics: BrokerMetrics | None = None
         #: Replication counters (bytes served to followers here, bytes and records the fetchers
@@ -682,6 +687,25 @@ class ReplicaManager:
             partitions = [p for w in wanted if (p := self._find(w.topic, w.partition)) is not None]
             await self._wait_for_append(partitions, timeout)
 
+    def ineligible_among(self, replica_ids: Iterable[int]) -> frozenset[int]:
+        """Those of ``replica_ids`` whose brokers may not join an ISR now (KIP-841)."""
+        live, leaving = self.live_brokers, self.shutting_down_brokers
+        return frozenset(r for r in replica_ids if r in leaving or (live is not None and r not in live))
+
+    def refresh_isr_eligibility(self) -> None:
+        """On the event loop, after the live or shutting-down brokers changed: every leader learns
+        whom not to wait for; a high watermark that only waited for them moves now."""
+        now = now_ms()
+        for partition in self.all_partitions():
+            leader = partition.leader_state
+            if leader is None:
+                continue
+            leader.ineligible = self.ineligible_among(leader.remote)
+            with partition.lock:
+                leo = partition.log.log_end_offset
+            if leader.maybe_increment_leader_hw(leo, now):
+                partition.notify()
+
     def _find(self, topic: str, index: int) -> Partition | None:
         try:
             return self.get_partition(topic, index)
@@ -698,6 +722,7 @@ class ReplicaManager:
             return ReplicaRead(error=Errors.NOT_LEADER_OR_FOLLOWER.value)
         with partition.lock:
             leo, start = partition.log.log_end_offset, partition.log.log_start_offset
+        leader.ineligible = self.ineligible_among(leader.remote)
         result = leader.handle_follower_fetch(
             replica_id, current_leader_epoch=want.current_leader_epoch, fetch_offset=want.fetch_offset,
             last_fetched_epoch=want.last_fetched_epoch, follower_log_start_offset=want.log_start_offset,

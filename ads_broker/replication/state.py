@@ -386,6 +386,12 @@ class LeaderState:
     high_watermark: int
     partition_state: PartitionState
     remote: dict[int, ReplicaState] = field(default_factory=dict)
+    #: Followers whose brokers are in controlled shutdown or no longer registered (set by the
+    #: replica manager from ZooKeeper): KIP-841's ``isReplicaIsrEligible``. They never join the
+    #: ISR, and the HW does not wait for them as a replica "about to join" (else a broker that
+    #: was caught up when it shut down would hold the HW, and every acks=all write, for
+    #: ``replica.lag.time.max.ms``).
+    ineligible: frozenset[int] = frozenset()
 
     @classmethod
     def make_leader(cls, broker_id: int, leader_and_isr: LeaderAndIsr, config: ReplicationConfig, *,
@@ -480,8 +486,9 @@ class LeaderState:
         maximal = self.partition_state.maximal_isr
         lag = self.config.replica_lag_time_max_ms
         for replica in self.remote.values():
-            # A replica about to join (caught up) is waited for too, or it could never catch up.
-            waits = replica.broker_id in maximal or replica.is_caught_up(log_end_offset, now_ms, lag)
+            # A replica about to join (caught up, eligible) is waited for too, or it could never catch up.
+            waits = replica.broker_id in maximal or (replica.broker_id not in self.ineligible
+                                                     and replica.is_caught_up(log_end_offset, now_ms, lag))
             if waits and replica.log_end_offset < new_hw:
                 new_hw = replica.log_end_offset
         if new_hw > self.high_watermark:
@@ -499,6 +506,9 @@ class LeaderState:
 
         The HW in the answer is the one before this fetch moved it, as Kafka reads it.
         ``broker_epoch`` is the follower's registration generation (Fetch's ReplicaEpoch).
+        A follower in ``ineligible`` is not added to the ISR however caught up it is (KIP-841): a
+        broker on its way out must not be added back, or every acks=all write waits for it until
+        it has gone and the controller or ``replica.lag.time.max.ms`` removes it again.
         """
         error = self.check_current_leader_epoch(current_leader_epoch)
         if error is not Errors.NONE:
@@ -517,7 +527,7 @@ class LeaderState:
         if fetch_offset < log_start_offset or fetch_offset > log_end_offset:
             return FollowerFetchResult(Errors.OFFSET_OUT_OF_RANGE)
         replica.update_fetch_state(fetch_offset, follower_log_start_offset, now_ms, log_end_offset, broker_epoch)
-        alter = self.maybe_expand_isr(replica_id)
+        alter = None if replica_id in self.ineligible else self.maybe_expand_isr(replica_id)
         moved = self.maybe_increment_leader_hw(log_end_offset, now_ms)
         return FollowerFetchResult(Errors.NONE, initial_hw, None, alter, moved)
 

@@ -162,6 +162,30 @@ def test_sigterm_moves_leadership_away_first_and_requests_with_old_epochs_are_fe
         assert raw.request(lo, 7).topics[0].partitions[0].error_code == FENCED_LEADER_EPOCH
 
 
+def test_a_broker_in_controlled_shutdown_is_never_added_back_to_an_isr(brokers: BrokerCluster) -> None:
+    """KIP-841: once a broker asked for controlled shutdown, the leaders do not take it back into
+    an ISR, however caught up its follower fetches are (it used to be re-added by the leaders its
+    leaderships moved to, and every acks=all write then waited for it until it had gone)."""
+    admin = start_three(brokers)
+    topic = f"t-{uuid.uuid4().hex[:12]}"
+    create(admin, topic, 6, 3)
+    producer = Producer({"bootstrap.servers": brokers.bootstrap, "acks": "all", "linger.ms": 0})
+    for i in range(300):
+        producer.produce(topic, b"%d" % i, partition=i % 6)
+    assert producer.flush(60) == 0
+    leaving = partitions_of(admin, topic)[0].leader
+    assert brokers.procs[leaving].stop() == 0  # SIGTERM: controlled shutdown
+    readded = []
+    for b in (b for b in IDS if b != leaving):
+        events = brokers.log_events(b)
+        # From the moment this leader saw the request (the /admin/controlled_shutdown watch)
+        known = next(i for i, e in enumerate(events) if e.get("event") == "brokers in controlled shutdown"
+                     and leaving in e.get("broker_ids", []))  # type: ignore[operator]
+        readded += [e for e in events[known:] if e.get("event") == "ISR written"
+                    and leaving in e.get("isr", [])]  # type: ignore[operator]
+    assert readded == [], readded
+
+
 def test_a_broker_of_another_cluster_id_is_refused_at_start(brokers: BrokerCluster) -> None:
     brokers.start(1)
     AdminClient({"bootstrap.servers": brokers.procs[1].bootstrap}).list_topics(timeout=10)

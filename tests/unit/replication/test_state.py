@@ -269,6 +269,24 @@ def test_a_pending_expansion_holds_the_hw_back_at_once() -> None:
     assert ls.high_watermark == 10  # 2 counts although the controller has not answered
 
 
+def test_an_ineligible_follower_neither_joins_the_isr_nor_holds_the_hw_back() -> None:
+    """KIP-841: a caught-up follower whose broker is shutting down (or gone) is not added to the
+    ISR, and the HW does not wait for it as a replica about to join."""
+    ls = leader(LeaderAndIsr(0, 5, (0, 1), 9, (0, 1, 2)), leo=10, hw=10)
+    fetch(ls, 1, 10)
+    fetch(ls, 2, 10)  # caught up: eligible, so it would join...
+    ls.handle_alter_partition_response(ls.partition_state.pending, Errors.OPERATION_NOT_ATTEMPTED, None, 10, NOW)
+    ls.ineligible = frozenset({2})  # ...but its broker asked for controlled shutdown
+    assert fetch(ls, 2, 10).alter_partition is None
+    ls.after_append(12, NOW)
+    fetch(ls, 1, 12, leo=12)
+    assert ls.high_watermark == 12  # 2 is caught up (within the lag time) but not waited for
+    ls.ineligible = frozenset()
+    ls.after_append(14, NOW)
+    fetch(ls, 1, 14, leo=14)
+    assert ls.high_watermark == 12  # eligible again: a caught-up replica about to join is waited for
+
+
 def test_isr_shrinks_after_replica_lag_time_max_ms_and_only_after_the_controller_agrees() -> None:
     ls = leader(leo=10, hw=10)
     fetch(ls, 1, 10)
