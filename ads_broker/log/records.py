@@ -400,9 +400,11 @@ def _scan_stream(chunks: Iterator[bytes], scan: _Scan, max_decompressed: int) ->
         if scan.index == scan.count:
             break
         need = len(win.buf) - win.pos + 1  # the next record's length varint is cut: one more byte
-        cut = _read_length(win.buf, win.pos)
-        if cut is not None:
-            length, start = cut
+        try:  # the walk refused a length varint over 5 bytes: IndexError means it is cut
+            length, start = _read_varint32(win.buf, win.pos)
+        except IndexError:
+            pass
+        else:
             if length > max_decompressed:
                 raise RecordTooLargeError(
                     f"Record {scan.index} of {where} declares {length} bytes, more than the {max_decompressed} "
@@ -417,23 +419,25 @@ def _scan_stream(chunks: Iterator[bytes], scan: _Scan, max_decompressed: int) ->
     return scan.summary(win.total)
 
 
-def _read_length(buf: Buffer, pos: int) -> tuple[int, int] | None:
-    """A record's length varint as the walk reads it (Kafka's ``readVarint``: at most 5 bytes, bits
-    past 32 dropped) and the position after it; None if ``buf`` ends inside it."""
-    value = 0
-    for i in range(5):
-        if pos + i >= len(buf):
-            return None
+def _read_varint32(buf: Buffer, pos: int) -> tuple[int, int]:
+    """Kafka ``ByteUtils.readVarint``: zigzag, at most 5 bytes, bits past 32 dropped (as the C walk
+    reads every int32 field); IndexError past the end or if longer than 5 bytes."""
+    b = buf[pos]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos + 1
+    result = b & 0x7F
+    for i in range(1, 5):
         b = buf[pos + i]
-        value |= (b & 0x7F) << (7 * i)
+        result |= (b & 0x7F) << (7 * i)
         if b < 0x80:
-            value &= 0xFFFFFFFF
-            return (value >> 1) ^ -(value & 1), pos + i + 1
-    raise AssertionError("the walk refuses a length varint longer than 5 bytes before this is read")
+            result &= 0xFFFFFFFF
+            return (result >> 1) ^ -(result & 1), pos + i + 1
+    raise IndexError("varint longer than 5 bytes")
 
 
 def _read_varint(buf: Buffer, pos: int) -> tuple[int, int]:
-    """Zigzag varint of at most 10 bytes (Kafka ``ByteUtils.readVarlong``); IndexError past the end."""
+    """Zigzag varlong of at most 10 bytes, bits past 64 dropped (Kafka ``ByteUtils.readVarlong``);
+    IndexError past the end. Only timestamp deltas are varlongs: int32 fields use _read_varint32."""
     b = buf[pos]
     if b < 0x80:
         return (b >> 1) ^ -(b & 1), pos + 1
@@ -443,6 +447,7 @@ def _read_varint(buf: Buffer, pos: int) -> tuple[int, int]:
         b = buf[i]
         result |= (b & 0x7F) << shift
         if b < 0x80:
+            result &= 0xFFFFFFFFFFFFFFFF
             return (result >> 1) ^ -(result & 1), i + 1
         shift += 7
     raise IndexError("varint longer than 10 bytes")
@@ -548,17 +553,17 @@ def raw_records(data: Buffer, header: BatchHeader) -> list[RawRecord]:
     try:
         for _ in range(header.records_count):
             start = pos
-            length, pos = _read_varint(data, pos)
+            length, pos = _read_varint32(data, pos)
             end = pos + length
             if length < 0 or end > size:
                 raise IndexError(f"record length {length}")
             pos += 1  # attributes
             ts_delta, pos = _read_varint(data, pos)
-            off_delta, pos = _read_varint(data, pos)
-            key_len, pos = _read_varint(data, pos)
+            off_delta, pos = _read_varint32(data, pos)
+            key_len, pos = _read_varint32(data, pos)
             key = None if key_len < 0 else bytes(data[pos : pos + key_len])
             pos += max(key_len, 0)
-            value_len, _ = _read_varint(data, pos)
+            value_len, _ = _read_varint32(data, pos)
             out.append(RawRecord(header.base_offset + off_delta, header.base_timestamp + ts_delta, key,
                                  value_len < 0, start, end))
             pos = end
@@ -592,7 +597,7 @@ def iter_records(buf: Buffer, *, max_decompressed: int = DEFAULT_MAX_DECOMPRESSE
     for index in range(header.records_count):
         try:
             win.fill(5)
-            length, start = _read_varint(win.buf, win.pos)
+            length, start = _read_varint32(win.buf, win.pos)
             win.pos = start
             if length < 0 or not win.fill(length):
                 raise IndexError(f"record length {length} runs past the batch")
@@ -614,10 +619,10 @@ def null_key_indices(buf: Buffer, *, max_decompressed: int = DEFAULT_MAX_DECOMPR
 def _parse_record(data: Buffer, pos: int, end: int, header: BatchHeader) -> Record:
     pos += 1  # attributes
     ts_delta, pos = _read_varint(data, pos)
-    offset_delta, pos = _read_varint(data, pos)
+    offset_delta, pos = _read_varint32(data, pos)
     key, pos = _read_bytes(data, pos, end)
     value, pos = _read_bytes(data, pos, end)
-    count, pos = _read_varint(data, pos)
+    count, pos = _read_varint32(data, pos)
     headers: list[tuple[str, bytes | None]] = []
     for _ in range(count):
         hkey, pos = _read_bytes(data, pos, end)
@@ -633,7 +638,7 @@ def _parse_record(data: Buffer, pos: int, end: int, header: BatchHeader) -> Reco
 
 
 def _read_bytes(data: Buffer, pos: int, end: int) -> tuple[bytes | None, int]:
-    length, pos = _read_varint(data, pos)
+    length, pos = _read_varint32(data, pos)
     if length < 0:
         return None, pos
     if pos + length > end:
