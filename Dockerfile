@@ -11,6 +11,13 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
+# gcc and the libc headers compile the C record walk (ads_broker/log/_walk.c; the image has Python's
+# headers); only the venv is copied into the runtime stages, which stay compiler-free. Not pinned,
+# like openjdk below: Debian drops a security-updated version from the archive.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
 RUN python -m venv /opt/venv
 COPY pyproject.toml README.md ./
 COPY ads_broker ./ads_broker

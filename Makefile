@@ -27,6 +27,12 @@ $(VENV)/.test: pyproject.toml
 	$(PIP) install --quiet -e '.[test]'
 	touch $(VENV)/.base $@
 
+# The C record walk (ads_broker/log/_walk.c, pyproject's ext-modules) is compiled by the installs
+# above (in place: ads_broker/log/_walk.*.so); this rebuilds it alone when its source changes.
+$(VENV)/.walk: ads_broker/log/_walk.c $(VENV)/.base
+	$(PIP) install --quiet --no-deps -e .
+	touch $@
+
 $(CHECKOV_VENV)/.done: Makefile
 	$(PYTHON) -m venv $(CHECKOV_VENV)
 	$(CHECKOV_VENV)/bin/pip install --quiet --upgrade pip
@@ -46,33 +52,33 @@ apt-test-deps:
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends $(APT_TEST_PACKAGES); }
 
 # The main job on the embedded default: ads-broker, load generator, dedupe workers, verified output.
-run: apt-deps $(VENV)/.base
+run: apt-deps $(VENV)/.base $(VENV)/.walk
 	$(PY) -m dedupe_worker.demo
 
 # The broker alone: produce/consume through confluent-kafka, restart, committed offsets.
-run-broker: $(VENV)/.base
+run-broker: $(VENV)/.base $(VENV)/.walk
 	$(PY) -m ads_broker.demo
 
-lint: $(VENV)/.test
+lint: $(VENV)/.test $(VENV)/.walk
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
 # ADS_OPS_REQUIRE_TOOLS: the ops checks fail (instead of skipping) when hadolint, checkov or promtool
 # is missing, so `make test` can't pass without running them.
-test: apt-test-deps $(VENV)/.test $(CHECKOV_VENV)/.done lint
+test: apt-test-deps $(VENV)/.test $(VENV)/.walk $(CHECKOV_VENV)/.done lint
 	ADS_OPS_REQUIRE_TOOLS=1 CHECKOV=$(CURDIR)/$(CHECKOV_VENV)/bin/checkov $(VENV)/bin/pytest tests
 
-unit: $(VENV)/.test
+unit: $(VENV)/.test $(VENV)/.walk
 	$(VENV)/bin/pytest tests/unit
 
-integration: $(VENV)/.test
+integration: $(VENV)/.test $(VENV)/.walk
 	$(VENV)/bin/pytest tests/integration
 
-bench: $(VENV)/.test
+bench: $(VENV)/.test $(VENV)/.walk
 	$(PY) bench/broker_throughput.py
 
 # `make compat` / `make compat-ci`: librdkafka's own suite against ads-broker (docs/COMPATIBILITY.md)
 include compat/compat.mk
 
 clean:
-	rm -rf $(VENV) $(CHECKOV_VENV) build *.egg-info .mypy_cache .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(CHECKOV_VENV) build *.egg-info ads_broker/log/_walk.*.so .mypy_cache .pytest_cache .ruff_cache .hypothesis

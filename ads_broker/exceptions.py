@@ -7,6 +7,8 @@ handler, so the mapping lives in one place.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ads_broker import errors
 
 
@@ -24,9 +26,19 @@ class CorruptRecordError(BrokerError):
 
 class InvalidRecordError(BrokerError):
     """A well-formed batch the broker refuses: magic != 2, control batch from a client,
-    keyless record on a compacted topic, offsets inconsistent with the count (INVALID_RECORD)."""
+    keyless record on a compacted topic, offsets inconsistent with the count (INVALID_RECORD).
+
+    ``record_errors`` are KIP-467's per-record errors, (batch index, message) of each record the
+    broker refused by itself (Kafka's ``RecordValidationException``: a keyless record on a compacted
+    topic); ProduceResponse v8+ carries them, and a client fails those records with INVALID_RECORD
+    and the batch's others with ``_INVALID_DIFFERENT_RECORD``. Empty when the batch as a whole is
+    refused (a malformed record, a bad header): every record fails with INVALID_RECORD."""
 
     error_code = errors.INVALID_RECORD
+
+    def __init__(self, message: str, record_errors: Sequence[tuple[int, str | None]] = ()) -> None:
+        super().__init__(message)
+        self.record_errors = list(record_errors)
 
 
 class RecordTooLargeError(BrokerError):

@@ -47,6 +47,7 @@ from ads_broker.log.records import (
     build_batch,
     decode_batch,
     iter_batches,
+    null_key_indices,
     read_header,
     recompress_batch,
     stamp_log_append_time,
@@ -310,6 +311,17 @@ class Log:
 
     # -- appends ---------------------------------------------------------------------------
 
+    def _keyless_records_error(self, records: bytes, header: BatchHeader, limit: int) -> InvalidRecordError:
+        """Kafka's ``LogValidator.validateKey`` for every record, then ``processRecordErrors``: one
+        KIP-467 record error per keyless record (the walk found one; this second pass names all)."""
+        message = (f"Compacted topic cannot accept message without key in topic partition "
+                   f"{self.topic}-{self.partition}; give every record a key or use cleanup.policy=delete")
+        indices = null_key_indices(records, max_decompressed=limit)
+        return InvalidRecordError(
+            f"One or more records have been rejected due to {len(indices)} record errors in total, and only "
+            f"showing the first three errors at most: records {indices[:3]}: {message}",
+            record_errors=[(index, message) for index in indices])
+
     def validate_client_batch(self, records: bytes) -> ValidatedBatch:
         """Every check of a client's batch that needs no log state: header, CRC, each record
         (count, offset deltas, sizes; compressed ones decoded as a bounded stream), null keys on
@@ -319,10 +331,7 @@ class Log:
         (header,) = validate_produce_batches(records, config)
         summary = validate_records(records, header, max_decompressed=decompressed_limit(config.max_message_bytes))
         if config.compact and summary.null_key:
-            raise InvalidRecordError(
-                f"Compacted topic cannot accept message without key in topic partition "
-                f"{self.topic}-{self.partition}; give every record a key or use cleanup.policy=delete"
-            )
+            raise self._keyless_records_error(records, header, decompressed_limit(config.max_message_bytes))
         if not config.log_append_time:
             self._check_timestamps(summary, self._now_ms())
         target = config.target_codec

@@ -24,8 +24,19 @@ from kafka import codec
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from ads_broker.exceptions import CorruptRecordError, InvalidRecordError, RecordTooLargeError
+from ads_broker.log import _walk
 from ads_broker.log.compression import CHUNK_BYTES, decompress_chunks, decompressed_limit
 from ads_broker.log.config import LogConfig
+from ads_broker.log.walk_reference import (
+    WALK_FIELDS_PAST,
+    WALK_HEADERS_PAST,
+    WALK_LONG_VARINT,
+    WALK_NEGATIVE_HEADER_KEY,
+    WALK_NEGATIVE_HEADERS,
+    WALK_OFFSET_DELTA,
+    WALK_SHORT_RECORD,
+    WALK_SIZE_MISMATCH,
+)
 
 LOG_OVERHEAD = 12
 RECORD_BATCH_OVERHEAD = 61
@@ -267,6 +278,7 @@ class RecordsSummary:
     max_timestamp: int
     null_key: bool  # some record has a null key (refused on compacted topics)
     records_bytes: int  # the records' size, decompressed
+    first_null_key: int = -1  # the index of the first record with a null key (KIP-467's batch_index), -1: none
 
 
 def validate_records(buf: Buffer, header: BatchHeader, *, max_decompressed: int) -> RecordsSummary:
@@ -304,7 +316,7 @@ def _invalid_structure(where: str, index: int, detail: str) -> InvalidRecordErro
 class _Scan:
     """The running state of one batch's record walk."""
 
-    __slots__ = ("base_ts", "count", "index", "max_delta", "min_delta", "no_ts_delta", "null_key", "where")
+    __slots__ = ("base_ts", "count", "first_null_key", "index", "max_delta", "min_delta", "no_ts_delta", "where")
 
     def __init__(self, header: BatchHeader, where: str) -> None:
         self.count = header.records_count
@@ -313,108 +325,46 @@ class _Scan:
         self.no_ts_delta = NO_TIMESTAMP - header.base_timestamp  # a record without a timestamp
         self.min_delta = INT64_MAX
         self.max_delta = NO_TIMESTAMP - header.base_timestamp
-        self.null_key = False
+        self.first_null_key = -1  # the index of the first record without a key
         self.where = where
 
     def summary(self, records_bytes: int) -> RecordsSummary:
         low = INT64_MAX if self.min_delta == INT64_MAX else self.base_ts + self.min_delta
-        return RecordsSummary(low, self.base_ts + self.max_delta, self.null_key, records_bytes)
+        return RecordsSummary(low, self.base_ts + self.max_delta, self.first_null_key >= 0, records_bytes,
+                              self.first_null_key)
 
 
 def _scan_span(data: Buffer, pos: int, end: int, scan: _Scan) -> int:
-    """Walk the complete records in ``data[pos:end]``, updating ``scan``; returns where the first
-    incomplete record starts (``end`` if none). Hot path: one pass, single-byte varints inline."""
-    index, count, where = scan.index, scan.count, scan.where
-    min_d, max_d, no_ts, null_key = scan.min_delta, scan.max_delta, scan.no_ts_delta, scan.null_key
-    rv = _read_varint
-    try:
-        while index < count and pos < end:
-            b = data[pos]
-            if b < 0x80:
-                length, p = (b >> 1) ^ -(b & 1), pos + 1
-            else:
-                try:
-                    c = data[pos + 1]
-                    if c < 0x80:  # two bytes: records of 64 to 8191 bytes
-                        v = (b & 0x7F) | (c << 7)
-                        length, p = (v >> 1) ^ -(v & 1), pos + 2
-                    else:
-                        length, p = rv(data, pos)
-                except IndexError:
-                    break  # the length itself is cut by the end of the span
-            rec_end = p + length
-            if length < 6:  # attributes, two deltas, key and value lengths, header count
-                raise _invalid_structure(where, index, f"declares {length} bytes, fewer than a record's fields")
-            if rec_end > end:
-                break
-            try:
-                p += 1  # attributes
-                b = data[p]
-                if b < 0x80:
-                    ts_delta, p = (b >> 1) ^ -(b & 1), p + 1
-                else:
-                    ts_delta, p = rv(data, p)
-                b = data[p]
-                if b < 0x80:
-                    offset_delta, p = (b >> 1) ^ -(b & 1), p + 1
-                else:
-                    offset_delta, p = rv(data, p)
-                b = data[p]
-                if b < 0x80:
-                    key_len, p = (b >> 1) ^ -(b & 1), p + 1
-                else:
-                    key_len, p = rv(data, p)
-                if key_len >= 0:
-                    p += key_len
-                else:
-                    null_key = True
-                b = data[p]
-                if b < 0x80:
-                    value_len, p = (b >> 1) ^ -(b & 1), p + 1
-                elif data[p + 1] < 0x80:  # two bytes: values of 64 to 8191 bytes
-                    v = (b & 0x7F) | (data[p + 1] << 7)
-                    value_len, p = (v >> 1) ^ -(v & 1), p + 2
-                else:
-                    value_len, p = rv(data, p)
-                if value_len > 0:
-                    p += value_len
-                if data[p] == 0:  # no headers: the common case
-                    p += 1
-                else:
-                    p = _skip_headers(data, p, rec_end, index, where)
-            except IndexError:
-                raise _invalid_structure(where, index, "has fields past its declared length") from None
-            if p != rec_end:
-                raise InvalidRecordError(f"Invalid record size in {where}: record {index} declares {length} "
-                                         f"bytes but its fields hold {length + p - rec_end}")
-            if offset_delta != index:
-                raise InvalidRecordError(f"Record {index} of {where} has offset delta {offset_delta}, expected "
-                                         f"{index}: a batch's records must have offset deltas 0, 1, 2, ...")
-            if ts_delta > max_d:
-                max_d = ts_delta
-            if ts_delta < min_d and ts_delta != no_ts:
-                min_d = ts_delta
-            index += 1
-            pos = rec_end
-    finally:
-        scan.index, scan.min_delta, scan.max_delta, scan.null_key = index, min_d, max_d, null_key
+    """Walk the complete records in ``data[pos:end]`` (``end == len(data)``), updating ``scan``;
+    returns where the first incomplete record starts (``end`` if none). The walk is C without the
+    GIL (``_walk.c``; its reference is :mod:`ads_broker.log.walk_reference`)."""
+    (pos, scan.index, scan.min_delta, scan.max_delta, scan.first_null_key, kind, a, b) = _walk.scan_span(
+        data, pos, end, scan.index, scan.count, scan.min_delta, scan.max_delta, scan.no_ts_delta,
+        scan.first_null_key)
+    if kind:
+        raise _walk_error(kind, scan.index, a, b, scan.where)
     return pos
 
 
-def _skip_headers(data: Buffer, p: int, end: int, index: int, where: str) -> int:
-    headers, p = _read_varint(data, p)
-    if headers < 0:
-        raise _invalid_structure(where, index, f"has {headers} headers")
-    for _ in range(headers):
-        if p >= end:
-            raise _invalid_structure(where, index, f"declares {headers} headers but its bytes end before them")
-        key_len, p = _read_varint(data, p)
-        if key_len < 0:
-            raise _invalid_structure(where, index, f"has a header key of length {key_len}")
-        p += key_len
-        value_len, p = _read_varint(data, p)
-        p += max(value_len, 0)
-    return p
+def _walk_error(kind: int, index: int, a: int, b: int, where: str) -> InvalidRecordError:
+    """The exception for a walk's error (kinds of :mod:`ads_broker.log.walk_reference`). Like Kafka,
+    whose ``DefaultRecord.readFrom`` throws from the record iterator, a malformed record fails the
+    whole batch without KIP-467 ``record_errors``; the message names the record."""
+    if kind == WALK_SIZE_MISMATCH:
+        return InvalidRecordError(f"Invalid record size in {where}: record {index} declares {a} bytes but its "
+                                  f"fields hold {b}")
+    if kind == WALK_OFFSET_DELTA:
+        return InvalidRecordError(f"Record {index} of {where} has offset delta {a}, expected {index}: a batch's "
+                                  "records must have offset deltas 0, 1, 2, ...")
+    detail = {
+        WALK_SHORT_RECORD: f"declares {a} bytes, fewer than a record's fields",
+        WALK_FIELDS_PAST: "has fields past its declared length",
+        WALK_NEGATIVE_HEADERS: f"has {a} headers",
+        WALK_HEADERS_PAST: f"declares {a} headers but its bytes end before them",
+        WALK_NEGATIVE_HEADER_KEY: f"has a header key of length {a}",
+        WALK_LONG_VARINT: f"has a varint longer than {a} bytes (Kafka's limit: 5 for a varint, 10 for a varlong)",
+    }[kind]
+    return _invalid_structure(where, index, detail)
 
 
 class _Window:
@@ -450,8 +400,8 @@ def _scan_stream(chunks: Iterator[bytes], scan: _Scan, max_decompressed: int) ->
         if scan.index == scan.count:
             break
         need = len(win.buf) - win.pos + 1  # the next record's length varint is cut: one more byte
-        try:
-            length, start = _read_varint(win.buf, win.pos)
+        try:  # the walk refused a length varint over 5 bytes: IndexError means it is cut
+            length, start = _read_varint32(win.buf, win.pos)
         except IndexError:
             pass
         else:
@@ -469,8 +419,25 @@ def _scan_stream(chunks: Iterator[bytes], scan: _Scan, max_decompressed: int) ->
     return scan.summary(win.total)
 
 
+def _read_varint32(buf: Buffer, pos: int) -> tuple[int, int]:
+    """Kafka ``ByteUtils.readVarint``: zigzag, at most 5 bytes, bits past 32 dropped (as the C walk
+    reads every int32 field); IndexError past the end or if longer than 5 bytes."""
+    b = buf[pos]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos + 1
+    result = b & 0x7F
+    for i in range(1, 5):
+        b = buf[pos + i]
+        result |= (b & 0x7F) << (7 * i)
+        if b < 0x80:
+            result &= 0xFFFFFFFF
+            return (result >> 1) ^ -(result & 1), pos + i + 1
+    raise IndexError("varint longer than 5 bytes")
+
+
 def _read_varint(buf: Buffer, pos: int) -> tuple[int, int]:
-    """Zigzag varint of at most 10 bytes (Kafka ``ByteUtils.readVarlong``); IndexError past the end."""
+    """Zigzag varlong of at most 10 bytes, bits past 64 dropped (Kafka ``ByteUtils.readVarlong``);
+    IndexError past the end. Only timestamp deltas are varlongs: int32 fields use _read_varint32."""
     b = buf[pos]
     if b < 0x80:
         return (b >> 1) ^ -(b & 1), pos + 1
@@ -480,6 +447,7 @@ def _read_varint(buf: Buffer, pos: int) -> tuple[int, int]:
         b = buf[i]
         result |= (b & 0x7F) << shift
         if b < 0x80:
+            result &= 0xFFFFFFFFFFFFFFFF
             return (result >> 1) ^ -(result & 1), i + 1
         shift += 7
     raise IndexError("varint longer than 10 bytes")
@@ -585,17 +553,17 @@ def raw_records(data: Buffer, header: BatchHeader) -> list[RawRecord]:
     try:
         for _ in range(header.records_count):
             start = pos
-            length, pos = _read_varint(data, pos)
+            length, pos = _read_varint32(data, pos)
             end = pos + length
             if length < 0 or end > size:
                 raise IndexError(f"record length {length}")
             pos += 1  # attributes
             ts_delta, pos = _read_varint(data, pos)
-            off_delta, pos = _read_varint(data, pos)
-            key_len, pos = _read_varint(data, pos)
+            off_delta, pos = _read_varint32(data, pos)
+            key_len, pos = _read_varint32(data, pos)
             key = None if key_len < 0 else bytes(data[pos : pos + key_len])
             pos += max(key_len, 0)
-            value_len, _ = _read_varint(data, pos)
+            value_len, _ = _read_varint32(data, pos)
             out.append(RawRecord(header.base_offset + off_delta, header.base_timestamp + ts_delta, key,
                                  value_len < 0, start, end))
             pos = end
@@ -629,7 +597,7 @@ def iter_records(buf: Buffer, *, max_decompressed: int = DEFAULT_MAX_DECOMPRESSE
     for index in range(header.records_count):
         try:
             win.fill(5)
-            length, start = _read_varint(win.buf, win.pos)
+            length, start = _read_varint32(win.buf, win.pos)
             win.pos = start
             if length < 0 or not win.fill(length):
                 raise IndexError(f"record length {length} runs past the batch")
@@ -641,13 +609,20 @@ def iter_records(buf: Buffer, *, max_decompressed: int = DEFAULT_MAX_DECOMPRESSE
                 f"batch at offset {header.base_offset} has an undecodable record {index}: {exc}") from exc
 
 
+def null_key_indices(buf: Buffer, *, max_decompressed: int = DEFAULT_MAX_DECOMPRESSED) -> list[int]:
+    """Batch indices of the records without a key in the batch at the start of ``buf`` (the error
+    path of a compacted topic's append: KIP-467 names each of them)."""
+    return [index for index, record in enumerate(iter_records(buf, max_decompressed=max_decompressed))
+            if record.key is None]
+
+
 def _parse_record(data: Buffer, pos: int, end: int, header: BatchHeader) -> Record:
     pos += 1  # attributes
     ts_delta, pos = _read_varint(data, pos)
-    offset_delta, pos = _read_varint(data, pos)
+    offset_delta, pos = _read_varint32(data, pos)
     key, pos = _read_bytes(data, pos, end)
     value, pos = _read_bytes(data, pos, end)
-    count, pos = _read_varint(data, pos)
+    count, pos = _read_varint32(data, pos)
     headers: list[tuple[str, bytes | None]] = []
     for _ in range(count):
         hkey, pos = _read_bytes(data, pos, end)
@@ -663,7 +638,7 @@ def _parse_record(data: Buffer, pos: int, end: int, header: BatchHeader) -> Reco
 
 
 def _read_bytes(data: Buffer, pos: int, end: int) -> tuple[bytes | None, int]:
-    length, pos = _read_varint(data, pos)
+    length, pos = _read_varint32(data, pos)
     if length < 0:
         return None, pos
     if pos + length > end:

@@ -57,6 +57,10 @@ async def _append_one(ctx: HandlerContext, req: DecodedRequest, topic: str, pdat
         ctx.log_client_error(req, "produce", e, topic=topic, partition=pdata.index)
         resp.error_code = e.error_code
         resp.error_message = str(e)
+        if isinstance(e, InvalidRecordError) and e.record_errors:  # KIP-467 (ProduceResponse v8+)
+            entry = ProduceResponse.TopicProduceResponse.PartitionProduceResponse.BatchIndexAndErrorMessage
+            resp.record_errors = [entry(batch_index=index, batch_index_error_message=message)
+                                  for index, message in e.record_errors]
 
 
 async def _hold(ctx: HandlerContext, delay_s: float, topic: str, index: int) -> None:

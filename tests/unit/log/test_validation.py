@@ -3,6 +3,7 @@ must agree with kafka-python's builder across 64 KiB chunk boundaries, and stop 
 
 from __future__ import annotations
 
+import crc32c
 import pytest
 
 from ads_broker.exceptions import CorruptRecordError, InvalidRecordError, RecordTooLargeError
@@ -53,3 +54,21 @@ def test_truncated_compressed_data_is_refused(codec: int) -> None:
 def test_the_bound_is_64_times_max_message_bytes_at_least_64_mib() -> None:
     assert decompressed_limit(1048588) == 64 * 1048588
     assert decompressed_limit(1000) == 64 << 20
+
+
+def test_the_readers_decode_varints_as_the_walk_validated_them() -> None:
+    """Kafka reads an int32 varint in at most 5 bytes and drops the 5th byte's bits past 32 (and a
+    varlong's past 64). A client may send such a non-canonical encoding; the C walk accepts it, so
+    the readers of stored batches (cleaner, ListOffsets, recompression, dump-log) must decode the
+    same record, not refuse it as corrupt."""
+    key_len = bytes([0x86, 0x80, 0x80, 0x80, 0x70])  # 3 (zigzag) in 5 bytes, bits 32-34 set
+    ts_delta = bytes([0x84] + [0x80] * 8 + [0x7E])  # 2 (zigzag) in 10 bytes, bits 64-69 set
+    body = b"\x00" + ts_delta + b"\x00" + key_len + b"key" + b"\x02v" + b"\x00"
+    data = bytearray(build_batch([Record(-1, TS, b"k", b"v", [])]))
+    data[61:] = bytes([len(body) << 1]) + body
+    data[8:12] = (len(data) - 12).to_bytes(4, "big")
+    data[17:21] = crc32c.crc32c(bytes(data[21:])).to_bytes(4, "big")
+    summary = validate_records(bytes(data), read_header(data), max_decompressed=1 << 20)
+    assert (summary.min_timestamp, summary.null_key) == (TS + 2, False)
+    (record,) = decode_batch(bytes(data))[1]
+    assert (record.key, record.value, record.timestamp) == (b"key", b"v", TS + 2)
