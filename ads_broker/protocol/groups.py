@@ -152,7 +152,12 @@ def commit_entries(ctx: HandlerContext, topics: Any, group_code: int, *, with_le
     """Sort an (Txn)OffsetCommit's partitions: the group's error for all, TOPIC_AUTHORIZATION_FAILED
     for topics the principal may not READ, UNKNOWN_TOPIC_OR_PARTITION for partitions that do not
     exist (``counts``: partitions per known topic, :meth:`HandlerContext.partition_counts`), else an
-    entry ``(topic, partition, offset, epoch, metadata)``."""
+    entry ``(topic, partition, offset, epoch, metadata)``.
+
+    A partition named more than once counts once, with its last entry, as in Kafka's classic
+    coordinator (its request map keeps the last): the answer is per partition, so an earlier entry
+    that was written while a later one failed would be a refused commit that is in the log (and
+    committed after the next load of the group)."""
     codes: dict[tuple[str, int], int] = {}
     entries: list[tuple[str, int, int, int, str | None]] = []
     for topic in topics:
@@ -169,7 +174,8 @@ def commit_entries(ctx: HandlerContext, topics: Any, group_code: int, *, with_le
             else:
                 entries.append((topic.name, p.partition_index, p.committed_offset,
                                 p.committed_leader_epoch if with_leader_epoch else -1, p.committed_metadata))
-    return codes, entries
+    last = {(e[0], e[1]): e for e in entries}
+    return codes, list(last.values()) if len(last) < len(entries) else entries
 
 
 def log_commit_rejections(ctx: HandlerContext, req: DecodedRequest, api: str, group_id: str, group_code: int,

@@ -113,3 +113,38 @@ def test_offset_commits_larger_than_the_offsets_topic_allows_are_refused(tmp_pat
     rejected = [json.loads(line) for line in (tmp_path / "broker.log").read_text(encoding="utf-8").splitlines()
                 if line.startswith("{") and '"offset_commit"' in line]
     assert [r["error_code"] for r in rejected] == [INVALID_COMMIT_OFFSET_SIZE, OFFSET_METADATA_TOO_LARGE]
+
+
+def test_a_partition_named_twice_in_one_offset_commit_is_answered_as_it_is_written(tmp_path: Path,
+                                                                                   topic_name: str) -> None:
+    """Found by the 1M-frame fuzzer (seed 1, frame 887159): partition 0 twice in one OffsetCommit,
+    a valid entry then one whose metadata is too large. Both were answered OFFSET_METADATA_TOO_LARGE
+    and nothing showed in OffsetFetch, yet the valid entry's record was appended to
+    ``__consumer_offsets``: after a restart the "refused" offset was the committed one. As Kafka's
+    classic coordinator (its request map keeps the last entry of a partition), only the last entry
+    counts: nothing is written and both entries get its error; with the valid entry last, it is the
+    one committed, before and after a restart."""
+    group = f"g-{topic_name}"
+    entry = OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition
+    valid = entry(partition_index=0, committed_offset=5, committed_leader_epoch=-1, committed_metadata="ok")
+    too_large = entry(partition_index=0, committed_offset=1, committed_leader_epoch=-1, committed_metadata="a" * 32767)
+
+    def commit(client: RawClient, t: str, *parts: Any) -> list[int]:
+        resp = client.request(OffsetCommitRequest(
+            group_id=group, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+            retention_time_ms=-1,
+            topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=t, partitions=list(parts))]), 8)
+        return [p.error_code for p in resp.topics[0].partitions]
+
+    other = f"{topic_name}-b"
+    with ads_broker_process(tmp_path / "data", log_path=tmp_path / "broker.log") as broker, \
+            RawClient(broker.bootstrap) as client:
+        assert create_topics(client, {topic_name: 1, other: 1}) == {topic_name: 0, other: 0}
+        assert commit(client, topic_name, valid, too_large) == [OFFSET_METADATA_TOO_LARGE] * 2
+        assert fetch_offset(client, group, topic_name, 0) == -1
+        assert commit(client, other, too_large, valid) == [0, 0]
+        assert fetch_offset(client, group, other, 0) == 5
+    with ads_broker_process(tmp_path / "data", log_path=tmp_path / "broker.log") as broker, \
+            RawClient(broker.bootstrap) as client:  # the offsets as reloaded from __consumer_offsets
+        assert fetch_offset(client, group, topic_name, 0) == -1
+        assert fetch_offset(client, group, other, 0) == 5
