@@ -73,8 +73,11 @@ class Cluster:
         return (found.leader, list(found.isr)) if found is not None else (-1, [])
 
     def full_isr(self, topic: str) -> None:
-        wait(lambda: all(self.state(topic, p)[0] in IDS and sorted(self.state(topic, p)[1]) == list(IDS)
-                         for p in range(PARTITIONS)), f"a full ISR on every partition of {topic}")
+        def healthy(partition: int) -> bool:
+            leader, isr = self.state(topic, partition)
+            return leader in IDS and sorted(isr) == list(IDS)
+
+        wait(lambda: all(healthy(p) for p in range(PARTITIONS)), f"a full ISR on every partition of {topic}")
 
     def restart(self, broker: int) -> None:
         """Start a stopped broker again; one restarted inside its old session's timeout is refused

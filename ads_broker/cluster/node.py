@@ -58,7 +58,7 @@ from ads_broker.log.config import TOPIC_CONFIG_KEYS
 from ads_broker.replication import state as rules
 from ads_broker.replication.partition import Partition
 from ads_broker.replication.replica_fetcher import ReplicaFetcherManager
-from ads_broker.replication.replica_manager import ReplicaManager
+from ads_broker.replication.replica_manager import ReplicaManager, isr_ineligible
 from ads_broker.security.interbroker import InterBrokerSecurity
 from ads_broker.security.listeners import parse_endpoints, parse_protocol_map
 
@@ -342,8 +342,8 @@ class ClusterNode:
         def write() -> bool:
             # KIP-841 at write time too: the fetch that proposed the expansion may have been served
             # before this broker's watches saw the follower's broker shut down or leave.
-            if request.expanding is not None and (request.expanding in zk.get_shutting_down()
-                                                  or request.expanding not in zk.get_live_broker_ids()):
+            if request.expanding is not None and isr_ineligible(
+                    (request.expanding,), zk.get_live_broker_ids(), zk.get_shutting_down()):
                 return False
             zk.update_isr_as_leader(tp, current, request.new_isr)
             return True

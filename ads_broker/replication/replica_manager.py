@@ -166,6 +166,13 @@ class ReplicaRead:
     diverging_epoch: tuple[int, int] | None = None
 
 
+def isr_ineligible(replica_ids: Iterable[int], live: frozenset[int] | None,
+                   shutting_down: frozenset[int]) -> frozenset[int]:
+    """KIP-841's ``isReplicaIsrEligible``, negated: the replicas whose broker is in controlled
+    shutdown or not registered (``live`` None: not known yet, so nobody is excluded for it)."""
+    return frozenset(r for r in replica_ids if r in shutting_down or (live is not None and r not in live))
+
+
 class ReplicaManager:
     """Owns every partition of this broker; topic metadata lives in :attr:`metadata` and
     :attr:`topic_store`, logs in :attr:`logs`."""
@@ -689,8 +696,7 @@ class ReplicaManager:
 
     def ineligible_among(self, replica_ids: Iterable[int]) -> frozenset[int]:
         """Those of ``replica_ids`` whose brokers may not join an ISR now (KIP-841)."""
-        live, leaving = self.live_brokers, self.shutting_down_brokers
-        return frozenset(r for r in replica_ids if r in leaving or (live is not None and r not in live))
+        return isr_ineligible(replica_ids, self.live_brokers, self.shutting_down_brokers)
 
     def refresh_isr_eligibility(self) -> None:
         """On the event loop, after the live or shutting-down brokers changed: every leader learns

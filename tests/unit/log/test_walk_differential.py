@@ -17,22 +17,11 @@ from hypothesis import strategies as st
 
 from ads_broker.log import _walk
 from ads_broker.log import walk_reference as ref
+from tests.fuzz.frames import uvarint as _unsigned
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 #: Examples of the main differential test: 200 in `make test` (~10 s); WALK_DIFF_EXAMPLES=20000 for a long run.
 EXAMPLES = int(os.environ.get("WALK_DIFF_EXAMPLES", "200"))
-
-
-def _unsigned(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
 
 
 def _zigzag(value: int, bits: int) -> int:
