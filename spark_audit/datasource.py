@@ -41,7 +41,7 @@ Options (all strings, as Spark passes them):
   record rows ``input_counts`` is null): the audit gets its input pass from the same scan that
   reads the topic, with no value parsed in the JVM (default: not counted, no such column).
 - ``kafka.<name>``: any other librdkafka consumer setting, passed through (it wins over the fetch
-  prefetch limit each task sets for its range, :func:`range_fetch_config`).
+  prefetch limit and fetch wait each task sets for its range, :func:`range_fetch_config`).
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ import bisect
 import itertools
 import json
 import operator
+import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -72,6 +73,13 @@ COUNTS_COLUMN = "input_counts"
 DEFAULT_MAX_RECORDS_PER_SPLIT = 1_000_000
 _ARROW_BATCH_ROWS = 10_000
 _META_TIMEOUT_S = 30.0
+#: How long one ``consume()`` call of a range read waits. librdkafka's batch consume returns when it
+#: has ``num_messages`` or its timeout passed, and an end-of-partition event does not end the wait:
+#: a range whose offsets include transaction markers (every range of the worker's output) never
+#: fills its last batch, so one long call waited out the whole ``poll_timeout_s`` (60 s of
+#: ``make run``'s 110 s audit on 2026-11-27). Short calls in a loop bound that wait; the loop, not
+#: the call, enforces ``poll_timeout_s``.
+_CONSUME_WAIT_S = 0.2
 _SECOND = operator.itemgetter(1)
 
 
@@ -247,14 +255,20 @@ class KafkaReader(DataSourceReader):
 #: two ``consume()`` batches keep the pipeline full, and a split that ends inside a partition does
 #: not read and parse up to 100,000 records of the next split for nothing (16 % of a 625k split).
 _PREFETCH_RECORDS = 2 * _ARROW_BATCH_ROWS
+_END_FETCH_WAIT_MS = 50
 
 
 def range_fetch_config(part: OffsetRangePartition) -> dict[str, Any]:
-    """librdkafka settings for reading ``part`` alone: no prefetch far past the range's end.
+    """librdkafka settings for reading ``part`` alone: no prefetch far past the range's end, and a
+    short broker-side fetch wait.
 
-    Fetch sizes stay librdkafka's (1 MiB per partition): 16 MiB fetches cost the consumer ~0.3
-    CPU-s more per 1M events and were not faster (docs/BENCHMARKS.md)."""
-    return {"queued.min.messages": max(1, min(_PREFETCH_RECORDS, part.end - part.start))}
+    A range ends at or below the end of the log, so a fetch that finds no data is at the end: the
+    broker's wait for more (``fetch.wait.max.ms``, 500 ms by default) only delays the end-of-partition
+    event that ends a range whose last offsets are transaction markers. Mid-range the data is there
+    and the wait never applies. Fetch sizes stay librdkafka's (1 MiB per partition): 16 MiB fetches
+    cost the consumer ~0.3 CPU-s more per 1M events and were not faster (docs/BENCHMARKS.md)."""
+    return {"queued.min.messages": max(1, min(_PREFETCH_RECORDS, part.end - part.start)),
+            "fetch.wait.max.ms": _END_FETCH_WAIT_MS}
 
 
 def read_range(options: Mapping[str, str], part: OffsetRangePartition) -> Iterator[Any]:
@@ -285,14 +299,19 @@ def read_range(options: Mapping[str, str], part: OffsetRangePartition) -> Iterat
     try:
         consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
         position = part.start
+        stalled_since = time.monotonic()
         while position < part.end:
-            msgs = consumer.consume(num_messages=min(_ARROW_BATCH_ROWS, part.end - position), timeout=timeout_s)
+            msgs = consumer.consume(num_messages=min(_ARROW_BATCH_ROWS, part.end - position),
+                                    timeout=min(_CONSUME_WAIT_S, timeout_s))
             if not msgs:
+                if time.monotonic() - stalled_since < timeout_s:
+                    continue
                 raise AuditError(
                     f"no records from {part.topic}[{part.partition}] for {timeout_s:.0f}s at offset {position} "
                     f"(range {part.start}-{part.end}); is the broker at {options['bootstrap']} up? "
                     "Raise poll_timeout_s for slow brokers."
                 )
+            stalled_since = time.monotonic()
             msgs, offsets, position = _in_range(msgs, part, position)
             rows.extend(msgs, offsets)
             if len(rows) >= _ARROW_BATCH_ROWS:
