@@ -142,6 +142,19 @@ class BrokerCollector(Collector):
             leo.add_metric([s.topic, str(s.partition)], s.log_end_offset)
         yield from (replicas, isr, urp, umi, leo)
 
+        # The log cleaner's partitions it gave up on (kafka.log:type=LogCleanerManager,
+        # name=uncleanable-partitions-count / uncleanable-bytes, logDirectory=...): alert on > 0.
+        uncleanable = self.replicas.logs.cleaner.uncleanable()
+        log_dir = [str(self.replicas.logs.data_dir)]
+        count = GaugeMetricFamily("kafka_log_logcleanermanager_uncleanable_partitions_count",
+                                  "Compacted partitions the log cleaner failed on and skips until a restart",
+                                  labels=["logDirectory"])
+        count.add_metric(log_dir, len(uncleanable))
+        size = GaugeMetricFamily("kafka_log_logcleanermanager_uncleanable_bytes",
+                                 "Bytes of the logs of the uncleanable partitions", labels=["logDirectory"])
+        size.add_metric(log_dir, sum(plog.size_bytes for _topic, _index, plog in uncleanable))
+        yield from (count, size)
+
 
 class FetchSessionCollector(Collector):
     """Kafka's ``kafka.server:type=FetchSessionCache`` MBeans (``FetchSession.java``), read from the

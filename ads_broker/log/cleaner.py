@@ -214,6 +214,10 @@ class LogCleaner:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_stats = CleanerStats()
+        #: Partitions a pass failed on (Kafka's ``LogCleanerManager.uncleanablePartitions``): skipped
+        #: until the broker restarts, or until the partition's log is another one (topic deleted and
+        #: created again). Keyed by (topic, partition); the value is the log the pass failed on.
+        self._uncleanable: dict[tuple[str, int], Log] = {}
 
     # -- thread ------------------------------------------------------------------------------
 
@@ -267,7 +271,7 @@ class LogCleaner:
         """Clean the dirtiest compacted log if one qualifies; True if one was cleaned."""
         best: tuple[float, CleanablePartition] | None = None
         for partition in self.partitions():
-            if not partition.log.config.compact:
+            if not partition.log.config.compact or self.is_uncleanable(partition):
                 continue
             with partition.lock:
                 _first, _upper, ratio, overdue = self._cleanable_range(partition)
@@ -276,8 +280,30 @@ class LogCleaner:
                 best = (ratio, partition)
         if best is None:
             return False
-        self.clean(best[1])
+        partition = best[1]
+        try:
+            self.clean(partition)
+        except Exception as e:
+            # Kafka's CleanerThread: log it, mark the partition uncleanable, go on with the others.
+            # Retrying it would fail the same way, and a partition that is never cleaned stays the
+            # dirtiest: no other compacted log of the broker would be cleaned again.
+            self._uncleanable[(partition.topic, partition.index)] = partition.log
+            log.error("log cleaner failed on the partition and marked it uncleanable; it is not cleaned "
+                      "again until the broker restarts (check its segments with `ads-broker dump-log`)",
+                      topic=partition.topic, partition=partition.index, error=f"{type(e).__name__}: {e}",
+                      exc_info=True)
         return True
+
+    def is_uncleanable(self, partition: CleanablePartition) -> bool:
+        """Whether a cleaning pass failed on ``partition``'s current log."""
+        return self._uncleanable.get((partition.topic, partition.index)) is partition.log
+
+    def uncleanable(self) -> list[tuple[str, int, Log]]:
+        """(topic, partition, log) of each partition marked uncleanable whose log is still open
+        (Kafka's ``uncleanable-partitions-count`` and ``uncleanable-bytes``); thread-safe to call."""
+        current = {(p.topic, p.index): p.log for p in self.partitions()}
+        return [(topic, index, plog) for (topic, index), plog in list(self._uncleanable.items())
+                if current.get((topic, index)) is plog]
 
     # -- cleaning ----------------------------------------------------------------------------
 
@@ -375,6 +401,7 @@ class LogCleaner:
         base = group[0].base_offset
         cleaned_path = plog.dir / f"{base:020d}.log{CLEANED_SUFFIX}"
         fd = os.open(cleaned_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        done = False
         try:
             out = Output(fd, io.write)
             for segment in group:
@@ -390,8 +417,11 @@ class LogCleaner:
                         plan.stats.seconds_throttled += throttler.add(header.size + written)
             out.flush()
             os.fsync(fd)
+            done = True
         finally:
             os.close(fd)
+            if not done:
+                cleaned_path.unlink(missing_ok=True)  # a pass that failed leaves no half-written file
         with partition.lock:
             current = plog.segments
             try:

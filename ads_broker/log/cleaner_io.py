@@ -5,7 +5,10 @@ write buffers the same way, apart from the dedupe buffer).
 * ``IoBuffers``: read and write buffers of a quarter of the budget each (see ``for_budget``).
 * ``scan_batches`` reads a segment into the read buffer many batches at a time and yields each
   batch's header with its place in the buffer; a batch larger than the buffer is flagged, and its
-  records are then streamed through the buffer in chunks (``records_streamed``).
+  records are then streamed through the buffer in chunks (``records_streamed``). Every batch's
+  CRC-32C is checked before it is yielded: the cleaner decides what to delete from keys it reads,
+  and a flipped bit in a record would otherwise read as another key (or none) and delete the
+  latest value of a key, or drop the record, without a trace.
 * ``records_in`` / ``records_streamed`` walk an uncompressed v2 batch's records by their length
   varints without decoding values: per record (offset, timestamp, md5(key) or None, tombstone,
   byte range). Keys are hashed straight from the buffer (incrementally when a key spans chunks).
@@ -23,8 +26,10 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+import crc32c
+
 from ads_broker.exceptions import CorruptRecordError
-from ads_broker.log.records import RECORD_BATCH_OVERHEAD, BatchHeader, read_header
+from ads_broker.log.records import ATTRIBUTES_OFFSET, RECORD_BATCH_OVERHEAD, BatchHeader, compute_crc, read_header
 
 # The read and write buffers take a quarter of the io budget each; the other half is left for
 # the pass's other allocations (batch headers, the swapped-in segments' objects and index arrays,
@@ -109,23 +114,51 @@ def scan_batches(fd: int, start: int, end: int, buf: bytearray) -> Iterator[tupl
             lo, off = pos, 0
             n = pread_into(fd, view, min(cap, end - pos), pos)
         if off + size <= n:
+            if compute_crc(buf, off, size) != header.crc:
+                raise _crc_mismatch(pos, header)
             yield pos, header, off
         else:
+            if _streamed_crc(fd, view, pos, size) != header.crc:
+                raise _crc_mismatch(pos, header)
             yield pos, header, -1
             n = 0  # the caller streamed through the buffer
         pos += size
 
 
+def _streamed_crc(fd: int, view: memoryview, pos: int, size: int) -> int:
+    """CRC-32C of a batch larger than the read buffer, read through it in pieces."""
+    crc = 0
+    at, end = pos + ATTRIBUTES_OFFSET, pos + size
+    while at < end:
+        got = pread_into(fd, view, min(len(view), end - at), at)
+        if got <= 0:
+            raise CorruptRecordError(f"segment ends inside the batch at position {pos}")
+        crc = crc32c.crc32c(view[:got], crc)
+        at += got
+    return int(crc)
+
+
+def _crc_mismatch(pos: int, header: BatchHeader) -> CorruptRecordError:
+    return CorruptRecordError(f"batch at position {pos} (offsets {header.base_offset}-{header.last_offset}) "
+                              f"fails its CRC-32C check: the segment is corrupt")
+
+
+#: Kafka's longest varlong (a record's timestamp delta); every other record field is a varint of at
+#: most 5 bytes, and a record's length is checked against its batch right after it is read.
+_MAX_VARINT_BYTES = 10
+
+
 def _raw_varint(buf: bytearray, pos: int) -> tuple[int, int]:
-    """An unsigned varint (before zigzag decoding): (raw value, next position)."""
+    """An unsigned varint (before zigzag decoding): (raw value, next position). Only reached on
+    batches whose CRC matched; bounded anyway, so a bug elsewhere cannot make it run off."""
     shift = result = 0
-    while True:
-        b = buf[pos]
-        pos += 1
+    for at in range(pos, min(pos + _MAX_VARINT_BYTES, len(buf))):
+        b = buf[at]
         result |= (b & 0x7F) << shift
         if b < 0x80:
-            return result, pos
+            return result, at + 1
         shift += 7
+    raise CorruptRecordError(f"varint longer than {_MAX_VARINT_BYTES} bytes at buffer position {pos}")
 
 
 def records_in(buf: bytearray, off: int, header: BatchHeader) -> Iterator[RecordInfo]:
@@ -258,13 +291,13 @@ class _Window:
 
     def varint(self, pos: int) -> tuple[int, int]:
         shift = result = 0
-        while True:
-            b = self.byte(pos)
-            pos += 1
+        for at in range(pos, pos + _MAX_VARINT_BYTES):
+            b = self.byte(at)
             result |= (b & 0x7F) << shift
             if b < 0x80:
-                return (result >> 1) ^ -(result & 1), pos
+                return (result >> 1) ^ -(result & 1), at + 1
             shift += 7
+        raise CorruptRecordError(f"varint longer than {_MAX_VARINT_BYTES} bytes at position {pos}")
 
     def chunks(self, start: int, end: int) -> Iterator[memoryview]:
         pos = start

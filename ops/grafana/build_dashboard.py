@@ -159,6 +159,14 @@ def broker_row(board: db.Dashboard) -> db.Dashboard:
                                f"{{{BSEL}}})", "max {{listener}}"),
                             _q("avg by (listener) (kafka_server_socket_server_metrics_reauthentication_latency_avg"
                                f"{{{BSEL}}})", "avg {{listener}}", "B")))
+        .with_panel(_series("Log cleaner: uncleanable partitions", "short",
+                            "Compacted partitions a cleaning pass failed on (a corrupt segment, a disk error), "
+                            "no longer cleaned until the broker restarts, and the bytes of their logs "
+                            "(KafkaUncleanablePartitions above 0).",
+                            _q(f"max by (instance) (kafka_log_logcleanermanager_uncleanable_partitions_count"
+                               f"{{{BSEL}}})", "partitions {{instance}}"),
+                            _q(f"max by (instance) (kafka_log_logcleanermanager_uncleanable_bytes{{{BSEL}}})",
+                               "bytes {{instance}}", "B")))
         .with_panel(_series("Replication bytes per broker", "Bps",
                             "Record-batch bytes each broker's followers copied from their leaders (in) and its "
                             "leaders served to followers (out); with every follower caught up, the cluster's in "

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -37,3 +40,39 @@ def test_malformed_records_are_corrupt() -> None:
     data[61] = 0x7F  # first record claims a length far beyond the batch
     with pytest.raises(CorruptRecordError):
         raw_records(bytes(data), header)
+
+
+def test_an_unterminated_varint_is_corrupt_not_an_index_error() -> None:
+    """The cleaner's walk stops at Kafka's 10-byte varlong limit (and at the buffer's end) with a
+    CorruptRecordError, which marks the partition uncleanable, instead of reading on."""
+    from ads_broker.log.cleaner_io import records_in
+
+    data = bytearray(build_batch([Record(-1, 1, b"k", b"v")]))
+    header = read_header(data)
+    data[61:] = b"\xff" * (len(data) - 61)  # the first record's length never ends
+    with pytest.raises(CorruptRecordError, match="varint longer than 10 bytes"):
+        list(records_in(data, 0, header))
+    data[61:] = b"\x80" * 3  # ...nor does the buffer hold its end
+    with pytest.raises(CorruptRecordError, match="varint"):
+        list(records_in(data, 0, header))
+
+
+def test_the_cleaner_scan_refuses_a_batch_whose_crc_does_not_match(tmp_path: Path) -> None:
+    """A flipped bit in a record is caught before the cleaner reads a key from it, in the read
+    buffer and when the batch is larger than the buffer and streamed."""
+    from ads_broker.log.cleaner_io import scan_batches
+
+    good = build_batch([Record(-1, 1, b"k%d" % i, b"v" * 200) for i in range(10)])
+    bad = bytearray(good)
+    bad[100] ^= 0x01
+    path = tmp_path / "segment"
+    path.write_bytes(good + bytes(bad))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for buffer_size in (1 << 16, 64):  # whole batches in the buffer; batches streamed through it
+            scan = scan_batches(fd, 0, 2 * len(good), bytearray(buffer_size))
+            assert next(scan)[0] == 0
+            with pytest.raises(CorruptRecordError, match=f"batch at position {len(good)} .* fails its CRC-32C check"):
+                next(scan)
+    finally:
+        os.close(fd)
