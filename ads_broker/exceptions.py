@@ -118,9 +118,17 @@ class TxnVerificationError(BrokerError):
 
 
 class InvalidTimestampError(BrokerError):
-    """A timestamp outside ``message.timestamp.*.max.ms`` (INVALID_TIMESTAMP)."""
+    """A timestamp outside ``message.timestamp.*.max.ms`` (INVALID_TIMESTAMP).
+
+    ``record_errors``: KIP-467's (batch index, message) of each refused record, as
+    :class:`InvalidRecordError`'s (Kafka's ``processRecordErrors`` answers INVALID_TIMESTAMP with
+    every record error of the batch when one of them is a timestamp)."""
 
     error_code = errors.INVALID_TIMESTAMP
+
+    def __init__(self, message: str, record_errors: Sequence[tuple[int, str | None]] = ()) -> None:
+        super().__init__(message)
+        self.record_errors = list(record_errors)
 
 
 class UnknownTopicOrPartitionError(BrokerError):

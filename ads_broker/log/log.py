@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ads_broker.exceptions import (
+    BrokerError,
     InvalidRecordError,
     InvalidTimestampError,
     OffsetOutOfRangeError,
@@ -47,7 +48,7 @@ from ads_broker.log.records import (
     build_batch,
     decode_batch,
     iter_batches,
-    null_key_indices,
+    iter_records,
     read_header,
     recompress_batch,
     stamp_log_append_time,
@@ -311,16 +312,35 @@ class Log:
 
     # -- appends ---------------------------------------------------------------------------
 
-    def _keyless_records_error(self, records: bytes, header: BatchHeader, limit: int) -> InvalidRecordError:
-        """Kafka's ``LogValidator.validateKey`` for every record, then ``processRecordErrors``: one
-        KIP-467 record error per keyless record (the walk found one; this second pass names all)."""
-        message = (f"Compacted topic cannot accept message without key in topic partition "
-                   f"{self.topic}-{self.partition}; give every record a key or use cleanup.policy=delete")
-        indices = null_key_indices(records, max_decompressed=limit)
+    def _record_errors(self, records: bytes, limit: int, config: LogConfig, now: int) -> BrokerError:
+        """Kafka's ``LogValidator.validateRecord`` for every record (its key on a compacted topic, then
+        its CreateTime timestamp), then ``processRecordErrors``: one KIP-467 record error per refused
+        record, INVALID_TIMESTAMP if any is a timestamp, else INVALID_RECORD. The error path only: the
+        walk found a keyless record or a timestamp out of range, this second pass names each record."""
+        key_message = (f"Compacted topic cannot accept message without key in topic partition "
+                       f"{self.topic}-{self.partition}; give every record a key or use cleanup.policy=delete")
+        low = now - config.message_timestamp_before_max_ms
+        high = now + config.message_timestamp_after_max_ms
+        found: list[tuple[int, str]] = []
+        any_timestamp = False
+        for index, record in enumerate(iter_records(records, max_decompressed=limit)):
+            if config.compact and record.key is None:
+                found.append((index, key_message))
+            elif not (config.log_append_time or record.timestamp == NO_TIMESTAMP or low <= record.timestamp <= high):
+                any_timestamp = True
+                found.append((index, f"Timestamp {record.timestamp} of message with offset {record.offset} is out of "
+                                     f"range. The timestamp should be within [{low}, {high}]"))
+        if any_timestamp or not found:  # (not found: the walk's bounds and this pass disagree; refuse anyway)
+            return InvalidTimestampError(
+                "One or more records have been rejected due to invalid timestamp (message.timestamp.before.max.ms"
+                f" / message.timestamp.after.max.ms of {self.topic}-{self.partition}, against the broker's clock at "
+                f"{now}; fix the producer's clock or the records' timestamps): records {[i for i, _ in found][:3]}",
+                record_errors=found)
+        indices = [index for index, _ in found]
         return InvalidRecordError(
             f"One or more records have been rejected due to {len(indices)} record errors in total, and only "
-            f"showing the first three errors at most: records {indices[:3]}: {message}",
-            record_errors=[(index, message) for index in indices])
+            f"showing the first three errors at most: records {indices[:3]}: {key_message}",
+            record_errors=found)
 
     def validate_client_batch(self, records: bytes) -> ValidatedBatch:
         """Every check of a client's batch that needs no log state: header, CRC, each record
@@ -330,10 +350,9 @@ class Log:
         config = self.config
         (header,) = validate_produce_batches(records, config)
         summary = validate_records(records, header, max_decompressed=decompressed_limit(config.max_message_bytes))
-        if config.compact and summary.null_key:
-            raise self._keyless_records_error(records, header, decompressed_limit(config.max_message_bytes))
-        if not config.log_append_time:
-            self._check_timestamps(summary, self._now_ms())
+        now = self._now_ms()
+        if (config.compact and summary.null_key) or not (config.log_append_time or self._timestamps_ok(summary, now)):
+            raise self._record_errors(records, decompressed_limit(config.max_message_bytes), config, now)
         target = config.target_codec
         if target is None or target == header.compression:
             return ValidatedBatch(header, summary, config)
@@ -348,18 +367,13 @@ class Log:
                 "send smaller batches or raise the topic's max.message.bytes")
         return ValidatedBatch(new_header, summary, config, rewritten)
 
-    def _check_timestamps(self, summary: RecordsSummary, now: int) -> None:
+    def _timestamps_ok(self, summary: RecordsSummary, now: int) -> bool:
         """KIP-937 (Kafka's ``LogValidator.validateTimestamp`` for CreateTime): every record's
         timestamp (except -1, none) within [now - before.max.ms, now + after.max.ms]."""
         low = now - self.config.message_timestamp_before_max_ms
         high = now + self.config.message_timestamp_after_max_ms
-        for ts in (summary.min_timestamp, summary.max_timestamp):
-            if ts != NO_TIMESTAMP and ts != INT64_MAX and not low <= ts <= high:
-                raise InvalidTimestampError(
-                    f"Timestamp {ts} of a message in {self.topic}-{self.partition} is out of range. The timestamp "
-                    f"should be within [{low}, {high}] (message.timestamp.before.max.ms / "
-                    "message.timestamp.after.max.ms); fix the producer's clock or the record's timestamp"
-                )
+        return all(ts in (NO_TIMESTAMP, INT64_MAX) or low <= ts <= high
+                   for ts in (summary.min_timestamp, summary.max_timestamp))
 
     def append_as_leader(
         self,

@@ -609,13 +609,6 @@ def iter_records(buf: Buffer, *, max_decompressed: int = DEFAULT_MAX_DECOMPRESSE
                 f"batch at offset {header.base_offset} has an undecodable record {index}: {exc}") from exc
 
 
-def null_key_indices(buf: Buffer, *, max_decompressed: int = DEFAULT_MAX_DECOMPRESSED) -> list[int]:
-    """Batch indices of the records without a key in the batch at the start of ``buf`` (the error
-    path of a compacted topic's append: KIP-467 names each of them)."""
-    return [index for index, record in enumerate(iter_records(buf, max_decompressed=max_decompressed))
-            if record.key is None]
-
-
 def _parse_record(data: Buffer, pos: int, end: int, header: BatchHeader) -> Record:
     pos += 1  # attributes
     ts_delta, pos = _read_varint(data, pos)

@@ -23,7 +23,13 @@ from ads_broker.errors import (
     PRODUCER_FENCED,
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
 )
-from ads_broker.exceptions import BrokerError, BrokerNotAvailableError, InvalidRecordError, InvalidTopicError
+from ads_broker.exceptions import (
+    BrokerError,
+    BrokerNotAvailableError,
+    InvalidRecordError,
+    InvalidTimestampError,
+    InvalidTopicError,
+)
 from ads_broker.log.records import RECORD_BATCH_OVERHEAD, read_header
 from ads_broker.protocol.codec import DecodedRequest
 from ads_broker.security.acl import CLUSTER, CLUSTER_NAME, IDEMPOTENT_WRITE, TOPIC, TRANSACTIONAL_ID, WRITE
@@ -57,7 +63,7 @@ async def _append_one(ctx: HandlerContext, req: DecodedRequest, topic: str, pdat
         ctx.log_client_error(req, "produce", e, topic=topic, partition=pdata.index)
         resp.error_code = e.error_code
         resp.error_message = str(e)
-        if isinstance(e, InvalidRecordError) and e.record_errors:  # KIP-467 (ProduceResponse v8+)
+        if isinstance(e, InvalidRecordError | InvalidTimestampError) and e.record_errors:  # KIP-467 (v8+)
             entry = ProduceResponse.TopicProduceResponse.PartitionProduceResponse.BatchIndexAndErrorMessage
             resp.record_errors = [entry(batch_index=index, batch_index_error_message=message)
                                   for index, message in e.record_errors]

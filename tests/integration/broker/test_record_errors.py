@@ -20,6 +20,8 @@ from tests.integration.broker.test_batch_validation import raw_batch, record, va
 from tests.integration.broker.test_protocol_edges import INVALID_RECORD
 from tests.kafka_helpers import consume_partition, create_topic
 
+INVALID_TIMESTAMP = 32
+
 COMPACT = {"cleanup.policy": "compact"}
 
 
@@ -85,3 +87,73 @@ def test_librdkafka_fails_only_the_keyless_records_with_invalid_record(ads_broke
     assert producer.flush(10) == 0
     assert results.count(KafkaError.INVALID_RECORD) == 10, results
     assert results.count(KafkaError._INVALID_DIFFERENT_RECORD) == 90, results
+
+
+HOUR_MS = 3_600_000
+
+
+def test_records_with_timestamps_out_of_range_are_named_with_invalid_timestamp(ads_broker: BrokerProcess,
+                                                                             topic_name: str) -> None:
+    """Kafka's ``LogValidator.validateTimestamp`` per record, then ``processRecordErrors``: the
+    partition answers INVALID_TIMESTAMP, "One or more records have been rejected due to invalid
+    timestamp", and one record error per refused record, with Kafka's per-record message (Kafka's
+    ProduceRequestTest ``testProduceWithInvalidTimestamp``). Records 1 and 3 are two hours off."""
+    create_topic(ads_broker.bootstrap, topic_name, 1, {"message.timestamp.before.max.ms": str(HOUR_MS),
+                                                       "message.timestamp.after.max.ms": str(HOUR_MS)})
+    now = int(time.time() * 1000)
+    deltas = [0, -2 * HOUR_MS, 5, 2 * HOUR_MS, 9]
+    body = b"".join(record(i, key=b"k%d" % i, ts_delta=d) for i, d in enumerate(deltas))
+    with RawClient(ads_broker.bootstrap) as client:
+        p = produce_v9(client, topic_name, raw_batch(body, count=len(deltas), timestamp=now,
+                                                     max_timestamp=now + 2 * HOUR_MS))
+        assert p.error_code == INVALID_TIMESTAMP
+        assert [e.batch_index for e in p.record_errors] == [1, 3]
+        assert p.record_errors[0].batch_index_error_message.startswith(
+            f"Timestamp {now - 2 * HOUR_MS} of message with offset 1 is out of range. The timestamp should be within [")
+        assert p.error_message.startswith("One or more records have been rejected due to invalid timestamp")
+        assert "fix the producer's clock" in p.error_message
+        # Nothing of the refused batch was written: the next good batch lands at offset 0.
+        good = produce_v9(client, topic_name, raw_batch(record(0, key=b"k"), count=1))
+        assert (good.error_code, good.base_offset, good.record_errors) == (0, 0, [])
+
+
+def test_on_a_compacted_topic_a_bad_timestamp_makes_every_record_error_invalid_timestamp(
+        ads_broker: BrokerProcess, topic_name: str) -> None:
+    """A batch with a keyless record and a record out of range: Kafka names both (the key error for
+    the keyless one) and answers INVALID_TIMESTAMP, as ``processRecordErrors`` does when any error
+    is a timestamp."""
+    create_topic(ads_broker.bootstrap, topic_name, 1, {**COMPACT, "message.timestamp.after.max.ms": str(HOUR_MS)})
+    now = int(time.time() * 1000)
+    body = record(0, key=None) + record(1, key=b"k", ts_delta=3 * HOUR_MS) + record(2, key=b"j")
+    with RawClient(ads_broker.bootstrap) as client:
+        p = produce_v9(client, topic_name, raw_batch(body, count=3, timestamp=now, max_timestamp=now + 3 * HOUR_MS))
+    assert p.error_code == INVALID_TIMESTAMP
+    assert [e.batch_index for e in p.record_errors] == [0, 1]
+    assert "without key" in p.record_errors[0].batch_index_error_message
+    assert "is out of range" in p.record_errors[1].batch_index_error_message
+
+
+def test_librdkafka_fails_only_the_records_with_a_bad_timestamp(ads_broker: BrokerProcess, topic_name: str) -> None:
+    """confluent-kafka sends one batch of 20 records, every fifth stamped two hours ahead: librdkafka
+    fails the 4 records the broker names (it reports every named record as INVALID_RECORD, whatever
+    the partition's error, rdkafka_request.c) and the other 16 with _INVALID_DIFFERENT_RECORD;
+    without record errors all 20 would fail alike. Nothing is written."""
+    create_topic(ads_broker.bootstrap, topic_name, 1, {"message.timestamp.after.max.ms": str(HOUR_MS)})
+    results: list[int] = []
+
+    def on_delivery(err: KafkaError | None, _msg: object) -> None:
+        results.append(err.code() if err is not None else 0)
+
+    producer = Producer({"bootstrap.servers": ads_broker.bootstrap, "linger.ms": 1000, "batch.num.messages": 1000,
+                         "message.send.max.retries": 0})
+    now = int(time.time() * 1000)
+    for i in range(20):
+        producer.produce(topic_name, value=b"m%d" % i, key=b"k%d" % i, partition=0, on_delivery=on_delivery,
+                         timestamp=now + 2 * HOUR_MS if i % 5 == 0 else now)
+    deadline = time.monotonic() + 30
+    while len(results) < 20 and time.monotonic() < deadline:
+        producer.poll(0.5)
+    assert producer.flush(10) == 0
+    assert results.count(KafkaError.INVALID_RECORD) == 4, results
+    assert results.count(KafkaError._INVALID_DIFFERENT_RECORD) == 16, results
+    assert consume_partition(ads_broker.bootstrap, topic_name, 0) == []
