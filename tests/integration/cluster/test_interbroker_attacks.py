@@ -18,6 +18,7 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import NewTopic
 
 from ads_broker.cluster.zkserver import ZooKeeperServer
+from ads_broker.cluster.zookeeper import KafkaZkClient
 from tests.integration.cluster.conftest import IDS, SESSION_TIMEOUT_MS, BrokerCluster, _poll, start_three, wait_until
 from tests.integration.cluster.secure import start_three_sasl
 from tests.integration.cluster.test_replication import state
@@ -110,3 +111,56 @@ def test_a_broker_sigtermed_while_zookeeper_is_stopped_still_exits(
         zk_server.proc.send_signal(signal.SIGCONT)
     stopped = _events(brokers, 3, "stopped cleanly")
     assert exited, f"broker 3 is still running with ZooKeeper stopped (it logged {stopped[:1]})"
+
+
+def test_a_broker_killed_in_the_middle_of_its_controlled_shutdown_rejoins_every_isr_after_a_restart(
+        brokers: BrokerCluster, zk_connect: str) -> None:
+    """KIP-841 keeps a broker in controlled shutdown out of every ISR; that must end with the
+    shutdown. A SIGKILL after the request was registered but before the broker left (the
+    controller held up by SIGSTOP so that the broker waits in its shutdown) leaves
+    ``/admin/controlled_shutdown/<id>`` behind until the session expires; the broker restarted
+    after that is a registered broker not shutting down (Kafka: a new broker epoch, no shutdown
+    request), so the leaders take it back into the ISR once it caught up: with
+    ``min.insync.replicas=3`` an acks=all write is acknowledged only then."""
+    admin = start_three(brokers)
+    topic = _fresh_topic()
+    new = NewTopic(topic, 3, replica_assignment=[[3, 1, 2], [1, 3, 2], [2, 1, 3]],
+                   config={"min.insync.replicas": "3"})
+    admin.create_topics([new], operation_timeout=30)[topic].result(60)
+    for p in range(3):
+        wait_until(lambda p=p: sorted(state(zk_connect, topic, p).isr) == list(IDS), f"a full ISR for {p}")
+    zk = KafkaZkClient(zk_connect, session_timeout_ms=SESSION_TIMEOUT_MS).start()
+    try:
+        controller = zk.get_controller_id()
+        if controller == 3:  # the controller must be another broker, to hold the shutdown up
+            brokers.procs[3].kill()
+            wait_until(lambda: zk.get_controller_id() not in (None, 3), "another controller")
+            wait_until(lambda: 3 not in zk.get_live_broker_ids(), "broker 3's session to end")
+            brokers.start(3)
+            for p in range(3):
+                wait_until(lambda p=p: sorted(state(zk_connect, topic, p).isr) == list(IDS), f"a full ISR for {p}")
+            controller = zk.get_controller_id()
+        assert controller is not None and controller != 3
+        brokers.procs[controller].signal(signal.SIGSTOP)  # well within its session timeout
+        try:
+            brokers.procs[3].signal(signal.SIGTERM)
+            wait_until(lambda: 3 in zk.get_shutting_down(), "broker 3's controlled shutdown request")
+            brokers.procs[3].kill()
+        finally:
+            brokers.procs[controller].signal(signal.SIGCONT)
+        wait_until(lambda: 3 not in zk.get_live_broker_ids() and 3 not in zk.get_shutting_down(),
+                   "broker 3's session and its shutdown request to end")
+        for p in range(3):
+            wait_until(lambda p=p: 3 not in state(zk_connect, topic, p).isr, f"broker 3 out of the ISR of {p}")
+        brokers.start(3)
+        for p in range(3):
+            wait_until(lambda p=p: sorted(state(zk_connect, topic, p).isr) == list(IDS), f"broker 3 back in {p}'s ISR")
+    finally:
+        zk.close()
+    producer = Producer({"bootstrap.servers": brokers.bootstrap, "acks": "all", "linger.ms": 0,
+                         "message.timeout.ms": 30000})
+    delivered: list[object] = []
+    for p in range(3):
+        producer.produce(topic, value=b"after-%d" % p, partition=p, on_delivery=lambda err, msg: delivered.append(err))
+    assert producer.flush(60) == 0
+    assert delivered == [None, None, None]
