@@ -15,16 +15,31 @@ import uuid
 
 import pytest
 from confluent_kafka import KafkaException, Producer
-from confluent_kafka.admin import NewTopic
+from confluent_kafka.admin import (
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+    ScramMechanism,
+    UserScramCredentialDeletion,
+)
 
 from ads_broker.cluster.zkserver import ZooKeeperServer
 from ads_broker.cluster.zookeeper import KafkaZkClient
+from ads_broker.errors import TOPIC_AUTHORIZATION_FAILED
+from tests.chaos.cluster.faults import produce_request
+from tests.integration.broker.rawclient import RawClient, scram_login
 from tests.integration.cluster.conftest import IDS, SESSION_TIMEOUT_MS, BrokerCluster, _poll, start_three, wait_until
-from tests.integration.cluster.secure import start_three_sasl
+from tests.integration.cluster.secure import PASSWORD, SaslCluster, start_three_sasl
 from tests.integration.cluster.test_replication import state
 
 pytestmark = pytest.mark.timeout(120)
 
+#: How long a change made through one broker may take to reach the others (Kafka: a ZooKeeper
+#: change notification, well under a second); generous, not a timing assertion.
+PROPAGATION_S = 10.0
 #: Short SASL sessions: several end while a test replicates for a few seconds.
 REAUTH_MS = 1500
 
@@ -164,3 +179,74 @@ def test_a_broker_killed_in_the_middle_of_its_controlled_shutdown_rejoins_every_
         producer.produce(topic, value=b"after-%d" % p, partition=p, on_delivery=lambda err, msg: delivered.append(err))
     assert producer.flush(60) == 0
     assert delivered == [None, None, None]
+
+
+def _topic_led_by(cluster: SaslCluster, zk_connect: str, leader: int) -> str:
+    """A fresh one-partition RF 3 topic (named for mallory's ACL prefix) whose leader is ``leader``."""
+    topic = _fresh_topic()
+    replicas = [leader, *(b for b in IDS if b != leader)]
+    new = NewTopic(topic, 1, replica_assignment=[replicas], config={"min.insync.replicas": "1"})
+    admin = cluster.admin()
+    admin.create_topics([new], operation_timeout=30)[topic].result(60)
+    wait_until(lambda: state(zk_connect, topic).leader == leader, f"broker {leader} to lead {topic}")
+    return topic
+
+
+def _mallory_produce_codes(cluster: SaslCluster, topics: dict[int, str]) -> dict[int, int | str]:
+    """Per broker: the error code of mallory's produce to the partition that broker leads, or why
+    mallory could not even log in there."""
+    codes: dict[int, int | str] = {}
+    for broker_id, topic in topics.items():
+        with RawClient(cluster.sasl(broker_id)) as raw:
+            login = scram_login(raw, "mallory", PASSWORD)
+            if login.error_code:
+                codes[broker_id] = f"login refused ({login.error_code})"
+                continue
+            answer = raw.request(produce_request(topic, b"after-revocation", 1), 9)
+            codes[broker_id] = answer.responses[0].partition_responses[0].error_code
+    return codes
+
+
+@pytest.mark.xfail(strict=True, reason="DeleteAcls in cluster mode changes only the broker that received it (ACLs live "
+                                       "in each data dir): a revoked principal still writes through the others")
+def test_acls_deleted_through_one_broker_are_revoked_on_every_broker(
+        brokers: BrokerCluster, zk_connect: str) -> None:
+    """Kafka keeps ACLs in ZooKeeper (``/kafka-acl``, with change notifications under
+    ``/kafka-acl-changes``) and every broker's authorizer applies a CreateAcls/DeleteAcls sent to
+    any of them. Here each broker keeps its own ``<data_dir>/__acls.json``: DeleteAcls through the
+    AdminClient (which sends it to one broker) revokes mallory's WRITE there only, and mallory keeps
+    writing to the partitions the other brokers lead."""
+    cluster = start_three_sasl(brokers)
+    topics = {b: _topic_led_by(cluster, zk_connect, b) for b in IDS}
+    assert _mallory_produce_codes(cluster, topics) == dict.fromkeys(IDS, 0)  # granted: writes pass everywhere
+    admin = cluster.admin()
+    mallory = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, "User:mallory", None,
+                               AclOperation.ANY, AclPermissionType.ANY)
+    deleted = admin.delete_acls([mallory], request_timeout=30)[mallory].result()
+    assert len(deleted) == 2  # READ and WRITE on the prefix t-
+    revoked = dict.fromkeys(IDS, TOPIC_AUTHORIZATION_FAILED)
+    # Kafka propagates through ZooKeeper notifications, asynchronously: a deadline, not a timing check.
+    _poll(lambda: _mallory_produce_codes(cluster, topics) == revoked, PROPAGATION_S)
+    assert _mallory_produce_codes(cluster, topics) == revoked
+
+
+@pytest.mark.xfail(strict=True, reason="AlterUserScramCredentials in cluster mode changes only the broker that "
+                                       "received it (credentials live in each data dir): a deleted user still logs in")
+def test_a_scram_credential_deleted_through_one_broker_is_refused_by_every_broker(
+        brokers: BrokerCluster, zk_connect: str) -> None:
+    """Kafka (ZooKeeper mode) stores SCRAM credentials in ``/config/users/<user>`` and every broker
+    applies a change made through AlterUserScramCredentials on any of them; a deleted user can log
+    in nowhere. Here the credential is deleted from the receiving broker's
+    ``<data_dir>/__scram_credentials.json`` only: mallory still logs in to, and writes through,
+    the other two brokers."""
+    cluster = start_three_sasl(brokers)
+    topics = {b: _topic_led_by(cluster, zk_connect, b) for b in IDS}
+    admin = cluster.admin()
+    deletion = UserScramCredentialDeletion("mallory", ScramMechanism.SCRAM_SHA_256)
+    admin.alter_user_scram_credentials([deletion], request_timeout=30)["mallory"].result()
+    def refused_everywhere() -> bool:
+        return all(isinstance(code, str) for code in _mallory_produce_codes(cluster, topics).values())
+
+    _poll(refused_everywhere, PROPAGATION_S)  # Kafka propagates through ZooKeeper, asynchronously
+    codes = _mallory_produce_codes(cluster, topics)
+    assert all(isinstance(code, str) for code in codes.values()), f"mallory still got in: {codes}"
