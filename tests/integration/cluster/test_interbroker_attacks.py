@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import socket
 import time
 import uuid
 
@@ -28,8 +29,9 @@ from confluent_kafka.admin import (
 
 from ads_broker.cluster.zkserver import ZooKeeperServer
 from ads_broker.cluster.zookeeper import KafkaZkClient
+from ads_broker.cluster.zookeeper import TopicPartition as ZkTopicPartition
 from ads_broker.errors import TOPIC_AUTHORIZATION_FAILED
-from tests.chaos.cluster.faults import produce_request
+from tests.chaos.cluster.faults import fetch_request, produce_request
 from tests.integration.broker.rawclient import RawClient, scram_login
 from tests.integration.cluster.conftest import IDS, SESSION_TIMEOUT_MS, BrokerCluster, _poll, start_three, wait_until
 from tests.integration.cluster.secure import PASSWORD, SaslCluster, start_three_sasl
@@ -250,3 +252,67 @@ def test_a_scram_credential_deleted_through_one_broker_is_refused_by_every_broke
     _poll(refused_everywhere, PROPAGATION_S)  # Kafka propagates through ZooKeeper, asynchronously
     codes = _mallory_produce_codes(cluster, topics)
     assert all(isinstance(code, str) for code in codes.values()), f"mallory still got in: {codes}"
+
+
+#: ``max.connections`` of the leader in the connection-slot test: small, so that filling it is cheap.
+MAX_CONNECTIONS = 24
+
+
+def _fill_connection_slots(address: str, attempts: int) -> list[socket.socket]:
+    """Open ``attempts`` bare TCP connections to ``address`` (no request, no login) and keep those
+    the broker admitted; the ones it closed at accept (over ``max.connections``) are closed here."""
+    host, _, port = address.rpartition(":")
+    opened = [socket.create_connection((host, int(port)), timeout=5) for _ in range(attempts)]
+    time.sleep(1.0)  # let the broker accept (or close) each of them
+    kept = []
+    for sock in opened:
+        sock.setblocking(False)
+        try:
+            closed = sock.recv(1, socket.MSG_PEEK) == b""
+        except BlockingIOError:
+            closed = False
+        except ConnectionResetError:
+            closed = True
+        if closed:
+            sock.close()
+        else:
+            kept.append(sock)
+    assert len(kept) < attempts, "the broker admitted every connection: max.connections was not reached"
+    return kept
+
+
+@pytest.mark.xfail(strict=True, reason="max.connections counts the inter-broker listener: idle connections on a "
+                                       "client listener lock the followers out of the leader (Kafka protects it)")
+def test_idle_client_connections_at_max_connections_do_not_lock_followers_out_of_the_leader(
+        brokers: BrokerCluster, zk_connect: str) -> None:
+    """Kafka's ``ConnectionQuotas``: the inter-broker listener is protected (``protectedListener``:
+    with more than one listener, a connection on it is admitted even at ``max.connections``, and
+    the least recently used connection of another listener is closed instead). Here every
+    listener shares one count: bare TCP connections to the PLAINTEXT listener (no login needed)
+    fill ``max.connections``, the followers' fetch connections to the leader's SASL inter-broker
+    listener are closed at accept, and an acks=all write with ``min.insync.replicas=3`` is never
+    acknowledged. (docs/SECURITY.md recommends setting ``max.connections`` on exposed brokers.)"""
+    cluster = start_three_sasl(brokers, per_broker={1: {"max.connections": str(MAX_CONNECTIONS)}})
+    topic = _fresh_topic()
+    with contextlib.ExitStack() as stack:
+        # The writer's connection to the leader exists before the slots are taken.
+        writer = stack.enter_context(RawClient(cluster.sasl(1)))
+        assert scram_login(writer, "admin", PASSWORD).error_code == 0
+        for sock in _fill_connection_slots(cluster.plain(1), MAX_CONNECTIONS + 4):
+            stack.callback(sock.close)
+        zk = KafkaZkClient(zk_connect, session_timeout_ms=SESSION_TIMEOUT_MS).start()
+        stack.callback(zk.close)
+        zk.create_topic(topic, {0: [1, 2, 3]}, str(uuid.uuid4()), {"min.insync.replicas": "3"})
+        wait_until(lambda: zk.get_partition_state(ZkTopicPartition(topic, 0)) is not None, "the partition's state")
+        wait_until(lambda: _led_by(writer, topic, 1), "broker 1 to lead the new partition")
+        answer = writer.request(produce_request(topic, b"replicated", -1, timeout_ms=10000), 9)
+        error = answer.responses[0].partition_responses[0].error_code
+    refused = [e for b in (2, 3) for e in brokers.log_events(b)
+               if str(e.get("event", "")).startswith(("cannot reach the leader", "cannot log in",
+                                                      "fetch from the leader failed"))]
+    assert error == 0, f"acks=all not acknowledged ({error}); the followers said: {refused[:2]}"
+
+
+def _led_by(raw: RawClient, topic: str, leader: int) -> bool:
+    """Whether ``leader`` answers a consumer Fetch of ``topic`` partition 0 as its leader."""
+    return bool(raw.request(fetch_request(topic, 0), 12).responses[0].partitions[0].error_code == 0)
