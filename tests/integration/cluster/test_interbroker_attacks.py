@@ -32,11 +32,14 @@ from ads_broker.cluster.zkserver import ZooKeeperServer
 from ads_broker.cluster.zookeeper import KafkaZkClient
 from ads_broker.cluster.zookeeper import TopicPartition as ZkTopicPartition
 from ads_broker.errors import TOPIC_AUTHORIZATION_FAILED
+from ads_broker.security.acl import ALLOW, CLUSTER, CLUSTER_ACTION, CLUSTER_NAME, LITERAL, Acl, AclStore
+from ads_broker.security.sasl_client import LOGIN_MODULES
+from ads_broker.security.scram import CredentialStore, ScramCredential
 from tests.chaos.cluster.faults import fetch_request, produce_request
 from tests.integration.broker.rawclient import RawClient, scram_login
 from tests.integration.cluster.conftest import IDS, SESSION_TIMEOUT_MS, BrokerCluster, _poll, start_three, wait_until
 from tests.integration.cluster.secure import PASSWORD, SaslCluster, start_three_sasl
-from tests.integration.cluster.test_replication import state
+from tests.integration.cluster.test_replication import local_records, state
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -360,3 +363,48 @@ def test_a_zookeeper_restart_within_the_session_timeout_does_not_abort_a_control
             "broker 3 left the cluster still leading its partition (no controlled shutdown)"
     finally:
         brokers.stop_all()
+
+
+def test_a_follower_refused_at_login_rejoins_the_isr_once_its_credential_and_grant_arrive(
+        brokers: BrokerCluster, zk_connect: str) -> None:
+    """A follower that logs in as a user the leaders do not know yet (its credential revoked, or
+    not yet rolled out) copies nothing, leaves the ISR (``replica.lag.time.max.ms``) while acks=all
+    with ``min.insync.replicas=2`` goes on with the other two, says why in its log (the user and
+    the server's reason, never the password), and, once the leaders learn the credential and the
+    CLUSTER_ACTION grant (what ``ads-broker users add`` and ``acls add`` write, picked up by the
+    running brokers), logs in, catches up and rejoins the ISR without a restart, holding every
+    acknowledged record."""
+    late_password = "late-" + uuid.uuid4().hex[:10]
+    login = f'{LOGIN_MODULES["SCRAM-SHA-256"]} required username="late" password="{late_password}";'
+    cluster = start_three_sasl(brokers, per_broker={3: {
+        "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": login}},
+        **{"replica.lag.time.max.ms": "2000"})
+    topic = _fresh_topic()
+    new = NewTopic(topic, 1, replica_assignment=[[1, 2, 3]], config={"min.insync.replicas": "2"})
+    admin = cluster.admin()
+    admin.create_topics([new], operation_timeout=30)[topic].result(60)
+    producer = Producer(cluster.client_conf(acks="all", **{"linger.ms": 0, "message.timeout.ms": 60000}))
+    before = [b"before-%d" % i for i in range(20)]
+    for value in before:
+        producer.produce(topic, value=value, partition=0)
+    assert producer.flush(60) == 0
+    wait_until(lambda: sorted(state(zk_connect, topic).isr) == [1, 2], "broker 3 out of the ISR")
+    refused = _events(brokers, 3, "cannot log in to the leader's inter-broker listener")
+    assert refused and "SCRAM-SHA-256 login as 'late' refused" in str(refused[0].get("error")), refused[:1]
+
+    for leader_side in (1, 2):  # the credential and the grant, as the CLI writes them, on a running broker
+        data_dir = brokers.data_dir(leader_side)
+        CredentialStore(data_dir).upsert("late", "SCRAM-SHA-256",
+                                         ScramCredential.from_password("SCRAM-SHA-256", late_password))
+        acls = AclStore(data_dir)
+        acls.save([*acls.load(), Acl(CLUSTER, CLUSTER_NAME, LITERAL, "User:late", "*", CLUSTER_ACTION, ALLOW)])
+    wait_until(lambda: sorted(state(zk_connect, topic).isr) == list(IDS), "broker 3 back in the ISR")
+    after = [b"after-%d" % i for i in range(20)]
+    for value in after:
+        producer.produce(topic, value=value, partition=0)
+    assert producer.flush(60) == 0
+    brokers.procs[3].kill()
+    assert [v for _, v in local_records(brokers.data_dir(3), topic)][:len(before) + len(after)] == before + after
+    for broker_id in IDS:
+        text = (brokers.root / f"broker-{broker_id}.log").read_text(errors="replace")
+        assert late_password not in text, f"broker {broker_id} logged the password"
