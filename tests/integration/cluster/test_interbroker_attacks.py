@@ -27,6 +27,7 @@ from confluent_kafka.admin import (
     ScramMechanism,
     UserScramCredentialDeletion,
 )
+from kafka.protocol.consumer import FetchRequest
 
 from ads_broker.cluster.zkserver import ZooKeeperServer
 from ads_broker.cluster.zookeeper import KafkaZkClient
@@ -408,3 +409,42 @@ def test_a_follower_refused_at_login_rejoins_the_isr_once_its_credential_and_gra
     for broker_id in IDS:
         text = (brokers.root / f"broker-{broker_id}.log").read_text(errors="replace")
         assert late_password not in text, f"broker {broker_id} logged the password"
+
+
+#: The response budget a follower Fetch asks for in the max_bytes test, and the size of each batch.
+FOLLOWER_MAX_BYTES = 100_000
+BATCH_VALUE_BYTES = 60_000
+
+
+@pytest.mark.xfail(strict=True, reason="a follower Fetch's response ignores the request's max_bytes (and "
+                                       "fetch.max.bytes): each partition is read up to its partition_max_bytes")
+def test_a_follower_fetch_response_keeps_to_the_request_max_bytes(brokers: BrokerCluster, zk_connect: str) -> None:
+    """Kafka's ``handleFetchRequest`` caps every Fetch, a follower's too, at
+    ``min(request max_bytes, fetch.max.bytes)`` (the quota window only for consumers), and
+    ``ReplicaManager.readFromLog`` reads each partition with what is left of it, the first batch
+    whole (KIP-74). Here a follower Fetch is read with each partition's ``partition_max_bytes``
+    alone: a 100 kB request with an 8 MiB partition limit gets every batch (1.8 MB), so one small
+    request makes the leader send up to partitions x partition_max_bytes (a broker principal, or
+    anyone on a PLAINTEXT cluster without an authorizer)."""
+    admin = start_three(brokers)
+    topic = _fresh_topic()
+    new = NewTopic(topic, 1, replica_assignment=[[1, 2, 3]], config={"min.insync.replicas": "1"})
+    admin.create_topics([new], operation_timeout=30)[topic].result(60)
+    wait_until(lambda: sorted(state(zk_connect, topic).isr) == list(IDS), "a full ISR")
+    producer = Producer({"bootstrap.servers": brokers.bootstrap, "acks": "all", "linger.ms": 0,
+                         "compression.type": "none"})
+    for i in range(30):  # one batch each
+        producer.produce(topic, value=bytes([i]) * BATCH_VALUE_BYTES, partition=0)
+        assert producer.flush(30) == 0
+    epoch = state(zk_connect, topic).leader_epoch
+    request = FetchRequest(replica_id=2, max_wait_ms=0, min_bytes=1, max_bytes=FOLLOWER_MAX_BYTES, isolation_level=0,
+                           session_id=0, session_epoch=-1, topics=[FetchRequest.FetchTopic(topic=topic, partitions=[
+                               FetchRequest.FetchTopic.FetchPartition(
+                                   partition=0, current_leader_epoch=epoch, fetch_offset=0, last_fetched_epoch=-1,
+                                   log_start_offset=0, partition_max_bytes=8 << 20)])],
+                           forgotten_topics_data=[], rack_id="")
+    with RawClient(brokers.procs[1].bootstrap) as raw:
+        part = raw.request(request, 12).responses[0].partitions[0]
+    assert part.error_code == 0, part
+    size = len(part.records or b"")
+    assert BATCH_VALUE_BYTES < size <= FOLLOWER_MAX_BYTES, f"{size} bytes answered to a {FOLLOWER_MAX_BYTES}-byte Fetch"
