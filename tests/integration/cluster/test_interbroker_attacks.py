@@ -416,16 +416,14 @@ FOLLOWER_MAX_BYTES = 100_000
 BATCH_VALUE_BYTES = 60_000
 
 
-@pytest.mark.xfail(strict=True, reason="a follower Fetch's response ignores the request's max_bytes (and "
-                                       "fetch.max.bytes): each partition is read up to its partition_max_bytes")
 def test_a_follower_fetch_response_keeps_to_the_request_max_bytes(brokers: BrokerCluster, zk_connect: str) -> None:
     """Kafka's ``handleFetchRequest`` caps every Fetch, a follower's too, at
     ``min(request max_bytes, fetch.max.bytes)`` (the quota window only for consumers), and
     ``ReplicaManager.readFromLog`` reads each partition with what is left of it, the first batch
-    whole (KIP-74). Here a follower Fetch is read with each partition's ``partition_max_bytes``
-    alone: a 100 kB request with an 8 MiB partition limit gets every batch (1.8 MB), so one small
-    request makes the leader send up to partitions x partition_max_bytes (a broker principal, or
-    anyone on a PLAINTEXT cluster without an authorizer)."""
+    whole (KIP-74). A follower Fetch used to be read with each partition's ``partition_max_bytes``
+    alone: a 100 kB request with an 8 MiB partition limit got every batch (1.8 MB), so one small
+    request made the leader send up to partitions x partition_max_bytes (a broker principal, or
+    anyone on a PLAINTEXT cluster without an authorizer). Now: one 60 kB batch."""
     admin = start_three(brokers)
     topic = _fresh_topic()
     new = NewTopic(topic, 1, replica_assignment=[[1, 2, 3]], config={"min.insync.replicas": "1"})
