@@ -46,7 +46,7 @@ pytestmark = pytest.mark.timeout(120)
 
 #: How long a change made through one broker may take to reach the others (Kafka: a ZooKeeper
 #: change notification, well under a second); generous, not a timing assertion.
-PROPAGATION_S = 10.0
+PROPAGATION_S = 5.0
 #: Short SASL sessions: several end while a test replicates for a few seconds.
 REAUTH_MS = 1500
 
