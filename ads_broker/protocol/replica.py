@@ -24,7 +24,7 @@ from ads_broker.exceptions import BrokerError
 from ads_broker.log.log import FileSlice
 from ads_broker.protocol.codec import Chunk, DecodedRequest
 from ads_broker.protocol.fetch import ReadResult, _encode_fetch
-from ads_broker.replication.replica_manager import ReplicaFetchPartition
+from ads_broker.replication.replica_manager import ReplicaFetchPartition, ReplicaRead
 from ads_broker.security.acl import CLUSTER, CLUSTER_ACTION, CLUSTER_NAME, DESCRIBE, TOPIC
 
 if TYPE_CHECKING:
@@ -46,12 +46,16 @@ async def handle_follower_fetch(ctx: HandlerContext, req: DecodedRequest) -> lis
     if denied is not None:
         # Kafka answers each partition TOPIC_AUTHORIZATION_FAILED, the denial itself names CLUSTER_ACTION
         ctx.log_client_error(req, "fetch", denied, replica_id=body.replica_id, error_code=TOPIC_AUTHORIZATION_FAILED)
-    wanted = [ReplicaFetchPartition(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes,
+    # Kafka's handleFetchRequest caps a follower's Fetch as a consumer's (without the quota window):
+    # min(max_bytes, fetch.max.bytes); no partition is read past it.
+    budget = max(min(body.max_bytes, ctx.config.settings.fetch_max_bytes), 0)
+    wanted = [ReplicaFetchPartition(t.topic, p.partition, p.fetch_offset, min(p.partition_max_bytes, budget),
                                     _epoch(getattr(p, "current_leader_epoch", None)),
                                     _epoch(getattr(p, "last_fetched_epoch", None)), p.log_start_offset)
               for t in body.topics for p in t.partitions]
     if denied is None:
-        reads = await ctx.replicas.fetch_for_follower(body.replica_id, wanted, max_wait_ms=body.max_wait_ms)
+        reads = _within_budget(
+            await ctx.replicas.fetch_for_follower(body.replica_id, wanted, max_wait_ms=body.max_wait_ms), budget)
     results: ReadResult = []
     index = 0
     for ftopic in body.topics:
@@ -76,6 +80,22 @@ async def handle_follower_fetch(ctx: HandlerContext, req: DecodedRequest) -> lis
             parts.append((data, read.slices))
         results.append((ftopic.topic, parts))
     return _encode_fetch(req, results)
+
+
+def _within_budget(reads: list[ReplicaRead], budget: int) -> list[ReplicaRead]:
+    """The reads an answer of at most ``budget`` bytes carries, in request order: the first
+    partition with records whole (each partition was read within the budget, or as its first
+    batch, KIP-74), later ones while they fit. A partition left out answers no records; its
+    follower fetches it again (its position was recorded either way). Kafka reads the partition
+    that crosses the budget in part instead; leaving it out whole keeps the same bound."""
+    used = 0
+    for read in reads:
+        size = sum(s.size for s in read.slices)
+        if size and used and used + size > budget:
+            read.slices = []
+            continue
+        used += size
+    return reads
 
 
 async def handle_offset_for_leader_epoch(ctx: HandlerContext, req: DecodedRequest) -> OffsetForLeaderEpochResponse:
