@@ -178,6 +178,10 @@ class FrameReceiver(asyncio.BufferedProtocol):
         self.one_at_a_time = False
         self.held = False
         self.held_frame: bytearray | None = None  # the frame whose handling ends the hold
+        #: Counted in by :meth:`BrokerServer.admit` already: on a TLS listener at accept, before the
+        #: handshake (Kafka's Acceptor counts a connection before any TLS byte), so
+        #: :meth:`connection_made` after the handshake does not count it again.
+        self.admitted = False
 
     # -- asyncio.BufferedProtocol -----------------------------------------------------------
 
@@ -190,7 +194,7 @@ class FrameReceiver(asyncio.BufferedProtocol):
         # On SSL listeners connection_made comes after the handshake: the client certificate (if
         # any, and verified) is known here.
         self.tls_principal = principal_from_peercert(transport.get_extra_info("peercert"))
-        reason = self.server.admit(self)
+        reason = None if self.admitted else self.server.admit(self)
         if reason is not None:
             self.server.rejections.warn(self.peer, f"closing connection: {reason}", host=self.peer_ip,
                                         listener=self.listener.name)
@@ -402,27 +406,40 @@ class TlsAcceptor(asyncio.Protocol):
         self.task: asyncio.Future[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Count the connection in at accept, as Kafka's Acceptor does (``max.connections``,
+        ``max.connections.per.ip``): connections still in their handshake hold a file descriptor
+        each, and were not limited at all when only the handshake's end counted them."""
         assert isinstance(transport, asyncio.Transport)
-        self.task = asyncio.ensure_future(self._handshake(transport))
+        receiver = FrameReceiver(self.server, self.listener)
+        peer = transport.get_extra_info("peername")
+        receiver.peer = f"{peer[0]}:{peer[1]}" if peer else "unknown"
+        receiver.peer_ip = str(peer[0]) if peer else ""
+        reason = self.server.admit(receiver)
+        if reason is not None:
+            self.server.rejections.warn(receiver.peer, f"closing connection: {reason}", host=receiver.peer_ip,
+                                        listener=self.listener.name)
+            transport.abort()
+            return
+        receiver.admitted = True
+        self.task = asyncio.ensure_future(self._handshake(transport, receiver))
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.task is not None and not self.task.done():
             self.task.cancel()
 
-    async def _handshake(self, transport: asyncio.Transport) -> None:
+    async def _handshake(self, transport: asyncio.Transport, receiver: FrameReceiver) -> None:
         context = self.server.ssl_contexts[self.listener.name]
-        peer = transport.get_extra_info("peername")
-        host = str(peer[0]) if peer else "unknown"
-        client = f"{peer[0]}:{peer[1]}" if peer else "unknown"
-        receiver = FrameReceiver(self.server, self.listener)
+        host, client = receiver.peer_ip or "unknown", receiver.peer
         try:
             tls = await asyncio.get_running_loop().start_tls(
                 transport, receiver, context, server_side=True,
                 ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S)
         except asyncio.CancelledError:
+            self.server.disconnected(receiver)
             transport.abort()
             raise
         except (OSError, TimeoutError, ConnectionError) as e:
+            self.server.disconnected(receiver)
             if isinstance(e, ssl.SSLError):
                 # Kafka's SslAuthenticationException: counted as a failed authentication (a client that
                 # disconnects or times out during the handshake is not, as in Kafka's Selector).
@@ -431,7 +448,11 @@ class TlsAcceptor(asyncio.Protocol):
                                         listener=self.listener.name, reason=f"{type(e).__name__}: {e}"[:300])
             transport.abort()
             return
+        except BaseException:
+            self.server.disconnected(receiver)
+            raise
         if tls is None:  # the client went away during the handshake
+            self.server.disconnected(receiver)
             transport.abort()
             return
         receiver.connection_made(tls)
@@ -794,6 +815,11 @@ class BrokerServer:
         self.max_connections = config.settings.max_connections
         self.max_connections_per_ip = config.settings.max_connections_per_ip
         self.idle_s = config.settings.connections_max_idle_ms / 1000
+        #: Kafka's ``ConnectionQuotas.protectedListener``: with more than one listener, connections on
+        #: the inter-broker listener are admitted at ``max.connections`` (another listener's least
+        #: recently active connection is closed instead), so clients cannot lock followers out.
+        self.inter_broker_listener = (config.settings.inter_broker_listener_name.strip()
+                                      or config.settings.security_inter_broker_protocol).upper()
         ARRAY_BUDGET.max_elements = config.settings.request_max_array_elements
         self.credentials = CredentialStore(data_dir)
         try:
@@ -867,9 +893,10 @@ class BrokerServer:
             log.warning("accepting connections again", failed_accepts=self._accept_failures)
             self._accept_failures = 0
         refused: tuple[str, str] | None = None
+        protected = self._protected(receiver.listener)
         if self.closing:
             refused = REJECT_SHUTTING_DOWN, "broker is shutting down"
-        elif len(self._receivers) >= self.max_connections:
+        elif len(self._receivers) >= self.max_connections and not protected:
             refused = REJECT_MAX_CONNECTIONS, f"too many connections (max.connections={self.max_connections})"
         elif self._per_ip[receiver.peer_ip] >= self.max_connections_per_ip:
             refused = REJECT_MAX_CONNECTIONS_PER_IP, ("too many connections from one address "
@@ -880,7 +907,24 @@ class BrokerServer:
         self._receivers.add(receiver)
         self._per_ip[receiver.peer_ip] += 1
         self.broker.metrics.connection_opened(receiver.listener.name)
+        if protected and len(self._receivers) > self.max_connections:
+            self._close_least_recently_active()
         return None
+
+    def _protected(self, listener: ListenerSpec) -> bool:
+        return listener.name == self.inter_broker_listener and len(self.listener_specs) > 1
+
+    def _close_least_recently_active(self) -> None:
+        """Kafka's ``Processor.closeExcessConnections``: over ``max.connections`` after admitting an
+        inter-broker connection, close the least recently active connection of another listener."""
+        others = [c for c in self.connections if not self._protected(c.listener) and not c.receiver.closed]
+        if not others:
+            return
+        victim = min(others, key=lambda c: (c.busy, c.receiver.last_active))
+        self.rejections.warn(victim.peer, "closing connection: max.connections reached and an inter-broker "
+                             "connection needs the slot", host=victim.receiver.peer_ip, listener=victim.listener.name,
+                             max_connections=self.max_connections)
+        victim.close()
 
     def disconnected(self, receiver: FrameReceiver) -> None:
         if receiver in self._receivers:

@@ -2,8 +2,8 @@
 
 Kafka counts a connection when its Acceptor accepts it (``ConnectionQuotas.inc`` runs before
 any TLS or SASL byte is read), so ``max.connections`` and ``max.connections.per.ip`` bound
-connections that are still in their TLS handshake too. A strict xfail marks a hole found here and
-not fixed yet: the test fails on today's code, and the fixer removes the mark.
+connections that are still in their TLS handshake too. Found by the hostile review of
+2026-11-27 (a strict xfail until the fix the same day).
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from ads_broker.embedded import ads_broker_process, free_port
 from ads_broker.server import TLS_HANDSHAKE_TIMEOUT_S
@@ -54,14 +52,12 @@ def _still_open(opened: list[socket.socket]) -> int:
     return alive
 
 
-@pytest.mark.xfail(strict=True, reason="a TLS listener admits a connection (max.connections, max.connections.per.ip) "
-                                       "only after its handshake: half-open handshakes are never limited")
 def test_max_connections_per_ip_counts_connections_still_in_their_tls_handshake(tmp_path: Path, pki: Pki) -> None:
-    """Here ``BrokerServer.admit`` runs in ``FrameReceiver.connection_made``, which a TLS listener
-    calls only once ``TlsAcceptor`` finished the handshake: a client holds any number of
-    connections in their handshake (each for ``TLS_HANDSHAKE_TIMEOUT_S``, then opens them again),
-    past both limits, each holding a file descriptor, until the broker runs out of them and
-    refuses every client and follower (accepting paused: EMFILE)."""
+    """``BrokerServer.admit`` used to run in ``FrameReceiver.connection_made``, which a TLS listener
+    calls only once ``TlsAcceptor`` finished the handshake: a client held any number of
+    connections in their handshake (each for ``TLS_HANDSHAKE_TIMEOUT_S``, then opened them again),
+    past both limits, each holding a file descriptor, until the broker ran out of them and
+    refused every client and follower (accepting paused: EMFILE). ``TlsAcceptor`` now admits at accept."""
     plain, tls = free_port(), free_port()
     config = {"listeners": f"PLAINTEXT://127.0.0.1:{plain},SSL://127.0.0.1:{tls}",
               "ssl.keystore.location": str(pki.server), "max.connections.per.ip": str(PER_IP)}

@@ -286,17 +286,15 @@ def _fill_connection_slots(address: str, attempts: int) -> list[socket.socket]:
     return kept
 
 
-@pytest.mark.xfail(strict=True, reason="max.connections counts the inter-broker listener: idle connections on a "
-                                       "client listener lock the followers out of the leader (Kafka protects it)")
 def test_idle_client_connections_at_max_connections_do_not_lock_followers_out_of_the_leader(
         brokers: BrokerCluster, zk_connect: str) -> None:
     """Kafka's ``ConnectionQuotas``: the inter-broker listener is protected (``protectedListener``:
     with more than one listener, a connection on it is admitted even at ``max.connections``, and
-    the least recently used connection of another listener is closed instead). Here every
-    listener shares one count: bare TCP connections to the PLAINTEXT listener (no login needed)
-    fill ``max.connections``, the followers' fetch connections to the leader's SASL inter-broker
-    listener are closed at accept, and an acks=all write with ``min.insync.replicas=3`` is never
-    acknowledged. (docs/SECURITY.md recommends setting ``max.connections`` on exposed brokers.)"""
+    the least recently used connection of another listener is closed instead). Bare TCP
+    connections to the PLAINTEXT listener (no login needed) fill ``max.connections``; before the
+    fix (a strict xfail found by the hostile review of 2026-11-27) the followers' fetch connections
+    to the leader's SASL inter-broker listener were closed at accept, and an acks=all write with
+    ``min.insync.replicas=3`` was never acknowledged."""
     cluster = start_three_sasl(brokers, per_broker={1: {"max.connections": str(MAX_CONNECTIONS)}})
     topic = _fresh_topic()
     with contextlib.ExitStack() as stack:
