@@ -155,6 +155,8 @@ class ClusterNode:
         self._pending: dict[TopicPartition, tuple[tuple[int, ...], LeaderAndIsr]] = {}
         self._draining = False
         self._drains: set[asyncio.Task[None]] = set()
+        #: Set by :meth:`drain`: when the controlled shutdown started, what this broker still led.
+        self._drained: tuple[float, list[TopicPartition]] | None = None
         #: Called on the loop after each applied state of an internal topic's partition (the
         #: coordinators load or unload it): ``(topic, partition index, leading, leader epoch)``.
         self.on_internal_partition: Callable[[str, int, bool, int], None] | None = None
@@ -204,12 +206,12 @@ class ClusterNode:
         for tp, replicas, state in states:
             self._on_partition_state(tp, replicas, state)
 
-    async def leave(self) -> None:
+    async def drain(self) -> None:
         """Controlled shutdown (if enabled): the controller moves this broker's leaderships away and
-        the broker waits until it applied each move (it no longer acknowledges as their leader);
-        then the session closes and the registration goes at once."""
+        the broker waits until it applied each move (it no longer acknowledges as their leader),
+        still registered and serving. :meth:`leave` follows (it drains first if this was not called)."""
         member = self.member
-        if member is None:
+        if member is None or self._drained is not None:
             return
         loop = asyncio.get_running_loop()
         started = time.monotonic()
@@ -218,9 +220,20 @@ class ClusterNode:
             remaining = await loop.run_in_executor(None, member.membership.controlled_shutdown,
                                                    CONTROLLED_SHUTDOWN_TIMEOUT_S)
             await self._wait_demoted(set(remaining), started + CONTROLLED_SHUTDOWN_TIMEOUT_S)
+        self._drained = (started, remaining)
+        log.info("controlled shutdown done", broker_id=self.broker_id, seconds=round(time.monotonic() - started, 3),
+                 still_led=[str(tp) for tp in remaining])
+
+    async def leave(self) -> None:
+        """:meth:`drain` if not done yet; then the session closes and the registration goes at once."""
+        member = self.member
+        if member is None:
+            return
+        await self.drain()
+        started, remaining = self._drained or (time.monotonic(), [])
         with self._joining:
             self.member = None
-        await loop.run_in_executor(None, member.leave, None)
+        await asyncio.get_running_loop().run_in_executor(None, member.leave, None)
         log.info("left the cluster", broker_id=self.broker_id, seconds=round(time.monotonic() - started, 3),
                  still_led=[str(tp) for tp in remaining])
 
