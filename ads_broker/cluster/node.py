@@ -216,11 +216,11 @@ class ClusterNode:
         loop = asyncio.get_running_loop()
         started = time.monotonic()
         remaining: list[TopicPartition] = []
+        self._drained = (started, remaining)  # once, even if it fails: leave() does not try again
         if self.config.settings.controlled_shutdown_enable and member.zk.connected:
-            remaining = await loop.run_in_executor(None, member.membership.controlled_shutdown,
-                                                   CONTROLLED_SHUTDOWN_TIMEOUT_S)
+            remaining[:] = await loop.run_in_executor(None, member.membership.controlled_shutdown,
+                                                      CONTROLLED_SHUTDOWN_TIMEOUT_S)
             await self._wait_demoted(set(remaining), started + CONTROLLED_SHUTDOWN_TIMEOUT_S)
-        self._drained = (started, remaining)
         log.info("controlled shutdown done", broker_id=self.broker_id, seconds=round(time.monotonic() - started, 3),
                  still_led=[str(tp) for tp in remaining])
 
