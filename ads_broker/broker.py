@@ -168,9 +168,18 @@ class Broker:
         if self.cluster is not None:
             await self.cluster.join()
 
-    async def leave_cluster(self) -> None:
+    async def drain_cluster(self) -> None:
         """Cluster mode: controlled shutdown (leaderships move away while this broker still
-        serves), then the session closes. A no-op on a single node."""
+        serves and is registered). A no-op on a single node."""
+        if self.cluster is not None:
+            try:
+                await self.cluster.drain()
+            except Exception:
+                log.exception("controlled shutdown failed; the leaderships move when the session ends")
+
+    async def leave_cluster(self) -> None:
+        """Cluster mode: controlled shutdown if :meth:`drain_cluster` did not run, then the session
+        closes. A no-op on a single node."""
         if self.cluster is not None:
             try:
                 await self.cluster.leave()

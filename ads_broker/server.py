@@ -530,6 +530,11 @@ class Connection:
                         # Kafka's authenticator: "Failing SASL authentication due to invalid receive size"
                         self._count_auth_failure()
                     return
+                if self.server.closing:
+                    # Shutting down (Kafka's stopProcessingRequests): a request not started is not
+                    # served; the connection closes and the client retries at another broker.
+                    self.server.pool.release(len(frame))
+                    return
                 self.receiver.next_frame_taken()
                 self.busy = True
                 size = len(frame)
@@ -953,21 +958,30 @@ class BrokerServer:
         self._leaving = True
         log.info("shutting down", reason=reason)
         # Cluster mode: the controller moves this broker's leaderships away while it still serves
-        # (clients and followers follow the new leaders), then the registration goes.
-        await self.broker.leave_cluster()
+        # (clients and followers follow the new leaders). The registration goes once requests have
+        # stopped (below), as Kafka's shutdown closes its ZooKeeper session last: until then this
+        # broker answers Metadata from the cluster's state, never LEADER_NOT_AVAILABLE.
+        await self.broker.drain_cluster()
         self.closing = True
         for server in self._servers:
             server.close()
         if self._reaper is not None:
             self._reaper.cancel()
         self.broker.begin_stop()
-        # Finish in-flight requests (bounded), then drop idle connections.
+        # Idle connections close now, as Kafka's stopProcessingRequests closes every one: clients
+        # go to the other brokers at once instead of asking this one, which left the cluster, for
+        # metadata it no longer has (LEADER_NOT_AVAILABLE) until the busy connections finish.
+        for conn in list(self.connections):
+            if not conn.busy:
+                conn.close()
+        # Finish in-flight requests (bounded), then drop the remaining connections.
         for _ in range(100):
             if not any(c.busy for c in self.connections):
                 break
             await asyncio.sleep(0.05)
         for conn in list(self.connections):
             conn.close()
+        await self.broker.leave_cluster()
         self.rejections.flush()  # the suppressed counts: every rejection ends up counted in a line
         flush_rejections()
         try:

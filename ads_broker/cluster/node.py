@@ -11,9 +11,10 @@
 * :meth:`ClusterNode.snapshot`: Metadata answers from the cluster's state as ZooKeeper holds it
   (live brokers, controller, assignment, leader and ISR per partition), never from a local guess.
 * Each state of a partition this broker is a replica of arrives on kazoo's event thread
-  (``BrokerMembership(on_partition_state=...)``, in leader-epoch order); it is handed to the event
-  loop with ``call_soon_threadsafe`` and applied there (:meth:`Partition.become`), so a request
-  handler sees a partition's role change between two of its steps, never during one.
+  (``BrokerMembership(on_partition_state=...)``, in leader-epoch order) and joins a pending batch;
+  a drain task on the event loop applies each batch in one pass (:meth:`ClusterNode.apply_states`:
+  leaders first, as Kafka's ``becomeLeaderOrFollower``), so a request handler sees a partition's
+  role change between two of its steps, never during one.
 
 Every blocking ZooKeeper call made for a request runs on the default executor, never on the loop.
 """
@@ -149,6 +150,13 @@ class ClusterNode:
         # States delivered while join() is still registering (before self.member is set) wait here.
         self._joining = threading.Lock()
         self._early: list[tuple[TopicPartition, tuple[int, ...], LeaderAndIsr]] | None = []
+        #: States delivered and not applied yet (newest per partition), and whether a drain task
+        #: is on its way to apply them (both under ``_joining``).
+        self._pending: dict[TopicPartition, tuple[tuple[int, ...], LeaderAndIsr]] = {}
+        self._draining = False
+        self._drains: set[asyncio.Task[None]] = set()
+        #: Set by :meth:`drain`: when the controlled shutdown started, what this broker still led.
+        self._drained: tuple[float, list[TopicPartition]] | None = None
         #: Called on the loop after each applied state of an internal topic's partition (the
         #: coordinators load or unload it): ``(topic, partition index, leading, leader epoch)``.
         self.on_internal_partition: Callable[[str, int, bool, int], None] | None = None
@@ -198,23 +206,34 @@ class ClusterNode:
         for tp, replicas, state in states:
             self._on_partition_state(tp, replicas, state)
 
-    async def leave(self) -> None:
+    async def drain(self) -> None:
         """Controlled shutdown (if enabled): the controller moves this broker's leaderships away and
-        the broker waits until it applied each move (it no longer acknowledges as their leader);
-        then the session closes and the registration goes at once."""
+        the broker waits until it applied each move (it no longer acknowledges as their leader),
+        still registered and serving. :meth:`leave` follows (it drains first if this was not called)."""
         member = self.member
-        if member is None:
+        if member is None or self._drained is not None:
             return
         loop = asyncio.get_running_loop()
         started = time.monotonic()
         remaining: list[TopicPartition] = []
+        self._drained = (started, remaining)  # once, even if it fails: leave() does not try again
         if self.config.settings.controlled_shutdown_enable and member.zk.connected:
-            remaining = await loop.run_in_executor(None, member.membership.controlled_shutdown,
-                                                   CONTROLLED_SHUTDOWN_TIMEOUT_S)
+            remaining[:] = await loop.run_in_executor(None, member.membership.controlled_shutdown,
+                                                      CONTROLLED_SHUTDOWN_TIMEOUT_S)
             await self._wait_demoted(set(remaining), started + CONTROLLED_SHUTDOWN_TIMEOUT_S)
+        log.info("controlled shutdown done", broker_id=self.broker_id, seconds=round(time.monotonic() - started, 3),
+                 still_led=[str(tp) for tp in remaining])
+
+    async def leave(self) -> None:
+        """:meth:`drain` if not done yet; then the session closes and the registration goes at once."""
+        member = self.member
+        if member is None:
+            return
+        await self.drain()
+        started, remaining = self._drained or (time.monotonic(), [])
         with self._joining:
             self.member = None
-        await loop.run_in_executor(None, member.leave, None)
+        await asyncio.get_running_loop().run_in_executor(None, member.leave, None)
         log.info("left the cluster", broker_id=self.broker_id, seconds=round(time.monotonic() - started, 3),
                  still_led=[str(tp) for tp in remaining])
 
@@ -253,52 +272,121 @@ class ClusterNode:
     # -- partition roles ---------------------------------------------------------------------
 
     def _on_partition_state(self, tp: TopicPartition, replicas: tuple[int, ...], state: LeaderAndIsr) -> None:
-        # kazoo's event thread. The topic's config and size are read here (blocking reads, as
-        # kazoo's own watches make) so that the loop only applies.
+        # kazoo's event thread: nothing blocking here (a ZooKeeper read here delayed every later
+        # notification by a round trip). The state joins the pending batch, newest per partition
+        # (the membership delivers each partition's states in leader-epoch order); a drain task on
+        # the loop applies whatever has arrived in one pass.
         with self._joining:
             if self._early is not None:
                 self._early.append((tp, replicas, state))
                 return
-        topic = self._read_topic(tp.topic)
+            waiting = self._pending.get(tp)
+            if waiting is None or (state.leader_epoch, state.partition_epoch) > (
+                    waiting[1].leader_epoch, waiting[1].partition_epoch):
+                self._pending[tp] = (replicas, state)
+            if self._draining:
+                return
+            self._draining = True
         loop = self._loop
-        if topic is None or loop is None or loop.is_closed():
+        if loop is None or loop.is_closed():
             return
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: the broker is gone
-            loop.call_soon_threadsafe(self._apply, tp, replicas, state, topic)
+            loop.call_soon_threadsafe(self._start_drain)
 
-    def _read_topic(self, name: str) -> Topic | None:
+    def _start_drain(self) -> None:
+        task = asyncio.get_running_loop().create_task(self._drain())
+        self._drains.add(task)
+        task.add_done_callback(self._drains.discard)
+
+    async def _drain(self) -> None:
+        """Apply the pending states, batch after batch, until none is left (on the loop)."""
+        while True:
+            with self._joining:
+                batch, self._pending = self._pending, {}
+                if not batch:
+                    self._draining = False
+                    return
+            try:
+                topics = await self._new_topics(batch)
+                self.apply_states(batch, topics)
+            except Exception:
+                log.exception("cannot apply partition states", partitions=[str(tp) for tp in batch])
+
+    async def _new_topics(self, batch: Mapping[TopicPartition, object]) -> dict[str, Topic]:
+        """The metadata of the batch's topics this broker does not hold (enough partitions of) yet,
+        read from ZooKeeper in one pipelined round trip off the loop."""
+        names = sorted({tp.topic for tp in batch if not self.replicas.holds(tp.topic, tp.partition)})
         member = self.member
-        if member is None:
-            return None
-        zk = member.zk
+        if not names or member is None:
+            return {}
         try:
-            assignment = zk.get_assignment(name)
-            if not assignment:
-                return None
-            return Topic(name, topic_id_of(name, zk.get_topic_id(name)), zk.get_topic_config(name), len(assignment),
-                         internal=name in INTERNAL_TOPICS)
+            found = await asyncio.get_running_loop().run_in_executor(None, member.zk.get_topics_metadata, names)
         except Exception:
-            log.exception("cannot read a topic's metadata from ZooKeeper", topic=name)
-            return None
+            log.exception("cannot read topics' metadata from ZooKeeper", topics=names)
+            return {}
+        return {name: Topic(name, topic_id_of(name, topic_id), configs, len(assignment),
+                            internal=name in INTERNAL_TOPICS)
+                for name, (assignment, topic_id, configs) in found.items() if assignment}
 
-    def _apply(self, tp: TopicPartition, replicas: tuple[int, ...], state: LeaderAndIsr, topic: Topic) -> None:
-        """On the loop: hold the partition locally and take the role the state gives it."""
+    def apply_states(self, batch: Mapping[TopicPartition, tuple[tuple[int, ...], LeaderAndIsr]],
+                     new_topics: Mapping[str, Topic]) -> list[TopicPartition]:
+        """On the loop, in one pass (Kafka's ``ReplicaManager.becomeLeaderOrFollower`` for one
+        LeaderAndIsr request): the partitions this broker now leads first, clients' topics before
+        the internal ones, then the ones it follows; the coordinators' loads and unloads are
+        started after every role is taken (loads run as tasks: their keys answer
+        COORDINATOR_LOAD_IN_PROGRESS meanwhile). Returns the partitions in the order applied."""
+        if self.member is None:
+            return []  # left the cluster: the states are no longer this broker's to apply
+
+        def rank(item: tuple[TopicPartition, tuple[tuple[int, ...], LeaderAndIsr]]) -> tuple[bool, bool]:
+            tp, (_replicas, state) = item
+            return state.leader != self.broker_id, tp.topic in INTERNAL_TOPICS
+
+        applied: list[TopicPartition] = []
+        internal: list[tuple[TopicPartition, bool, int]] = []
+        for tp, (replicas, state) in sorted(batch.items(), key=rank):
+            try:
+                partition = self._apply(tp, replicas, state, new_topics.get(tp.topic))
+            except Exception:  # one partition's failure must not keep the rest of the batch waiting
+                log.exception("cannot apply a partition state", topic=tp.topic, partition=tp.partition)
+                continue
+            if partition is None:
+                continue
+            applied.append(tp)
+            if tp.topic in INTERNAL_TOPICS:
+                internal.append((tp, partition.is_leader, state.leader_epoch))
+        if self.on_internal_partition is not None:
+            for tp, leading, leader_epoch in internal:
+                self.on_internal_partition(tp.topic, tp.partition, leading, leader_epoch)
+        if len(batch) > 1:
+            log.info("partition states applied in one pass", partitions=len(batch), applied=len(applied),
+                     order=[str(tp) for tp in applied])
+        return applied
+
+    def _apply(self, tp: TopicPartition, replicas: tuple[int, ...], state: LeaderAndIsr,
+               topic: Topic | None) -> Partition | None:
+        """Hold the partition locally (``topic``: its metadata if it is new here) and take the role
+        the state gives it; None if it is not held or the state is stale."""
         try:
-            self.replicas.ensure_replica_topic(topic)
+            if topic is not None:
+                self.replicas.ensure_replica_topic(topic)
+            elif not self.replicas.holds(tp.topic, tp.partition):
+                log.warning("a partition state of a topic not in ZooKeeper any more", topic=tp.topic,
+                            partition=tp.partition)
+                return None
             partition = self.replicas.get_partition(tp.topic, tp.partition)
         except BrokerError:
             log.exception("cannot open a replica", topic=tp.topic, partition=tp.partition)
-            return
+            return None
         update = rules.LeaderAndIsr(state.leader, state.leader_epoch, tuple(sorted(state.isr)),
                                     state.partition_epoch, tuple(replicas))
         if not self.replicas.apply_state(partition, update, state.controller_epoch):
-            return
+            return None
         self.fetchers.update(partition)
-        if topic.internal and self.on_internal_partition is not None:
-            self.on_internal_partition(tp.topic, tp.partition, partition.is_leader, state.leader_epoch)
         log.info("partition state applied", topic=tp.topic, partition=tp.partition, leader=state.leader,
                  leader_epoch=state.leader_epoch, partition_epoch=state.partition_epoch, isr=list(state.isr),
                  role="leader" if partition.is_leader else "follower")
+        return partition
 
     async def broker_address(self, broker_id: int) -> tuple[str, int] | None:
         """HOST, PORT of a broker's inter-broker listener as it registered it (where follower
@@ -504,17 +592,21 @@ class ClusterNode:
         return ClusterSnapshot({self.broker_id: self.registration()}, -1, {}, complete=False)
 
     def _snapshot(self, names: list[str] | None) -> ClusterSnapshot:
+        # The reads are pipelined (a few round trips whatever the number of partitions): after a
+        # leader change every client asks for metadata at once, while the brokers apply states.
         zk = self.zk
         brokers = zk.get_live_brokers()
         controller = zk.get_controller_id()
+        found = zk.get_topics_metadata(zk.get_topics() if names is None else names)
+        states = zk.get_partition_states(TopicPartition(name, p) for name, (assignment, _, _) in found.items()
+                                         for p in assignment)
         topics: dict[str, TopicView] = {}
-        for name in zk.get_topics() if names is None else names:
-            assignment = zk.get_assignment(name)
+        for name, (assignment, topic_id, _configs) in found.items():
             if not assignment:
                 continue
-            partitions = tuple(PartitionView(p, replicas, zk.get_partition_state(TopicPartition(name, p)))
+            partitions = tuple(PartitionView(p, replicas, states.get(TopicPartition(name, p)))
                                for p, replicas in sorted(assignment.items()))
-            topics[name] = TopicView(name, topic_id_of(name, zk.get_topic_id(name)), partitions)
+            topics[name] = TopicView(name, topic_id_of(name, topic_id), partitions)
         return ClusterSnapshot(brokers, -1 if controller is None else controller, topics)
 
     def refuse(self, what: str) -> InvalidRequestError:

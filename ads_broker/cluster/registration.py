@@ -129,17 +129,22 @@ class BrokerMembership:
                 with self._lock:
                     self._delivered.pop(tp, None)
                 return None
-            key = (state.leader_epoch, state.partition_epoch)
-            with self._lock:
-                last = self._delivered.get(tp)
-                if last is not None and key <= last:
-                    return None
-                self._delivered[tp] = key
-            assert self._on_partition_state is not None
-            self._on_partition_state(tp, replicas, state)
+            self._deliver(tp, replicas, state)
             return None
 
         self.zk.watch_partition_state(tp, on_state)
+
+    def _deliver(self, tp: TopicPartition, replicas: tuple[int, ...], state: LeaderAndIsr) -> None:
+        """Hand a read state to ``on_partition_state`` unless it is not newer than the last one
+        delivered for ``tp`` (the watch and a controlled shutdown's polls both read states)."""
+        key = (state.leader_epoch, state.partition_epoch)
+        assert self._on_partition_state is not None
+        with self._lock:  # held through the call (which must not block): delivered in order
+            last = self._delivered.get(tp)
+            if last is not None and key <= last:
+                return
+            self._delivered[tp] = key
+            self._on_partition_state(tp, replicas, state)
 
     # -- controlled shutdown --
     def controlled_shutdown(self, timeout_s: float, poll_s: float = 0.05) -> list[TopicPartition]:
@@ -161,6 +166,16 @@ class BrokerMembership:
         assignment = self.zk.get_all_assignments()
         view = ClusterView(assignment=assignment, states=self.zk.get_partition_states(assignment),
                            live=self.zk.get_live_broker_ids(), shutting_down=self.zk.get_shutting_down())
+        if self._on_partition_state is not None:
+            # Each poll has just read every state: the moves the controller made are applied from
+            # here at once rather than when this broker's watches get to them behind the rest of
+            # the batch. A leaving leader thus stops acknowledging (NOT_LEADER_OR_FOLLOWER, and
+            # clients refresh their metadata) within a poll of the controller's write.
+            for tp, state in view.states.items():
+                with self._lock:
+                    watched = tp in self._watched
+                if watched:
+                    self._deliver(tp, assignment[tp], state)
         movable: list[TopicPartition] = []
         stuck: list[TopicPartition] = []
         for tp, state in view.states.items():

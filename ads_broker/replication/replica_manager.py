@@ -440,6 +440,11 @@ class ReplicaManager:
             raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {index}")
         return partitions[index]
 
+    def holds(self, topic: str, index: int) -> bool:
+        """Whether this broker holds partition ``index`` of ``topic`` (its log is open here)."""
+        known = self.metadata.get(topic)
+        return known is not None and 0 <= index < known.num_partitions and index < len(self._partitions.get(topic, ()))
+
     def get_or_create_topic(self, name: str) -> Topic:
         """The topic, auto-created with broker defaults when ``auto.create.topics.enable``."""
         topic = self.metadata.get(name)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 import pytest
+from kazoo.protocol.states import Callback
 
 from ads_broker.cluster.controller import partitions_led_by
 from ads_broker.cluster.exceptions import ControllerMovedError, PartitionEpochError
@@ -158,6 +160,38 @@ def test_controlled_shutdown_moves_leadership_away_before_the_broker_stops(
         s = state_of(admin, TopicPartition(T0.topic, p))
         assert s is not None and s.leader != 1 and 1 not in s.isr
     nodes[0].stop()
+
+
+def test_a_broker_in_controlled_shutdown_learns_of_its_moved_leaderships_from_its_own_polls(
+        cluster: Callable[..., Node], admin: KafkaZkClient) -> None:
+    """The leaving broker must stop acknowledging as leader as soon as the controller moved a
+    partition (Kafka's controller tells the old leader at once): its controlled-shutdown polls
+    read every state, so it applies the moves from them even while its watch notifications wait
+    behind others on kazoo's event thread (50 ``__consumer_offsets`` partitions, say). Here that
+    thread is held for the whole shutdown."""
+    controller = cluster(2)  # first: the controller runs on a session the test does not hold
+    wait_until(lambda: controller.controller.is_active, "broker 2 to be the controller")
+    leaving = cluster(1)
+    admin.create_topic(T0.topic, {0: [1, 2]})
+    wait_state(admin, T0, "led by broker 1", lambda s: s.leader == 1 and len(s.isr) == 2)
+    wait_until(lambda: any(tp == T0 and s.leader == 1 for tp, s in leaving.seen), "broker 1 to be told it leads")
+
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        held.set()
+        release.wait(60)
+
+    leaving.zk.client.handler.dispatch_callback(Callback("watch", hold, ()))
+    try:
+        assert held.wait(10)
+        remaining = leaving.membership.controlled_shutdown(timeout_s=60)
+        told = [s.leader for tp, s in list(leaving.seen) if tp == T0]
+    finally:
+        release.set()
+    assert remaining == []
+    assert told[-1] == 2, told
+    leaving.stop()
 
 
 def test_preferred_leader_election_moves_leadership_back(cluster: Callable[..., Node], admin: KafkaZkClient) -> None:
