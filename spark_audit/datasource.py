@@ -29,6 +29,10 @@ Options (all strings, as Spark passes them):
 - ``isolation_level``: ``read_committed`` (default) or ``read_uncommitted``.
 - ``poll_timeout_s``: how long a task waits without progress before failing (default 60).
 - ``headers``: ``false`` leaves the ``headers`` column null and skips reading them (default ``true``).
+- ``values``: ``false`` leaves the ``value`` column null (default ``true``); with ``message_ids``
+  the messageIds of keyless records are still taken from their values in the task. The audit reads
+  the values of its input topic only: an output or dead-letter value was carried into the JVM and
+  its disk cache for nothing.
 - ``message_ids``: ``true`` puts each record's messageId by the worker's contract in ``key`` (its
   UTF-8 bytes; null when the worker would dead-letter the record), computed on the Arrow batch in
   the task (:func:`spark_audit.message_ids.classify_arrow`): the audit reads a topic once, with no
@@ -288,12 +292,13 @@ def read_range(options: Mapping[str, str], part: OffsetRangePartition) -> Iterat
     consumer = Consumer(consumer_config(options["bootstrap"], extra,
                                         options.get("isolation_level", "read_committed")))
     with_headers = options.get("headers", "true").lower() != "false"
+    with_values = options.get("values", "true").lower() != "false"
     message_ids = options.get("message_ids", "false").lower() == "true"
     window = counts_window(options)
     counter = _WindowCounts(*window) if window is not None else None
 
     def columns() -> _Columns:
-        return _Columns(part.topic, part.partition, with_headers, message_ids, counter)
+        return _Columns(part.topic, part.partition, with_headers, message_ids, counter, with_values)
 
     rows = columns()
     try:
@@ -355,8 +360,9 @@ class _Columns:
     """Column buffers for one Arrow batch of records of one topic-partition."""
 
     def __init__(self, topic: str, partition: int, with_headers: bool = True, message_ids: bool = False,
-                 counter: _WindowCounts | None = None) -> None:
+                 counter: _WindowCounts | None = None, with_values: bool = True) -> None:
         self.topic = topic
+        self.with_values = with_values
         self.partition = partition
         self.with_headers = with_headers
         self.message_ids = message_ids
@@ -401,7 +407,7 @@ class _Columns:
             pa.array(self.offset, pa.int64()),
             timestamp,
             ids if self.message_ids else key,
-            value,
+            value if self.with_values else pa.nulls(n, pa.binary()),
             pa.array(self.headers, headers_type) if self.with_headers else pa.nulls(n, headers_type),
         ]
         if self.counter is None:

@@ -73,6 +73,25 @@ def test_ids_from_the_source_equal_with_message_ids_on_edge_records(spark: Any, 
                           "\u00e9".encode() * 100, b"k-micro", b"k-future"])
 
 
+def test_output_and_dead_letters_are_read_with_their_ids_and_without_values(spark: Any, ads_broker: BrokerProcess,
+                                                                           topic_name: str, tmp_path: Path) -> None:
+    """The audit uses no output or dead-letter value: they are not carried into the JVM and its
+    disk cache, while the messageIds of keyless records are still taken from them in the read."""
+    create_topics(ads_broker.bootstrap, topic_name)
+    produce(ads_broker.bootstrap, topic_name, EDGE_RECORDS)
+    source = KafkaSource(ads_broker.bootstrap, topic_name)
+    raw = spark.read.format("kafka_confluent").option("bootstrap", ads_broker.bootstrap).option("topic", topic_name)
+    expected = [(p, o, ts, key, None) for p, o, ts, key, _value in _rows(with_message_ids(raw.load()))]
+    for role in ("output", "dead-letter"):
+        df, problem = read_source(spark, source, role, _config(source, tmp_path))
+        assert problem is None and df is not None
+        try:
+            got = _rows(df)
+        finally:
+            df.unpersist()
+        assert got == expected, role
+
+
 def test_a_topic_is_scanned_once_per_audit(spark: Any, ads_broker: BrokerProcess, topic_name: str,
                                            tmp_path: Path) -> None:
     """The frame every pass reads holds one scan of the broker: the keyless records' ids do not
