@@ -275,6 +275,11 @@ SETTINGS: tuple[Setting, ...] = (
                 "lacks are lost (docs/CLUSTER.md)"),
     Setting("controlled.shutdown.enable", _bool, True,
             doc="on SIGTERM, ask the controller to move this broker's leaderships away before stopping"),
+    Setting("controlled.shutdown.max.retries", int, 3, 1,
+            doc="attempts at a controlled shutdown that fail (ZooKeeper unreachable) before the broker stops "
+                "without one"),
+    Setting("controlled.shutdown.retry.backoff.ms", int, 5000, 0,
+            doc="pause between two attempts at a controlled shutdown"),
     # -- replication (ads_broker/replication/, docs/REPLICATION.md) --
     Setting("replica.lag.time.max.ms", int, 30000, 1,
             doc="a follower not caught up to the leader's log end for this long leaves the ISR"),
@@ -497,6 +502,8 @@ class BrokerSettings:
     zookeeper_connection_timeout_ms: int
     unclean_leader_election_enable: bool
     controlled_shutdown_enable: bool
+    controlled_shutdown_max_retries: int
+    controlled_shutdown_retry_backoff_ms: int
     # replication
     replica_lag_time_max_ms: int
     replica_fetch_wait_max_ms: int

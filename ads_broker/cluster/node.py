@@ -213,27 +213,72 @@ class ClusterNode:
         member = self.member
         if member is None or self._drained is not None:
             return
-        loop = asyncio.get_running_loop()
         started = time.monotonic()
         remaining: list[TopicPartition] = []
         self._drained = (started, remaining)  # once, even if it fails: leave() does not try again
-        if self.config.settings.controlled_shutdown_enable and member.zk.connected:
-            remaining[:] = await loop.run_in_executor(None, member.membership.controlled_shutdown,
-                                                      CONTROLLED_SHUTDOWN_TIMEOUT_S)
+        if self.config.settings.controlled_shutdown_enable:
+            moved = await self._controlled_shutdown(member, started + CONTROLLED_SHUTDOWN_TIMEOUT_S)
+            if moved is None:
+                return
+            remaining[:] = moved
             await self._wait_demoted(set(remaining), started + CONTROLLED_SHUTDOWN_TIMEOUT_S)
         log.info("controlled shutdown done", broker_id=self.broker_id, seconds=round(time.monotonic() - started, 3),
                  still_led=[str(tp) for tp in remaining])
+
+    async def _controlled_shutdown(self, member: ClusterMember, deadline: float) -> list[TopicPartition] | None:
+        """Kafka's ``KafkaServer.controlledShutdown``: up to ``controlled.shutdown.max.retries``
+        attempts, ``controlled.shutdown.retry.backoff.ms`` apart, then "proceeding to do an unclean
+        shutdown" (None). An attempt needs ZooKeeper: it waits for the client to be connected (at
+        most a session timeout: a session that long without a connection is over) and fails on a
+        ConnectionLoss, so a ZooKeeper restart inside the session costs a retry, not the shutdown;
+        each attempt is bounded, so a ZooKeeper that does not answer cannot hold the broker."""
+        settings = self.config.settings
+        loop = asyncio.get_running_loop()
+        session_s = settings.zookeeper_session_timeout_ms / 1000
+        for attempt in range(1, settings.controlled_shutdown_max_retries + 1):
+            left = deadline - time.monotonic()
+            try:
+                if not await self._zk_connected(member, min(session_s, left)):
+                    raise ConnectionError("not connected to ZooKeeper")
+                call = loop.run_in_executor(None, member.membership.controlled_shutdown, max(left, 0.0))
+                # A kazoo call made just before the connection drops blocks until the drop is noticed
+                # (two thirds of the session timeout); the thread is released when the client closes.
+                return await asyncio.wait_for(call, max(left, 0.0) + session_s)
+            except Exception as e:  # ConnectionLoss, SessionExpired, the wait above: all retried alike
+                log.warning("controlled shutdown attempt failed", broker_id=self.broker_id, attempt=attempt,
+                            of=settings.controlled_shutdown_max_retries, error=f"{type(e).__name__}: {e}"[:300])
+            if attempt < settings.controlled_shutdown_max_retries:
+                await asyncio.sleep(min(settings.controlled_shutdown_retry_backoff_ms / 1000,
+                                        max(deadline - time.monotonic(), 0.0)))
+        log.error("controlled shutdown failed: proceeding to stop without it (the controller moves this broker's "
+                  "leaderships when its session ends)", broker_id=self.broker_id,
+                  attempts=settings.controlled_shutdown_max_retries)
+        return None
+
+    @staticmethod
+    async def _zk_connected(member: ClusterMember, wait_s: float) -> bool:
+        give_up = time.monotonic() + wait_s
+        while not member.zk.connected:
+            if time.monotonic() >= give_up:
+                return False
+            await asyncio.sleep(LEADER_POLL_S)
+        return True
 
     async def leave(self) -> None:
         """:meth:`drain` if not done yet; then the session closes and the registration goes at once."""
         member = self.member
         if member is None:
             return
-        await self.drain()
-        started, remaining = self._drained or (time.monotonic(), [])
-        with self._joining:
-            self.member = None
-        await asyncio.get_running_loop().run_in_executor(None, member.leave, None)
+        try:
+            await self.drain()
+        finally:
+            # Whatever the shutdown did: a ZooKeeper client left open keeps kazoo's threads blocked
+            # in calls to an unreachable ZooKeeper, and its exit hook joins them (the process then
+            # never exits while ZooKeeper is down).
+            started, remaining = self._drained or (time.monotonic(), [])
+            with self._joining:
+                self.member = None
+            await asyncio.get_running_loop().run_in_executor(None, member.leave, None)
         log.info("left the cluster", broker_id=self.broker_id, seconds=round(time.monotonic() - started, 3),
                  still_led=[str(tp) for tp in remaining])
 

@@ -153,10 +153,13 @@ def plain_message(username: str, password: str) -> bytes:
     return b"\0" + username.encode() + b"\0" + password.encode()
 
 
-async def authenticate(request: Requester, credentials: SaslCredentials) -> None:
-    """Log in on a fresh connection: SaslHandshake v1 naming the mechanism, then SaslAuthenticate
-    v2 rounds. ``request(message, version)`` sends one request and returns its decoded answer.
-    Raises :class:`SaslClientError` naming the mechanism and the user (never the password)."""
+async def authenticate(request: Requester, credentials: SaslCredentials) -> int:
+    """Log in on a fresh connection (or log in again on an authenticated one: KIP-368's
+    re-authentication is the same exchange): SaslHandshake v1 naming the mechanism, then
+    SaslAuthenticate v2 rounds. ``request(message, version)`` sends one request and returns its
+    decoded answer. Returns the session lifetime the broker announced in the last
+    SaslAuthenticate answer (ms; 0: the session does not end). Raises :class:`SaslClientError`
+    naming the mechanism and the user (never the password)."""
     mechanism = credentials.mechanism
     handshake = await request(SaslHandshakeRequest(mechanism=mechanism), SASL_HANDSHAKE_VERSION)
     if handshake.error_code:
@@ -164,19 +167,23 @@ async def authenticate(request: Requester, credentials: SaslCredentials) -> None
                               f"{', '.join(handshake.mechanisms or [])}); error {handshake.error_code}",
                               handshake.error_code)
 
+    lifetime = [0]
+
     async def step(token: bytes) -> bytes:
         answer = await request(SaslAuthenticateRequest(auth_bytes=token), SASL_AUTHENTICATE_VERSION)
         if answer.error_code:
             raise SaslClientError(f"{mechanism} login as {credentials.username!r} refused: "
                                   f"{answer.error_message or 'error ' + str(answer.error_code)}", answer.error_code)
+        lifetime[0] = int(answer.session_lifetime_ms or 0)
         return bytes(answer.auth_bytes or b"")
 
     if mechanism == "PLAIN":
         await step(plain_message(credentials.username, credentials.password))
-        return
+        return lifetime[0]
     scram = ScramClient(mechanism, credentials.username, credentials.password)
     server_first = await step(scram.first_message())
     scram.verify_server_final(await step(scram.final_message(server_first)))
+    return lifetime[0]
 
 
 # -- Kafka's sasl.jaas.config -----------------------------------------------------------------

@@ -59,8 +59,6 @@ def _events(brokers: BrokerCluster, broker_id: int, event: str) -> list[dict[str
     return [e for e in brokers.log_events(broker_id) if e.get("event") == event]
 
 
-@pytest.mark.xfail(strict=True, reason="inter-broker clients (cluster/channel.py) never re-authenticate (KIP-368): "
-                                       "the leader closes each follower connection when its SASL session ends")
 def test_follower_connections_re_authenticate_before_their_sasl_session_ends(
         brokers: BrokerCluster, zk_connect: str) -> None:
     """KIP-368: with ``connections.max.reauth.ms`` on the inter-broker listener, the broker's own
@@ -71,7 +69,8 @@ def test_follower_connections_re_authenticate_before_their_sasl_session_ends(
     marker sender's) log in once and ignore the session lifetime, so every REAUTH_MS the leader
     closes them ("SASL session expired without re-authentication", counted in
     expired-connections-killed) and each follower stops fetching for ``replica.fetch.backoff.ms``
-    (an acks=all stall per session, every session, forever)."""
+    (an acks=all stall per session, every session, forever). (A strict xfail of the hostile
+    review of 2026-11-27 until the fix the same day: cluster/channel.py now logs in again.)"""
     cluster = start_three_sasl(brokers, **{"connections.max.reauth.ms": str(REAUTH_MS),
                                            "replica.fetch.wait.max.ms": "100"})
     topic = _fresh_topic()
@@ -99,8 +98,6 @@ def test_follower_connections_re_authenticate_before_their_sasl_session_ends(
         assert failed == [], f"broker {follower}'s fetcher lost its connection: {failed[:1]}"
 
 
-@pytest.mark.xfail(strict=True, reason="a broker SIGTERMed while ZooKeeper does not answer logs stopped cleanly, "
-                                       "then never exits: kazoo atexit joins a watch thread blocked on ZooKeeper")
 def test_a_broker_sigtermed_while_zookeeper_is_stopped_still_exits(
         brokers: BrokerCluster, zk_server: ZooKeeperServer, zk_connect: str) -> None:
     """Kafka's broker gives up a controlled shutdown it cannot complete (``controlled.shutdown.max.retries``
@@ -113,8 +110,12 @@ def test_a_broker_sigtermed_while_zookeeper_is_stopped_still_exits(
     ``atexit`` hook (``SequentialThreadingHandler.stop``) joining kazoo's callback thread, which
     waits without a timeout in a watch's re-read (``kazoo/recipe/watchers.py`` ``_get_data`` ->
     ``client.get``) queued until ZooKeeper answers. The broker never closed its ZooKeeper client:
-    ``ClusterNode.leave`` raised at the controlled-shutdown write and skipped ``member.leave``."""
-    admin = start_three(brokers)
+    ``ClusterNode.leave`` raised at the controlled-shutdown write and skipped ``member.leave``.
+    (A strict xfail of the hostile review of 2026-11-27 until the fix the same day.) Two attempts
+    500 ms apart (Kafka's defaults, 3 attempts 5 s apart, outlast this test's bound: an attempt
+    needs ZooKeeper within a session timeout, so the defaults give up after ~20 s here)."""
+    admin = start_three(brokers, **{"controlled.shutdown.max.retries": "2",
+                                    "controlled.shutdown.retry.backoff.ms": "500"})
     topic = _fresh_topic()
     new = NewTopic(topic, 1, replica_assignment=[[3, 1, 2]], config={"min.insync.replicas": "2"})
     admin.create_topics([new], operation_timeout=30)[topic].result(60)
@@ -325,8 +326,6 @@ def _led_by(raw: RawClient, topic: str, leader: int) -> bool:
 RESTART_SESSION_MS = 12000
 
 
-@pytest.mark.xfail(strict=True, reason="a ZooKeeper restart within the session timeout during SIGTERM aborts the "
-                                       "controlled shutdown: the broker stops without moving its leaderships")
 def test_a_zookeeper_restart_within_the_session_timeout_does_not_abort_a_controlled_shutdown(
         zk_server: ZooKeeperServer, zk_connect: str, tmp_path: Path) -> None:
     """Kafka's broker retries its controlled shutdown (``controlled.shutdown.max.retries``, 3,
@@ -336,7 +335,8 @@ def test_a_zookeeper_restart_within_the_session_timeout_does_not_abort_a_control
     survive, docs/CLUSTER.md "ZooKeeper failures") while broker 3, the partition's leader, is
     SIGTERMed: the shutdown is skipped (the client is not connected) or ends at its first
     ConnectionLoss ("leaving the cluster failed"), no leadership moves while the broker still
-    serves, and its partitions wait for the controller to notice it gone."""
+    serves, and its partitions wait for the controller to notice it gone. (A strict xfail of the
+    hostile review of 2026-11-27 until the fix the same day: attempts are now retried.)"""
     brokers = BrokerCluster(zk_connect, tmp_path, session_timeout_ms=RESTART_SESSION_MS)
     try:
         admin = start_three(brokers)
