@@ -66,7 +66,7 @@ lint: $(VENV)/.test $(VENV)/.walk
 # ADS_OPS_REQUIRE_TOOLS: the ops checks fail (instead of skipping) when hadolint, checkov or promtool
 # is missing, so `make test` can't pass without running them.
 test: apt-test-deps $(VENV)/.test $(VENV)/.walk $(CHECKOV_VENV)/.done lint
-	ADS_OPS_REQUIRE_TOOLS=1 CHECKOV=$(CURDIR)/$(CHECKOV_VENV)/bin/checkov $(VENV)/bin/pytest tests
+	ADS_OPS_REQUIRE_TOOLS=1 CHECKOV=$(CURDIR)/$(CHECKOV_VENV)/bin/checkov $(VENV)/bin/pytest -n 2 --dist loadgroup tests
 
 unit: $(VENV)/.test $(VENV)/.walk
 	$(VENV)/bin/pytest tests/unit
