@@ -10,6 +10,7 @@ its record iterator) fails the whole batch without ``record_errors``.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from confluent_kafka import KafkaError, Producer
 from kafka.protocol.producer import ProduceRequest
@@ -31,6 +32,25 @@ def produce_v9(client: RawClient, topic: str, records: bytes) -> object:
         ProduceRequest.TopicProduceData(name=topic, partition_data=[
             ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=records)])])
     return client.request(req, 9).responses[0].partition_responses[0]
+
+
+def delivery_codes(bootstrap: str, topic: str, messages: list[dict[str, Any]]) -> list[int]:
+    """confluent-kafka produces ``messages`` to partition 0 in one batch (linger 1 s, no retries);
+    the delivery report's error code of each (0: delivered)."""
+    results: list[int] = []
+
+    def on_delivery(err: KafkaError | None, _msg: object) -> None:
+        results.append(err.code() if err is not None else 0)
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1000, "batch.num.messages": 1000,
+                         "message.send.max.retries": 0})
+    for message in messages:
+        producer.produce(topic, partition=0, on_delivery=on_delivery, **message)
+    deadline = time.monotonic() + 30
+    while len(results) < len(messages) and time.monotonic() < deadline:
+        producer.poll(0.5)
+    assert producer.flush(10) == 0
+    return results
 
 
 def test_keyless_records_on_a_compacted_topic_are_named_in_record_errors(ads_broker: BrokerProcess,
@@ -71,20 +91,8 @@ def test_librdkafka_fails_only_the_keyless_records_with_invalid_record(ads_broke
     """librdkafka 0011 ``test_message_single_partition_record_fail(0)``: 100 messages in one batch,
     every tenth without a key, to a compacted topic: 10 INVALID_RECORD, 90 _INVALID_DIFFERENT_RECORD."""
     create_topic(ads_broker.bootstrap, topic_name, 1, COMPACT)
-    results: list[int] = []
-
-    def on_delivery(err: KafkaError | None, _msg: object) -> None:
-        results.append(err.code() if err is not None else 0)
-
-    producer = Producer({"bootstrap.servers": ads_broker.bootstrap, "linger.ms": 1000, "batch.num.messages": 1000,
-                         "message.send.max.retries": 0})
-    for i in range(100):
-        key = None if i % 10 == 0 else b"key-%d" % i
-        producer.produce(topic_name, value=b"test message #%d" % i, key=key, partition=0, on_delivery=on_delivery)
-    deadline = time.monotonic() + 30
-    while len(results) < 100 and time.monotonic() < deadline:
-        producer.poll(0.5)
-    assert producer.flush(10) == 0
+    results = delivery_codes(ads_broker.bootstrap, topic_name, [
+        {"value": b"test message #%d" % i, "key": None if i % 10 == 0 else b"key-%d" % i} for i in range(100)])
     assert results.count(KafkaError.INVALID_RECORD) == 10, results
     assert results.count(KafkaError._INVALID_DIFFERENT_RECORD) == 90, results
 
@@ -139,21 +147,10 @@ def test_librdkafka_fails_only_the_records_with_a_bad_timestamp(ads_broker: Brok
     the partition's error, rdkafka_request.c) and the other 16 with _INVALID_DIFFERENT_RECORD;
     without record errors all 20 would fail alike. Nothing is written."""
     create_topic(ads_broker.bootstrap, topic_name, 1, {"message.timestamp.after.max.ms": str(HOUR_MS)})
-    results: list[int] = []
-
-    def on_delivery(err: KafkaError | None, _msg: object) -> None:
-        results.append(err.code() if err is not None else 0)
-
-    producer = Producer({"bootstrap.servers": ads_broker.bootstrap, "linger.ms": 1000, "batch.num.messages": 1000,
-                         "message.send.max.retries": 0})
     now = int(time.time() * 1000)
-    for i in range(20):
-        producer.produce(topic_name, value=b"m%d" % i, key=b"k%d" % i, partition=0, on_delivery=on_delivery,
-                         timestamp=now + 2 * HOUR_MS if i % 5 == 0 else now)
-    deadline = time.monotonic() + 30
-    while len(results) < 20 and time.monotonic() < deadline:
-        producer.poll(0.5)
-    assert producer.flush(10) == 0
+    results = delivery_codes(ads_broker.bootstrap, topic_name, [
+        {"value": b"m%d" % i, "key": b"k%d" % i, "timestamp": now + 2 * HOUR_MS if i % 5 == 0 else now}
+        for i in range(20)])
     assert results.count(KafkaError.INVALID_RECORD) == 4, results
     assert results.count(KafkaError._INVALID_DIFFERENT_RECORD) == 16, results
     assert consume_partition(ads_broker.bootstrap, topic_name, 0) == []

@@ -346,7 +346,8 @@ def test_wrong_password_is_refused(secure: SecureBroker, pki: Pki, mechanism: st
     assert bad not in log_text and PASSWORD not in log_text  # no secret in the log
 
 
-@pytest.mark.parametrize(("password", "user"), [("wrong", "alice"), (PASSWORD, "nobody")])
+@pytest.mark.parametrize(("password", "user"), [("wrong", "alice"), (PASSWORD, "nobody")],
+                         ids=["wrong-password", "unknown-user"])  # stable ids: the password is random per run
 def test_scram_failure_is_sasl_authentication_failed_58(secure: SecureBroker, password: str, user: str) -> None:
     with RawClient(secure.addr("SASL_PLAINTEXT")) as c:
         assert c.request(SaslHandshakeRequest(mechanism="SCRAM-SHA-256"), 1).error_code == 0
