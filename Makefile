@@ -65,8 +65,20 @@ lint: $(VENV)/.test $(VENV)/.walk
 
 # ADS_OPS_REQUIRE_TOOLS: the ops checks fail (instead of skipping) when hadolint, checkov or promtool
 # is missing, so `make test` can't pass without running them.
+# `make test` runs two pytest sessions side by side (docs/TESTING.md): these long tests, which mostly
+# wait (paced load, fault recoveries, session timeouts, JVM starts), in one; the rest in the other.
+SIDE_TESTS = tests/chaos/worker/test_chaos_ci.py tests/chaos/cluster/test_history.py \
+	tests/integration/test_main_job.py tests/integration/audit/test_audit_progress.py \
+	tests/integration/cluster/test_interbroker_attacks.py
+
 test: apt-test-deps $(VENV)/.test $(VENV)/.walk $(CHECKOV_VENV)/.done lint
-	ADS_OPS_REQUIRE_TOOLS=1 CHECKOV=$(CURDIR)/$(CHECKOV_VENV)/bin/checkov $(VENV)/bin/pytest -n 2 --dist loadgroup tests
+	@export ADS_OPS_REQUIRE_TOOLS=1 CHECKOV=$(CURDIR)/$(CHECKOV_VENV)/bin/checkov; \
+	$(VENV)/bin/pytest -p no:cacheprovider $(SIDE_TESTS) > .side-tests.log 2>&1 & side=$$!; \
+	$(VENV)/bin/pytest $(addprefix --ignore=,$(SIDE_TESTS)) tests; main=$$?; \
+	wait $$side; side_rc=$$?; \
+	echo "== side stream ($(words $(SIDE_TESTS)) files, run beside the rest): exit $$side_rc"; cat .side-tests.log; \
+	echo "== main stream: exit $$main, side stream: exit $$side_rc"; \
+	test $$main -eq 0 && test $$side_rc -eq 0
 
 unit: $(VENV)/.test $(VENV)/.walk
 	$(VENV)/bin/pytest tests/unit

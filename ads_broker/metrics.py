@@ -147,7 +147,7 @@ class BrokerCollector(Collector):
         uncleanable = self.replicas.logs.cleaner.uncleanable()
         log_dir = [str(self.replicas.logs.data_dir)]
         count = GaugeMetricFamily("kafka_log_logcleanermanager_uncleanable_partitions_count",
-                                  "Compacted partitions the log cleaner failed on and skips until a restart",
+                                  "Compacted partitions with corrupt data the log cleaner skips until a restart",
                                   labels=["logDirectory"])
         count.add_metric(log_dir, len(uncleanable))
         size = GaugeMetricFamily("kafka_log_logcleanermanager_uncleanable_bytes",

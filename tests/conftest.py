@@ -32,26 +32,6 @@ def _jvm_test_options() -> None:
 
 _jvm_test_options()
 
-#: ``make test`` runs the suite as two streams side by side (``pytest -n 2 --dist loadgroup``): these
-#: long tests, which mostly wait (paced load, fault recoveries, session timeouts, a JVM start), in
-#: one; everything else, in order, in the other. Most of the suite's wall clock is waiting (24 of 42
-#: minutes were CPU on 2026-11-26), so the side stream costs the main one little. Without ``-n``
-#: (a developer's ``pytest tests/x.py``) the groups mean nothing. docs/TESTING.md.
-SIDE_STREAM = (
-    "tests/chaos/worker/test_chaos_ci.py",
-    "tests/chaos/cluster/test_history.py",
-    "tests/integration/test_main_job.py",
-    "tests/integration/audit/test_audit_progress.py",
-    "tests/integration/cluster/test_interbroker_attacks.py",
-)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        side = item.nodeid.startswith(SIDE_STREAM)
-        item.add_marker(pytest.mark.xdist_group("side" if side else "main"))
-
-
 @pytest.fixture
 def ads_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
     with ads_broker_process(tmp_path / "broker-data", log_path=tmp_path / "broker.log") as proc:
@@ -78,3 +58,4 @@ def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BrokerPro
 def topic_name() -> str:
     """A fresh topic name: every test owns its topics."""
     return f"t-{uuid.uuid4().hex[:12]}"
+

@@ -8,10 +8,11 @@ before any other request. The replica fetchers and the transaction marker sender
 
 Re-authentication (KIP-368): when the other broker announces a session lifetime
 (``connections.max.reauth.ms`` on its listener), the connection logs in again on the same
-connection before the session ends, as Kafka's ``SaslClientAuthenticator`` does at 85-95 % of
-the lifetime; here at the latest that point, and earlier by twice the longest request seen on the
-connection (a follower's Fetch waits at the leader up to ``replica.fetch.wait.max.ms``), so the
-next request never arrives after the session ended (the leader would close the connection).
+connection before its next request once 85-95 % of the lifetime passed, as Kafka's
+``SaslClientAuthenticator`` does (and never sooner than 1 s after the previous login began: the
+broker refuses faster re-authentications). A request sent before the session's end and answered
+after it is fine: the broker checks the session when a request arrives, and a SaslHandshake
+begins a re-authentication even after the end.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from ads_broker.security.sasl_client import authenticate
 
 #: bound on the TCP/TLS connect and the SASL login, so an unresponsive peer cannot hold a fetcher
 LOGIN_TIMEOUT_S = 30.0
+#: the broker refuses a re-authentication sooner than this after the previous one began (server.py)
+MIN_REAUTH_INTERVAL_S = 1.0
 
 
 class BrokerConnection:
@@ -41,9 +44,7 @@ class BrokerConnection:
         self.client_id = client_id
         self.correlation_id = 0
         self.security = security
-        self.session_ends = 0.0  # monotonic end of the SASL session (0: none)
-        self.reauthenticate_at = 0.0  # when to log in again (0: never)
-        self.longest_request_s = 0.0
+        self.reauthenticate_at = 0.0  # monotonic time to log in again (0: never)
 
     @classmethod
     async def open(cls, host: str, port: int, client_id: str,
@@ -69,11 +70,10 @@ class BrokerConnection:
         lifetime_ms = await authenticate(lambda request, version: self._send(request, version, LOGIN_TIMEOUT_S),
                                          self.security.credentials)
         if lifetime_ms <= 0:
-            self.session_ends = self.reauthenticate_at = 0.0
+            self.reauthenticate_at = 0.0
             return
-        lifetime_s = lifetime_ms / 1000
-        self.session_ends = started + lifetime_s
-        self.reauthenticate_at = started + lifetime_s * random.uniform(0.85, 0.95)
+        self.reauthenticate_at = started + max(lifetime_ms / 1000 * random.uniform(0.85, 0.95),
+                                               MIN_REAUTH_INTERVAL_S)
 
     def close(self) -> None:
         self.writer.close()
@@ -81,13 +81,9 @@ class BrokerConnection:
     async def request(self, request: ApiMessage, version: int, timeout_s: float) -> Any:
         """Send ``request`` and return its decoded answer (logging in again first when the SASL
         session is near its end; a refused re-authentication raises SaslClientError)."""
-        if self.reauthenticate_at and time.monotonic() >= min(
-                self.reauthenticate_at, self.session_ends - 2 * self.longest_request_s):
+        if self.reauthenticate_at and time.monotonic() >= self.reauthenticate_at:
             await self._login()
-        started = time.monotonic()
-        answer = await self._send(request, version, timeout_s)
-        self.longest_request_s = max(self.longest_request_s, time.monotonic() - started)
-        return answer
+        return await self._send(request, version, timeout_s)
 
     async def _send(self, request: ApiMessage, version: int, timeout_s: float) -> Any:
         self.correlation_id += 1

@@ -218,7 +218,9 @@ class ClusterNode:
         self._drained = (started, remaining)  # once, even if it fails: leave() does not try again
         if self.config.settings.controlled_shutdown_enable:
             moved = await self._controlled_shutdown(member, started + CONTROLLED_SHUTDOWN_TIMEOUT_S)
-            if moved is None:
+            if moved is None:  # what this broker still leads, for leave()'s line
+                remaining[:] = sorted(TopicPartition(p.topic, p.index) for p in self.replicas.all_partitions()
+                                      if p.replicated and p.is_leader)
                 return
             remaining[:] = moved
             await self._wait_demoted(set(remaining), started + CONTROLLED_SHUTDOWN_TIMEOUT_S)

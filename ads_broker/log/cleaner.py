@@ -37,6 +37,7 @@ from typing import Protocol
 import crc32c
 import structlog
 
+from ads_broker.exceptions import CorruptRecordError
 from ads_broker.log.cleaner_io import (
     IoBuffers,
     Output,
@@ -218,6 +219,7 @@ class LogCleaner:
         #: until the broker restarts, or until the partition's log is another one (topic deleted and
         #: created again). Keyed by (topic, partition); the value is the log the pass failed on.
         self._uncleanable: dict[tuple[str, int], Log] = {}
+        self._uncleanable_lock = threading.Lock()  # the cleaner thread writes, the metrics thread reads
 
     # -- thread ------------------------------------------------------------------------------
 
@@ -283,11 +285,14 @@ class LogCleaner:
         partition = best[1]
         try:
             self.clean(partition)
-        except Exception as e:
+        except CorruptRecordError as e:
             # Kafka's CleanerThread: log it, mark the partition uncleanable, go on with the others.
             # Retrying it would fail the same way, and a partition that is never cleaned stays the
-            # dirtiest: no other compacted log of the broker would be cleaned again.
-            self._uncleanable[(partition.topic, partition.index)] = partition.log
+            # dirtiest: no other compacted log of the broker would be cleaned again. Only for what
+            # the data says: anything else (a segment a follower's truncation deleted under the
+            # pass, a disk error) propagates, is logged, and the pass is tried again after the backoff.
+            with self._uncleanable_lock:
+                self._uncleanable[(partition.topic, partition.index)] = partition.log
             log.error("log cleaner failed on the partition and marked it uncleanable; it is not cleaned "
                       "again until the broker restarts (check its segments with `ads-broker dump-log`)",
                       topic=partition.topic, partition=partition.index, error=f"{type(e).__name__}: {e}",
@@ -296,14 +301,18 @@ class LogCleaner:
 
     def is_uncleanable(self, partition: CleanablePartition) -> bool:
         """Whether a cleaning pass failed on ``partition``'s current log."""
-        return self._uncleanable.get((partition.topic, partition.index)) is partition.log
+        with self._uncleanable_lock:
+            return self._uncleanable.get((partition.topic, partition.index)) is partition.log
 
     def uncleanable(self) -> list[tuple[str, int, Log]]:
         """(topic, partition, log) of each partition marked uncleanable whose log is still open
-        (Kafka's ``uncleanable-partitions-count`` and ``uncleanable-bytes``); thread-safe to call."""
+        (Kafka's ``uncleanable-partitions-count`` and ``uncleanable-bytes``); entries of deleted or
+        recreated partitions are dropped here. Thread-safe."""
         current = {(p.topic, p.index): p.log for p in self.partitions()}
-        return [(topic, index, plog) for (topic, index), plog in list(self._uncleanable.items())
-                if current.get((topic, index)) is plog]
+        with self._uncleanable_lock:
+            for key in [k for k, plog in self._uncleanable.items() if current.get(k) is not plog]:
+                del self._uncleanable[key]
+            return [(topic, index, plog) for (topic, index), plog in self._uncleanable.items()]
 
     # -- cleaning ----------------------------------------------------------------------------
 

@@ -125,6 +125,17 @@ class ReplicaFetcher:
                     connection.close()
                     connection = None
                     ok = False
+                except BrokerError as e:
+                    # The leader refused a re-authentication on this connection (KIP-368: a credential
+                    # rotated or removed since the login): reconnect and log in afresh, as Kafka's
+                    # NetworkClient does; left uncaught, it ended this fetcher and the partition
+                    # stopped replicating without a word.
+                    self._failed(error_label(e.error_code))
+                    log.warning("re-authentication to the leader refused; reconnecting", topic=self.partition.topic,
+                                partition=self.partition.index, leader=follower.leader, error=str(e))
+                    connection.close()
+                    connection = None
+                    ok = False
                 if not ok:
                     await self._pause(backoff)
         finally:

@@ -160,8 +160,8 @@ def broker_row(board: db.Dashboard) -> db.Dashboard:
                             _q("avg by (listener) (kafka_server_socket_server_metrics_reauthentication_latency_avg"
                                f"{{{BSEL}}})", "avg {{listener}}", "B")))
         .with_panel(_series("Log cleaner: uncleanable partitions", "short",
-                            "Compacted partitions a cleaning pass failed on (a corrupt segment, a disk error), "
-                            "no longer cleaned until the broker restarts, and the bytes of their logs "
+                            "Compacted partitions a cleaning pass found corrupt data in (a CRC mismatch, a "
+                            "malformed record), no longer cleaned until the broker restarts, and their logs' bytes "
                             "(KafkaUncleanablePartitions above 0).",
                             _q(f"max by (instance) (kafka_log_logcleanermanager_uncleanable_partitions_count"
                                f"{{{BSEL}}})", "partitions {{instance}}"),
