@@ -118,21 +118,25 @@ def scan_batches(fd: int, start: int, end: int, buf: bytearray) -> Iterator[tupl
                 raise _crc_mismatch(pos, header)
             yield pos, header, off
         else:
-            if _streamed_crc(fd, view, pos, size) != header.crc:
+            crc = chunked_crc(fd, view, pos, size)
+            if crc < 0:
+                raise CorruptRecordError(f"segment ends inside the batch at position {pos}")
+            if crc != header.crc:
                 raise _crc_mismatch(pos, header)
             yield pos, header, -1
             n = 0  # the caller streamed through the buffer
         pos += size
 
 
-def _streamed_crc(fd: int, view: memoryview, pos: int, size: int) -> int:
-    """CRC-32C of a batch larger than the read buffer, read through it in pieces."""
+def chunked_crc(fd: int, view: memoryview, pos: int, size: int) -> int:
+    """CRC-32C of the batch of ``size`` bytes at ``pos`` of ``fd`` (what its crc field covers), read
+    through ``view`` in pieces (for a batch larger than the buffer); -1 if the file ends first."""
     crc = 0
     at, end = pos + ATTRIBUTES_OFFSET, pos + size
     while at < end:
         got = pread_into(fd, view, min(len(view), end - at), at)
         if got <= 0:
-            raise CorruptRecordError(f"segment ends inside the batch at position {pos}")
+            return -1
         crc = crc32c.crc32c(view[:got], crc)
         at += got
     return int(crc)
@@ -382,5 +386,16 @@ def _write_all(fd: int, view: memoryview) -> None:
         written += os.write(fd, view[written:])
 
 
-__all__ = ["IoBuffers", "Output", "RecordInfo", "copy_range", "key_digest", "map_records_in", "pread_into",
-           "records_in", "records_streamed", "scan_batches"]
+__all__ = [
+    "IoBuffers",
+    "Output",
+    "RecordInfo",
+    "chunked_crc",
+    "copy_range",
+    "key_digest",
+    "map_records_in",
+    "pread_into",
+    "records_in",
+    "records_streamed",
+    "scan_batches",
+]

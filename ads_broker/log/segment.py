@@ -19,14 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import crc32c
-
-from ads_broker.log.cleaner_io import pread_into
+from ads_broker.log.cleaner_io import chunked_crc, pread_into
 from ads_broker.log.compression import decompressed_limit
 from ads_broker.log.config import LogConfig
 from ads_broker.log.index import IndexCorruptError, OffsetIndex, TimeIndex
 from ads_broker.log.records import (
-    ATTRIBUTES_OFFSET,
     INT32_MAX,
     MAGIC_OFFSET,
     MAGIC_V2,
@@ -335,7 +332,7 @@ class LogSegment:
             if off + size <= n:
                 if batch_error(view[off : off + size], 0) is not None:
                     return
-            elif buf[off + MAGIC_OFFSET] != MAGIC_V2 or self._chunked_crc(fd, view, pos, size) != header.crc:
+            elif buf[off + MAGIC_OFFSET] != MAGIC_V2 or chunked_crc(fd, view, pos, size) != header.crc:
                 return
             else:
                 n = 0  # the buffer was used for the chunks
@@ -345,18 +342,6 @@ class LogSegment:
                 return
             yield pos, header
             pos += size
-
-    @staticmethod
-    def _chunked_crc(fd: int, view: memoryview, pos: int, size: int) -> int:
-        crc = 0
-        at, end = pos + ATTRIBUTES_OFFSET, pos + size
-        while at < end:
-            n = pread_into(fd, view, min(len(view), end - at), at)
-            if n <= 0:
-                return -1
-            crc = crc32c.crc32c(view[:n], crc)
-            at += n
-        return int(crc)
 
     # -- append ----------------------------------------------------------------------------
 
