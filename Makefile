@@ -73,8 +73,8 @@ SIDE_TESTS = tests/chaos/worker/test_chaos_ci.py tests/chaos/cluster/test_histor
 
 test: apt-test-deps $(VENV)/.test $(VENV)/.walk $(CHECKOV_VENV)/.done lint
 	@export ADS_OPS_REQUIRE_TOOLS=1 CHECKOV=$(CURDIR)/$(CHECKOV_VENV)/bin/checkov; \
-	$(VENV)/bin/pytest -p no:cacheprovider $(SIDE_TESTS) > .side-tests.log 2>&1 & side=$$!; \
-	$(VENV)/bin/pytest $(addprefix --ignore=,$(SIDE_TESTS)) tests; main=$$?; \
+	ADS_TEST_PORTS=26000-31999 $(VENV)/bin/pytest -p no:cacheprovider $(SIDE_TESTS) > .side-tests.log 2>&1 & side=$$!; \
+	ADS_TEST_PORTS=20000-25999 $(VENV)/bin/pytest $(addprefix --ignore=,$(SIDE_TESTS)) tests; main=$$?; \
 	wait $$side; side_rc=$$?; \
 	echo "== side stream ($(words $(SIDE_TESTS)) files, run beside the rest): exit $$side_rc"; cat .side-tests.log; \
 	echo "== main stream: exit $$main, side stream: exit $$side_rc"; \

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -19,12 +20,46 @@ from types import TracebackType
 
 from ads_broker.exceptions import BrokerError
 
+#: ``ADS_TEST_PORTS=LOW-HIGH``: :func:`free_port` hands out ports of this range, in turn, instead of
+#: asking the kernel. `make test` gives each of its two pytest sessions its own range below the
+#: kernel's ephemeral range, so a test that restarts a process on its old port cannot find it taken
+#: by the other session (or by its own session's next ``free_port``) in the meantime.
+TEST_PORTS_ENV = "ADS_TEST_PORTS"
+_next_port: dict[tuple[int, int], int] = {}
+
+
+def _port_range(spec: str) -> tuple[int, int]:
+    try:
+        low, high = (int(part) for part in spec.split("-"))
+    except ValueError:
+        raise BrokerError(f"{TEST_PORTS_ENV}={spec!r} is not LOW-HIGH (e.g. 20000-25999)") from None
+    if not 1024 <= low <= high <= 65535:
+        raise BrokerError(f"{TEST_PORTS_ENV}={spec!r}: need 1024 <= LOW <= HIGH <= 65535")
+    return low, high
+
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port on 127.0.0.1 that was free a moment ago: from the kernel, or, with
+    ``ADS_TEST_PORTS`` set, the next free one of that range (starting at a random place in it,
+    then in turn, so a port comes back only after the whole range has been handed out)."""
+    spec = os.environ.get(TEST_PORTS_ENV)
+    if not spec:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+    low, high = _port_range(spec)
+    size = high - low + 1
+    start = _next_port.get((low, high), low + random.randrange(size))
+    for i in range(size):
+        port = low + (start - low + i) % size
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _next_port[(low, high)] = low + (port - low + 1) % size
+        return port
+    raise BrokerError(f"no free port in {TEST_PORTS_ENV}={spec}")
 
 
 def wait_for_port(host: str, port: int, timeout_s: float, proc: subprocess.Popen[bytes] | None = None) -> None:
