@@ -126,9 +126,12 @@ class Broker:
             asyncio.create_task(self._every(self.config.settings.offsets_retention_check_interval_ms,
                                             self._expire_offsets)),
         ]
-        if self.cluster is not None:  # Kafka's isr-expiration task
+        if self.cluster is not None:  # Kafka's isr-expiration and highwatermark-checkpoint tasks
             self._tasks.append(asyncio.create_task(self._every(
                 max(self.config.settings.replica_lag_time_max_ms // 2, 1), self.replicas.maybe_shrink_isrs)))
+            self._tasks.append(asyncio.create_task(self._every(
+                self.config.settings.replica_high_watermark_checkpoint_interval_ms,
+                self.replicas.checkpoint_high_watermarks, off_loop=True)))
 
     async def _every(self, interval_ms: int, job: Callable[[], Any], *, off_loop: bool = False) -> None:
         loop = asyncio.get_running_loop()

@@ -289,6 +289,10 @@ SETTINGS: tuple[Setting, ...] = (
             doc="bytes a follower asks per partition per fetch (a larger first batch is still sent whole)"),
     Setting("replica.fetch.backoff.ms", int, 1000, 0,
             doc="how long a follower waits after a failed fetch (leader unreachable, error) before the next"),
+    Setting("replica.high.watermark.checkpoint.interval.ms", int, 5000, 1,
+            doc="how often each replica's high watermark is written to replication-offset-checkpoint in the "
+                "data dir (also at shutdown); a broker restarted as its partitions' only in-sync replica serves "
+                "what was committed up to it"),
     # -- inter-broker connections (ads_broker/security/interbroker.py; docs/SECURITY.md "Inter-broker listener") --
     Setting("inter.broker.listener.name", str, "",
             doc="the listener other brokers are reached on (replica fetchers, transaction markers); empty: the "
@@ -509,6 +513,7 @@ class BrokerSettings:
     replica_fetch_wait_max_ms: int
     replica_fetch_max_bytes: int
     replica_fetch_backoff_ms: int
+    replica_high_watermark_checkpoint_interval_ms: int
     # inter-broker connections
     inter_broker_listener_name: str
     security_inter_broker_protocol: str

@@ -31,6 +31,7 @@ import structlog
 
 from ads_broker.config import BrokerConfig
 from ads_broker.exceptions import ConfigError
+from ads_broker.log.checkpoint import OffsetCheckpointError, read_offset_checkpoint, write_offset_checkpoint
 from ads_broker.log.cleaner import CleanablePartition, LogCleaner
 from ads_broker.log.config import LogConfig
 from ads_broker.log.fileutil import atomic_write, fsync_dir
@@ -75,20 +76,10 @@ def now_ms() -> int:
 
 
 def read_recovery_checkpoint(path: Path) -> dict[tuple[str, int], int]:
-    """Kafka's checkpoint format: version line, count line, then ``topic partition offset``."""
-    if not path.exists():
-        return {}
-    lines = path.read_text(encoding="utf-8").splitlines()
+    """Each log's recovery point; {} (recover every log from its start) if the file is unreadable."""
     try:
-        version, count = int(lines[0]), int(lines[1])
-        if version != 0 or count != len(lines) - 2:
-            raise ValueError("header does not match the entries")
-        out = {}
-        for line in lines[2:]:
-            topic, partition, offset = line.rsplit(" ", 2)
-            out[(topic, int(partition))] = int(offset)
-        return out
-    except (ValueError, IndexError) as e:
+        return read_offset_checkpoint(path)
+    except OffsetCheckpointError as e:
         # Losing the checkpoint only costs a longer recovery: recover everything from offset 0.
         log.warning("recovery checkpoint unreadable, recovering all logs from the start", path=str(path), error=str(e))
         return {}
@@ -168,9 +159,8 @@ class LogManager:
         entries = []
         for p in self.partitions():
             with p.lock:
-                entries.append(f"{p.topic} {p.index} {p.log.recovery_point}")
-        text = "\n".join(["0", str(len(entries)), *entries]) + "\n"
-        atomic_write(self.data_dir / RECOVERY_CHECKPOINT_FILE, text.encode())
+                entries.append((p.topic, p.index, p.log.recovery_point))
+        write_offset_checkpoint(self.data_dir / RECOVERY_CHECKPOINT_FILE, entries)
 
     # -- logs --------------------------------------------------------------------------------
 

@@ -78,6 +78,11 @@ class Partition:
     #: Counts the times this broker started leading (a follower period in between may have cut the
     #: log: a write waiting for replication from an earlier leadership must not be acknowledged).
     leader_generation: int = 0
+    #: The high watermark this broker checkpointed before its last stop
+    #: (``replication-offset-checkpoint``; 0 for a partition created since): a restarted replica's
+    #: HW until the controller's state arrives, so a leader that restarts alone keeps serving what
+    #: was committed (Kafka reads it when the log is opened).
+    checkpoint_high_watermark: int = 0
 
     def __post_init__(self) -> None:
         if self.replicated:
@@ -162,7 +167,8 @@ class Partition:
             return self.leader_state.high_watermark
         if self.follower_state is not None:
             return min(self.follower_state.high_watermark, self.log.log_end_offset)
-        return 0  # no role yet (e.g. just restarted): nothing is known to be committed
+        # No role yet (just restarted): what it checkpointed (a crash may have cut the log below it).
+        return min(self.checkpoint_high_watermark, self.log.log_end_offset)
 
     @property
     def in_sync_replicas(self) -> int:

@@ -55,6 +55,7 @@ from ads_broker.exceptions import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from ads_broker.log.checkpoint import OffsetCheckpointError, read_offset_checkpoint, write_offset_checkpoint
 from ads_broker.log.cleaner import CleanablePartition
 from ads_broker.log.config import TOPIC_CONFIG_KEYS, LogConfig
 from ads_broker.log.log import AppendInfo, FileSlice, Log, TxnVerifier, ValidatedBatch
@@ -91,6 +92,8 @@ EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 READ_COMMITTED = 1
+#: Each replica's high watermark, in the data dir (Kafka's name; ads_broker/log/checkpoint.py).
+HW_CHECKPOINT_FILE = "replication-offset-checkpoint"
 
 
 class AppendOrigin(enum.Enum):
@@ -220,15 +223,41 @@ class ReplicaManager:
     def open(self) -> None:
         self.logs.start_loading()
         started = time.monotonic()
+        checkpointed = self._read_hw_checkpoint()
         for topic in self.topic_store.read():
-            self._load_topic(topic)
+            self._load_topic(topic, checkpointed)
         self.logs.finish_loading()
         log.info("logs loaded", topics=len(self.topics), clean_shutdown=self.logs.clean_start,
                  seconds=round(time.monotonic() - started, 3), data_dir=str(self.data_dir))
 
     def close(self) -> None:
         self.writers.shutdown(wait=True)
+        self.checkpoint_high_watermarks()
         self.logs.shutdown()
+
+    def _read_hw_checkpoint(self) -> dict[tuple[str, int], int]:
+        """Cluster mode: the HWs the last run checkpointed. An unreadable file costs only time (each
+        HW is learned again from the leader, or from the followers' fetches): log it and go on."""
+        if not self.cluster_mode:
+            return {}
+        path = self.data_dir / HW_CHECKPOINT_FILE
+        try:
+            return read_offset_checkpoint(path)
+        except OffsetCheckpointError as e:
+            log.error("high watermark checkpoint unreadable; every replica starts with HW 0 and learns it again "
+                      "(a leader restarted alone serves nothing until a follower catches up)",
+                      path=str(path), error=str(e))
+            return {}
+
+    def checkpoint_high_watermarks(self) -> None:
+        """Cluster mode: write every replica's HW to ``replication-offset-checkpoint`` (Kafka's
+        ``checkpointHighWatermarks``: every ``replica.high.watermark.checkpoint.interval.ms`` and at
+        shutdown). A checkpointed HW never exceeds the HW the broker knew, which only moves over
+        offsets every ISR member held: reading it back after a crash serves nothing uncommitted."""
+        if not self.cluster_mode:
+            return
+        entries = [(p.topic, p.index, p.high_watermark) for p in self.all_partitions() if p.replicated]
+        write_offset_checkpoint(self.data_dir / HW_CHECKPOINT_FILE, entries)
 
     def begin_shutdown(self) -> None:
         """Answer every long-polling fetch now; new ones do not wait."""
@@ -237,11 +266,17 @@ class ReplicaManager:
             if not fut.done():
                 fut.set_result(None)
 
-    def _load_topic(self, topic: Topic) -> None:
+    def _load_topic(self, topic: Topic, checkpointed: dict[tuple[str, int], int]) -> None:
+        """A topic's partitions at startup; each replica starts with its checkpointed HW (only
+        here: a partition created later is new, whatever an older checkpoint says of its name)."""
         config = self.logs.log_config(topic.configs, internal=topic.internal)
-        self._partitions[topic.name] = [
-            self._partition(topic.name, index, self.logs.load_log(topic.name, index, config), topic.internal)
-            for index in range(topic.num_partitions)]
+        partitions = []
+        for index in range(topic.num_partitions):
+            partition = self._partition(topic.name, index, self.logs.load_log(topic.name, index, config),
+                                        topic.internal)
+            partition.checkpoint_high_watermark = checkpointed.get((topic.name, index), 0)
+            partitions.append(partition)
+        self._partitions[topic.name] = partitions
         self.metadata.add(topic)
 
     def _partition(self, topic: str, index: int, plog: Log, internal: bool) -> Partition:
