@@ -13,7 +13,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from ads_broker.errors import LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER
 from ads_broker.log.checkpoint import read_offset_checkpoint
@@ -21,7 +20,7 @@ from ads_broker.replication.replica_manager import HW_CHECKPOINT_FILE
 from tests.chaos.cluster.faults import list_latest, produce
 from tests.integration.broker.rawclient import RawClient
 from tests.integration.cluster.conftest import IDS, BrokerCluster, start_three, wait_until
-from tests.integration.cluster.test_replication import create, state
+from tests.integration.cluster.test_replication import consume_all, create, state
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -37,23 +36,6 @@ def latest(bootstrap: str, topic: str) -> tuple[int, int]:
     with RawClient(bootstrap) as raw:
         answer = raw.request(list_latest(topic), 7).topics[0].partitions[0]
     return answer.error_code, answer.offset
-
-
-def read_from(bootstrap: str, topic: str, want: int) -> list[bytes]:
-    """Records of partition 0 from offset 0 until ``want`` arrived or a minute passed."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:8]}",
-                         "enable.auto.commit": False})
-    got: list[bytes] = []
-    try:
-        consumer.assign([TopicPartition(topic, 0, 0)])
-
-        def enough() -> bool:
-            got.extend(m.value() for m in consumer.consume(500, 1.0) if m.error() is None)
-            return len(got) >= want
-        wait_until(enough, f"{want} records of {topic}")
-        return got
-    finally:
-        consumer.close()
 
 
 @pytest.mark.parametrize("stop", ["sigkill", "sigterm"])
@@ -88,4 +70,4 @@ def test_a_restarted_sole_isr_member_serves_what_was_committed_before_it_stopped
         return answers[-1][0] not in (NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE)
     wait_until(led, "the restarted broker to answer ListOffsets as the leader")
     assert answers[-1] == (0, len(RECORDS)), f"ListOffsets(latest) answered (error, offset) {answers[-1]}"
-    assert read_from(bootstrap, topic, len(RECORDS)) == RECORDS
+    assert consume_all(bootstrap, topic, 1) == RECORDS
