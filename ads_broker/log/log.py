@@ -348,6 +348,7 @@ class Log:
         found: list[tuple[int, str]] = []
         any_timestamp = False
         base_offset, base_ts = header.base_offset, header.base_timestamp
+        range_text = f" is out of range. The timestamp should be within [{low}, {high}]"
         # Every record of a refused LogAppendTime batch is named; otherwise only the marked ones,
         # found by a scan in C (a Python loop over thousands of good records costs ms per batch).
         indices = range(len(marks)) if lat_error or lat_range else [m.start() for m in _MARKED.finditer(marks)]
@@ -362,8 +363,7 @@ class Log:
             elif lat_range or mark == MARK_TIMESTAMP:
                 any_timestamp = True
                 ts = batch_ts if lat_range else base_ts + deltas[index]
-                found.append((index, f"Timestamp {ts} of message with offset {base_offset + index} is out of "
-                                     f"range. The timestamp should be within [{low}, {high}]"))
+                found.append((index, f"Timestamp {ts} of message with offset {base_offset + index}{range_text}"))
         if lat_error:
             return InvalidTimestampError(
                 f"One or more records have been rejected due to invalid timestamp: the batch for "
