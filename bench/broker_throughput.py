@@ -4,6 +4,9 @@
     .venv/bin/python bench/broker_throughput.py --compression lz4,zstd,none   # each codec side by side
     # this tree against another commit's ads_broker (git archive <commit> ads_broker | tar -x -C /tmp/base)
     .venv/bin/python bench/broker_throughput.py --brokers ads-broker --baseline /tmp/base --linger-ms 0
+    # the cost of validating client batches: this tree against itself with the record walk off
+    .venv/bin/python bench/broker_throughput.py --brokers ads-broker --no-validation-baseline \
+        --compression none,lz4,zstd
 
 For each broker (started fresh on loopback) and each repeat: produce N messages (idempotent,
 acks=all, 300-byte values, 4 partitions, murmur2 partitioner) with one producer, then consume
@@ -14,7 +17,12 @@ turn, interleaved per round): ads-broker decompresses and walks every record of 
 on append (issue 12), so its ratio against tansu and against ``none`` shows that validation's cost.
 ``--baseline DIR`` adds "ads-base": ads-broker run from the ``ads_broker`` package under DIR (another
 commit's tree, first on PYTHONPATH), interleaved with this tree's, and prints this/base ratios (the
-cost of a change on the request path). ``--linger-ms 0`` makes the producer send many small
+cost of a change on the request path). ``--no-validation-baseline`` adds "ads-noval": this tree's
+ads-broker with the per-record validation of client batches switched off in its process (the bench
+launches it through ``NOVALIDATION_LAUNCHER``, which replaces ``validate_records`` with one that
+returns the header's summary before the broker starts: no setting, no environment variable, nothing
+in the broker reads), and prints ads-broker/ads-noval ratios: validation's cost in one command.
+``--linger-ms 0`` makes the producer send many small
 requests, where per-request costs show. Both brokers and the client share the machine's cores; run
 it on a quiet machine.
 """
@@ -96,6 +104,27 @@ BASELINE_LAUNCHER = ("import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); "
                      "runpy.run_module('ads_broker', run_name='__main__', alter_sys=True)")
 
 
+#: Runs this tree's ``python -m ads_broker`` with the per-record walk of client batches off (Log's
+#: ``validate_records`` returns the header's summary, as docs/BENCHMARKS.md's hand-made baseline
+#: did): header, size and CRC checks stay. For the bench's baseline only; never a broker setting.
+NOVALIDATION_LAUNCHER = (
+    "import runpy\n"
+    "import ads_broker.log.log as log_module\n"
+    "from ads_broker.log.records import RECORD_BATCH_OVERHEAD, RecordsSummary\n"
+    "def header_summary(buf, header, *, max_decompressed):\n"
+    "    return RecordsSummary(header.base_timestamp, header.max_timestamp, False,\n"
+    "                          header.size - RECORD_BATCH_OVERHEAD)\n"
+    "log_module.validate_records = header_summary\n"
+    "runpy.run_module('ads_broker', run_name='__main__', alter_sys=True)\n")
+
+
+def novalidation_process(data_dir: Path, log_path: Path) -> BrokerProcess:
+    port = free_port()
+    argv = [sys.executable, "-c", NOVALIDATION_LAUNCHER, "serve", "--data-dir", str(data_dir),
+            "--listen", f"127.0.0.1:{port}"]
+    return BrokerProcess(argv, port, log_path=log_path)
+
+
 def baseline_process(base: Path, data_dir: Path, log_path: Path) -> BrokerProcess:
     port = free_port()
     argv = [sys.executable, "-c", BASELINE_LAUNCHER, str(base.resolve()), "serve", "--data-dir", str(data_dir),
@@ -131,9 +160,12 @@ def main() -> None:
     ap.add_argument("--compression", default="none", help="producer compression.type(s), comma-separated")
     ap.add_argument("--brokers", default="ads-broker,tansu", help="brokers to run, comma-separated")
     ap.add_argument("--baseline", type=Path, help="a directory holding another tree's ads_broker package")
+    ap.add_argument("--no-validation-baseline", action="store_true",
+                    help="also run this tree with the per-record validation of client batches off (ads-noval)")
     ap.add_argument("--linger-ms", type=int, default=5, help="the producer's linger.ms")
     args = ap.parse_args()
-    names = [b.strip() for b in args.brokers.split(",") if b.strip()] + (["ads-base"] if args.baseline else [])
+    names = [b.strip() for b in args.brokers.split(",") if b.strip()] + (["ads-base"] if args.baseline else []) + (
+        ["ads-noval"] if args.no_validation_baseline else [])
     codecs = [c.strip() for c in args.compression.split(",") if c.strip()]
     results: dict[tuple[str, str], list[dict[str, float]]] = {}
     for repeat in range(args.repeats):
@@ -144,6 +176,8 @@ def main() -> None:
                     proc = tansu_process(log_path=tmp / "tansu.log")
                 elif name == "ads-base":
                     proc = baseline_process(args.baseline, tmp / "data", tmp / "broker.log")
+                elif name == "ads-noval":
+                    proc = novalidation_process(tmp / "data", tmp / "broker.log")
                 else:
                     proc = ads_broker_process(tmp / "data", log_path=tmp / "broker.log")
                 with proc:
@@ -157,12 +191,13 @@ def main() -> None:
         print(f"{name:>10} {codec:>5}: produce {m['produce_mps']:>10,.0f} msg/s  broker {m['produce_cpu_us']:.2f} "
               f"µs/msg | consume {m['consume_mps']:>10,.0f} msg/s  broker {m['consume_cpu_us']:.2f} µs/msg")
     for codec in codecs:
-        if ("ads-base", codec) in med and ("ads-broker", codec) in med:
-            ours, base = med[("ads-broker", codec)], med[("ads-base", codec)]
-            print(f"ratio ads-broker/ads-base {codec:>5}: produce {ours['produce_mps'] / base['produce_mps']:.3f}  "
-                  f"consume {ours['consume_mps'] / base['consume_mps']:.3f}  broker CPU/msg produce "
-                  f"{ours['produce_cpu_us'] / base['produce_cpu_us']:.3f} consume "
-                  f"{ours['consume_cpu_us'] / base['consume_cpu_us']:.3f}")
+        for other in ("ads-base", "ads-noval"):
+            if (other, codec) in med and ("ads-broker", codec) in med:
+                ours, base = med[("ads-broker", codec)], med[(other, codec)]
+                print(f"ratio ads-broker/{other} {codec:>5}: produce {ours['produce_mps'] / base['produce_mps']:.3f}  "
+                      f"consume {ours['consume_mps'] / base['consume_mps']:.3f}  broker CPU/msg produce "
+                      f"{ours['produce_cpu_us'] / base['produce_cpu_us']:.3f} consume "
+                      f"{ours['consume_cpu_us'] / base['consume_cpu_us']:.3f}")
         if ("tansu", codec) not in med or ("ads-broker", codec) not in med:
             continue
         ours, peer = med[("ads-broker", codec)], med[("tansu", codec)]

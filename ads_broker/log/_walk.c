@@ -3,7 +3,8 @@
  * Contract (the Python reference is ads_broker/log/walk_reference.py; a differential Hypothesis
  * test, tests/unit/log/test_walk_differential.py, checks that both agree):
  *
- *   scan_span(data, pos, end, index, count, min_delta, max_delta, no_ts_delta, first_null_key)
+ *   scan_span(data, pos, end, index, count, min_delta, max_delta, no_ts_delta, first_null_key
+ *             [, marks, deltas, low_delta, high_delta, flags])
  *     -> (pos, index, min_delta, max_delta, first_null_key, error_kind, error_a, error_b)
  *
  * Walks the complete records of data[pos:end] while index < count. Returns the position of the
@@ -14,10 +15,18 @@
  * dropped). No byte at or past `end` is ever read, and positions are Py_ssize_t (64-bit) so a
  * skip of at most 2^31 - 1 bytes can not overflow. The GIL is released around the walk; the
  * buffer is held with PyObject_GetBuffer, so a bytearray can not be resized meanwhile.
+ *
+ * The naming pass of a refused batch (Kafka's LogValidator.validateRecord per record, KIP-467): with
+ * `marks` (a writable buffer of >= count bytes) and `deltas` (a writable buffer of >= 8 * count
+ * bytes, native int64), each well-formed record walked gets marks[index] = MARK_NULL_KEY if
+ * (flags & FLAG_KEYS) and its key is null, else MARK_TIMESTAMP if (flags & FLAG_TIMESTAMPS) and its
+ * timestamp delta is neither no_ts_delta nor within [low_delta, high_delta], else MARK_OK; and
+ * deltas[index] = its timestamp delta. Without `marks` (None) nothing is written.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 enum {
     WALK_OK = 0,
@@ -30,6 +39,9 @@ enum {
     WALK_NEGATIVE_HEADER_KEY = 7, /* a = header key length */
     WALK_LONG_VARINT = 8,     /* a = Kafka's byte limit (5 varint, 10 varlong) */
 };
+
+enum { MARK_OK = 0, MARK_NULL_KEY = 1, MARK_TIMESTAMP = 2 };
+enum { FLAG_KEYS = 1, FLAG_TIMESTAMPS = 2 };
 
 #define READ_OK 0
 #define READ_PAST (-1)
@@ -81,6 +93,10 @@ typedef struct {
     long long min_delta, max_delta, no_ts_delta, first_null_key;
     int kind;
     long long a, b;
+    uint8_t *marks;   /* NULL: no naming pass */
+    uint8_t *deltas;  /* native int64 per record, written with memcpy (no alignment assumed) */
+    long long low_delta, high_delta;
+    int flags;
 } walk_state;
 
 #define FAIL(k, va, vb) do { w->kind = (k); w->a = (va); w->b = (vb); goto done; } while (0)
@@ -123,6 +139,7 @@ walk(const uint8_t *d, Py_ssize_t end, walk_state *w)
         Py_ssize_t p = pos;
         int32_t length, offset_delta, key_len, value_len;
         int64_t ts_delta;
+        int null_key = 0;
         int r = read_varint(d, &p, end, &length);
         if (r == READ_PAST)
             break; /* the length itself is cut by the end of the span */
@@ -142,8 +159,11 @@ walk(const uint8_t *d, Py_ssize_t end, walk_state *w)
         CHECK(r, 5);
         if (key_len >= 0)
             p += key_len;
-        else if (w->first_null_key < 0)
-            w->first_null_key = w->index;
+        else {
+            null_key = 1;
+            if (w->first_null_key < 0)
+                w->first_null_key = w->index;
+        }
         r = read_varint(d, &p, end, &value_len);
         CHECK(r, 5);
         if (value_len > 0)
@@ -158,6 +178,16 @@ walk(const uint8_t *d, Py_ssize_t end, walk_state *w)
             w->max_delta = ts_delta;
         if (ts_delta < w->min_delta && ts_delta != w->no_ts_delta)
             w->min_delta = ts_delta;
+        if (w->marks != NULL) {
+            uint8_t mark = MARK_OK;
+            if ((w->flags & FLAG_KEYS) && null_key)
+                mark = MARK_NULL_KEY;
+            else if ((w->flags & FLAG_TIMESTAMPS) && ts_delta != w->no_ts_delta
+                     && (ts_delta < w->low_delta || ts_delta > w->high_delta))
+                mark = MARK_TIMESTAMP;
+            w->marks[w->index] = mark;
+            memcpy(w->deltas + 8 * (Py_ssize_t)w->index, &ts_delta, sizeof ts_delta);
+        }
         w->index += 1;
         pos = rec_end;
     }
@@ -168,13 +198,18 @@ done:
 static PyObject *
 scan_span(PyObject *Py_UNUSED(module), PyObject *args)
 {
-    PyObject *obj;
+    PyObject *obj, *marks_obj = Py_None, *deltas_obj = Py_None;
     Py_ssize_t end;
     walk_state w = {0};
-    Py_buffer view;
-    if (!PyArg_ParseTuple(args, "OnnLLLLLL:scan_span", &obj, &w.pos, &end, &w.index, &w.count,
-                          &w.min_delta, &w.max_delta, &w.no_ts_delta, &w.first_null_key))
+    Py_buffer view, marks_view = {0}, deltas_view = {0};
+    if (!PyArg_ParseTuple(args, "OnnLLLLLL|OOLLi:scan_span", &obj, &w.pos, &end, &w.index, &w.count,
+                          &w.min_delta, &w.max_delta, &w.no_ts_delta, &w.first_null_key, &marks_obj,
+                          &deltas_obj, &w.low_delta, &w.high_delta, &w.flags))
         return NULL;
+    if ((marks_obj == Py_None) != (deltas_obj == Py_None)) {
+        PyErr_SetString(PyExc_ValueError, "scan_span: give both marks and deltas, or neither");
+        return NULL;
+    }
     if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0)
         return NULL;
     if (w.pos < 0 || end < w.pos || end > view.len) {
@@ -183,9 +218,34 @@ scan_span(PyObject *Py_UNUSED(module), PyObject *args)
         PyBuffer_Release(&view);
         return NULL;
     }
+    if (marks_obj != Py_None) {
+        if (PyObject_GetBuffer(marks_obj, &marks_view, PyBUF_WRITABLE) < 0) {
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+        if (PyObject_GetBuffer(deltas_obj, &deltas_view, PyBUF_WRITABLE) < 0) {
+            PyBuffer_Release(&marks_view);
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+        if (w.count < 0 || marks_view.len < w.count || deltas_view.len / 8 < w.count) {
+            PyErr_Format(PyExc_ValueError, "scan_span: marks need >= count (%lld) bytes and deltas >= 8 * count, "
+                         "got %zd and %zd", w.count, marks_view.len, deltas_view.len);
+            PyBuffer_Release(&deltas_view);
+            PyBuffer_Release(&marks_view);
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+        w.marks = (uint8_t *)marks_view.buf;
+        w.deltas = (uint8_t *)deltas_view.buf;
+    }
     Py_BEGIN_ALLOW_THREADS
     walk((const uint8_t *)view.buf, end, &w);
     Py_END_ALLOW_THREADS
+    if (marks_obj != Py_None) {
+        PyBuffer_Release(&deltas_view);
+        PyBuffer_Release(&marks_view);
+    }
     PyBuffer_Release(&view);
     return Py_BuildValue("(nLLLLiLL)", w.pos, w.index, w.min_delta, w.max_delta, w.first_null_key, w.kind,
                          w.a, w.b);
@@ -193,7 +253,8 @@ scan_span(PyObject *Py_UNUSED(module), PyObject *args)
 
 static PyMethodDef walk_methods[] = {
     {"scan_span", scan_span, METH_VARARGS,
-     "scan_span(data, pos, end, index, count, min_delta, max_delta, no_ts_delta, first_null_key)\n"
+     "scan_span(data, pos, end, index, count, min_delta, max_delta, no_ts_delta, first_null_key\n"
+     "          [, marks, deltas, low_delta, high_delta, flags])\n"
      "-> (pos, index, min_delta, max_delta, first_null_key, error_kind, error_a, error_b)\n\n"
      "Walk the complete records of data[pos:end] without the GIL (see the module's C source)."},
     {NULL, NULL, 0, NULL},

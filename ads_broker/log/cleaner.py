@@ -42,9 +42,11 @@ from ads_broker.log.cleaner_io import (
     IoBuffers,
     Output,
     RecordInfo,
+    charged_to,
     copy_range,
     key_digest,
     map_records_in,
+    pread,
     pread_into,
     records_in,
     records_streamed,
@@ -159,6 +161,9 @@ class CleanerStats:
     segments_swapped: int = 0
     map_full: bool = False
     seconds_throttled: float = 0.0
+    #: Bytes the pass read from files (every read, re-reads included), each charged to the throttler;
+    #: ``bytes_read`` counts each batch once.
+    io_bytes_read: int = 0
 
 
 @dataclass
@@ -181,6 +186,11 @@ class Throttler:
         self.sleep = sleep
         self.start = time.monotonic()
         self.bytes = 0
+
+    def record(self, n: int) -> None:
+        """Charge ``n`` bytes without sleeping (a read under the partition lock); the next
+        :meth:`add` sleeps for them."""
+        self.bytes += n
 
     def add(self, n: int) -> float:
         self.bytes += n
@@ -340,10 +350,16 @@ class LogCleaner:
         throttler = Throttler(self.io_rate)
         offset_map = OffsetMap(self.buffer_bytes)
         io = IoBuffers.for_budget(self.io_buffer_bytes)
-        map_end = self._build_map(plan, offset_map, throttler, io)
-        for group in self._groups(plog, plan.segments):
-            if not self._clean_group(partition, plan, group, offset_map, throttler, io):
-                break
+
+        def charge_read(n: int) -> None:  # every byte read, as it is read (cleaner_io.charged_to)
+            stats.io_bytes_read += n
+            stats.seconds_throttled += throttler.add(n)
+
+        with charged_to(charge_read):
+            map_end = self._build_map(plan, offset_map, throttler, io)
+            for group in self._groups(plog, plan.segments):
+                if not self._clean_group(partition, plan, group, offset_map, throttler, io):
+                    break
         with partition.lock:
             partition.log.write_cleaner_checkpoint(max(map_end, partition.log.log_start_offset))
         log.info("log cleaned", topic=partition.topic, partition=partition.index, first_dirty=first_dirty,
@@ -374,8 +390,7 @@ class LogCleaner:
         for pos, header, off in scan_batches(fd, start, segment.size, io.read):
             if header.base_offset >= plan.upper:
                 return plan.upper
-            plan.stats.bytes_read += header.size
-            plan.stats.seconds_throttled += throttler.add(header.size)
+            plan.stats.bytes_read += header.size  # (its reads were charged to the throttler as they happened)
             if header.is_control or _is_aborted(header, plan.aborted):
                 continue
             if header.compression == 0 and off >= 0 and \
@@ -423,7 +438,7 @@ class LogCleaner:
                         rewrite.batch(pos, header, off)
                         written = out.position - before
                         plan.stats.bytes_written += written
-                        plan.stats.seconds_throttled += throttler.add(header.size + written)
+                        plan.stats.seconds_throttled += throttler.add(written)  # reads: charged as read
             out.flush()
             os.fsync(fd)
             done = True
@@ -441,8 +456,15 @@ class LogCleaner:
                 cleaned_path.unlink(missing_ok=True)  # retention or truncation changed the log meanwhile
                 return False
             end = _next_base(plog, group[-1])
-            plog.replace_segments(group, cleaned_path, end, self.fault, read_buffer=io.read)
+
+            def record_read(n: int) -> None:  # the index rebuild's reads: never sleep under the lock
+                plan.stats.io_bytes_read += n
+                throttler.record(n)
+
+            with charged_to(record_read):
+                plog.replace_segments(group, cleaned_path, end, self.fault, read_buffer=io.read)
             plan.stats.segments_swapped += len(group)
+        plan.stats.seconds_throttled += throttler.add(0)  # ... paid here, the lock released
         return True
 
 
@@ -459,7 +481,7 @@ def _decoded_records(fd: int, pos: int, header: BatchHeader, off: int, io: IoBuf
     """A compressed batch, decoded as a bounded stream (the compressed bytes are read whole: the
     one allocation not bounded by the io buffer, as Kafka grows its buffers for a batch larger than
     them; the decompressed ones never more than a record at a time). Positions are meaningless."""
-    data = bytes(io.read[off : off + header.size]) if off >= 0 else os.pread(fd, header.size, pos)
+    data = bytes(io.read[off : off + header.size]) if off >= 0 else pread(fd, header.size, pos)
     for r in iter_records(data):
         digest = None if r.key is None else key_digest(r.key)
         yield r.offset, r.timestamp, digest, r.value is None, -1, -1
@@ -575,7 +597,7 @@ class _Rewrite:
         if not kept:
             return
         out = self.out
-        head = bytearray(os.pread(self.fd, RECORD_BATCH_OVERHEAD, pos))
+        head = bytearray(pread(self.fd, RECORD_BATCH_OVERHEAD, pos))
         _patch_header(head, 0, RECORD_BATCH_OVERHEAD + body, header, kept, last_offset, max_ts)
         crc = crc32c.crc32c(memoryview(head)[ATTRIBUTES_OFFSET:])
         out.append(head)
@@ -598,7 +620,7 @@ class _Rewrite:
 
     def _filter_decoded(self, pos: int, header: BatchHeader, off: int) -> None:
         """A compressed batch: decoded whole, survivors re-encoded uncompressed at the same base offset."""
-        data = bytes(self.io.read[off : off + header.size]) if off >= 0 else os.pread(self.fd, header.size, pos)
+        data = bytes(self.io.read[off : off + header.size]) if off >= 0 else pread(self.fd, header.size, pos)
         _h, records = decode_batch(data)
         kept = [r for r in records if self._retained(r.offset, None if r.key is None else key_digest(r.key),
                                                      r.value is None)]

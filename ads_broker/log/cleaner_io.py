@@ -15,6 +15,13 @@ write buffers the same way, apart from the dedupe buffer).
 * ``Output`` gathers the cleaned segment in the write buffer and writes it in large pieces;
   ``copy_range`` copies a byte range file-to-file in the kernel (``copy_file_range``).
 
+Every byte these functions read (``pread_into``, ``pread``, ``copy_range``) on a thread inside
+``charged_to(charge)`` is passed to ``charge`` as it is read: the cleaner charges its throttler
+(``log.cleaner.io.max.bytes.per.second``) per read, so a batch larger than the read buffer, whose
+CRC is read once before its records are streamed, pays for both reads (hostile review F6), and so
+does the index rebuild of the swapped-in segment (``Segment.recover`` reads through
+``pread_into``). Outside ``charged_to`` (start-up recovery) nothing is charged.
+
 Invariant: after ``scan_batches`` yields a header with ``in_buffer=False`` the caller may use the
 read buffer for anything; the scanner refills it before its next batch.
 """
@@ -23,7 +30,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import crc32c
@@ -68,6 +77,30 @@ class IoBuffers:
         return len(self.read) + len(self.write)
 
 
+class _Charge(threading.local):
+    charge: Callable[[int], object] | None = None
+
+
+_charge = _Charge()
+
+
+@contextmanager
+def charged_to(charge: Callable[[int], object]) -> Iterator[None]:
+    """Pass every byte this module reads on this thread to ``charge`` until the block ends."""
+    previous = _charge.charge
+    _charge.charge = charge
+    try:
+        yield
+    finally:
+        _charge.charge = previous
+
+
+def _charged(n: int) -> None:
+    charge = _charge.charge
+    if charge is not None and n > 0:
+        charge(n)
+
+
 def pread_into(fd: int, view: memoryview, size: int, position: int) -> int:
     """Fill ``view[:size]`` from ``position``; returns the bytes read (fewer only at end of file)."""
     got = 0
@@ -76,7 +109,15 @@ def pread_into(fd: int, view: memoryview, size: int, position: int) -> int:
         if n <= 0:
             break
         got += n
+        _charged(n)
     return got
+
+
+def pread(fd: int, size: int, position: int) -> bytes:
+    """``os.pread``, charged (see the module docstring)."""
+    data = os.pread(fd, size, position)
+    _charged(len(data))
+    return data
 
 
 def copy_range(src_fd: int, dst_fd: int, position: int, size: int) -> None:
@@ -87,6 +128,7 @@ def copy_range(src_fd: int, dst_fd: int, position: int, size: int) -> None:
         if n <= 0:
             raise OSError(f"copy_file_range stopped {size - done} bytes short of {size} at {position + done}")
         done += n
+        _charged(n)  # the bytes read; the caller charges the bytes written
 
 
 def scan_batches(fd: int, start: int, end: int, buf: bytearray) -> Iterator[tuple[int, BatchHeader, int]]:
@@ -390,10 +432,12 @@ __all__ = [
     "IoBuffers",
     "Output",
     "RecordInfo",
+    "charged_to",
     "chunked_crc",
     "copy_range",
     "key_digest",
     "map_records_in",
+    "pread",
     "pread_into",
     "records_in",
     "records_streamed",

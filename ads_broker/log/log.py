@@ -42,15 +42,18 @@ from ads_broker.log.producer_state import CONTROL_ABORT, CONTROL_COMMIT, Complet
 from ads_broker.log.records import (
     INT64_MAX,
     NO_TIMESTAMP,
+    TIMESTAMP_TYPE_LOG_APPEND_TIME,
+    TIMESTAMP_TYPE_MASK,
     BatchHeader,
     Record,
     RecordsSummary,
     build_batch,
     decode_batch,
     iter_batches,
-    iter_records,
+    mark_records,
     read_header,
     recompress_batch,
+    stamp_create_time,
     stamp_log_append_time,
     stamp_max_timestamp,
     stamp_offsets,
@@ -59,6 +62,7 @@ from ads_broker.log.records import (
 )
 from ads_broker.log.segment import DELETED_SUFFIX, FileSlice, LogSegment
 from ads_broker.log.txn_index import TXN_INDEX_SUFFIX, AbortedTxn, TxnIndex
+from ads_broker.log.walk_reference import MARK_NULL_KEY, MARK_TIMESTAMP
 
 __all__ = ["LOG_START_OFFSET_FILE", "AppendInfo", "FileSlice", "Log", "ValidatedBatch"]
 
@@ -67,6 +71,8 @@ DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
 _CONTROL_KEY = struct.Struct(">hh")  # version, type (Kafka's EndTransactionMarker key)
 _CONTROL_VALUE = struct.Struct(">hi")  # version, coordinator epoch
 _SEGMENT_FILE = re.compile(r"^(\d{20})\.log$")
+#: A record the naming pass marked (``walk_reference.MARK_NULL_KEY`` or ``MARK_TIMESTAMP``).
+_MARKED = re.compile(bytes([ord("["), MARK_NULL_KEY, MARK_TIMESTAMP, ord("]")]))
 SWAP_SUFFIX = ".swap"
 SWAP_RANGE_SUFFIX = ".swap-range"
 CLEANED_SUFFIX = ".cleaned"
@@ -312,24 +318,58 @@ class Log:
 
     # -- appends ---------------------------------------------------------------------------
 
-    def _record_errors(self, records: bytes, limit: int, config: LogConfig, now: int) -> BrokerError:
+    def _record_errors(self, records: bytes, header: BatchHeader, limit: int, config: LogConfig,
+                       now: int) -> BrokerError:
         """Kafka's ``LogValidator.validateRecord`` for every record (its key on a compacted topic, then
-        its CreateTime timestamp), then ``processRecordErrors``: one KIP-467 record error per refused
-        record, INVALID_TIMESTAMP if any is a timestamp, else INVALID_RECORD. The error path only: the
-        walk found a keyless record or a timestamp out of range, this second pass names each record."""
+        its timestamp), then ``processRecordErrors``: one KIP-467 record error per refused record,
+        INVALID_TIMESTAMP if any is a timestamp, else INVALID_RECORD. The error path only: the walk
+        found a keyless record, a timestamp out of range or a LogAppendTime batch; this second pass
+        names each record. It is the C walk again (``records.mark_records``, no GIL, no per-record
+        Python decode): a Produce of hundreds of small refused batches must not hold the event loop.
+
+        ``validateTimestamp``: on a CreateTime topic a record's timestamp is checked against
+        [now - message.timestamp.before.max.ms, now + message.timestamp.after.max.ms]; in a batch
+        with the LogAppendTime bit every record's timestamp reads as the batch's maxTimestamp (Kafka's
+        ``DefaultRecordBatch``), and a record without one (-1), or any record on a LogAppendTime
+        topic, is "Invalid timestamp type". The stored timestamps of a batch are its base timestamp
+        plus each delta, so those are checked too (stricter than Kafka for a LogAppendTime batch)."""
         key_message = (f"Compacted topic cannot accept message without key in topic partition "
                        f"{self.topic}-{self.partition}; give every record a key or use cleanup.policy=delete")
         low = now - config.message_timestamp_before_max_ms
         high = now + config.message_timestamp_after_max_ms
+        marks, deltas = mark_records(records, header, max_decompressed=limit, low=low, high=high,
+                                     keys=config.compact, timestamps=not config.log_append_time)
+        lat_batch = header.timestamp_type == TIMESTAMP_TYPE_LOG_APPEND_TIME
+        batch_ts = header.max_timestamp
+        # (lat_error, lat_range): every record of a LogAppendTime batch is refused, as the wrong type
+        # or (CreateTime topic) with the batch's maxTimestamp out of range.
+        lat_error = lat_batch and (config.log_append_time or batch_ts == NO_TIMESTAMP)
+        lat_range = lat_batch and not lat_error and not low <= batch_ts <= high
         found: list[tuple[int, str]] = []
         any_timestamp = False
-        for index, record in enumerate(iter_records(records, max_decompressed=limit)):
-            if config.compact and record.key is None:
+        base_offset, base_ts = header.base_offset, header.base_timestamp
+        range_text = f" is out of range. The timestamp should be within [{low}, {high}]"
+        # Every record of a refused LogAppendTime batch is named; otherwise only the marked ones,
+        # found by a scan in C (a Python loop over thousands of good records costs ms per batch).
+        indices = range(len(marks)) if lat_error or lat_range else [m.start() for m in _MARKED.finditer(marks)]
+        for index in indices:
+            mark = marks[index]
+            if mark == MARK_NULL_KEY:
                 found.append((index, key_message))
-            elif not (config.log_append_time or record.timestamp == NO_TIMESTAMP or low <= record.timestamp <= high):
+            elif lat_error:
                 any_timestamp = True
-                found.append((index, f"Timestamp {record.timestamp} of message with offset {record.offset} is out of "
-                                     f"range. The timestamp should be within [{low}, {high}]"))
+                found.append((index, f"Invalid timestamp type in message with offset {base_offset + index}. "
+                                     "Producer should not set timestamp type to LogAppendTime."))
+            elif lat_range or mark == MARK_TIMESTAMP:
+                any_timestamp = True
+                ts = batch_ts if lat_range else base_ts + deltas[index]
+                found.append((index, f"Timestamp {ts} of message with offset {base_offset + index}{range_text}"))
+        if lat_error:
+            return InvalidTimestampError(
+                f"One or more records have been rejected due to invalid timestamp: the batch for "
+                f"{self.topic}-{self.partition} has the LogAppendTime timestamp type (attribute bit 3), which "
+                f"only the broker sets{' on this LogAppendTime topic' if config.log_append_time else ''}; "
+                "producers must send CreateTime batches", record_errors=found)
         if any_timestamp or not found:  # (not found: the walk's bounds and this pass disagree; refuse anyway)
             return InvalidTimestampError(
                 "One or more records have been rejected due to invalid timestamp (message.timestamp.before.max.ms"
@@ -351,13 +391,17 @@ class Log:
         (header,) = validate_produce_batches(records, config)
         summary = validate_records(records, header, max_decompressed=decompressed_limit(config.max_message_bytes))
         now = self._now_ms()
-        if (config.compact and summary.null_key) or not (config.log_append_time or self._timestamps_ok(summary, now)):
-            raise self._record_errors(records, decompressed_limit(config.max_message_bytes), config, now)
+        lat_batch = header.timestamp_type == TIMESTAMP_TYPE_LOG_APPEND_TIME
+        if ((config.compact and summary.null_key) or not (config.log_append_time or self._timestamps_ok(summary, now))
+                or (lat_batch and not self._lat_batch_ok(header, now))):
+            raise self._record_errors(records, header, decompressed_limit(config.max_message_bytes), config, now)
         target = config.target_codec
         if target is None or target == header.compression:
             return ValidatedBatch(header, summary, config)
         rewritten = recompress_batch(records, header, target, max_decompressed=decompressed_limit(
             config.max_message_bytes))
+        if lat_batch:  # rebuilt as Kafka does: every record carries the batch's maxTimestamp, CreateTime
+            summary = replace(summary, min_timestamp=header.max_timestamp, max_timestamp=header.max_timestamp)
         new_header = read_header(rewritten)
         if new_header.size > config.max_message_bytes:
             # Kafka's UnifiedLog.append re-checks the size when recompression may have changed it.
@@ -366,6 +410,15 @@ class Log:
                 f"(compression.type of {self.topic}) exceeds max.message.bytes={config.max_message_bytes}; "
                 "send smaller batches or raise the topic's max.message.bytes")
         return ValidatedBatch(new_header, summary, config, rewritten)
+
+    def _lat_batch_ok(self, header: BatchHeader, now: int) -> bool:
+        """A client batch with the LogAppendTime bit (Kafka's ``LogValidator.validateTimestamp``): refused
+        on a LogAppendTime topic; on a CreateTime topic its records' timestamps read as its
+        maxTimestamp, which must be set and in range. An accepted one is stored as CreateTime."""
+        if self.config.log_append_time or header.max_timestamp == NO_TIMESTAMP:
+            return False
+        return (now - self.config.message_timestamp_before_max_ms <= header.max_timestamp
+                <= now + self.config.message_timestamp_after_max_ms)
 
     def _timestamps_ok(self, summary: RecordsSummary, now: int) -> bool:
         """KIP-937 (Kafka's ``LogValidator.validateTimestamp`` for CreateTime): every record's
@@ -409,7 +462,11 @@ class Log:
                 self._verify_txn(verify_txn, header)
         buf = bytearray(records if validated.rewritten is None else validated.rewritten)
         true_max = validated.records.max_timestamp
-        if not self.config.log_append_time and header.max_timestamp != true_max:
+        if not self.config.log_append_time and header.timestamp_type == TIMESTAMP_TYPE_LOG_APPEND_TIME:
+            # Kafka's setMaxTimestamp(CREATE_TIME, ...): a client's LogAppendTime bit is not stored.
+            stamp_create_time(buf, 0, header.size, true_max)
+            header = replace(header, attributes=header.attributes & ~TIMESTAMP_TYPE_MASK, max_timestamp=true_max)
+        elif not self.config.log_append_time and header.max_timestamp != true_max:
             # Kafka's LogValidator sets maxTimestamp from the records: a header claiming another
             # value must not steer segment rolls, retention or the time index.
             stamp_max_timestamp(buf, 0, header.size, true_max)

@@ -16,6 +16,7 @@ recordsCount i32 @57, records @61 (Kafka ``DefaultRecordBatch.java``).
 from __future__ import annotations
 
 import struct
+from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -28,6 +29,8 @@ from ads_broker.log import _walk
 from ads_broker.log.compression import CHUNK_BYTES, decompress_chunks, decompressed_limit
 from ads_broker.log.config import LogConfig
 from ads_broker.log.walk_reference import (
+    FLAG_KEYS,
+    FLAG_TIMESTAMPS,
     WALK_FIELDS_PAST,
     WALK_HEADERS_PAST,
     WALK_LONG_VARINT,
@@ -66,6 +69,7 @@ NO_PARTITION_LEADER_EPOCH = -1
 NO_TIMESTAMP = -1
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
+INT64_MIN = -(2**63)
 
 TIMESTAMP_TYPE_CREATE_TIME = 0
 TIMESTAMP_TYPE_LOG_APPEND_TIME = 1
@@ -309,6 +313,36 @@ def validate_records(buf: Buffer, header: BatchHeader, *, max_decompressed: int)
     return _scan_stream(chunks, scan, max_decompressed)
 
 
+def mark_records(buf: Buffer, header: BatchHeader, *, max_decompressed: int, low: int, high: int,
+                 keys: bool, timestamps: bool) -> tuple[bytearray, array[int]]:
+    """The naming pass of a refused client batch (Kafka's ``LogValidator.validateRecord`` per record,
+    for KIP-467's record errors), in the C walk without the GIL: per record, a mark
+    (``walk_reference.MARK_*``: a null key when ``keys``, else a timestamp outside ``[low, high]``
+    when ``timestamps``, else OK) and its timestamp delta. ``buf`` is a batch that passed
+    :func:`validate_records` (so it holds ``recordsCount`` records within ``max_decompressed``);
+    compressed records are decoded as the same bounded stream."""
+    count = header.records_count
+    where = f"batch with producerId {header.producer_id} sequence {header.base_sequence}"
+    scan = _Scan(header, where)
+    scan.marks = bytearray(count)
+    scan.deltas = array("q", [0]) * count
+    scan.low_delta = _clamp64(low - header.base_timestamp)
+    scan.high_delta = _clamp64(high - header.base_timestamp)
+    scan.flags = (FLAG_KEYS if keys else 0) | (FLAG_TIMESTAMPS if timestamps else 0)
+    if header.compression == 0:
+        _scan_span(buf, RECORD_BATCH_OVERHEAD, header.size, scan)
+    else:
+        _scan_stream(decompress_chunks(header.compression, memoryview(buf)[RECORD_BATCH_OVERHEAD : header.size],
+                                       max_decompressed), scan, max_decompressed)
+    if scan.index != count:  # cannot happen after validate_records; refuse rather than name garbage
+        raise _invalid_structure(where, scan.index, f"is missing: the batch declares {count} records")
+    return scan.marks, scan.deltas
+
+
+def _clamp64(value: int) -> int:
+    return max(INT64_MIN, min(INT64_MAX, value))
+
+
 def _invalid_structure(where: str, index: int, detail: str) -> InvalidRecordError:
     return InvalidRecordError(f"Found invalid record structure in {where}: record {index} {detail}")
 
@@ -316,7 +350,8 @@ def _invalid_structure(where: str, index: int, detail: str) -> InvalidRecordErro
 class _Scan:
     """The running state of one batch's record walk."""
 
-    __slots__ = ("base_ts", "count", "first_null_key", "index", "max_delta", "min_delta", "no_ts_delta", "where")
+    __slots__ = ("base_ts", "count", "deltas", "first_null_key", "flags", "high_delta", "index", "low_delta", "marks",
+                 "max_delta", "min_delta", "no_ts_delta", "where")
 
     def __init__(self, header: BatchHeader, where: str) -> None:
         self.count = header.records_count
@@ -327,6 +362,11 @@ class _Scan:
         self.max_delta = NO_TIMESTAMP - header.base_timestamp
         self.first_null_key = -1  # the index of the first record without a key
         self.where = where
+        # The naming pass only (mark_records): per-record marks and timestamp deltas.
+        self.marks: bytearray | None = None
+        self.deltas: array[int] | None = None
+        self.low_delta = self.high_delta = 0
+        self.flags = 0
 
     def summary(self, records_bytes: int) -> RecordsSummary:
         low = INT64_MAX if self.min_delta == INT64_MAX else self.base_ts + self.min_delta
@@ -338,9 +378,14 @@ def _scan_span(data: Buffer, pos: int, end: int, scan: _Scan) -> int:
     """Walk the complete records in ``data[pos:end]`` (``end == len(data)``), updating ``scan``;
     returns where the first incomplete record starts (``end`` if none). The walk is C without the
     GIL (``_walk.c``; its reference is :mod:`ads_broker.log.walk_reference`)."""
-    (pos, scan.index, scan.min_delta, scan.max_delta, scan.first_null_key, kind, a, b) = _walk.scan_span(
-        data, pos, end, scan.index, scan.count, scan.min_delta, scan.max_delta, scan.no_ts_delta,
-        scan.first_null_key)
+    if scan.marks is None:
+        result = _walk.scan_span(data, pos, end, scan.index, scan.count, scan.min_delta, scan.max_delta,
+                                 scan.no_ts_delta, scan.first_null_key)
+    else:
+        result = _walk.scan_span(data, pos, end, scan.index, scan.count, scan.min_delta, scan.max_delta,
+                                 scan.no_ts_delta, scan.first_null_key, scan.marks, scan.deltas, scan.low_delta,
+                                 scan.high_delta, scan.flags)
+    (pos, scan.index, scan.min_delta, scan.max_delta, scan.first_null_key, kind, a, b) = result
     if kind:
         raise _walk_error(kind, scan.index, a, b, scan.where)
     return pos
@@ -482,6 +527,14 @@ def stamp_max_timestamp(buf: bytearray, pos: int, size: int, max_timestamp: int)
     """Kafka's ``setMaxTimestamp(CREATE_TIME, max)``: the records' true max timestamp, new CRC."""
     _I64.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, max_timestamp)
     _U32.pack_into(buf, pos + CRC_OFFSET, compute_crc(buf, pos, size))
+
+
+def stamp_create_time(buf: bytearray, pos: int, size: int, max_timestamp: int) -> None:
+    """Kafka's ``setMaxTimestamp(CREATE_TIME, max)`` on a batch a client sent with the LogAppendTime
+    bit: attribute bit 3 cleared, maxTimestamp set, new CRC."""
+    (attributes,) = _I16.unpack_from(buf, pos + ATTRIBUTES_OFFSET)
+    _I16.pack_into(buf, pos + ATTRIBUTES_OFFSET, attributes & ~TIMESTAMP_TYPE_MASK)
+    stamp_max_timestamp(buf, pos, size, max_timestamp)
 
 
 def stamp_log_append_time(buf: bytearray, pos: int, size: int, now_ms: int) -> None:
@@ -654,16 +707,16 @@ def recompress_batch(buf: Buffer, header: BatchHeader, target: int, *, max_decom
     """The client batch ``buf`` rewritten with codec ``target`` (0: uncompressed), as Kafka's
     ``LogValidator.buildRecordsAndAssignOffsets`` does for a topic whose ``compression.type``
     differs from the batch's codec: the same records (offset deltas, timestamps, keys, values,
-    headers), producer id, epoch, base sequence and transactional flag; the body compressed with
+    headers), producer id, epoch, base sequence and transactional flag, CreateTime; the body compressed with
     ``target`` even where that makes it larger (Kafka's builder does not fall back)."""
     records = iter_records(buf, max_decompressed=max_decompressed)
     plain = bytearray(build_batch(list(records), base_offset=header.base_offset, producer_id=header.producer_id,
                                   producer_epoch=header.producer_epoch, base_sequence=header.base_sequence,
                                   is_transactional=header.is_transactional,
                                   partition_leader_epoch=header.partition_leader_epoch))
-    if header.timestamp_type == TIMESTAMP_TYPE_LOG_APPEND_TIME:
-        (attributes,) = _I16.unpack_from(plain, ATTRIBUTES_OFFSET)
-        _I16.pack_into(plain, ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_MASK)
+    # A client batch with the LogAppendTime bit (accepted only on a CreateTime topic) is rebuilt as
+    # Kafka's builder does: each record carries the batch's maxTimestamp (iter_records reads it so),
+    # and the type is CreateTime.
     if target:
         body = _ENCODERS[target](bytes(plain[RECORD_BATCH_OVERHEAD:]))
         plain[RECORD_BATCH_OVERHEAD:] = body

@@ -4,7 +4,8 @@ Not used at runtime (the broker runs the C walk only); tests/unit/log/test_walk_
 checks on generated valid, mutated and truncated record bodies that both give the same result.
 Same contract as the C ``scan_span``::
 
-    scan_span(data, pos, end, index, count, min_delta, max_delta, no_ts_delta, first_null_key)
+    scan_span(data, pos, end, index, count, min_delta, max_delta, no_ts_delta, first_null_key
+              [, marks, deltas, low_delta, high_delta, flags])
       -> (pos, index, min_delta, max_delta, first_null_key, error_kind, error_a, error_b)
 
 Walk the complete records of ``data[pos:end]`` while ``index < count``; return where the first
@@ -12,9 +13,19 @@ incomplete record starts (``end`` if none) with the updated state, or ``error_ki
 position and index of the malformed record and the numbers of its message (``WALK_*`` below).
 Varints are Kafka's ``ByteUtils.readVarint`` (at most 5 bytes, bits past 32 dropped) and
 ``readVarlong`` (at most 10 bytes, bits past 64 dropped).
+
+The naming pass of a refused batch: with ``marks`` (writable, >= ``count`` bytes) and ``deltas``
+(writable, >= 8 * ``count`` bytes, native int64), each well-formed record walked gets
+``marks[index]``: MARK_NULL_KEY if ``flags & FLAG_KEYS`` and its key is null, else MARK_TIMESTAMP
+if ``flags & FLAG_TIMESTAMPS`` and its timestamp delta is neither ``no_ts_delta`` nor within
+``[low_delta, high_delta]``, else MARK_OK; and ``deltas[index]`` its timestamp delta.
 """
 
 from __future__ import annotations
+
+import struct
+from array import array
+from typing import TypeAlias
 
 WALK_OK = 0
 WALK_SHORT_RECORD = 1  # a = declared length (< 6)
@@ -26,6 +37,14 @@ WALK_HEADERS_PAST = 6  # a = header count
 WALK_NEGATIVE_HEADER_KEY = 7  # a = header key length
 WALK_LONG_VARINT = 8  # a = Kafka's byte limit (5 for a varint, 10 for a varlong)
 
+MARK_OK = 0
+MARK_NULL_KEY = 1
+MARK_TIMESTAMP = 2
+FLAG_KEYS = 1
+FLAG_TIMESTAMPS = 2
+_INT64 = struct.Struct("=q")
+
+Writable: TypeAlias = "bytearray | memoryview | array[int]"
 ScanResult = tuple[int, int, int, int, int, int, int, int]
 
 
@@ -63,9 +82,16 @@ def _field(data: bytes | bytearray | memoryview, p: int, end: int, max_bytes: in
 
 
 def scan_span(data: bytes | bytearray | memoryview, pos: int, end: int, index: int, count: int, min_delta: int,
-              max_delta: int, no_ts_delta: int, first_null_key: int) -> ScanResult:
+              max_delta: int, no_ts_delta: int, first_null_key: int, marks: Writable | None = None,
+              deltas: Writable | None = None, low_delta: int = 0, high_delta: int = 0, flags: int = 0) -> ScanResult:
+    if (marks is None) != (deltas is None):
+        raise ValueError("scan_span: give both marks and deltas, or neither")
     if not 0 <= pos <= end <= len(data):
         raise ValueError(f"scan_span: need 0 <= pos <= end <= len(data), got pos {pos}, end {end}, len {len(data)}")
+    if marks is not None and deltas is not None and (
+            count < 0 or len(marks) < count or memoryview(deltas).nbytes // 8 < count):
+        raise ValueError(f"scan_span: marks need >= count ({count}) bytes and deltas >= 8 * count, got "
+                         f"{len(marks)} and {memoryview(deltas).nbytes}")
     try:
         while index < count and pos < end:
             try:
@@ -94,6 +120,14 @@ def scan_span(data: bytes | bytearray | memoryview, pos: int, end: int, index: i
             max_delta = max(max_delta, ts_delta)
             if ts_delta < min_delta and ts_delta != no_ts_delta:
                 min_delta = ts_delta
+            if marks is not None and deltas is not None:
+                if flags & FLAG_KEYS and key_len < 0:
+                    marks[index] = MARK_NULL_KEY
+                elif flags & FLAG_TIMESTAMPS and ts_delta != no_ts_delta and not low_delta <= ts_delta <= high_delta:
+                    marks[index] = MARK_TIMESTAMP
+                else:
+                    marks[index] = MARK_OK
+                _INT64.pack_into(deltas, 8 * index, ts_delta)
             index += 1
             pos = rec_end
     except _Fail as fail:

@@ -46,10 +46,16 @@ PartitionData: Any = FetchResponse.FetchableTopicResponse.PartitionData
 
 
 def _requested(body: FetchRequest) -> list[CachedPartition]:
-    """The partitions named in the request, in request order."""
-    return [CachedPartition(ftopic.topic, fpart.partition, fpart.fetch_offset, fpart.partition_max_bytes,
-                            getattr(fpart, "current_leader_epoch", None))  # v9+
-            for ftopic in body.topics for fpart in ftopic.partitions]
+    """The partitions named in the request, in request order, each once: a partition named twice is
+    read once, with its last entry, at its first place (Kafka's ``FetchRequest.fetchData``, a
+    ``LinkedHashMap``)."""
+    parts: dict[TopicPartitionKey, CachedPartition] = {}
+    for ftopic in body.topics:
+        for fpart in ftopic.partitions:
+            parts[(ftopic.topic, fpart.partition)] = CachedPartition(
+                ftopic.topic, fpart.partition, fpart.fetch_offset, fpart.partition_max_bytes,
+                getattr(fpart, "current_leader_epoch", None))  # v9+
+    return list(parts.values())
 
 
 def _wanted(ctx: HandlerContext, parts: Iterable[CachedPartition]) -> list[FetchPartition]:

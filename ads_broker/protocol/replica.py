@@ -49,27 +49,29 @@ async def handle_follower_fetch(ctx: HandlerContext, req: DecodedRequest) -> lis
     # Kafka's handleFetchRequest caps a follower's Fetch as a consumer's (without the quota window):
     # min(max_bytes, fetch.max.bytes); no partition is read past it.
     budget = max(min(body.max_bytes, ctx.config.settings.fetch_max_bytes), 0)
-    wanted = [ReplicaFetchPartition(t.topic, p.partition, p.fetch_offset, min(p.partition_max_bytes, budget),
-                                    _epoch(getattr(p, "current_leader_epoch", None)),
-                                    _epoch(getattr(p, "last_fetched_epoch", None)), p.log_start_offset)
-              for t in body.topics for p in t.partitions]
+    # Kafka's FetchRequest.fetchData is a LinkedHashMap: a partition named twice is read (and its
+    # follower's position recorded) once, with its last entry, at its first place in the answer.
+    unique: dict[tuple[str, int], ReplicaFetchPartition] = {}
+    for t in body.topics:
+        for p in t.partitions:
+            unique[(t.topic, p.partition)] = ReplicaFetchPartition(
+                t.topic, p.partition, p.fetch_offset, min(p.partition_max_bytes, budget),
+                _epoch(getattr(p, "current_leader_epoch", None)), _epoch(getattr(p, "last_fetched_epoch", None)),
+                p.log_start_offset)
+    wanted = list(unique.values())
     if denied is None:
         reads = _within_budget(
             await ctx.replicas.fetch_for_follower(body.replica_id, wanted, max_wait_ms=body.max_wait_ms), budget)
     results: ReadResult = []
-    index = 0
-    for ftopic in body.topics:
-        parts: list[tuple[Any, list[FileSlice]]] = []
-        for fpart in ftopic.partitions:
-            data = PartitionData(partition_index=fpart.partition, error_code=0, high_watermark=-1,
-                                 last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None,
-                                 preferred_read_replica=-1, records=b"")
-            if denied is not None:
-                data.error_code = TOPIC_AUTHORIZATION_FAILED
-                parts.append((data, []))
-                continue
+    for index, want in enumerate(wanted):
+        data = PartitionData(partition_index=want.partition, error_code=0, high_watermark=-1,
+                             last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None,
+                             preferred_read_replica=-1, records=b"")
+        slices: list[FileSlice] = []
+        if denied is not None:
+            data.error_code = TOPIC_AUTHORIZATION_FAILED
+        else:
             read = reads[index]
-            index += 1
             data.error_code = read.error
             data.high_watermark = read.high_watermark
             data.last_stable_offset = read.last_stable_offset
@@ -77,8 +79,10 @@ async def handle_follower_fetch(ctx: HandlerContext, req: DecodedRequest) -> lis
             if read.diverging_epoch is not None:
                 data.diverging_epoch = PartitionData.EpochEndOffset(epoch=read.diverging_epoch[0],
                                                                     end_offset=read.diverging_epoch[1])
-            parts.append((data, read.slices))
-        results.append((ftopic.topic, parts))
+            slices = read.slices
+        if not results or results[-1][0] != want.topic:  # consecutive partitions of a topic share an entry
+            results.append((want.topic, []))
+        results[-1][1].append((data, slices))
     return _encode_fetch(req, results)
 
 

@@ -135,3 +135,59 @@ def test_the_walk_refuses_positions_outside_the_data() -> None:
                 assert "0 <= pos <= end <= len(data)" in str(exc)
             else:
                 raise AssertionError(f"{impl} accepted pos {pos}, end {end}")
+
+
+@settings(max_examples=max(EXAMPLES // 2, 1), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(body(), st.integers(INT64_MIN, INT64_MAX), st.tuples(st.integers(-10, 10), st.integers(-10, 10)),
+       st.integers(0, 3), st.booleans())
+def test_the_naming_pass_marks_agree_with_the_reference(generated: tuple[bytes, int], no_ts: int,
+                                                        bounds: tuple[int, int], flags: int,
+                                                        as_memoryview: bool) -> None:
+    """The naming pass of a refused batch (marks and timestamp deltas per record): both walks mark
+    the same records, write the same deltas, and leave every byte past the records walked alone."""
+    buf, count = generated
+    count = max(count, 0)
+    results = []
+    for impl in (_walk.scan_span, ref.scan_span):
+        marks, deltas = bytearray(b"\xee" * count), bytearray(b"\xee" * (8 * count))
+        args = (0, len(buf), 0, count, INT64_MAX, -1, no_ts, -1)
+        out = impl(buf, *args, memoryview(marks) if as_memoryview else marks, deltas, bounds[0], bounds[1], flags)
+        results.append((out, bytes(marks), bytes(deltas)))
+        walked = out[1]
+        assert marks[walked:] == b"\xee" * (count - walked)  # nothing written past the records walked
+        assert set(marks[:walked]) <= {ref.MARK_OK, ref.MARK_NULL_KEY, ref.MARK_TIMESTAMP}
+    assert results[0] == results[1]
+    plain = ref.scan_span(buf, 0, len(buf), 0, count, INT64_MAX, -1, no_ts, -1)
+    assert results[0][0] == plain  # the marks change nothing of the walk's result
+
+
+def test_the_naming_pass_marks_keys_first_then_timestamps() -> None:
+    """Kafka's validateRecord order: a keyless record is a key error even when its timestamp is out
+    of range too; a record without a timestamp (no_ts_delta) is never a timestamp error."""
+    def rec(index: int, key: bytes | None, ts_delta: int) -> bytes:
+        body = (b"\x00" + _unsigned(_zigzag(ts_delta, 64)) + _unsigned(_zigzag(index, 32))
+                + (_unsigned(1) if key is None else _unsigned(_zigzag(len(key), 32)) + key) + b"\x00\x00")
+        return _unsigned(_zigzag(len(body), 32)) + body
+    no_ts = -7
+    cases = [(None, 0), (b"k", 500), (None, 500), (b"k", 0), (b"k", no_ts), (None, no_ts)]
+    buf = b"".join(rec(i, key, delta) for i, (key, delta) in enumerate(cases))
+    for flags, expected in ((3, [1, 2, 1, 0, 0, 1]), (2, [0, 2, 2, 0, 0, 0]), (1, [1, 0, 1, 0, 0, 1]),
+                            (0, [0] * 6)):
+        for impl in (_walk.scan_span, ref.scan_span):
+            marks, deltas = bytearray(6), bytearray(48)
+            out = impl(buf, 0, len(buf), 0, 6, INT64_MAX, -1, no_ts, -1, marks, deltas, -100, 100, flags)
+            assert out[5] == ref.WALK_OK and out[1] == 6
+            assert list(marks) == expected, (impl, flags)
+            assert [int.from_bytes(deltas[8 * i: 8 * i + 8], "little", signed=True) for i in range(6)] == [
+                d for _, d in cases]
+
+
+def test_the_naming_pass_refuses_buffers_too_small_for_count() -> None:
+    for impl in (_walk.scan_span, ref.scan_span):
+        for marks, deltas in ((bytearray(2), bytearray(24)), (bytearray(3), bytearray(16)), (bytearray(3), None)):
+            try:
+                impl(b"", 0, 0, 0, 3, 0, 0, 0, -1, marks, deltas, 0, 0, 3)
+            except ValueError:
+                pass
+            else:
+                raise AssertionError(f"{impl} accepted marks of {len(marks)} and deltas of {deltas!r}")
