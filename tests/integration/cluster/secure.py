@@ -96,16 +96,19 @@ def _provision(zk_connect: str, mechanism: str, topic_prefix: str) -> None:
 
 def start_three_sasl(brokers: BrokerCluster, topic_prefix: str = "t-", *, protocol: str = "SASL_PLAINTEXT",
                      mechanism: str = "SCRAM-SHA-256", keystore: Path | None = None, ca: Path | None = None,
-                     per_broker: dict[int, dict[str, str]] | None = None, **config: str) -> SaslCluster:
+                     per_broker: dict[int, dict[str, str]] | None = None, provision: bool = True,
+                     **config: str) -> SaslCluster:
     """Brokers 1-3 with ``protocol``/``mechanism`` between them; returns once all three are
     registered. SASL_SSL needs ``keystore`` (chain + key, SAN 127.0.0.1) and ``ca``;
-    ``per_broker`` adds settings to one broker only."""
+    ``per_broker`` adds settings to one broker only; ``provision=False``: the caller wrote the
+    users and ACLs to ZooKeeper itself."""
     cluster = SaslCluster(brokers, protocol, mechanism, ca)
     tls: dict[str, str] = {}
     if protocol == "SASL_SSL":
         assert keystore is not None and ca is not None
         tls = {"ssl.keystore.location": str(keystore), "ssl.truststore.location": str(ca)}
-    _provision(brokers.zk_connect, mechanism, topic_prefix)
+    if provision:
+        _provision(brokers.zk_connect, mechanism, topic_prefix)
     for broker_id in IDS:
         sasl, plain = free_port(), free_port()
         cluster.sasl_ports[broker_id], cluster.plain_ports[broker_id] = sasl, plain
