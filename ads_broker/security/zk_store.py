@@ -222,8 +222,9 @@ class ZkSecurityData:
 
     def delete_acls(self, filters: list[AclFilter], known: Iterable[Acl]
                     ) -> tuple[list[list[Acl]], dict[Resource, list[Acl]]]:
-        """Remove what each filter matches (the resources to look at: those of ``known`` and of the
-        filters' literal names, re-read before the write); per filter the ACLs it removed, and per
+        """Remove what each filter matches; the resources looked at are those of the ``known`` ACLs
+        (the broker's cache, as Kafka's ``deleteAcls`` uses its ``aclCache``) that some filter
+        matches, each re-read before its conditional write. Per filter the ACLs it removed, and per
         resource touched its ACLs as written."""
         resources = {(a.resource_type, a.resource_name, a.pattern_type) for a in known if any(f.matches(a)
                                                                                               for f in filters)}
