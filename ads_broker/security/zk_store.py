@@ -43,6 +43,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
 from ads_broker.cluster.zookeeper import KafkaZkClient
+from ads_broker.exceptions import ConfigError
 from ads_broker.security.acl import (
     ALLOW,
     CLUSTER,
@@ -112,9 +113,15 @@ def encode_acls(acls: Iterable[Acl]) -> bytes:
 
 
 def decode_acls(resource: Resource, data: bytes) -> list[Acl]:
+    """A resource znode's ACLs; :class:`ConfigError` naming the znode if it is not Kafka's JSON
+    (the caller keeps the state in force: no ACL is guessed or dropped)."""
     rtype, name, pattern = resource
-    return [Acl(rtype, name, pattern, str(e["principal"]), str(e["host"]), _OPERATION_BY_ZK[str(e["operation"])],
-                _PERMISSION_BY_ZK[str(e["permissionType"])]) for e in json.loads(data).get("acls", [])]
+    try:
+        return [Acl(rtype, name, pattern, str(e["principal"]), str(e["host"]), _OPERATION_BY_ZK[str(e["operation"])],
+                    _PERMISSION_BY_ZK[str(e["permissionType"])]) for e in json.loads(data).get("acls", [])]
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ConfigError(f"ZooKeeper node {acl_path(resource)} is not Kafka's ACL JSON ({type(e).__name__}: {e}); "
+                          "fix or delete it (ads-broker acls remove --zookeeper-connect ...)") from e
 
 
 def encode_credential(credential: ScramCredential) -> str:
@@ -131,9 +138,14 @@ def decode_credential(text: str) -> ScramCredential:
                                       "server_key": fields["server_key"], "iterations": fields["iterations"]})
 
 
-def decode_user_config(data: bytes) -> dict[str, ScramCredential]:
-    config = dict(json.loads(data).get("config") or {})
-    return {m: decode_credential(str(v)) for m, v in config.items() if m in SCRAM_MECHANISMS}
+def decode_user_config(data: bytes, path: str = USERS_CONFIG_PATH) -> dict[str, ScramCredential]:
+    """A user znode's SCRAM credentials; :class:`ConfigError` naming the znode if unreadable."""
+    try:
+        config = dict(json.loads(data).get("config") or {})
+        return {m: decode_credential(str(v)) for m, v in config.items() if m in SCRAM_MECHANISMS}
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ConfigError(f"ZooKeeper node {path} does not hold Kafka's SCRAM credentials ({type(e).__name__}: "
+                          f"{e}); set them again (ads-broker users add --zookeeper-connect ...)") from e
 
 
 class ZkSecurityData:
@@ -246,10 +258,10 @@ class ZkSecurityData:
     # -- users --
     def user_credentials(self, user: str) -> tuple[dict[str, ScramCredential], int]:
         try:
-            data, stat = self.client.get(f"{USERS_CONFIG_PATH}/{sanitize_user(user)}")
+            data, stat = self.client.get(path := f"{USERS_CONFIG_PATH}/{sanitize_user(user)}")
         except NoNodeError:
             return {}, -1
-        return decode_user_config(data), int(stat.version)
+        return decode_user_config(data, path), int(stat.version)
 
     def all_users(self) -> dict[str, dict[str, ScramCredential]]:
         try:
@@ -263,7 +275,7 @@ class ZkSecurityData:
                 data, _ = answer.get()
             except NoNodeError:
                 continue
-            if creds := decode_user_config(data):
+            if creds := decode_user_config(data, f"{USERS_CONFIG_PATH}/{name}"):
                 out[urllib.parse.unquote(name)] = creds
         return out
 
@@ -404,8 +416,12 @@ class ZkSecurity:
     def start(self) -> None:
         """Connect and read everything (blocking); raises ZooKeeperUnavailableError."""
         self.zk.start()
-        self.data.ensure_paths()
-        self._reload_all()
+        try:
+            self.data.ensure_paths()
+            self._reload_all()
+        except BaseException:
+            self.zk.close()  # an open client keeps kazoo's threads, and the process, alive
+            raise
         self.zk.add_state_listener(self._on_state)
         self._worker = threading.Thread(target=self._run, name="zk-security", daemon=True)
         self._worker.start()

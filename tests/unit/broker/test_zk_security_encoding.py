@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from ads_broker.exceptions import ConfigError
 from ads_broker.security.acl import (
     ALLOW,
     CLUSTER,
@@ -55,3 +58,11 @@ def test_scram_credential_string_is_kafkas() -> None:
 def test_user_names_are_sanitized_as_kafka_does() -> None:
     assert sanitize_user("alice") == "alice"
     assert sanitize_user("CN=a b/c*") == "CN%3Da%20b%2Fc%2A"
+
+
+def test_a_znode_that_is_not_kafkas_json_is_named_in_the_error() -> None:
+    for bad in (b"not json", b'{"version":1,"acls":[{"principal":"User:a","operation":"Fly"}]}'):
+        with pytest.raises(ConfigError, match="/kafka-acl/Topic/events is not Kafka's ACL JSON"):
+            decode_acls((TOPIC, "events", LITERAL), bad)
+    with pytest.raises(ConfigError, match="/config/users/bob does not hold Kafka's SCRAM credentials"):
+        decode_user_config(b'{"version":1,"config":{"SCRAM-SHA-256":"salt=AA=="}}', "/config/users/bob")
