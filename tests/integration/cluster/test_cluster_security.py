@@ -32,6 +32,7 @@ from ads_broker.cluster.zkserver import ZooKeeperServer
 from ads_broker.errors import CLUSTER_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED
 from ads_broker.exceptions import BrokerError
 from ads_broker.security.acl import ACL_FILE, ALLOW, DENY, PREFIXED, READ, TOPIC, WRITE, Acl, AclStore
+from ads_broker.security.scram import CREDENTIALS_FILE, CredentialStore, ScramCredential
 from ads_broker.security.zk_store import acl_path, encode_acls
 from tests.chaos.cluster.faults import produce_request
 from tests.integration.broker.rawclient import RawClient, scram_login
@@ -216,6 +217,34 @@ def test_a_data_dir_acl_file_is_refused_in_cluster_mode_until_migrated(brokers: 
     with ZkSecurityWriter(zk_connect) as data:
         stored, _ = data.resource_acls((TOPIC, "legacy-", PREFIXED))
     assert stored == [Acl(TOPIC, "legacy-", PREFIXED, "User:old", "*", READ, ALLOW)]
+
+
+def test_users_migrate_moves_a_data_dir_credentials_file_and_keeps_what_zookeeper_has(
+        zk_connect: str, tmp_path: Path) -> None:
+    """``ads-broker users migrate``: each user of the file is added to ``/config/users``; a
+    credential ZooKeeper already holds for a user and mechanism wins (it may be newer: a password
+    changed through the cluster must not be rolled back by an old file); the file is renamed."""
+    data_dir = tmp_path / "data"
+    store = CredentialStore(data_dir)
+    for user in ("dave", "erin"):
+        store.upsert(user, "SCRAM-SHA-256", ScramCredential.from_password("SCRAM-SHA-256", "old-" + user))
+    with ZkSecurityWriter(zk_connect) as data:
+        set_password(data, "erin", "SCRAM-SHA-256", "newer")
+        erin_before = data.user_credentials("erin")[0]
+    done = _cli("users", "migrate", "--data-dir", str(data_dir), "--zookeeper-connect", zk_connect)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[:2] == ["user dave: added SCRAM-SHA-256",
+                                            "user erin: nothing added; kept ZooKeeper's SCRAM-SHA-256"]
+    assert not (data_dir / CREDENTIALS_FILE).exists() and (data_dir / (CREDENTIALS_FILE + ".migrated")).exists()
+    with ZkSecurityWriter(zk_connect) as data:
+        assert data.user_credentials("dave")[0] == store_of(data_dir, "dave")
+        assert data.user_credentials("erin")[0] == erin_before
+
+
+def store_of(data_dir: Path, user: str) -> dict[str, ScramCredential]:
+    """The credentials the migrated (renamed) file held for ``user``."""
+    raw = json.loads((data_dir / (CREDENTIALS_FILE + ".migrated")).read_text())["users"][user]
+    return {m: ScramCredential.from_json(c) for m, c in raw.items()}
 
 
 def test_zookeeper_outage_keeps_the_last_state_and_reconnection_reads_everything_again(
