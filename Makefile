@@ -69,7 +69,8 @@ lint: $(VENV)/.test $(VENV)/.walk
 # wait (paced load, fault recoveries, session timeouts, JVM starts), in one; the rest in the other.
 SIDE_TESTS = tests/chaos/worker/test_chaos_ci.py tests/chaos/cluster/test_history.py \
 	tests/integration/test_main_job.py tests/integration/audit/test_audit_progress.py \
-	tests/integration/cluster/test_interbroker_attacks.py tests/integration/cluster/test_hw_checkpoint.py
+	tests/integration/cluster/test_interbroker_attacks.py tests/integration/cluster/test_hw_checkpoint.py \
+	tests/integration/cluster/test_cluster_security.py
 
 test: apt-test-deps $(VENV)/.test $(VENV)/.walk $(CHECKOV_VENV)/.done lint
 	@export ADS_OPS_REQUIRE_TOOLS=1 CHECKOV=$(CURDIR)/$(CHECKOV_VENV)/bin/checkov; \

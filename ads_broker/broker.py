@@ -26,6 +26,7 @@ from ads_broker.coordinator.loader import CoordinatorLoader
 from ads_broker.coordinator.markers import TxnMarkerSender
 from ads_broker.coordinator.offsets import OffsetManager
 from ads_broker.coordinator.transaction import TransactionCoordinator
+from ads_broker.exceptions import ConfigError
 from ads_broker.faults import BrokerFaults
 from ads_broker.log.manager import now_ms
 from ads_broker.metrics import FetchSessionCollector, serve_metrics
@@ -35,7 +36,9 @@ from ads_broker.protocol.codec import Chunk, DecodedRequest
 from ads_broker.protocol.context import HandlerContext, set_client_host
 from ads_broker.replication.replica_manager import ReplicaManager
 from ads_broker.request_metrics import BrokerMetrics
-from ads_broker.security.acl import AclStore, Authorizer, parse_super_users
+from ads_broker.security.acl import ACL_FILE, AclStore, Authorizer, parse_super_users
+from ads_broker.security.scram import CREDENTIALS_FILE, Credentials, CredentialStore
+from ads_broker.security.zk_store import ZkAuthorizer, ZkSecurity
 
 log = structlog.get_logger("ads_broker.broker")
 
@@ -69,10 +72,22 @@ class Broker:
             id_expiration_ms=config.settings.transactional_id_expiration_ms,
             marker_delay_s=faults.marker_delay_s if faults is not None else None)
         self.replicas.verify_txn = self.txn.verify_append  # transactional batches are re-verified under the lock
-        authorizer = None
-        if config.settings.authorizer_class_name:
-            authorizer = Authorizer(AclStore(data_dir), parse_super_users(config.settings.super_users),
-                                    config.settings.allow_everyone_if_no_acl_found)
+        authorizer: Authorizer | None = None
+        super_users = parse_super_users(config.settings.super_users)
+        #: Cluster mode: ACLs and SCRAM credentials in ZooKeeper, shared by every broker (read in start()).
+        self.security: ZkSecurity | None = None
+        self.credentials: Credentials
+        if config.settings.zookeeper_connect:
+            refuse_local_security_files(data_dir)
+            zk_authorizer = (ZkAuthorizer(super_users, config.settings.allow_everyone_if_no_acl_found)
+                             if config.settings.authorizer_class_name else None)
+            self.security = ZkSecurity(config.settings.zookeeper_connect,
+                                       config.settings.zookeeper_session_timeout_ms, zk_authorizer)
+            authorizer, self.credentials = zk_authorizer, self.security.credentials
+        else:
+            if config.settings.authorizer_class_name:
+                authorizer = Authorizer(AclStore(data_dir), super_users, config.settings.allow_everyone_if_no_acl_found)
+            self.credentials = CredentialStore(data_dir)
         #: Cluster mode: loads and unloads the coordinators' partitions with their leadership.
         self.loader: CoordinatorLoader | None = None
         #: Cluster mode (``zookeeper.connect`` set): this broker's membership; None on a single node.
@@ -90,7 +105,7 @@ class Broker:
         self.context = HandlerContext(config=config, data_dir=data_dir, replicas=self.replicas, groups=self.groups,
                                       offsets=self.offsets, txn=self.txn, producer_ids=self.producer_ids,
                                       authorizer=authorizer, faults=faults, cluster=self.cluster,
-                                      metrics=self.metrics)
+                                      metrics=self.metrics, credentials=self.credentials)
         # Kafka's FetchSessionCache gauges and eviction count, served with the other metrics.
         self.registry.register(FetchSessionCollector(self.context.fetch_sessions))
         self._tasks: list[asyncio.Task[None]] = []
@@ -98,6 +113,8 @@ class Broker:
         self._metrics: WSGIServer | None = None
 
     async def start(self) -> None:
+        if self.security is not None:  # before any listener opens: logins and requests need them
+            await asyncio.get_running_loop().run_in_executor(None, self.security.start)
         self.replicas.open()
         if self.cluster is None:  # cluster mode: each partition loads when this broker leads it
             self.offsets.load()
@@ -216,6 +233,8 @@ class Broker:
             self._metrics.server_close()
         await asyncio.get_running_loop().run_in_executor(None, self.replicas.logs.stop_cleaner)
         self.replicas.close()
+        if self.security is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.security.close)
 
     # -- request plumbing --------------------------------------------------------------------
 
@@ -224,6 +243,22 @@ class Broker:
         handler = APIS[req.api_key].handler
         assert handler is not None, f"api key {req.api_key} is served by the connection"
         return await handler(self.context, req)
+
+
+def refuse_local_security_files(data_dir: Path) -> None:
+    """Cluster mode keeps ACLs and users in ZooKeeper only (Kafka has no such files): a data dir's
+    ``__acls.json`` or ``__scram_credentials.json`` is a startup error rather than a silent second
+    source of truth (or a silent import that could give back a right revoked elsewhere)."""
+    for name, what, command in (
+            (ACL_FILE, "ACLs", "ads-broker acls add --zookeeper-connect ..."),
+            (CREDENTIALS_FILE, "SCRAM credentials", "ads-broker users add --zookeeper-connect ...")):
+        path = data_dir / name
+        if path.exists():
+            raise ConfigError(
+                f"{path}: {what} of a single-node broker, but zookeeper.connect is set and in cluster mode {what} "
+                f"live in ZooKeeper, shared by every broker. Review the file, create what you want to keep with "
+                f"`{command}` (or `ads-broker {'acls' if name == ACL_FILE else 'users'} migrate --data-dir "
+                f"{data_dir} --zookeeper-connect ...`), then delete the file; docs/SECURITY.md \"Cluster mode\"")
 
 
 def monotonic_ms() -> int:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -19,11 +21,13 @@ app = typer.Typer(help="Kafka-wire-compatible log broker written in Python (the 
 topics_app = typer.Typer(help="Create, list, describe and delete topics (through the Kafka protocol).",
                          no_args_is_help=True)
 groups_app = typer.Typer(help="List and describe consumer groups.", no_args_is_help=True)
-users_app = typer.Typer(help="SASL users: salted SCRAM credentials in the data dir (docs/SECURITY.md).",
+users_app = typer.Typer(help="SASL users: salted SCRAM credentials in the data dir or, for a cluster, in "
+                             "ZooKeeper (docs/SECURITY.md).",
                         no_args_is_help=True)
 app.add_typer(topics_app, name="topics")
 app.add_typer(groups_app, name="groups")
-acls_app = typer.Typer(help="ACLs in the data dir, as kafka-acls.sh manages them (docs/SECURITY.md).",
+acls_app = typer.Typer(help="ACLs in the data dir or, for a cluster, in ZooKeeper, as kafka-acls.sh manages them "
+                            "(docs/SECURITY.md).",
                        no_args_is_help=True)
 app.add_typer(users_app, name="users")
 cluster_app = typer.Typer(help="A development cluster on this machine: ZooKeeper and N brokers (docs/CLUSTER.md).",
@@ -254,20 +258,49 @@ def groups_describe(group: str, bootstrap: Bootstrap = "127.0.0.1:9092") -> None
         typer.echo(f"\t{tp.topic}-{tp.partition}\tcommitted: {tp.offset}")
 
 
-DataDir = Annotated[Path, typer.Option(help="the broker's data directory")]
+DataDir = Annotated[Path | None, typer.Option(help="the broker's data directory (a single node)")]
+ZkConnect = Annotated[str | None, typer.Option(
+    "--zookeeper-connect", help="zookeeper.connect of a cluster (HOST:PORT[/chroot]): ACLs and users live there, "
+                                "shared by every broker (Kafka's kafka-acls / kafka-configs --zookeeper)")]
+
+
+def _target(data_dir: Path | None, zookeeper_connect: str | None) -> None:
+    if (data_dir is None) == (zookeeper_connect is None):
+        fail("give --data-dir (a single-node broker's data dir) or --zookeeper-connect (a cluster), not both")
+
+
+@contextlib.contextmanager
+def _zookeeper(connect: str) -> Iterator[Any]:
+    """The ACL and user znodes of the cluster at ``connect`` (a ZooKeeperUnavailableError fails)."""
+    from ads_broker.cluster.exceptions import ZooKeeperUnavailableError
+    from ads_broker.cluster.zookeeper import KafkaZkClient
+    from ads_broker.security.zk_store import ZkSecurityData
+
+    try:
+        zk = KafkaZkClient(connect, connection_timeout_ms=10000).start()
+    except ZooKeeperUnavailableError as e:
+        fail(f"{e}; is ZooKeeper running, and is --zookeeper-connect the brokers' zookeeper.connect?")
+        raise
+    try:
+        data = ZkSecurityData(zk.client)
+        data.ensure_paths()
+        yield data
+    finally:
+        zk.close()
 
 
 @users_app.command("add")
 def users_add(
     user: str,
-    data_dir: DataDir,
+    data_dir: DataDir = None,
+    zookeeper_connect: ZkConnect = None,
     password: Annotated[str | None, typer.Option(help="[default: prompt; or ADS_BROKER_USER_PASSWORD]",
                                                  envvar="ADS_BROKER_USER_PASSWORD")] = None,
     mechanism: Annotated[list[str] | None, typer.Option(
         help="SCRAM-SHA-256 and/or SCRAM-SHA-512; repeatable [default: both]")] = None,
     iterations: Annotated[int, typer.Option(help="PBKDF2 iterations (4096..16384)")] = 4096,
 ) -> None:
-    """Add a user or change its password (takes effect on a running broker at the next login)."""
+    """Add a user or change its password (takes effect on running brokers at the next login)."""
     from ads_broker.security.scram import (
         MAX_ITERATIONS,
         MIN_ITERATIONS,
@@ -277,6 +310,7 @@ def users_add(
         validate_user_name,
     )
 
+    _target(data_dir, zookeeper_connect)
     try:
         validate_user_name(user)
     except ValueError as e:
@@ -291,43 +325,104 @@ def users_add(
         password = typer.prompt("password", hide_input=True, confirmation_prompt=True)
     if not password:
         fail("the password is empty")
-    store = CredentialStore(data_dir)
-    try:
-        for m in mechanisms:
-            store.upsert(user, m, ScramCredential.from_password(m, password, iterations))
-    except (BrokerError, OSError) as e:
-        fail(str(e))
+    credentials = {m: ScramCredential.from_password(m, password, iterations) for m in mechanisms}
+    if zookeeper_connect is not None:
+        with _zookeeper(zookeeper_connect) as zk:
+            zk.update_user(user, lambda current: {**current, **credentials})
+    else:
+        assert data_dir is not None
+        store = CredentialStore(data_dir)
+        try:
+            for m, credential in credentials.items():
+                store.upsert(user, m, credential)
+        except (BrokerError, OSError) as e:
+            fail(str(e))
     typer.echo(f"user {user}: {', '.join(mechanisms)}")
 
 
 @users_app.command("delete")
 def users_delete(
     user: str,
-    data_dir: DataDir,
+    data_dir: DataDir = None,
+    zookeeper_connect: ZkConnect = None,
     mechanism: Annotated[str | None, typer.Option(help="only this mechanism's credential")] = None,
 ) -> None:
     """Delete a user (or one of its mechanisms); open connections stay authenticated."""
     from ads_broker.security.scram import CredentialStore
 
-    try:
-        if not CredentialStore(data_dir).delete(user, mechanism):
-            fail(f"no user {user!r}" + (f" with {mechanism}" if mechanism else "") + f" in {data_dir}")
-    except (BrokerError, OSError) as e:
-        fail(str(e))
+    _target(data_dir, zookeeper_connect)
+    where = zookeeper_connect or str(data_dir)
+    if zookeeper_connect is not None:
+        found: list[str] = []
+
+        def drop(current: dict[str, Any]) -> dict[str, Any]:
+            found[:] = [m for m in current if mechanism in (None, m)]
+            return {m: c for m, c in current.items() if m not in found}
+
+        with _zookeeper(zookeeper_connect) as zk:
+            zk.update_user(user, drop)
+        deleted = bool(found)
+    else:
+        assert data_dir is not None
+        try:
+            deleted = CredentialStore(data_dir).delete(user, mechanism)
+        except (BrokerError, OSError) as e:
+            fail(str(e))
+    if not deleted:
+        fail(f"no user {user!r}" + (f" with {mechanism}" if mechanism else "") + f" in {where}")
     typer.echo(f"deleted {user}" + (f" ({mechanism})" if mechanism else ""))
 
 
 @users_app.command("list")
-def users_list(data_dir: DataDir) -> None:
+def users_list(data_dir: DataDir = None, zookeeper_connect: ZkConnect = None) -> None:
     """Users and their mechanisms (iterations); never a secret."""
     from ads_broker.security.scram import CredentialStore
 
+    _target(data_dir, zookeeper_connect)
+    if zookeeper_connect is not None:
+        with _zookeeper(zookeeper_connect) as zk:
+            users = zk.all_users()
+    else:
+        assert data_dir is not None
+        try:
+            users = CredentialStore(data_dir).users()
+        except BrokerError as e:
+            fail(str(e))
+    for name, creds in sorted(users.items()):
+        typer.echo(f"{name}\t" + ", ".join(f"{m} (iterations={c.iterations})" for m, c in sorted(creds.items())))
+
+
+@users_app.command("migrate")
+def users_migrate(
+    data_dir: Annotated[Path, typer.Option(help="the data dir whose __scram_credentials.json moves")],
+    zookeeper_connect: Annotated[str, typer.Option("--zookeeper-connect", help="the cluster's zookeeper.connect")],
+) -> None:
+    """Move a data dir's SCRAM credentials into the cluster's ZooKeeper, once, so the broker can
+    join the cluster: a credential ZooKeeper already has for a user and mechanism is kept (it may
+    be newer); the file is renamed to __scram_credentials.json.migrated."""
+    from ads_broker.security.scram import CREDENTIALS_FILE, CredentialStore
+
+    path = data_dir / CREDENTIALS_FILE
+    if not path.exists():
+        fail(f"{path} does not exist: nothing to migrate")
     try:
-        users = CredentialStore(data_dir).users()
+        local = CredentialStore(data_dir).users()
     except BrokerError as e:
         fail(str(e))
-    for name, creds in users.items():
-        typer.echo(f"{name}\t" + ", ".join(f"{m} (iterations={c.iterations})" for m, c in sorted(creds.items())))
+    with _zookeeper(zookeeper_connect) as zk:
+        for user, creds in sorted(local.items()):
+            kept: list[str] = []
+
+            def merge(current: dict[str, Any], creds: dict[str, Any] = creds, kept: list[str] = kept) -> dict[str, Any]:
+                kept[:] = [m for m in creds if m in current]
+                return {**creds, **current}
+
+            zk.update_user(user, merge)
+            added = [m for m in sorted(creds) if m not in kept]
+            typer.echo(f"user {user}: " + (f"added {', '.join(added)}" if added else "nothing added")
+                       + (f"; kept ZooKeeper's {', '.join(kept)}" if kept else ""))
+    path.rename(path.with_name(CREDENTIALS_FILE + ".migrated"))
+    typer.echo(f"renamed {path} to {CREDENTIALS_FILE}.migrated")
 
 
 Principals = Annotated[list[str] | None, typer.Option(help="User:name or User:*; repeatable")]
@@ -385,7 +480,8 @@ def _acl_bindings(allow_principal: list[str] | None, deny_principal: list[str] |
 
 @acls_app.command("add")
 def acls_add(
-    data_dir: DataDir,
+    data_dir: DataDir = None,
+    zookeeper_connect: ZkConnect = None,
     allow_principal: Principals = None,
     deny_principal: Principals = None,
     allow_host: Annotated[list[str] | None, typer.Option(help="IP address or * [default: *]")] = None,
@@ -399,26 +495,34 @@ def acls_add(
     transactional_id: Names = None,
     resource_pattern_type: Annotated[str, typer.Option(help="LITERAL or PREFIXED")] = "LITERAL",
 ) -> None:
-    """Add ACLs (kafka-acls.sh --add); a running broker picks them up within a second."""
+    """Add ACLs (kafka-acls.sh --add); running brokers pick them up (a second for a data dir, a
+    ZooKeeper notification for a cluster)."""
     from ads_broker.security.acl import AclStore
 
+    _target(data_dir, zookeeper_connect)
     acls = _acl_bindings(allow_principal, deny_principal, allow_host, deny_host, operation, topic, group, cluster,
                          transactional_id, resource_pattern_type)
     if not acls:
         fail("give --allow-principal or --deny-principal and at least one --operation")
-    store = AclStore(data_dir)
-    try:
-        current = store.load()
-        store.save(current + [a for a in dict.fromkeys(acls) if a not in current])
-    except (KeyError, ValueError, OSError) as e:
-        fail(str(e))
+    if zookeeper_connect is not None:
+        with _zookeeper(zookeeper_connect) as zk:
+            zk.create_acls(acls)
+    else:
+        assert data_dir is not None
+        store = AclStore(data_dir)
+        try:
+            current = store.load()
+            store.save(current + [a for a in dict.fromkeys(acls) if a not in current])
+        except (KeyError, ValueError, OSError) as e:
+            fail(str(e))
     for acl in acls:
         typer.echo(f"added {acl.describe()}")
 
 
 @acls_app.command("remove")
 def acls_remove(
-    data_dir: DataDir,
+    data_dir: DataDir = None,
+    zookeeper_connect: ZkConnect = None,
     allow_principal: Principals = None,
     deny_principal: Principals = None,
     allow_host: Annotated[list[str] | None, typer.Option(help="IP address or * [default: *]")] = None,
@@ -434,37 +538,52 @@ def acls_remove(
     ACL on the resources given."""
     from ads_broker.security.acl import CLUSTER, AclStore
 
-    store = AclStore(data_dir)
-    try:
-        current = store.load()
-    except (KeyError, ValueError, OSError) as e:
-        fail(str(e))
+    _target(data_dir, zookeeper_connect)
     if allow_principal or deny_principal:
-        gone = set(_acl_bindings(allow_principal, deny_principal, allow_host, deny_host, operation, topic, group,
-                                 cluster, transactional_id, resource_pattern_type))
+        bindings = _acl_bindings(allow_principal, deny_principal, allow_host, deny_host, operation, topic, group,
+                                 cluster, transactional_id, resource_pattern_type)
     else:
         resources = {(2, t) for t in topic or []} | {(3, g) for g in group or []} | {
             (5, t) for t in transactional_id or []} | ({(CLUSTER, "kafka-cluster")} if cluster else set())
         if not resources:
             fail("name at least one resource: --topic, --group, --transactional-id or --cluster")
-        pattern = resource_pattern_type.upper()
-        gone = {a for a in current if (a.resource_type, a.resource_name) in resources
-                and (a.resource_type == CLUSTER or a.to_json()["pattern_type"] == pattern)}
-    kept = [a for a in current if a not in gone]
-    for acl in current:
-        if acl in gone:
-            typer.echo(f"removed {acl.describe()}")
-    if len(kept) == len(current):
+    pattern = resource_pattern_type.upper()
+
+    def to_remove(current: list[Any]) -> list[Any]:
+        if allow_principal or deny_principal:
+            return [a for a in current if a in set(bindings)]
+        return [a for a in current if (a.resource_type, a.resource_name) in resources
+                and (a.resource_type == CLUSTER or a.to_json()["pattern_type"] == pattern)]
+
+    if zookeeper_connect is not None:
+        with _zookeeper(zookeeper_connect) as zk:
+            current = [a for acls in zk.all_acls().values() for a in acls]
+            gone = to_remove(current)
+            for resource in sorted({(a.resource_type, a.resource_name, a.pattern_type) for a in gone}):
+                zk.update_resource(resource, lambda cur: [a for a in cur if a not in gone])
+    else:
+        assert data_dir is not None
+        store = AclStore(data_dir)
+        try:
+            current = store.load()
+        except (KeyError, ValueError, OSError) as e:
+            fail(str(e))
+        gone = to_remove(current)
+        if gone:
+            try:
+                store.save([a for a in current if a not in gone])
+            except OSError as e:
+                fail(str(e))
+    for acl in gone:
+        typer.echo(f"removed {acl.describe()}")
+    if not gone:
         fail("no matching ACL")
-    try:
-        store.save(kept)
-    except OSError as e:
-        fail(str(e))
 
 
 @acls_app.command("list")
 def acls_list(
-    data_dir: DataDir,
+    data_dir: DataDir = None,
+    zookeeper_connect: ZkConnect = None,
     principal: Annotated[str | None, typer.Option(help="only this principal's ACLs")] = None,
     topic: Annotated[str | None, typer.Option(help="only ACLs that apply to this topic")] = None,
     group: Annotated[str | None, typer.Option(help="only ACLs that apply to this group")] = None,
@@ -472,10 +591,16 @@ def acls_list(
     """The ACLs, one per line: RESOURCE:PATTERN:NAME PRINCIPAL PERMISSION OPERATION from host HOST."""
     from ads_broker.security.acl import GROUP, MATCH, TOPIC, AclFilter, AclStore
 
-    try:
-        acls = AclStore(data_dir).load()
-    except (KeyError, ValueError, OSError) as e:
-        fail(str(e))
+    _target(data_dir, zookeeper_connect)
+    if zookeeper_connect is not None:
+        with _zookeeper(zookeeper_connect) as zk:
+            acls = [a for _, found in sorted(zk.all_acls().items()) for a in found]
+    else:
+        assert data_dir is not None
+        try:
+            acls = AclStore(data_dir).load()
+        except (KeyError, ValueError, OSError) as e:
+            fail(str(e))
     filters = [AclFilter(principal=principal)]
     if topic is not None:
         filters.append(AclFilter(TOPIC, topic, MATCH))
@@ -484,6 +609,31 @@ def acls_list(
     for acl in acls:
         if all(f.matches(acl) for f in filters):
             typer.echo(acl.describe())
+
+
+@acls_app.command("migrate")
+def acls_migrate(
+    data_dir: Annotated[Path, typer.Option(help="the data dir whose __acls.json moves")],
+    zookeeper_connect: Annotated[str, typer.Option("--zookeeper-connect", help="the cluster's zookeeper.connect")],
+) -> None:
+    """Add a data dir's ACLs to the cluster's ZooKeeper, once, so the broker can join the cluster
+    (each ACL added is printed: review them, an ACL revoked elsewhere comes back if the file still
+    has it); the file is renamed to __acls.json.migrated."""
+    from ads_broker.security.acl import ACL_FILE, AclStore
+
+    store = AclStore(data_dir)
+    if not store.path.exists():
+        fail(f"{store.path} does not exist: nothing to migrate")
+    try:
+        acls = store.load()
+    except (KeyError, ValueError, OSError) as e:
+        fail(str(e))
+    with _zookeeper(zookeeper_connect) as zk:
+        zk.create_acls(acls)
+    for acl in acls:
+        typer.echo(f"added {acl.describe()}")
+    store.path.rename(store.path.with_name(ACL_FILE + ".migrated"))
+    typer.echo(f"renamed {store.path} to {ACL_FILE}.migrated")
 
 
 ClusterDir = Annotated[Path, typer.Option("--dir", help="the cluster's root: data dirs, logs, cluster.json")]

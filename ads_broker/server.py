@@ -63,7 +63,8 @@ from ads_broker.request_metrics import (
 )
 from ads_broker.security.context import ANONYMOUS, Session, set_session
 from ads_broker.security.listeners import ListenerSpec, resolve_listeners
-from ads_broker.security.scram import MECHANISMS, CredentialStore, SaslAuthenticationError, SaslServer
+from ads_broker.security.reauth import MIN_REAUTH_INTERVAL_S
+from ads_broker.security.scram import MECHANISMS, SaslAuthenticationError, SaslServer
 from ads_broker.security.tls import principal_from_peercert, server_context
 
 log = structlog.get_logger("ads_broker.server")
@@ -72,9 +73,6 @@ TLS_COPY_BYTES = 1 << 20  # a slice's piece read at once for a TLS listener (see
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
 SASL_HANDSHAKE_KEY = 17
 SASL_AUTHENTICATE_KEY = 36
-#: Kafka's ``KafkaChannel.MIN_REAUTH_INTERVAL_ONE_SECOND_NANOS``: a connection starts at most one
-#: re-authentication a second; a SaslHandshake sooner is handled as any other (ILLEGAL_SASL_STATE).
-MIN_REAUTH_INTERVAL_S = 1.0
 #: accept() errors that mean "out of a resource" (file descriptors, socket buffers): asyncio then
 #: takes the listening socket out of the selector and retries after ``ACCEPT_RETRY_DELAY`` (1 s)
 ACCEPT_RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
@@ -826,7 +824,7 @@ class BrokerServer:
         self.inter_broker_listener = (config.settings.inter_broker_listener_name.strip()
                                       or config.settings.security_inter_broker_protocol).upper()
         ARRAY_BUDGET.max_elements = config.settings.request_max_array_elements
-        self.credentials = CredentialStore(data_dir)
+        self.credentials = self.broker.credentials
         try:
             self.listener_specs = resolve_listeners(config.settings.listeners, config.settings.advertised_listeners,
                                                     config.settings.listener_security_protocol_map)

@@ -26,12 +26,11 @@ from typing import Any
 from kafka.protocol.api_message import ApiMessage
 
 from ads_broker.security.interbroker import InterBrokerSecurity
+from ads_broker.security.reauth import MIN_REAUTH_INTERVAL_S
 from ads_broker.security.sasl_client import authenticate
 
 #: bound on the TCP/TLS connect and the SASL login, so an unresponsive peer cannot hold a fetcher
 LOGIN_TIMEOUT_S = 30.0
-#: the broker refuses a re-authentication sooner than this after the previous one began (server.py)
-MIN_REAUTH_INTERVAL_S = 1.0
 
 
 class BrokerConnection:

@@ -28,6 +28,7 @@ from ads_broker.rejections import RejectionLog
 from ads_broker.replication.replica_manager import ReplicaManager
 from ads_broker.security.acl import DENIED_CODE, NAMES, Authorizer
 from ads_broker.security.context import ANONYMOUS, current_advertised, current_session
+from ads_broker.security.scram import Credentials, CredentialStore
 
 if TYPE_CHECKING:  # request_metrics imports the API table, whose handlers import this module
     from ads_broker.request_metrics import BrokerMetrics
@@ -54,9 +55,12 @@ class HandlerContext:
     def __init__(self, *, config: BrokerConfig, data_dir: Path, replicas: ReplicaManager, groups: GroupCoordinator,
                  offsets: OffsetManager, txn: TransactionCoordinator, producer_ids: ProducerIdManager,
                  authorizer: Authorizer | None, faults: BrokerFaults | None,
-                 cluster: ClusterNode | None = None, metrics: BrokerMetrics | None = None) -> None:
+                 cluster: ClusterNode | None = None, metrics: BrokerMetrics | None = None,
+                 credentials: Credentials | None = None) -> None:
         self.config = config
         self.data_dir = data_dir
+        #: Users' SCRAM credentials: the data dir's file, or ZooKeeper in cluster mode.
+        self.credentials: Credentials = credentials if credentials is not None else CredentialStore(data_dir)
         self.node_id = config.settings.broker_id
         self.cluster_id = config.settings.cluster_id
         self._advertised = config.advertised

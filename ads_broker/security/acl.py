@@ -11,8 +11,9 @@ of Kafka's ``AclAuthorizer`` / ``StandardAuthorizer``:
   ALL grants (and, as DENY, refuses) every operation;
 - a resource no ACL matches at all is allowed only with ``allow.everyone.if.no.acl.found``.
 
-ACLs are kept in ``<data_dir>/__acls.json`` (replaced atomically, read at start; the ACL APIs and
-``ads-broker acls`` change it; a running broker notices a change of the file within a second).
+On a single node ACLs are kept in ``<data_dir>/__acls.json`` (replaced atomically, read at start;
+the ACL APIs and ``ads-broker acls`` change it; a running broker notices a change of the file
+within a second). In cluster mode they live in ZooKeeper (:mod:`ads_broker.security.zk_store`).
 """
 
 from __future__ import annotations
@@ -245,7 +246,9 @@ class AclIndex:
 class Authorizer:
     """Decides every request's operations from the ACLs in memory (loaded from the store)."""
 
-    def __init__(self, store: AclStore, super_users: frozenset[str], allow_if_no_acl: bool) -> None:
+    def __init__(self, store: AclStore | None, super_users: frozenset[str], allow_if_no_acl: bool) -> None:
+        #: the data dir's ACL file (single node); None when a subclass keeps the ACLs elsewhere
+        #: (``ZkAuthorizer``: ZooKeeper, cluster mode)
         self.store = store
         self.super_users = super_users
         self.allow_if_no_acl = allow_if_no_acl
@@ -258,6 +261,8 @@ class Authorizer:
 
     def reload(self) -> None:
         """Read the file (a startup error if it is unreadable)."""
+        if self.store is None:
+            return
         self._stamp = self.store.stamp()
         self._set(self.store.load())
         self._checked = time.monotonic()
@@ -266,7 +271,7 @@ class Authorizer:
         """At most once a second, re-read the file if ``ads-broker acls`` replaced it; a broken
         file is logged and the ACLs in memory stay in force."""
         now = time.monotonic()
-        if now - self._checked < 1.0:
+        if self.store is None or now - self._checked < 1.0:
             return
         self._checked = now
         stamp = self.store.stamp()
@@ -295,6 +300,7 @@ class Authorizer:
 
     def create(self, new: Iterable[Acl]) -> None:
         """Add ACLs (already validated; duplicates are kept once) and persist them."""
+        assert self.store is not None
         acls = self._acls + [a for a in new if a not in self._acls]
         self.store.save(acls)
         self._stamp = self.store.stamp()
@@ -305,6 +311,7 @@ class Authorizer:
         removed = [[a for a in self._acls if f.matches(a)] for f in filters]
         gone = {a for r in removed for a in r}
         if gone:
+            assert self.store is not None
             acls = [a for a in self._acls if a not in gone]
             self.store.save(acls)
             self._stamp = self.store.stamp()

@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.admin import CreateAclsResponse, DeleteAclsResponse, DescribeAclsResponse
 
-from ads_broker.errors import INVALID_REQUEST, SECURITY_DISABLED
+from ads_broker.errors import INVALID_REQUEST, SECURITY_DISABLED, UNKNOWN_SERVER_ERROR
 from ads_broker.protocol.codec import DecodedRequest
 from ads_broker.security.acl import ALTER, CLUSTER, CLUSTER_NAME, DESCRIBE, Acl, AclError, AclFilter
+from ads_broker.security.users_api import store_write
 
 if TYPE_CHECKING:
     from ads_broker.protocol.context import HandlerContext
@@ -78,7 +79,14 @@ async def handle_create_acls(ctx: HandlerContext, req: DecodedRequest) -> Create
         valid.append(acl)
         results.append(R(error_code=0, error_message=None))
     if valid:
-        ctx.authorizer.create(valid)
+        authorizer = ctx.authorizer
+        try:  # cluster mode: a ZooKeeper write per resource, off the loop
+            await store_write(ctx, authorizer.create, valid)
+        except Exception as e:
+            message = f"ACLs not stored: {type(e).__name__}: {e}"[:300]
+            ctx.log_client_error(req, "create_acls", None, error_code=UNKNOWN_SERVER_ERROR, detail=message)
+            results = [r if r.error_code else R(error_code=UNKNOWN_SERVER_ERROR, error_message=message)
+                       for r in results]
     return CreateAclsResponse(throttle_time_ms=0, results=results)
 
 
@@ -99,7 +107,16 @@ async def handle_delete_acls(ctx: HandlerContext, req: DecodedRequest) -> Delete
         except AclError as e:
             bad[i] = str(e)
             ctx.log_client_error(req, "delete_acls", None, error_code=INVALID_REQUEST, detail=str(e))
-    removed = ctx.authorizer.delete([f for i, f in enumerate(filters) if i not in bad])
+    authorizer = ctx.authorizer
+    valid = [f for i, f in enumerate(filters) if i not in bad]
+    try:  # cluster mode: a ZooKeeper write per resource, off the loop
+        removed = await store_write(ctx, authorizer.delete, valid)
+    except Exception as e:
+        message = f"ACLs not deleted: {type(e).__name__}: {e}"[:300]
+        ctx.log_client_error(req, "delete_acls", None, error_code=UNKNOWN_SERVER_ERROR, detail=message)
+        return DeleteAclsResponse(throttle_time_ms=0, filter_results=[
+            R(error_code=INVALID_REQUEST if i in bad else UNKNOWN_SERVER_ERROR, error_message=bad.get(i, message),
+              matching_acls=[]) for i in range(len(filters))])
     it = iter(removed)
     results = []
     for i in range(len(filters)):

@@ -1,5 +1,6 @@
 """SASL PLAIN and SCRAM-SHA-256/512 (RFC 5802, RFC 7677) on the server side, and the store of
-salted SCRAM credentials in the data directory.
+salted SCRAM credentials in the data directory (single node; in cluster mode they live in
+ZooKeeper, :mod:`ads_broker.security.zk_store`).
 
 The store (``<data_dir>/__scram_credentials.json``, written atomically) keeps per user and
 mechanism what RFC 5802 lets a server keep: salt, iteration count, StoredKey and ServerKey; never
@@ -18,7 +19,7 @@ import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ads_broker.exceptions import ConfigError
 from ads_broker.log.fileutil import atomic_write
@@ -63,6 +64,22 @@ class ScramCredential:
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
+
+
+class Credentials(Protocol):
+    """Where users' SCRAM credentials are read and written: the data dir's file on a single node
+    (:class:`CredentialStore`), ZooKeeper in cluster mode
+    (:class:`~ads_broker.security.zk_store.ZkCredentialStore`)."""
+
+    def get(self, user: str, mechanism: str) -> ScramCredential | None: ...
+
+    def credentials(self, user: str) -> dict[str, ScramCredential]: ...
+
+    def users(self) -> dict[str, dict[str, ScramCredential]]: ...
+
+    def upsert(self, user: str, mechanism: str, credential: ScramCredential) -> None: ...
+
+    def delete(self, user: str, mechanism: str | None = None) -> bool: ...
 
 
 class CredentialStore:
@@ -138,7 +155,7 @@ class SaslServer:
     returns the server's, raising :class:`SaslAuthenticationError` on bad credentials. When
     :attr:`principal` is set the client is authenticated."""
 
-    def __init__(self, mechanism: str, store: CredentialStore, *, reauthentication: bool = False) -> None:
+    def __init__(self, mechanism: str, store: Credentials, *, reauthentication: bool = False) -> None:
         self.mechanism = mechanism
         self.store = store
         #: KIP-368: this exchange re-authenticates an authenticated connection (only the failure

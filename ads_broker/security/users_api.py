@@ -1,5 +1,7 @@
 """DescribeUserScramCredentials (50) and AlterUserScramCredentials (51), as Kafka serves them,
-on the credential store in the data dir (:mod:`ads_broker.security.scram`).
+on the credential store: the data dir's on a single node (:mod:`ads_broker.security.scram`),
+ZooKeeper's in cluster mode (:mod:`ads_broker.security.zk_store`), where a change made through one
+broker reaches every broker.
 
 As in Kafka, with an authorizer they need DESCRIBE / ALTER on the Cluster resource
 (CLUSTER_AUTHORIZATION_FAILED); without one (``authorizer.class.name`` empty) any client may call them.
@@ -7,9 +9,11 @@ As in Kafka, with an authorizer they need DESCRIBE / ALTER on the Cluster resour
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kafka.protocol.admin import (
     AlterUserScramCredentialsResponse,
@@ -20,6 +24,7 @@ from ads_broker.errors import (
     DUPLICATE_RESOURCE,
     RESOURCE_NOT_FOUND,
     UNACCEPTABLE_CREDENTIAL,
+    UNKNOWN_SERVER_ERROR,
     UNSUPPORTED_SASL_MECHANISM,
 )
 from ads_broker.protocol.codec import DecodedRequest
@@ -28,20 +33,34 @@ from ads_broker.security.scram import (
     MAX_ITERATIONS,
     MIN_ITERATIONS,
     SCRAM_MECHANISMS,
-    CredentialStore,
+    Credentials,
     ScramCredential,
 )
 
 if TYPE_CHECKING:
     from ads_broker.protocol.context import HandlerContext
 
+async def store_write(ctx: HandlerContext, write: Callable[..., T], *args: Any) -> T:
+    """Run an ACL or credential write. Single node: on the loop, as before (the data dir's file;
+    writes stay in order). Cluster mode: off the loop (ZooKeeper round trips), waiting at most a
+    ZooKeeper session timeout (a connection lost longer than that is a lost session; the write may
+    still land once ZooKeeper is back, as with Kafka's ZooKeeper client): TimeoutError then."""
+    if not ctx.config.settings.zookeeper_connect:
+        return write(*args)
+    timeout_s = max(ctx.config.settings.zookeeper_session_timeout_ms / 1000, 1.0)
+    return await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, write, *args), timeout_s)
+
+
+T = TypeVar("T")
+
 #: Kafka's ScramMechanism type ids on the wire.
 MECHANISM_IDS = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
 _BY_ID = {v: k for k, v in MECHANISM_IDS.items()}
 
 
-def _store(ctx: HandlerContext) -> CredentialStore:
-    return CredentialStore(ctx.data_dir)
+def _store(ctx: HandlerContext) -> Credentials:
+    """The data dir's file on a single node; ZooKeeper in cluster mode (every broker sees a change)."""
+    return ctx.credentials
 
 
 async def handle_describe_user_scram_credentials(ctx: HandlerContext,
@@ -108,18 +127,32 @@ async def handle_alter_user_scram_credentials(ctx: HandlerContext,
             errors[u.name] = (UNACCEPTABLE_CREDENTIAL, "Too many iterations")
         elif not u.salt or not u.salted_password:
             errors[u.name] = (UNACCEPTABLE_CREDENTIAL, "The salt and the salted password must not be empty")
-    for d in body.deletions:
-        if d.name not in errors:
-            store.delete(d.name, _BY_ID[d.mechanism])
+    deletions = [(d.name, _BY_ID[d.mechanism]) for d in body.deletions if d.name not in errors]
+    upsertions = []
     for u in body.upsertions:
         if u.name not in errors:
             mechanism = _BY_ID[u.mechanism]
             algorithm = SCRAM_MECHANISMS[mechanism]
             salted = bytes(u.salted_password)
             client_key = hmac.digest(salted, b"Client Key", algorithm)
-            store.upsert(u.name, mechanism, ScramCredential(
+            upsertions.append((u.name, mechanism, ScramCredential(
                 bytes(u.salt), int(u.iterations), hashlib.new(algorithm, client_key).digest(),
-                hmac.digest(salted, b"Server Key", algorithm)))
+                hmac.digest(salted, b"Server Key", algorithm))))
+
+    def write(name: str) -> None:
+        for user, mechanism in deletions:
+            if user == name:
+                store.delete(user, mechanism)
+        for user, mechanism, credential in upsertions:
+            if user == name:
+                store.upsert(user, mechanism, credential)
+
+    # Off the event loop: in cluster mode each write is a ZooKeeper round trip (or waits for it).
+    for name in dict.fromkeys([n for n, _ in deletions] + [n for n, _, _ in upsertions]):
+        try:
+            await store_write(ctx, write, name)
+        except Exception as e:
+            errors[name] = (UNKNOWN_SERVER_ERROR, f"credential not stored: {type(e).__name__}: {e}"[:300])
     results = []
     for name in dict.fromkeys(touched):
         code, message = errors.get(name, (0, None))

@@ -1,8 +1,9 @@
 """A three-broker cluster whose brokers log in to each other on a SASL inter-broker listener, with
 the ACL authorizer on: each broker has the SASL listener (first, so Metadata names it; SASL_PLAINTEXT,
 or SASL_SSL with the test PKI) and a PLAINTEXT one (``User:ANONYMOUS``, where an attacker without
-credentials connects). Users and ACLs are written into every data dir before the first start
-(what ``ads-broker users add`` / ``acls add`` write, done in process to keep the tests fast):
+credentials connects). Users and ACLs are written into the cluster's ZooKeeper before the first start (what
+``ads-broker users add --zookeeper-connect`` / ``acls add --zookeeper-connect`` write, done in
+process to keep the tests fast):
 ``broker`` (the brokers' own principal, in ``super.users``), ``admin`` (in ``super.users``) and
 ``mallory`` (may read and write the test topics, nothing on the cluster).
 """
@@ -16,10 +17,12 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
+from ads_broker.cluster.zookeeper import KafkaZkClient
 from ads_broker.embedded import free_port
-from ads_broker.security.acl import ALLOW, PREFIXED, READ, TOPIC, WRITE, Acl, AclStore
+from ads_broker.security.acl import ALLOW, PREFIXED, READ, TOPIC, WRITE, Acl
 from ads_broker.security.sasl_client import LOGIN_MODULES
-from ads_broker.security.scram import CredentialStore, ScramCredential
+from ads_broker.security.scram import ScramCredential
+from ads_broker.security.zk_store import ZkSecurityData
 from tests.integration.cluster.conftest import IDS, BrokerCluster, wait_until
 
 PASSWORD = "pw-" + uuid.uuid4().hex[:12]
@@ -62,29 +65,51 @@ class SaslCluster:
         return AdminClient(self.client_conf())
 
 
-def _provision(data_dir: Path, mechanism: str, topic_prefix: str) -> None:
-    data_dir.mkdir(parents=True, exist_ok=True)
-    store = CredentialStore(data_dir)
+class ZkSecurityWriter:
+    """An operator's session on the cluster's ACL and user znodes (what ``ads-broker users|acls
+    --zookeeper-connect`` does), for tests that change them while the brokers run."""
+
+    def __init__(self, zk_connect: str) -> None:
+        self.zk = KafkaZkClient(zk_connect).start()
+        self.data = ZkSecurityData(self.zk.client)
+        self.data.ensure_paths()
+
+    def __enter__(self) -> ZkSecurityData:
+        return self.data
+
+    def __exit__(self, *exc: object) -> None:
+        self.zk.close()
+
+
+def set_password(data: ZkSecurityData, user: str, mechanism: str, password: str) -> None:
+    credential = ScramCredential.from_password(mechanism, password)
+    data.update_user(user, lambda current: {**current, mechanism: credential})
+
+
+def _provision(zk_connect: str, mechanism: str, topic_prefix: str) -> None:
     scram = mechanism if mechanism != "PLAIN" else "SCRAM-SHA-256"  # PLAIN is checked against SCRAM credentials
-    for user in USERS:
-        store.upsert(user, scram, ScramCredential.from_password(scram, PASSWORD))
-    AclStore(data_dir).save([Acl(TOPIC, topic_prefix, PREFIXED, "User:mallory", "*", op, ALLOW)
-                             for op in (READ, WRITE)])
+    with ZkSecurityWriter(zk_connect) as data:
+        for user in USERS:
+            set_password(data, user, scram, PASSWORD)
+        data.create_acls([Acl(TOPIC, topic_prefix, PREFIXED, "User:mallory", "*", op, ALLOW) for op in (READ, WRITE)])
 
 
 def start_three_sasl(brokers: BrokerCluster, topic_prefix: str = "t-", *, protocol: str = "SASL_PLAINTEXT",
                      mechanism: str = "SCRAM-SHA-256", keystore: Path | None = None, ca: Path | None = None,
-                     per_broker: dict[int, dict[str, str]] | None = None, **config: str) -> SaslCluster:
+                     per_broker: dict[int, dict[str, str]] | None = None, provision: bool = True,
+                     **config: str) -> SaslCluster:
     """Brokers 1-3 with ``protocol``/``mechanism`` between them; returns once all three are
     registered. SASL_SSL needs ``keystore`` (chain + key, SAN 127.0.0.1) and ``ca``;
-    ``per_broker`` adds settings to one broker only."""
+    ``per_broker`` adds settings to one broker only; ``provision=False``: the caller wrote the
+    users and ACLs to ZooKeeper itself."""
     cluster = SaslCluster(brokers, protocol, mechanism, ca)
     tls: dict[str, str] = {}
     if protocol == "SASL_SSL":
         assert keystore is not None and ca is not None
         tls = {"ssl.keystore.location": str(keystore), "ssl.truststore.location": str(ca)}
+    if provision:
+        _provision(brokers.zk_connect, mechanism, topic_prefix)
     for broker_id in IDS:
-        _provision(brokers.data_dir(broker_id), mechanism, topic_prefix)
         sasl, plain = free_port(), free_port()
         cluster.sasl_ports[broker_id], cluster.plain_ports[broker_id] = sasl, plain
         brokers.start(broker_id, port=plain, **{

@@ -1,0 +1,526 @@
+"""ACLs and SCRAM credentials shared by the whole cluster, in ZooKeeper, as Kafka (ZooKeeper mode)
+keeps them (docs/SECURITY.md "Cluster mode: ACLs and users in ZooKeeper").
+
+Znodes, with Kafka's encodings (``AclAuthorizer`` / ``ZkAclStore`` / ``ZkAclChangeStore``,
+``AdminZkClient.changeConfigs`` for users, ``ScramCredentialUtils``), so Kafka's tools read them:
+
+================================================  ===============================================
+``/kafka-acl/<Type>/<name>``                      LITERAL ACLs of one resource:
+                                                  ``{"version":1,"acls":[{"principal":"User:a",
+                                                  "permissionType":"Allow","operation":"Read",
+                                                  "host":"*"}]}``
+``/kafka-acl-extended/prefixed/<Type>/<name>``    PREFIXED ACLs of one resource (same JSON)
+``/kafka-acl-changes/acl_changes_<seq>``          ``Topic:name`` (a literal resource changed)
+``/kafka-acl-extended-changes/acl_changes_<seq>`` ``{"version":1,"resourceType":"Topic","name":..,
+                                                  "patternType":"PREFIXED"}``
+``/config/users/<sanitized user>``                ``{"version":1,"config":{"SCRAM-SHA-256":
+                                                  "salt=..,stored_key=..,server_key=..,iterations=4096"}}``
+``/config/changes/config_change_<seq>``           ``{"version":2,"entity_path":"users/<user>"}``
+================================================  ===============================================
+
+A resource's ACLs are changed with a conditional write on the znode version read (create if
+missing, delete when empty), retried on a conflict, so two brokers changing one resource at once
+lose neither change (Kafka's ``updateResourceAcls``). Each change then creates a sequential
+notification; every broker watches the change paths and re-reads the resources (users) named by
+the notifications newer than the last it processed. The caches answer every authorization and
+login; a lost ZooKeeper connection keeps them as last read (never allow-all, never deny-all), and
+every reconnection re-reads everything (a notification may have been missed, or purged).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import queue
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import structlog
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
+
+from ads_broker.cluster.zookeeper import KafkaZkClient
+from ads_broker.exceptions import ConfigError
+from ads_broker.security.acl import (
+    ALLOW,
+    CLUSTER,
+    DENY,
+    GROUP,
+    LITERAL,
+    OPERATIONS,
+    PREFIXED,
+    TOPIC,
+    TRANSACTIONAL_ID,
+    Acl,
+    AclFilter,
+    Authorizer,
+)
+from ads_broker.security.scram import SCRAM_MECHANISMS, ScramCredential
+
+log = structlog.get_logger("ads_broker.security.zk")
+
+LITERAL_ACL_PATH = "/kafka-acl"
+PREFIXED_ACL_PATH = "/kafka-acl-extended/prefixed"
+LITERAL_CHANGES_PATH = "/kafka-acl-changes"
+EXTENDED_CHANGES_PATH = "/kafka-acl-extended-changes"
+ACL_CHANGE_PREFIX = "acl_changes_"
+USERS_CONFIG_PATH = "/config/users"
+CONFIG_CHANGES_PATH = "/config/changes"
+CONFIG_CHANGE_PREFIX = "config_change_"
+#: Kafka deletes change notifications older than this (``ZkNodeChangeNotificationListener``).
+CHANGE_EXPIRATION_MS = 15 * 60 * 1000
+#: Conflicting conditional writes are retried this often before giving up (Kafka: ``maxUpdateRetries``).
+MAX_UPDATE_RETRIES = 30
+SECURITY_PATHS = (LITERAL_ACL_PATH, PREFIXED_ACL_PATH, LITERAL_CHANGES_PATH, EXTENDED_CHANGES_PATH,
+                  USERS_CONFIG_PATH, CONFIG_CHANGES_PATH)
+
+#: Kafka's ``SecurityUtils.resourceTypeName`` (the ZooKeeper path segment) per resource type.
+ZK_RESOURCE_TYPES = {TOPIC: "Topic", GROUP: "Group", CLUSTER: "Cluster", TRANSACTIONAL_ID: "TransactionalId"}
+_RESOURCE_BY_ZK = {v: k for k, v in ZK_RESOURCE_TYPES.items()}
+_PATTERN_PATHS = {LITERAL: LITERAL_ACL_PATH, PREFIXED: PREFIXED_ACL_PATH}
+
+
+def _camel(name: str) -> str:
+    """``CLUSTER_ACTION`` -> ``ClusterAction`` (Kafka's ``SecurityUtils.operationName``)."""
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+_ZK_OPERATIONS = {code: _camel(name) for name, code in OPERATIONS.items() if name != "ANY"}
+_OPERATION_BY_ZK = {v: k for k, v in _ZK_OPERATIONS.items()}
+_ZK_PERMISSIONS = {ALLOW: "Allow", DENY: "Deny"}
+_PERMISSION_BY_ZK = {v: k for k, v in _ZK_PERMISSIONS.items()}
+
+Resource = tuple[int, str, int]  # (resource type, name, pattern type)
+
+
+def sanitize_user(user: str) -> str:
+    """Kafka's ``Sanitizer.sanitize``: a user name as a znode name (URL-encoded, ``*`` as ``%2A``)."""
+    return urllib.parse.quote(user, safe="").replace("~", "%7E")
+
+
+def acl_path(resource: Resource) -> str:
+    rtype, name, pattern = resource
+    return f"{_PATTERN_PATHS[pattern]}/{ZK_RESOURCE_TYPES[rtype]}/{name}"
+
+
+def encode_acls(acls: Iterable[Acl]) -> bytes:
+    return json.dumps({"version": 1, "acls": [
+        {"principal": a.principal, "permissionType": _ZK_PERMISSIONS[a.permission],
+         "operation": _ZK_OPERATIONS[a.operation], "host": a.host} for a in acls]}).encode()
+
+
+def decode_acls(resource: Resource, data: bytes) -> list[Acl]:
+    """A resource znode's ACLs; :class:`ConfigError` naming the znode if it is not Kafka's JSON
+    (the caller keeps the state in force: no ACL is guessed or dropped)."""
+    rtype, name, pattern = resource
+    try:
+        return [Acl(rtype, name, pattern, str(e["principal"]), str(e["host"]), _OPERATION_BY_ZK[str(e["operation"])],
+                    _PERMISSION_BY_ZK[str(e["permissionType"])]) for e in json.loads(data).get("acls", [])]
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ConfigError(f"ZooKeeper node {acl_path(resource)} is not Kafka's ACL JSON ({type(e).__name__}: {e}); "
+                          "fix or delete it (ads-broker acls remove --zookeeper-connect ...)") from e
+
+
+def encode_credential(credential: ScramCredential) -> str:
+    """Kafka's ``ScramCredentialUtils.credentialToString``."""
+    b64 = ScramCredential.to_json(credential)
+    return f"salt={b64['salt']},stored_key={b64['stored_key']},server_key={b64['server_key']}," \
+           f"iterations={credential.iterations}"
+
+
+def decode_credential(text: str) -> ScramCredential:
+    fields = dict(part.split("=", 1) for part in text.split(",") if "=" in part)
+    # base64 values may end in '=': split on the first '=' only keeps them whole
+    return ScramCredential.from_json({"salt": fields["salt"], "stored_key": fields["stored_key"],
+                                      "server_key": fields["server_key"], "iterations": fields["iterations"]})
+
+
+def decode_user_config(data: bytes, path: str = USERS_CONFIG_PATH) -> dict[str, ScramCredential]:
+    """A user znode's SCRAM credentials; :class:`ConfigError` naming the znode if unreadable."""
+    try:
+        config = dict(json.loads(data).get("config") or {})
+        return {m: decode_credential(str(v)) for m, v in config.items() if m in SCRAM_MECHANISMS}
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ConfigError(f"ZooKeeper node {path} does not hold Kafka's SCRAM credentials ({type(e).__name__}: "
+                          f"{e}); set them again (ads-broker users add --zookeeper-connect ...)") from e
+
+
+class ZkSecurityData:
+    """Reads and writes the ACL and user znodes of one ZooKeeper session (blocking calls; used by
+    the brokers and by ``ads-broker acls|users --zookeeper-connect``)."""
+
+    def __init__(self, client: KazooClient) -> None:
+        self.client = client
+
+    def ensure_paths(self) -> None:
+        for path in SECURITY_PATHS:
+            self.client.ensure_path(path)
+        for pattern_path in _PATTERN_PATHS.values():
+            for zk_type in ZK_RESOURCE_TYPES.values():
+                self.client.ensure_path(f"{pattern_path}/{zk_type}")
+
+    # -- ACLs --
+    def resource_acls(self, resource: Resource) -> tuple[list[Acl], int]:
+        """The resource's ACLs and its znode version (-1: no znode)."""
+        try:
+            data, stat = self.client.get(acl_path(resource))
+        except NoNodeError:
+            return [], -1
+        return decode_acls(resource, data), int(stat.version)
+
+    def all_acls(self) -> dict[Resource, list[Acl]]:
+        resources: list[Resource] = []
+        for pattern, base in _PATTERN_PATHS.items():
+            for rtype, zk_type in ZK_RESOURCE_TYPES.items():
+                try:
+                    names = self.client.get_children(f"{base}/{zk_type}")
+                except NoNodeError:
+                    continue
+                resources += [(rtype, name, pattern) for name in names]
+        pending = [(r, self.client.get_async(acl_path(r))) for r in resources]
+        out: dict[Resource, list[Acl]] = {}
+        for resource, answer in pending:
+            try:
+                data, _ = answer.get()
+            except NoNodeError:
+                continue
+            if acls := decode_acls(resource, data):
+                out[resource] = acls
+        return out
+
+    def update_resource(self, resource: Resource, change: Callable[[list[Acl]], list[Acl]]) -> list[Acl]:
+        """Kafka's ``updateResourceAcls``: read, change, write conditionally on the version read
+        (create when missing, delete when empty), retried on a conflict; then a change
+        notification. Returns the resource's ACLs as written."""
+        path = acl_path(resource)
+        for _ in range(MAX_UPDATE_RETRIES):
+            current, version = self.resource_acls(resource)
+            new = list(dict.fromkeys(change(current)))
+            if set(new) == set(current):
+                return current
+            try:
+                if not new:
+                    self.client.delete(path, version=version)
+                elif version < 0:
+                    self.client.create(path, encode_acls(new), makepath=True)
+                else:
+                    self.client.set(path, encode_acls(new), version=version)
+            except (BadVersionError, NodeExistsError, NoNodeError, NotEmptyError):
+                continue  # another writer got in between: read again
+            self._notify_acl_change(resource)
+            return new
+        raise RuntimeError(f"ACLs of {path} not updated: {MAX_UPDATE_RETRIES} conflicting writes in a row")
+
+    def _notify_acl_change(self, resource: Resource) -> None:
+        rtype, name, pattern = resource
+        if pattern == LITERAL:
+            path, body = LITERAL_CHANGES_PATH, f"{ZK_RESOURCE_TYPES[rtype]}:{name}".encode()
+        else:
+            path = EXTENDED_CHANGES_PATH
+            body = json.dumps({"version": 1, "resourceType": ZK_RESOURCE_TYPES[rtype], "name": name,
+                               "patternType": "PREFIXED"}).encode()
+        self.client.create(f"{path}/{ACL_CHANGE_PREFIX}", body, sequence=True, makepath=True)
+
+    def create_acls(self, acls: Iterable[Acl]) -> dict[Resource, list[Acl]]:
+        """Add ACLs; per resource touched, its ACLs as written."""
+        by_resource: dict[Resource, list[Acl]] = {}
+        for acl in acls:
+            by_resource.setdefault((acl.resource_type, acl.resource_name, acl.pattern_type), []).append(acl)
+        return {r: self.update_resource(r, lambda cur, add=add: cur + [a for a in add if a not in cur])  # type: ignore[misc]
+                for r, add in by_resource.items()}
+
+    def delete_acls(self, filters: list[AclFilter], known: Iterable[Acl]
+                    ) -> tuple[list[list[Acl]], dict[Resource, list[Acl]]]:
+        """Remove what each filter matches; the resources looked at are those of the ``known`` ACLs
+        (the broker's cache, as Kafka's ``deleteAcls`` uses its ``aclCache``) that some filter
+        matches, each re-read before its conditional write. Per filter the ACLs it removed, and per
+        resource touched its ACLs as written."""
+        resources = {(a.resource_type, a.resource_name, a.pattern_type) for a in known if any(f.matches(a)
+                                                                                              for f in filters)}
+        removed: list[list[Acl]] = [[] for _ in filters]
+        written: dict[Resource, list[Acl]] = {}
+        for resource in sorted(resources):
+            gone: list[list[Acl]] = []
+
+            def change(current: list[Acl], gone: list[list[Acl]] = gone) -> list[Acl]:
+                gone[:] = [[a for a in current if f.matches(a)] for f in filters]
+                dropped = {a for g in gone for a in g}
+                return [a for a in current if a not in dropped]
+
+            written[resource] = self.update_resource(resource, change)
+            for i, g in enumerate(gone):
+                removed[i] += g
+        return removed, written
+
+    # -- users --
+    def user_credentials(self, user: str) -> tuple[dict[str, ScramCredential], int]:
+        try:
+            data, stat = self.client.get(path := f"{USERS_CONFIG_PATH}/{sanitize_user(user)}")
+        except NoNodeError:
+            return {}, -1
+        return decode_user_config(data, path), int(stat.version)
+
+    def all_users(self) -> dict[str, dict[str, ScramCredential]]:
+        try:
+            names = self.client.get_children(USERS_CONFIG_PATH)
+        except NoNodeError:
+            return {}
+        pending = [(n, self.client.get_async(f"{USERS_CONFIG_PATH}/{n}")) for n in names]
+        out: dict[str, dict[str, ScramCredential]] = {}
+        for name, answer in pending:
+            try:
+                data, _ = answer.get()
+            except NoNodeError:
+                continue
+            if creds := decode_user_config(data, f"{USERS_CONFIG_PATH}/{name}"):
+                out[urllib.parse.unquote(name)] = creds
+        return out
+
+    def update_user(self, user: str, change: Callable[[dict[str, ScramCredential]], dict[str, ScramCredential]]
+                    ) -> dict[str, ScramCredential]:
+        """Change a user's SCRAM credentials (other config keys of the znode are kept), conditional
+        on the version read and retried; then ``/config/changes`` (Kafka's ``changeConfigs``)."""
+        path = f"{USERS_CONFIG_PATH}/{sanitize_user(user)}"
+        for _ in range(MAX_UPDATE_RETRIES):
+            try:
+                data, stat = self.client.get(path)
+                body: dict[str, Any] = json.loads(data)
+                version = int(stat.version)
+            except NoNodeError:
+                body, version = {"version": 1, "config": {}}, -1
+            config = dict(body.get("config") or {})
+            current = {m: decode_credential(str(v)) for m, v in config.items() if m in SCRAM_MECHANISMS}
+            new = change(dict(current))
+            for m in SCRAM_MECHANISMS:
+                config.pop(m, None)
+            config.update({m: encode_credential(c) for m, c in sorted(new.items())})
+            encoded = json.dumps({"version": 1, "config": config}).encode()
+            try:
+                if version < 0:
+                    self.client.create(path, encoded, makepath=True)
+                else:
+                    self.client.set(path, encoded, version=version)
+            except (BadVersionError, NodeExistsError, NoNodeError):
+                continue
+            entity = json.dumps({"version": 2, "entity_path": f"users/{sanitize_user(user)}"}).encode()
+            self.client.create(f"{CONFIG_CHANGES_PATH}/{CONFIG_CHANGE_PREFIX}", entity, sequence=True,
+                               makepath=True)
+            return new
+        raise RuntimeError(f"{path} not updated: {MAX_UPDATE_RETRIES} conflicting writes in a row")
+
+    # -- change notifications --
+    def changes(self, path: str) -> list[tuple[int, str]]:
+        """(sequence number, child name) of each notification under ``path``, oldest first."""
+        try:
+            children = self.client.get_children(path)
+        except NoNodeError:
+            return []
+        return sorted((int(c[-10:]), c) for c in children if c[-10:].isdigit())
+
+
+class ZkCredentialStore:
+    """:class:`~ads_broker.security.scram.CredentialStore`'s interface over the users in ZooKeeper:
+    reads from the cache :class:`ZkSecurity` keeps current, writes through to ZooKeeper (blocking:
+    callers on the event loop run them in an executor)."""
+
+    def __init__(self, security: ZkSecurity) -> None:
+        self.security = security
+
+    def get(self, user: str, mechanism: str) -> ScramCredential | None:
+        return self.security.users.get(user, {}).get(mechanism)
+
+    def credentials(self, user: str) -> dict[str, ScramCredential]:
+        return dict(self.security.users.get(user, {}))
+
+    def users(self) -> dict[str, dict[str, ScramCredential]]:
+        return {u: dict(m) for u, m in self.security.users.items()}
+
+    def upsert(self, user: str, mechanism: str, credential: ScramCredential) -> None:
+        def change(current: dict[str, ScramCredential]) -> dict[str, ScramCredential]:
+            return {**current, mechanism: credential}
+
+        self.security.set_user(user, self.security.data.update_user(user, change))
+
+    def delete(self, user: str, mechanism: str | None = None) -> bool:
+        found: list[str] = []
+
+        def change(current: dict[str, ScramCredential]) -> dict[str, ScramCredential]:
+            found[:] = [m for m in current if mechanism is None or m == mechanism]
+            return {m: c for m, c in current.items() if m not in found}
+
+        self.security.set_user(user, self.security.data.update_user(user, change))
+        return bool(found)
+
+
+class ZkAuthorizer(Authorizer):
+    """The authorizer of a broker in cluster mode: the same decisions, on ACLs kept by
+    :class:`ZkSecurity` (ZooKeeper), so a change made through any broker applies on every broker."""
+
+    def __init__(self, super_users: frozenset[str], allow_if_no_acl: bool) -> None:
+        super().__init__(None, super_users, allow_if_no_acl)
+        self.security: ZkSecurity | None = None
+        self._by_resource: dict[Resource, list[Acl]] = {}
+        self._lock = threading.Lock()
+
+    def replace_all(self, acls: dict[Resource, list[Acl]]) -> None:
+        with self._lock:
+            self._by_resource = {r: list(a) for r, a in acls.items() if a}
+            self._set([a for r in sorted(self._by_resource) for a in self._by_resource[r]])
+
+    def replace_resource(self, resource: Resource, acls: list[Acl]) -> None:
+        with self._lock:
+            if acls:
+                self._by_resource[resource] = list(acls)
+            else:
+                self._by_resource.pop(resource, None)
+            self._set([a for r in sorted(self._by_resource) for a in self._by_resource[r]])
+
+    def create(self, new: Iterable[Acl]) -> None:
+        assert self.security is not None, "the security store is not started"
+        for resource, acls in self.security.data.create_acls(new).items():
+            self.replace_resource(resource, acls)
+
+    def delete(self, filters: list[AclFilter]) -> list[list[Acl]]:
+        assert self.security is not None, "the security store is not started"
+        removed, written = self.security.data.delete_acls(filters, self.acls)
+        for resource, acls in written.items():
+            self.replace_resource(resource, acls)
+        return removed
+
+
+class ZkSecurity:
+    """The broker's ZooKeeper session for ACLs and users (Kafka's ``AclAuthorizer`` opens a
+    session of its own too): loads everything at start, follows the change notifications, keeps
+    the last state read while ZooKeeper is away and re-reads everything on every reconnection."""
+
+    def __init__(self, connect: str, session_timeout_ms: int, authorizer: ZkAuthorizer | None) -> None:
+        self.zk = KafkaZkClient(connect, session_timeout_ms=session_timeout_ms,
+                                connection_timeout_ms=session_timeout_ms)
+        self.data = ZkSecurityData(self.zk.client)
+        self.authorizer = authorizer
+        if authorizer is not None:
+            authorizer.security = self
+        #: user -> mechanism -> credential, replaced whole on each change (readers need no lock)
+        self.users: dict[str, dict[str, ScramCredential]] = {}
+        self.credentials = ZkCredentialStore(self)
+        self._users_lock = threading.Lock()
+        self._last_seen: dict[str, int] = {}
+        self._events: queue.Queue[str | None] = queue.Queue()
+        self._worker: threading.Thread | None = None
+        self._connected = True
+
+    # -- life cycle --
+    def start(self) -> None:
+        """Connect and read everything (blocking); raises ZooKeeperUnavailableError."""
+        self.zk.start()
+        try:
+            self.data.ensure_paths()
+            self._reload_all()
+        except BaseException:
+            self.zk.close()  # an open client keeps kazoo's threads, and the process, alive
+            raise
+        self.zk.add_state_listener(self._on_state)
+        self._worker = threading.Thread(target=self._run, name="zk-security", daemon=True)
+        self._worker.start()
+        for path in (LITERAL_CHANGES_PATH, EXTENDED_CHANGES_PATH, CONFIG_CHANGES_PATH):
+            self.zk.client.ChildrenWatch(path, lambda _children: self._events.put("changes"))
+        log.info("ACLs and SCRAM credentials read from ZooKeeper", zookeeper=self.zk.connect,
+                 acls=len(self.authorizer.acls) if self.authorizer is not None else None, users=len(self.users))
+
+    def close(self) -> None:
+        self._events.put(None)
+        if self._worker is not None:
+            self._worker.join(timeout=5)
+        self.zk.close()
+
+    def set_user(self, user: str, credentials: dict[str, ScramCredential]) -> None:
+        with self._users_lock:
+            users = dict(self.users)
+            if credentials:
+                users[user] = dict(credentials)
+            else:
+                users.pop(user, None)
+            self.users = users
+
+    # -- events (kazoo's thread hands them to the worker thread) --
+    def _on_state(self, state: KazooState) -> None:
+        if state == KazooState.CONNECTED:
+            if not self._connected:
+                self._connected = True
+                self._events.put("reload")
+        else:
+            self._connected = False
+            log.warning("ZooKeeper connection lost: the ACLs and SCRAM credentials last read stay in force; "
+                        "all are read again on reconnection", state=str(state), zookeeper=self.zk.connect)
+
+    def _run(self) -> None:
+        while True:
+            event = self._events.get()
+            if event is None:
+                return
+            try:
+                if event == "reload":
+                    self._reload_all()
+                    log.info("ZooKeeper connection back: ACLs and SCRAM credentials read again",
+                             acls=len(self.authorizer.acls) if self.authorizer is not None else None,
+                             users=len(self.users))
+                else:
+                    self._process_changes()
+            except Exception as e:  # ZooKeeper gone again: the state listener queues a reload
+                log.warning("cannot read ACL or user changes from ZooKeeper; keeping the state in force",
+                            error=f"{type(e).__name__}: {e}"[:300])
+
+    def _reload_all(self) -> None:
+        # Notifications are listed first: a change made during the reads has a newer one.
+        latest = {path: (seqs[-1][0] if (seqs := self.data.changes(path)) else -1)
+                  for path in (LITERAL_CHANGES_PATH, EXTENDED_CHANGES_PATH, CONFIG_CHANGES_PATH)}
+        if self.authorizer is not None:
+            self.authorizer.replace_all(self.data.all_acls())
+        users = self.data.all_users()
+        with self._users_lock:
+            self.users = users
+        self._last_seen = latest
+
+    def _process_changes(self) -> None:
+        now_ms = time.time() * 1000
+        for path in (LITERAL_CHANGES_PATH, EXTENDED_CHANGES_PATH, CONFIG_CHANGES_PATH):
+            last = self._last_seen.get(path, -1)
+            for seq, child in self.data.changes(path):
+                node = f"{path}/{child}"
+                try:
+                    data, stat = self.zk.client.get(node)
+                except NoNodeError:
+                    continue
+                if seq > last:
+                    self._apply_change(path, data)
+                    self._last_seen[path] = last = seq
+                if now_ms - stat.ctime > CHANGE_EXPIRATION_MS:  # Kafka purges old notifications
+                    with contextlib.suppress(NoNodeError):
+                        self.zk.client.delete(node)
+
+    def _apply_change(self, path: str, data: bytes) -> None:
+        if path == CONFIG_CHANGES_PATH:
+            entity = str(json.loads(data).get("entity_path", ""))
+            kind, _, name = entity.partition("/")
+            if kind == "users" and name:
+                user = urllib.parse.unquote(name)
+                creds, _ = self.data.user_credentials(user)
+                self.set_user(user, creds)
+                log.info("SCRAM credentials changed", user=user, mechanisms=sorted(creds))
+            return
+        if self.authorizer is None:
+            return
+        if path == LITERAL_CHANGES_PATH:
+            zk_type, _, name = data.decode().partition(":")
+            resource: Resource = (_RESOURCE_BY_ZK[zk_type], name, LITERAL)
+        else:
+            obj = json.loads(data)
+            resource = (_RESOURCE_BY_ZK[str(obj["resourceType"])], str(obj["name"]),
+                        PREFIXED if str(obj.get("patternType", "")).upper() == "PREFIXED" else LITERAL)
+        acls, _ = self.data.resource_acls(resource)
+        self.authorizer.replace_resource(resource, acls)
+        log.info("ACLs changed", resource_type=ZK_RESOURCE_TYPES[resource[0]], name=resource[1],
+                 pattern="PREFIXED" if resource[2] == PREFIXED else "LITERAL", acls=len(acls))
