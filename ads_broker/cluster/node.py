@@ -133,6 +133,10 @@ def topic_id_of(name: str, stored: str | None) -> uuid.UUID:
     return uuid.uuid5(uuid.NAMESPACE_URL, f"ads-broker-topic:{name}")
 
 
+#: A snapshot naming more topics than this lists ``/brokers/topics`` once and reads only those that exist.
+SNAPSHOT_NAMES_READ_DIRECTLY = 32
+
+
 class ClusterNode:
     """This broker's ZooKeeper membership, topic creation through ZooKeeper, and partition roles."""
 
@@ -644,7 +648,7 @@ class ClusterNode:
         zk = self.zk
         brokers = zk.get_live_brokers()
         controller = zk.get_controller_id()
-        found = zk.get_topics_metadata(zk.get_topics() if names is None else names)
+        found = zk.get_topics_metadata(zk.get_topics() if names is None else self._readable(names))
         states = zk.get_partition_states(TopicPartition(name, p) for name, (assignment, _, _) in found.items()
                                          for p in assignment)
         topics: dict[str, TopicView] = {}
@@ -655,6 +659,23 @@ class ClusterNode:
                                for p, replicas in sorted(assignment.items()))
             topics[name] = TopicView(name, topic_id_of(name, topic_id), partitions)
         return ClusterSnapshot(brokers, -1 if controller is None else controller, topics)
+
+    def _readable(self, names: Iterable[str]) -> list[str]:
+        """The names a snapshot reads: each once, only legal topic names (a client's name becomes a
+        ZooKeeper path: ``..`` or ``t/partitions/0/state`` must not reach kazoo or another znode),
+        and, for a long list, only topics that exist (one read of ``/brokers/topics``' children
+        instead of two reads per name a client may invent)."""
+        legal = []
+        for name in dict.fromkeys(names):
+            try:
+                validate_topic_name(name)
+            except BrokerError:
+                continue
+            legal.append(name)
+        if len(legal) > SNAPSHOT_NAMES_READ_DIRECTLY:
+            existing = set(self.zk.get_topics())
+            legal = [name for name in legal if name in existing]
+        return legal
 
     def refuse(self, what: str) -> InvalidRequestError:
         """An admin operation cluster mode does not do yet: a clear answer instead of a local-only change."""

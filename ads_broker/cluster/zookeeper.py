@@ -31,7 +31,9 @@ kazoo's event thread and must not block: hand the event to your own thread or lo
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import itertools
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -60,6 +62,8 @@ PREFERRED_ELECTION_PATH = "/admin/preferred_replica_election"
 CONTROLLED_SHUTDOWN_PATH = "/admin/controlled_shutdown"
 TOPIC_CONFIG_PATH = "/config/topics"
 PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
+#: ``get`` requests one pipelined read keeps in flight on the session (``KafkaZkClient._get_many``).
+MAX_PIPELINED_READS = 1024
 PERSISTENT_PATHS = ("/cluster", BROKER_IDS_PATH, TOPICS_PATH, "/admin", CONTROLLED_SHUTDOWN_PATH, TOPIC_CONFIG_PATH)
 
 
@@ -422,15 +426,20 @@ class KafkaZkClient:
         return out
 
     def _get_many(self, paths: Iterable[str]) -> list[tuple[str, tuple[bytes, ZnodeStat] | None]]:
-        """``get`` of many znodes, pipelined: every request is sent before the first answer is
-        awaited; a missing znode is None."""
-        pending = [(path, self.client.get_async(path)) for path in paths]
+        """``get`` of many znodes, pipelined: up to :data:`MAX_PIPELINED_READS` requests are in
+        flight at once (a few round trips for hundreds of znodes, and a bounded queue on the
+        broker's one session whatever the count); a missing znode is None."""
         out: list[tuple[str, tuple[bytes, ZnodeStat] | None]] = []
-        for path, answer in pending:
-            try:
-                out.append((path, answer.get()))
-            except NoNodeError:
-                out.append((path, None))
+        pending: collections.deque[tuple[str, Any]] = collections.deque()
+        for path in itertools.chain(paths, [None]):
+            if path is not None:
+                pending.append((path, self.client.get_async(path)))
+            while pending and (path is None or len(pending) >= MAX_PIPELINED_READS):
+                done, answer = pending.popleft()
+                try:
+                    out.append((done, answer.get()))
+                except NoNodeError:
+                    out.append((done, None))
         return out
 
     def watch_topics(self, callback: Callable[[list[str]], None]) -> None:

@@ -62,8 +62,8 @@ async def _requested(ctx: HandlerContext, cluster: ClusterNode, req: DecodedRequ
     partitions then answer LEADER_NOT_AVAILABLE until the controller elected, as in Kafka)."""
     allow_create = bool(req.body.allow_auto_topic_creation) if req.api_version >= 4 else True
     topics = []
-    for requested in req.body.topics:
-        name = requested.name
+    # Kafka takes the request's topics as a set: a topic named twice is answered once.
+    for name in dict.fromkeys(requested.name for requested in req.body.topics):
         try:
             if name is None:
                 raise InvalidRequestError(f"Topic name can not be null for version {req.api_version}")
