@@ -1,8 +1,9 @@
 """KIP-951 through real ``ads-broker serve`` processes and ZooKeeper: a broker that answers
-Produce (v10+) with NOT_LEADER_OR_FOLLOWER names the partition's current leader (id and leader
-epoch) and that leader's address on the listener the request arrived on, as Kafka 3.7+'s
-``KafkaApis.handleProduceRequest`` / ``getCurrentLeader`` do, so the client's retry goes to the
-leader without a metadata round trip.
+Produce (v10+) with NOT_LEADER_OR_FOLLOWER, or Fetch (v16+) with NOT_LEADER_OR_FOLLOWER or
+FENCED_LEADER_EPOCH, names the partition's current leader (id and leader epoch) and that leader's
+address on the listener the request arrived on, as Kafka 3.7+'s ``KafkaApis.handleProduceRequest``
+/ ``handleFetchRequest`` / ``getCurrentLeader`` do, so the client's retry goes to the leader
+without a metadata round trip.
 
 Each broker listens twice: PLAINTEXT (first: what the registration's host/port and Metadata's
 default name, and the inter-broker listener) and CLIENT (second). A request on CLIENT must get the
@@ -15,10 +16,12 @@ import uuid
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.protocol.consumer import FetchRequest
+from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 
 from ads_broker.embedded import free_port
-from ads_broker.errors import NOT_LEADER_OR_FOLLOWER
+from ads_broker.errors import FENCED_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER
 from ads_broker.log.records import Record, build_batch
 from tests.integration.broker.rawclient import RawClient
 from tests.integration.cluster.conftest import IDS, BrokerCluster, wait_until
@@ -92,3 +95,52 @@ def test_a_follower_names_the_leader_and_its_endpoint_on_the_request_listener(
     code, leader, endpoints = _hint(client_ports[3], topic)
     assert (code, leader) == (NOT_LEADER_OR_FOLLOWER, (2, moved.leader_epoch))
     assert endpoints == [(2, "127.0.0.1", client_ports[2], None)]
+
+
+def _fetch_hint(client_port: int, topic: str, leader_epoch: int) -> tuple[int, tuple[int, int] | None, list[tuple]]:
+    """(error code, (leader id, epoch) or None, endpoints) of a consumer Fetch v16 of partition 0
+    of ``topic`` (by its id, KIP-516) naming ``leader_epoch``."""
+    with RawClient(f"127.0.0.1:{client_port}") as raw:
+        topic_id = raw.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
+                                               allow_auto_topic_creation=False), 12).topics[0].topic_id
+        request = FetchRequest(max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0, session_id=0,
+                               session_epoch=-1, topics=[FetchRequest.FetchTopic(topic_id=topic_id, partitions=[
+                                   FetchRequest.FetchTopic.FetchPartition(
+                                       partition=0, current_leader_epoch=leader_epoch, fetch_offset=0,
+                                       last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20)])],
+                               forgotten_topics_data=[], rack_id="")
+        answer = raw.request(request, 16)
+    (topic_answer,) = answer.responses
+    assert topic_answer.topic_id == topic_id
+    part = topic_answer.partitions[0]
+    leader = part.current_leader
+    endpoints = [(e.node_id, e.host, e.port, e.rack) for e in (answer.node_endpoints or [])]
+    return part.error_code, None if leader is None else (leader.leader_id, leader.leader_epoch), endpoints
+
+
+def test_fetch_v16_names_the_leader_to_a_consumer_at_a_follower_or_with_a_fenced_epoch(
+        brokers: BrokerCluster, zk_connect: str) -> None:
+    admin, client_ports = _start_two_listener_brokers(brokers)
+    topic = f"t-{uuid.uuid4().hex[:10]}"
+    new = NewTopic(topic, 1, replica_assignment=[[1, 2, 3]], config={"min.insync.replicas": "2"})
+    admin.create_topics([new], operation_timeout=30)[topic].result(60)
+    wait_until(lambda: state(zk_connect, topic).leader == 1 and sorted(state(zk_connect, topic).isr) == list(IDS),
+               "broker 1 leading with a full ISR")
+    epoch = state(zk_connect, topic).leader_epoch
+    wait_until(lambda: _fetch_hint(client_ports[2], topic, -1)[1] == (1, epoch), "broker 2 to have applied the state")
+
+    # At a follower: NOT_LEADER_OR_FOLLOWER, leader 1 and its CLIENT address.
+    assert _fetch_hint(client_ports[2], topic, -1) == (
+        NOT_LEADER_OR_FOLLOWER, (1, epoch), [(1, "127.0.0.1", client_ports[1], None)])
+    # The current epoch at the leader: served, no hint.
+    assert _fetch_hint(client_ports[1], topic, epoch) == (0, None, [])
+
+    # Leadership moves to broker 2 (controlled shutdown of broker 1) with a newer epoch; a consumer
+    # still naming the old epoch is FENCED_LEADER_EPOCH at the new leader, whose hint names
+    # itself at the current epoch.
+    assert brokers.procs[1].stop() == 0
+    moved = state(zk_connect, topic)
+    assert moved.leader == 2 and moved.leader_epoch > epoch
+    wait_until(lambda: _fetch_hint(client_ports[2], topic, moved.leader_epoch)[0] == 0, "broker 2 to lead")
+    assert _fetch_hint(client_ports[2], topic, epoch) == (
+        FENCED_LEADER_EPOCH, (2, moved.leader_epoch), [(2, "127.0.0.1", client_ports[2], None)])
