@@ -12,6 +12,14 @@ of the partition when it holds a replica, else from the cluster's metadata; the 
 leader's endpoint on the listener the request arrived on, and only if the leader is alive and
 advertises that listener (otherwise the id and epoch go alone). Produce fills them for
 NOT_LEADER_OR_FOLLOWER, Fetch for NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH.
+
+Kafka reads both from its in-memory metadata cache. Here liveness is the broker's watched set of
+registered brokers and the addresses are the registrations of the last Metadata answer (clients
+ask for metadata all the time, and again after every error), so a hint costs no ZooKeeper read;
+only a partition this broker knows no leader of, or a live leader whose registration it has not
+seen yet, takes one read of the cluster's metadata for the whole answer. A read per hint would
+put ZooKeeper round trips into every NOT_LEADER_OR_FOLLOWER answer of a failover, when ZooKeeper
+and the brokers are busiest, and let any client turn fetches at a follower into ZooKeeper reads.
 """
 
 from __future__ import annotations
@@ -58,8 +66,9 @@ class LeaderHints:
 
 async def current_leaders(ctx: HandlerContext, partitions: Iterable[tuple[str, int]]) -> LeaderHints:
     """The current leader of each of ``partitions`` and the endpoints of those leaders on the
-    current request's listener. One read of the cluster's metadata for the whole request (live
-    brokers, and the states of partitions this broker holds no replica of); none on one node."""
+    current request's listener: from this broker's partition states, its live-broker watch and
+    the registrations it last read; one read of the cluster's metadata for the whole request only
+    when those do not know (see the module doc). None on one node."""
     wanted = list(dict.fromkeys(partitions))
     leaders = {tp: _local_leader(ctx, *tp) for tp in wanted}
     if not wanted:
@@ -69,21 +78,35 @@ async def current_leaders(ctx: HandlerContext, partitions: Iterable[tuple[str, i
         endpoint = NodeEndpoint(ctx.node_id, host, port, None)
         return LeaderHints({tp: leader or UNKNOWN_LEADER for tp, leader in leaders.items()},
                            {ctx.node_id: endpoint} if any(leader for leader in leaders.values()) else {})
-    unknown = sorted({topic for (topic, _), leader in leaders.items() if leader is None})
-    try:
-        snapshot = await ctx.cluster.snapshot(unknown)
-    except (BrokerError, KazooException) as e:  # the hint is an optimisation: the error code stands
-        log.warning("cannot read the cluster's metadata for a leader hint", error=repr(e))
-        return LeaderHints({tp: leader or UNKNOWN_LEADER for tp, leader in leaders.items()}, {})
-    resolved = {tp: leader if leader is not None else _metadata_leader(snapshot, *tp) for tp, leader in leaders.items()}
+    known = {tp: leader for tp, leader in leaders.items() if leader is not None}
+    live = ctx.replicas.live_brokers
+    registrations = {**ctx.broker_registrations, ctx.node_id: ctx.cluster.registration()}
+    if len(known) < len(leaders) or live is None or any(
+            leader in live and leader not in registrations for leader, _ in known.values()):
+        unknown = sorted({topic for (topic, _), leader in leaders.items() if leader is None})
+        try:
+            snapshot = await ctx.cluster.snapshot(unknown)
+        except (BrokerError, KazooException) as e:  # the hint is an optimisation: the error code stands
+            log.warning("cannot read the cluster's metadata for a leader hint", error=repr(e))
+            return LeaderHints({tp: leader or UNKNOWN_LEADER for tp, leader in leaders.items()}, {})
+        remember_brokers(ctx, snapshot)
+        known = {tp: leader or _metadata_leader(snapshot, *tp) for tp, leader in leaders.items()}
+        live, registrations = frozenset(snapshot.brokers), dict(snapshot.brokers)
     listener = _request_listener()
     endpoints: dict[int, NodeEndpoint] = {}
-    for leader_id, _ in resolved.values():
-        registration = snapshot.brokers.get(leader_id)
+    for leader_id, _ in known.values():
+        registration = registrations.get(leader_id) if leader_id in live else None
         found = None if registration is None else listener_endpoint(registration, listener)
         if found is not None:
             endpoints[leader_id] = found
-    return LeaderHints(resolved, endpoints)
+    return LeaderHints(known, endpoints)
+
+
+def remember_brokers(ctx: HandlerContext, snapshot: ClusterSnapshot) -> None:
+    """Keep the registrations of a complete read of the cluster (every Metadata answer calls this)
+    for the next hints' addresses."""
+    if snapshot.complete:
+        ctx.broker_registrations = dict(snapshot.brokers)
 
 
 def _local_leader(ctx: HandlerContext, topic: str, index: int) -> tuple[int, int] | None:
