@@ -55,14 +55,19 @@ class Cluster:
         self.connect = self.zk.connect_string("bench")
         self.procs: dict[int, BrokerProcess] = {}
         cluster_id = f"bench-{uuid.uuid4().hex[:8]}"
-        for b in IDS:
-            config = {"broker.id": str(b), "cluster.id": cluster_id, "zookeeper.connect": self.connect,
-                      "zookeeper.session.timeout.ms": str(session_ms)}
-            self.procs[b] = ads_broker_process(root / f"broker-{b}", config=config, log_path=root / f"broker-{b}.log")
-            self.procs[b].start()
-        self.bootstrap = ",".join(p.bootstrap for p in self.procs.values())
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        wait(lambda: sorted(admin.list_topics(timeout=10).brokers) == list(IDS), "three registered brokers")
+        try:  # a broker that fails to start must not leave ZooKeeper and the others running
+            for b in IDS:
+                config = {"broker.id": str(b), "cluster.id": cluster_id, "zookeeper.connect": self.connect,
+                          "zookeeper.session.timeout.ms": str(session_ms)}
+                self.procs[b] = ads_broker_process(root / f"broker-{b}", config=config,
+                                                   log_path=root / f"broker-{b}.log")
+                self.procs[b].start()
+            self.bootstrap = ",".join(p.bootstrap for p in self.procs.values())
+            admin = AdminClient({"bootstrap.servers": self.bootstrap})
+            wait(lambda: sorted(admin.list_topics(timeout=10).brokers) == list(IDS), "three registered brokers")
+        except BaseException:
+            self.close()
+            raise
 
     def state(self, topic: str, partition: int) -> tuple[int, list[int]]:
         zk = KafkaZkClient(self.connect, session_timeout_ms=self.session_ms).start()
