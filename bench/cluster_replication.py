@@ -55,14 +55,19 @@ class Cluster:
         self.connect = self.zk.connect_string("bench")
         self.procs: dict[int, BrokerProcess] = {}
         cluster_id = f"bench-{uuid.uuid4().hex[:8]}"
-        for b in IDS:
-            config = {"broker.id": str(b), "cluster.id": cluster_id, "zookeeper.connect": self.connect,
-                      "zookeeper.session.timeout.ms": str(session_ms)}
-            self.procs[b] = ads_broker_process(root / f"broker-{b}", config=config, log_path=root / f"broker-{b}.log")
-            self.procs[b].start()
-        self.bootstrap = ",".join(p.bootstrap for p in self.procs.values())
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        wait(lambda: sorted(admin.list_topics(timeout=10).brokers) == list(IDS), "three registered brokers")
+        try:  # a broker that fails to start must not leave ZooKeeper and the others running
+            for b in IDS:
+                config = {"broker.id": str(b), "cluster.id": cluster_id, "zookeeper.connect": self.connect,
+                          "zookeeper.session.timeout.ms": str(session_ms)}
+                self.procs[b] = ads_broker_process(root / f"broker-{b}", config=config,
+                                                   log_path=root / f"broker-{b}.log")
+                self.procs[b].start()
+            self.bootstrap = ",".join(p.bootstrap for p in self.procs.values())
+            admin = AdminClient({"bootstrap.servers": self.bootstrap})
+            wait(lambda: sorted(admin.list_topics(timeout=10).brokers) == list(IDS), "three registered brokers")
+        except BaseException:
+            self.close()
+            raise
 
     def state(self, topic: str, partition: int) -> tuple[int, list[int]]:
         zk = KafkaZkClient(self.connect, session_timeout_ms=self.session_ms).start()
@@ -111,8 +116,9 @@ def wait(condition: Callable[[], bool], what: str, timeout_s: float = 120.0) -> 
 def longest_gap(cluster: Cluster, topic: str, fault: Callable[[int], None], leader: int, after_s: float) -> float:
     """The longest time partition 0 of ``topic`` acknowledged nothing while one producer sent a
     record every 5 ms (acks=all, idempotent) through ``fault(leader)``: from 1 s before the fault
-    until ``after_s`` after it, the longest interval between consecutive acknowledgements (the last
-    one before the fault included). Every record must end acknowledged."""
+    (which comes once the producer has been acknowledged for a second) until ``after_s`` after
+    it, the longest interval between consecutive acknowledgements (the last one before the fault
+    included). Every record must end acknowledged."""
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True, "acks": "all",
                          "linger.ms": 0, "message.timeout.ms": 120000, "retry.backoff.ms": 20,
                          "retry.backoff.max.ms": 100, "topic.metadata.refresh.fast.interval.ms": 50,
@@ -126,11 +132,18 @@ def longest_gap(cluster: Cluster, topic: str, fault: Callable[[int], None], lead
         else:
             errors.append(err)
 
-    def stream(until: float) -> None:
-        while time.monotonic() < until:
+    def stream(until: float, enough: Callable[[], bool] = lambda: False) -> None:
+        while time.monotonic() < until and not enough():
             producer.produce(topic, b"x", partition=0, on_delivery=on_delivery)
             producer.poll(0.005)
 
+    # A new idempotent producer needs its connections, metadata and producer id before the first
+    # acknowledgement (over a second on a loaded machine). The fault must come after a steady
+    # second of acknowledgements: with none before it, the outage has no "last ack before the
+    # fault" and would not be measured at all (the SIGKILL gaps < 1 s of earlier runs).
+    stream(time.monotonic() + 60.0, lambda: bool(acked))
+    if not acked:
+        raise SystemExit(f"no acknowledgement from {topic}-0 in 60 s before the fault")
     stream(time.monotonic() + 1.0)
     faulted = time.monotonic()
     fault(leader)

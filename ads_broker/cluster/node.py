@@ -243,16 +243,23 @@ class ClusterNode:
         session_s = settings.zookeeper_session_timeout_ms / 1000
         for attempt in range(1, settings.controlled_shutdown_max_retries + 1):
             left = deadline - time.monotonic()
+            # Set when this attempt is given up (or done): its thread stops polling ZooKeeper and
+            # delivering states then, instead of running on to its own deadline beside the next
+            # attempt's thread (F9 of the 2026-11-27 review).
+            abandoned = threading.Event()
             try:
                 if not await self._zk_connected(member, min(session_s, left)):
                     raise ConnectionError("not connected to ZooKeeper")
-                call = loop.run_in_executor(None, member.membership.controlled_shutdown, max(left, 0.0))
+                call = loop.run_in_executor(None, functools.partial(
+                    member.membership.controlled_shutdown, max(left, 0.0), abandoned=abandoned))
                 # A kazoo call made just before the connection drops blocks until the drop is noticed
                 # (two thirds of the session timeout); the thread is released when the client closes.
                 return await asyncio.wait_for(call, max(left, 0.0) + session_s)
             except Exception as e:  # ConnectionLoss, SessionExpired, the wait above: all retried alike
                 log.warning("controlled shutdown attempt failed", broker_id=self.broker_id, attempt=attempt,
                             of=settings.controlled_shutdown_max_retries, error=f"{type(e).__name__}: {e}"[:300])
+            finally:
+                abandoned.set()
             if attempt < settings.controlled_shutdown_max_retries:
                 await asyncio.sleep(min(settings.controlled_shutdown_retry_backoff_ms / 1000,
                                         max(deadline - time.monotonic(), 0.0)))

@@ -147,26 +147,30 @@ class BrokerMembership:
             self._on_partition_state(tp, replicas, state)
 
     # -- controlled shutdown --
-    def controlled_shutdown(self, timeout_s: float, poll_s: float = 0.05) -> list[TopicPartition]:
+    def controlled_shutdown(self, timeout_s: float, poll_s: float = 0.05,
+                            abandoned: threading.Event | None = None) -> list[TopicPartition]:
         """Ask the controller to move this broker's leaderships away and wait until it did.
 
         Returns the partitions this broker still leads when it gives up: those with no other live
         ISR member (they go offline when the broker stops) plus any the controller did not move
-        within ``timeout_s`` (``controlled.shutdown`` gives up the same way in Kafka).
+        within ``timeout_s`` (``controlled.shutdown`` gives up the same way in Kafka). Once
+        ``abandoned`` is set (the caller stopped waiting for this attempt) it stops polling at
+        once, without delivering any state it reads afterwards, and returns what it last saw.
         """
+        stop = abandoned if abandoned is not None else threading.Event()
         self.zk.request_controlled_shutdown(self.broker_id)
         deadline = time.monotonic() + timeout_s
         while True:
-            movable, stuck = self._led_partitions()
-            if not movable or time.monotonic() >= deadline:
+            movable, stuck = self._led_partitions(stop)
+            if not movable or stop.is_set() or time.monotonic() >= deadline:
                 return sorted(movable + stuck)
-            time.sleep(poll_s)
+            stop.wait(poll_s)
 
-    def _led_partitions(self) -> tuple[list[TopicPartition], list[TopicPartition]]:
+    def _led_partitions(self, stop: threading.Event) -> tuple[list[TopicPartition], list[TopicPartition]]:
         assignment = self.zk.get_all_assignments()
         view = ClusterView(assignment=assignment, states=self.zk.get_partition_states(assignment),
                            live=self.zk.get_live_broker_ids(), shutting_down=self.zk.get_shutting_down())
-        if self._on_partition_state is not None:
+        if self._on_partition_state is not None and not stop.is_set():
             # Each poll has just read every state: the moves the controller made are applied from
             # here at once rather than when this broker's watches get to them behind the rest of
             # the batch. A leaving leader thus stops acknowledging (NOT_LEADER_OR_FOLLOWER, and

@@ -118,8 +118,8 @@ async def handle_api_versions(ctx: HandlerContext, req: DecodedRequest) -> ApiVe
 
 
 _APIS = (
-    Api(ProduceRequest, 3, 9, produce.handle_produce, PRODUCE_API_VERSIONS_RESPONSE_MIN_VERSION),
-    Api(FetchRequest, 4, 12, fetch.handle_fetch),
+    Api(ProduceRequest, 3, 10, produce.handle_produce, PRODUCE_API_VERSIONS_RESPONSE_MIN_VERSION),
+    Api(FetchRequest, 4, 16, fetch.handle_fetch),
     Api(ListOffsetsRequest, 1, 7, fetch.handle_list_offsets),
     Api(MetadataRequest, 1, 12, metadata.handle_metadata),
     Api(OffsetCommitRequest, 2, 8, groups.handle_offset_commit),

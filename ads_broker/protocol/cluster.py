@@ -22,6 +22,7 @@ from ads_broker.errors import LEADER_NOT_AVAILABLE, REQUEST_TIMED_OUT, UNKNOWN_T
 from ads_broker.exceptions import BrokerError, InvalidRequestError, LeaderNotAvailableError
 from ads_broker.protocol.codec import DecodedRequest
 from ads_broker.protocol.groups_admin import CLUSTER_OPERATIONS
+from ads_broker.protocol.leader_hint import remember_brokers
 from ads_broker.protocol.metadata import TOPIC_OPERATIONS, authorized_operations
 from ads_broker.security.acl import CLUSTER, CLUSTER_NAME, CREATE, DESCRIBE, TOPIC
 
@@ -93,6 +94,7 @@ async def handle_metadata(ctx: HandlerContext, cluster: ClusterNode, req: Decode
     topic_ops = req.api_version >= 8 and bool(body.include_topic_authorized_operations)
     wanted = None if body.topics is None else [t.name for t in body.topics if t.name is not None]
     snapshot = await cluster.snapshot(wanted)
+    remember_brokers(ctx, snapshot)  # the addresses of the next leader hints (KIP-951)
     if body.topics is None:
         topics = [_topic(ctx, view, snapshot, topic_ops) for name, view in sorted(snapshot.topics.items())
                   if ctx.allowed(DESCRIBE, TOPIC, name)]

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ads_broker.cluster.node import ClusterNode
+from ads_broker.cluster.zookeeper import BrokerRegistration
 from ads_broker.config import BrokerConfig
 from ads_broker.coordinator.group import GroupCoordinator
 from ads_broker.coordinator.offsets import OffsetManager
@@ -81,6 +82,10 @@ class HandlerContext:
                                                 max_partitions=config.settings.max_broker_partitions)
         #: The request-path counters (None in tests that build a context without a broker).
         self.metrics = metrics
+        #: Cluster mode: the live brokers' registrations as the last complete read of the cluster
+        #: had them (every Metadata answer refreshes it), for KIP-951 leader endpoints without a
+        #: ZooKeeper read (protocol/leader_hint.py). Swapped whole, never mutated.
+        self.broker_registrations: dict[int, BrokerRegistration] = {}
 
     @property
     def advertised(self) -> tuple[str, int]:

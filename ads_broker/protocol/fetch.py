@@ -7,23 +7,33 @@ file slices that the server sends with ``sendfile``; record bytes never pass thr
 Consumers' fetches (v7+) may use incremental fetch sessions (KIP-227): the session keeps the
 partitions and what each was last told, so a request names only what moved and the response
 carries only what changed (:mod:`ads_broker.protocol.fetch_session` states the rules).
+
+From v13 topics are named by id (KIP-516): the ids are resolved to this broker's topics when the
+request arrives (an id it does not hold answers UNKNOWN_TOPIC_ID) and put back in the answer; the
+sessions and the reads work on names as before. v15 moves the replica id into ``ReplicaState``.
+v16 (KIP-951): a partition answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH names its
+current leader, and the answer those leaders' endpoints (:mod:`ads_broker.protocol.leader_hint`).
 """
 
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin import DeleteRecordsResponse
 from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsResponse
 
+from ads_broker.errors import FENCED_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_ID
 from ads_broker.exceptions import (
     AuthorizationError,
     BrokerError,
     FetchSessionIdNotFoundError,
     InvalidFetchSessionEpochError,
     OffsetOutOfRangeError,
+    UnsupportedVersionError,
 )
 from ads_broker.log.log import FileSlice
 from ads_broker.protocol.codec import Chunk, DecodedRequest, SendfileSlice, encode_response, splice_records
@@ -36,6 +46,7 @@ from ads_broker.protocol.fetch_session import (
     TopicPartitionKey,
     next_epoch,
 )
+from ads_broker.protocol.leader_hint import current_leaders
 from ads_broker.replication.replica_manager import FetchPartition, PartitionRead
 from ads_broker.security.acl import DELETE, DESCRIBE, READ, TOPIC
 
@@ -43,19 +54,55 @@ if TYPE_CHECKING:
     from ads_broker.protocol.context import HandlerContext
 
 PartitionData: Any = FetchResponse.FetchableTopicResponse.PartitionData
+#: The versions whose requests and responses name topics by id (KIP-516).
+TOPIC_ID_VERSION = 13
+#: The first version with the leader hint (KIP-951).
+LEADER_HINT_VERSION = 16
 
 
-def _requested(body: FetchRequest) -> list[CachedPartition]:
-    """The partitions named in the request, in request order, each once: a partition named twice is
-    read once, with its last entry, at its first place (Kafka's ``FetchRequest.fetchData``, a
-    ``LinkedHashMap``)."""
+@dataclass
+class TopicIds:
+    """v13+: topic id <-> name for this broker's topics, and the ids of the request it does not
+    hold (answered UNKNOWN_TOPIC_ID with the partitions the request named)."""
+
+    by_id: dict[uuid.UUID, str]
+    by_name: dict[str, uuid.UUID]
+    unknown: dict[uuid.UUID, list[int]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, ctx: HandlerContext) -> TopicIds:
+        topics = list(ctx.replicas.topics.values())
+        return cls({t.topic_id: t.name for t in topics}, {t.name: t.topic_id for t in topics})
+
+    def name(self, topic_id: uuid.UUID, partitions: Iterable[int]) -> str | None:
+        name = self.by_id.get(topic_id)
+        if name is None:
+            self.unknown.setdefault(topic_id, []).extend(partitions)
+        return name
+
+
+def _requested(body: FetchRequest, ids: TopicIds | None) -> list[CachedPartition]:
+    """The partitions named in the request, in request order (v13+: those of known topic ids), each
+    once: a partition named twice is read once, with its last entry, at its first place (Kafka's
+    ``FetchRequest.fetchData``, a ``LinkedHashMap``)."""
     parts: dict[TopicPartitionKey, CachedPartition] = {}
     for ftopic in body.topics:
+        name = ftopic.topic if ids is None else ids.name(ftopic.topic_id, (p.partition for p in ftopic.partitions))
+        if name is None:
+            continue
         for fpart in ftopic.partitions:
-            parts[(ftopic.topic, fpart.partition)] = CachedPartition(
-                ftopic.topic, fpart.partition, fpart.fetch_offset, fpart.partition_max_bytes,
+            parts[(name, fpart.partition)] = CachedPartition(
+                name, fpart.partition, fpart.fetch_offset, fpart.partition_max_bytes,
                 getattr(fpart, "current_leader_epoch", None))  # v9+
     return list(parts.values())
+
+
+def _replica_id(req: DecodedRequest) -> int:
+    """The fetching replica (-1: a consumer); in ``ReplicaState`` from v15 (Kafka's FetchRequest.replicaId)."""
+    if req.api_version >= 15:
+        state = req.body.replica_state
+        return -1 if state is None else int(state.replica_id)
+    return int(req.body.replica_id)
 
 
 def _wanted(ctx: HandlerContext, parts: Iterable[CachedPartition]) -> list[FetchPartition]:
@@ -73,7 +120,13 @@ def _wanted(ctx: HandlerContext, parts: Iterable[CachedPartition]) -> list[Fetch
 
 async def handle_fetch(ctx: HandlerContext, req: DecodedRequest) -> list[Chunk]:
     body = req.body
-    if body.replica_id >= 0:  # a follower (cluster mode): ads_broker/protocol/replica.py
+    if _replica_id(req) >= 0:  # a follower (cluster mode): ads_broker/protocol/replica.py
+        if req.api_version >= TOPIC_ID_VERSION:
+            # Our followers fetch at v12, by topic name; replica.py serves that form only.
+            refused = UnsupportedVersionError(f"follower Fetch v{req.api_version} (topic ids) is not served; "
+                                              f"followers fetch at v{TOPIC_ID_VERSION - 1}")
+            ctx.log_client_error(req, "fetch", refused, replica_id=_replica_id(req))
+            return _encode_fetch(req, [], error_code=refused.error_code)
         from ads_broker.protocol import replica
 
         return await replica.handle_follower_fetch(ctx, req)
@@ -81,7 +134,8 @@ async def handle_fetch(ctx: HandlerContext, req: DecodedRequest) -> list[Chunk]:
     session_id = getattr(body, "session_id", INVALID_SESSION_ID) if req.api_version >= 7 else INVALID_SESSION_ID
     epoch = getattr(body, "session_epoch", FINAL_EPOCH) if req.api_version >= 7 else FINAL_EPOCH
     cache = ctx.fetch_sessions
-    requested = _requested(body)
+    ids = TopicIds.of(ctx) if req.api_version >= TOPIC_ID_VERSION else None
+    requested = _requested(body, ids)
     if epoch in (INITIAL_EPOCH, FINAL_EPOCH):  # a full fetch: any session it names is closed
         if session_id != INVALID_SESSION_ID:
             cache.remove(session_id)
@@ -90,13 +144,13 @@ async def handle_fetch(ctx: HandlerContext, req: DecodedRequest) -> list[Chunk]:
         new_id = INVALID_SESSION_ID
         if epoch == INITIAL_EPOCH and req.api_version >= 7:
             new_id = cache.maybe_create(_session_partitions(requested, reads))
-        return _encode_fetch(req, _results(ctx, req, wanted, reads), session_id=new_id)
-    session, error = _incremental_session(ctx, req, session_id, epoch, requested)
+        return await _answer(ctx, req, wanted, reads, ids, session_id=new_id)
+    session, error = _incremental_session(ctx, req, session_id, epoch, requested, ids)
     if error is not None:
         return _encode_fetch(req, [], session_id=INVALID_SESSION_ID, error_code=error.error_code)
     if session is None:  # closed (every partition forgotten, or too many): the fetch is sessionless
         wanted = _wanted(ctx, requested)
-        return _encode_fetch(req, _results(ctx, req, wanted, await _read(ctx, body, wanted)))
+        return await _answer(ctx, req, wanted, await _read(ctx, body, wanted), ids)
     wanted = _wanted(ctx, list(session.partitions.values()))
     reads = await _read(ctx, body, wanted)
     if session.epoch != next_epoch(epoch):
@@ -106,7 +160,34 @@ async def handle_fetch(ctx: HandlerContext, req: DecodedRequest) -> list[Chunk]:
         ctx.log_client_error(req, "fetch", error, session_id=session.id)
         return _encode_fetch(req, [], session_id=session.id, error_code=error.error_code)
     wanted, reads = _incremental_changes(session, wanted, reads)
-    return _encode_fetch(req, _results(ctx, req, wanted, reads), session_id=session.id)
+    return await _answer(ctx, req, wanted, reads, ids, session_id=session.id)
+
+
+async def _answer(ctx: HandlerContext, req: DecodedRequest, wanted: list[FetchPartition], reads: list[PartitionRead],
+                  ids: TopicIds | None, *, session_id: int = INVALID_SESSION_ID) -> list[Chunk]:
+    """The encoded answer: the partitions read, then (v13+) those of unknown topic ids; from v16
+    the leader hint on each NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH partition."""
+    results = _results(ctx, req, wanted, reads)
+    if ids is not None and ids.unknown:
+        ctx.log_client_error(req, "fetch", None, error_code=UNKNOWN_TOPIC_ID,
+                             topic_ids=[str(i) for i in ids.unknown][:10])
+    endpoints = await _leader_hints(ctx, results) if req.api_version >= LEADER_HINT_VERSION else []
+    return _encode_fetch(req, results, session_id=session_id, ids=ids, node_endpoints=endpoints)
+
+
+async def _leader_hints(ctx: HandlerContext, results: ReadResult) -> list[Any]:
+    """KIP-951 (Kafka's handleFetchRequest from v16): ``current_leader`` on each partition
+    answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH; the leaders' endpoints returned."""
+    stale = [(topic, data) for topic, parts in results for data, _ in parts
+             if data.error_code in (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH)]
+    if not stale:
+        return []
+    hints = await current_leaders(ctx, [(topic, data.partition_index) for topic, data in stale])
+    for topic, data in stale:
+        leader_id, leader_epoch = hints.leaders[(topic, data.partition_index)]
+        data.current_leader = PartitionData.LeaderIdAndEpoch(leader_id=leader_id, leader_epoch=leader_epoch)
+    return [FetchResponse.NodeEndpoint(node_id=e.node_id, host=e.host, port=e.port, rack=e.rack)
+            for e in hints.endpoints.values()]
 
 
 async def _read(ctx: HandlerContext, body: FetchRequest, wanted: list[FetchPartition]) -> list[PartitionRead]:
@@ -126,7 +207,8 @@ def _session_partitions(requested: list[CachedPartition],
 
 
 def _incremental_session(ctx: HandlerContext, req: DecodedRequest, session_id: int, epoch: int,
-                         requested: list[CachedPartition]) -> tuple[FetchSession | None, BrokerError | None]:
+                         requested: list[CachedPartition],
+                         ids: TopicIds | None) -> tuple[FetchSession | None, BrokerError | None]:
     """The session an incremental fetch names, updated with the request (None: it was closed
     because the request forgot every partition); or the session error to answer."""
     cache = ctx.fetch_sessions
@@ -142,7 +224,9 @@ def _incremental_session(ctx: HandlerContext, req: DecodedRequest, session_id: i
         ctx.log_client_error(req, "fetch", error, session_id=session_id, session_epoch=epoch)
         return None, error
     assert session is not None
-    forgotten = [(t.topic, p) for t in (req.body.forgotten_topics_data or []) for p in t.partitions]
+    forgotten = [(name, p) for t in (req.body.forgotten_topics_data or [])
+                 if (name := t.topic if ids is None else ids.by_id.get(t.topic_id)) is not None
+                 for p in t.partitions]  # a forgotten id this broker does not hold: nothing to forget
     session.update(requested, forgotten)
     if not session.partitions or len(session.partitions) > cache.max_partitions:
         # Emptied (Kafka), or grown beyond what one broker can serve (ours, fetch_session.py): closed.
@@ -197,7 +281,8 @@ def _results(ctx: HandlerContext, req: DecodedRequest, wanted: list[FetchPartiti
 
 
 def _encode_fetch(req: DecodedRequest, results: ReadResult, *, session_id: int = INVALID_SESSION_ID,
-                  error_code: int = 0) -> list[Chunk]:
+                  error_code: int = 0, ids: TopicIds | None = None,
+                  node_endpoints: list[Any] | None = None) -> list[Chunk]:
     placeholders: list[tuple[bytes, list[SendfileSlice]]] = []
     try:
         topics = []
@@ -214,8 +299,15 @@ def _encode_fetch(req: DecodedRequest, results: ReadResult, *, session_id: int =
                     for s in slices:
                         dups.append(SendfileSlice(os.dup(s.file.fileno()), s.position, s.size))
                 partition_data.append(data)
-            topics.append(FetchResponse.FetchableTopicResponse(topic=topic, partitions=partition_data))
-        response = FetchResponse(throttle_time_ms=0, error_code=error_code, session_id=session_id, responses=topics)
+            topics.append(FetchResponse.FetchableTopicResponse(
+                topic=topic, topic_id=None if ids is None else ids.by_name.get(topic), partitions=partition_data))
+        for topic_id, indexes in (ids.unknown.items() if ids is not None else ()):
+            topics.append(FetchResponse.FetchableTopicResponse(topic=None, topic_id=topic_id, partitions=[
+                PartitionData(partition_index=i, error_code=UNKNOWN_TOPIC_ID, high_watermark=-1,
+                              last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None,
+                              preferred_read_replica=-1, records=b"") for i in indexes]))
+        response = FetchResponse(throttle_time_ms=0, error_code=error_code, session_id=session_id, responses=topics,
+                                 node_endpoints=node_endpoints or [])
         encoded = encode_response(response, req.api_version, req.correlation_id)
         if not placeholders:
             return [encoded]

@@ -20,6 +20,7 @@ from ads_broker.errors import (
     INVALID_PRODUCER_EPOCH,
     INVALID_REQUIRED_ACKS,
     INVALID_TXN_STATE,
+    NOT_LEADER_OR_FOLLOWER,
     PRODUCER_FENCED,
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
 )
@@ -32,6 +33,7 @@ from ads_broker.exceptions import (
 )
 from ads_broker.log.records import RECORD_BATCH_OVERHEAD, read_header
 from ads_broker.protocol.codec import DecodedRequest
+from ads_broker.protocol.leader_hint import current_leaders
 from ads_broker.security.acl import CLUSTER, CLUSTER_NAME, IDEMPOTENT_WRITE, TOPIC, TRANSACTIONAL_ID, WRITE
 
 if TYPE_CHECKING:
@@ -123,7 +125,25 @@ async def handle_produce(ctx: HandlerContext, req: DecodedRequest) -> ProduceRes
         if any(p.error_code for t in topic_responses for p in t.partition_responses):
             raise ConnectionAbortedError("acks=0 produce failed; closing the connection as Kafka does")
         return None
-    return ProduceResponse(responses=topic_responses, throttle_time_ms=0)
+    node_endpoints = await _leader_hints(ctx, topic_responses) if req.api_version >= 10 else []
+    return ProduceResponse(responses=topic_responses, throttle_time_ms=0, node_endpoints=node_endpoints)
+
+
+async def _leader_hints(ctx: HandlerContext, topic_responses: list[Any]) -> list[Any]:
+    """KIP-951 (v10+): each NOT_LEADER_OR_FOLLOWER partition gets ``current_leader`` and the
+    response those leaders' endpoints on this listener (:mod:`ads_broker.protocol.leader_hint`),
+    so the client sends its retry to the new leader without a metadata round trip first."""
+    not_leader = [(t.name, p) for t in topic_responses for p in t.partition_responses
+                  if p.error_code == NOT_LEADER_OR_FOLLOWER]
+    if not not_leader:
+        return []
+    hints = await current_leaders(ctx, [(topic, p.index) for topic, p in not_leader])
+    leader_cls = ProduceResponse.TopicProduceResponse.PartitionProduceResponse.LeaderIdAndEpoch
+    for topic, p in not_leader:
+        leader_id, leader_epoch = hints.leaders[(topic, p.index)]
+        p.current_leader = leader_cls(leader_id=leader_id, leader_epoch=leader_epoch)
+    return [ProduceResponse.NodeEndpoint(node_id=e.node_id, host=e.host, port=e.port, rack=e.rack)
+            for e in hints.endpoints.values()]
 
 
 def _verify_transactional(ctx: HandlerContext, transactional_id: str | None, topic: str, pdata: Any) -> int:

@@ -97,13 +97,14 @@ def scram_login(c: RawClient, user: str, password: str, mechanism: str = "SCRAM-
 
 
 def fetch_request(topic: str, offset: int = 0, *, max_wait_ms: int, min_bytes: int = 1, isolation_level: int = 0,
-                  partition: int = 0, max_bytes: int = 1 << 20) -> Any:
-    """A single-partition FetchRequest (sessionless), valid for every version ads-broker serves."""
+                  partition: int = 0, max_bytes: int = 1 << 20, topic_id: Any = None) -> Any:
+    """A single-partition FetchRequest (sessionless), valid for every version ads-broker serves
+    (v13+ name the topic by ``topic_id``, a ``uuid.UUID`` from Metadata)."""
     from kafka.protocol.consumer import FetchRequest
 
     return FetchRequest(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
                         isolation_level=isolation_level, session_id=0, session_epoch=-1,
-                        topics=[FetchRequest.FetchTopic(topic=topic, partitions=[
+                        topics=[FetchRequest.FetchTopic(topic=topic, topic_id=topic_id, partitions=[
                             FetchRequest.FetchTopic.FetchPartition(partition=partition, current_leader_epoch=-1,
                                                                    fetch_offset=offset, log_start_offset=-1,
                                                                    partition_max_bytes=max_bytes)])],

@@ -8,6 +8,7 @@ checked for content, so an advertised version that the broker cannot really serv
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -34,6 +35,7 @@ from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, 
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 
 from ads_broker.embedded import BrokerProcess, ads_broker_process
+from ads_broker.errors import UNKNOWN_TOPIC_ID
 from ads_broker.log.records import Record, build_batch
 from ads_broker.protocol.apis import ADVERTISED_APIS, SUPPORTED_APIS
 from tests.integration.broker.rawclient import RawClient, fetch_request
@@ -95,17 +97,39 @@ def test_produce_then_fetch_and_list_offsets_at_every_version(broker: BrokerProc
         part = c.request(req, version).responses[0].partition_responses[0]
         assert part.error_code == 0
         offset = part.base_offset
+        topic_id = c.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=TOPIC)],
+                                             allow_auto_topic_creation=False), 12).topics[0].topic_id
         for fetch_version in versions(FetchRequest):
-            fetch = fetch_request(TOPIC, offset, max_wait_ms=0, min_bytes=0)
-            fpart = c.request(fetch, fetch_version).responses[0].partitions[0]
+            fetch = fetch_request(TOPIC, offset, max_wait_ms=0, min_bytes=0, topic_id=topic_id)
+            answer = c.request(fetch, fetch_version).responses[0]
+            fpart = answer.partitions[0]
             assert fpart.error_code == 0 and value in bytes(fpart.records), f"fetch v{fetch_version}"
             assert fpart.high_watermark >= offset + 1
+            if fetch_version >= 13:  # KIP-516: the answer names the topic by id
+                assert answer.topic_id == topic_id
         for lo_version in versions(ListOffsetsRequest):
             lo = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[ListOffsetsRequest.ListOffsetsTopic(
                 name=TOPIC, partitions=[ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
                     partition_index=0, current_leader_epoch=-1, timestamp=-2)])])
             lpart = c.request(lo, lo_version).topics[0].partitions[0]
             assert (lpart.error_code, lpart.offset) == (0, 0), f"list offsets v{lo_version}"
+
+
+@pytest.mark.parametrize("version", [v for v in versions(FetchRequest) if v >= 13])
+def test_fetch_of_an_unknown_topic_id_answers_unknown_topic_id(broker: BrokerProcess, version: int) -> None:
+    """KIP-516 (Fetch v13+): a topic id the broker does not hold is answered UNKNOWN_TOPIC_ID for
+    each partition the request named, under that id; the known topic of the same request is served."""
+    missing = uuid.uuid4()
+    with RawClient(broker.bootstrap) as c:
+        known = c.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=TOPIC)],
+                                          allow_auto_topic_creation=False), 12).topics[0].topic_id
+        fetch = fetch_request(TOPIC, 0, max_wait_ms=0, min_bytes=0, topic_id=known)
+        fetch.topics.append(type(fetch.topics[0])(topic_id=missing, partitions=[
+            type(fetch.topics[0].partitions[0])(partition=p, current_leader_epoch=-1, fetch_offset=0,
+                                                log_start_offset=-1, partition_max_bytes=1024) for p in (0, 3)]))
+        answer = c.request(fetch, version)
+    by_id = {t.topic_id: [(p.partition_index, p.error_code) for p in t.partitions] for t in answer.responses}
+    assert by_id == {known: [(0, 0)], missing: [(0, UNKNOWN_TOPIC_ID), (3, UNKNOWN_TOPIC_ID)]}
 
 
 @pytest.mark.parametrize("version", versions(InitProducerIdRequest))

@@ -194,6 +194,44 @@ def test_a_broker_in_controlled_shutdown_learns_of_its_moved_leaderships_from_it
     leaving.stop()
 
 
+def test_an_abandoned_controlled_shutdown_attempt_stops_polling(
+        cluster: Callable[..., Node], admin: KafkaZkClient) -> None:
+    """A controlled-shutdown attempt the broker gave up on (``ClusterNode._controlled_shutdown``:
+    its wait timed out, the next attempt or the unclean stop follows) must stop, not poll
+    ZooKeeper and deliver states on its thread until its own deadline beside the next attempt's
+    (F9 of the 2026-11-27 review). The controller's event thread is held, so the leadership is
+    never moved and the attempt would poll for its whole timeout; it is abandoned after its
+    request is written and must return what it still leads."""
+    controller = cluster(2)
+    wait_until(lambda: controller.controller.is_active, "broker 2 to be the controller")
+    leaving = cluster(1)
+    admin.create_topic(T0.topic, {0: [1, 2]})
+    wait_state(admin, T0, "led by broker 1", lambda s: s.leader == 1 and len(s.isr) == 2)
+
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        held.set()
+        release.wait(120)
+
+    controller.zk.client.handler.dispatch_callback(Callback("watch", hold, ()))
+    abandoned = threading.Event()
+    result: list[list[TopicPartition]] = []
+    attempt = threading.Thread(target=lambda: result.append(
+        leaving.membership.controlled_shutdown(timeout_s=600, abandoned=abandoned)), daemon=True)
+    try:
+        assert held.wait(10)
+        attempt.start()
+        wait_until(lambda: 1 in admin.get_shutting_down(), "broker 1's controlled-shutdown request")
+        abandoned.set()
+        attempt.join(60)  # bounded so a regression fails here instead of hanging (its deadline: 600 s)
+        assert not attempt.is_alive(), "the abandoned attempt still polls"
+    finally:
+        release.set()
+    assert result == [[T0]]
+    leaving.stop()
+
+
 def test_preferred_leader_election_moves_leadership_back(cluster: Callable[..., Node], admin: KafkaZkClient) -> None:
     nodes = three(cluster)
     admin.create_topic(T0.topic, {0: [1, 2, 3]})

@@ -1,0 +1,146 @@
+"""KIP-951 through real ``ads-broker serve`` processes and ZooKeeper: a broker that answers
+Produce (v10+) with NOT_LEADER_OR_FOLLOWER, or Fetch (v16+) with NOT_LEADER_OR_FOLLOWER or
+FENCED_LEADER_EPOCH, names the partition's current leader (id and leader epoch) and that leader's
+address on the listener the request arrived on, as Kafka 3.7+'s ``KafkaApis.handleProduceRequest``
+/ ``handleFetchRequest`` / ``getCurrentLeader`` do, so the client's retry goes to the leader
+without a metadata round trip.
+
+Each broker listens twice: PLAINTEXT (first: what the registration's host/port and Metadata's
+default name, and the inter-broker listener) and CLIENT (second). A request on CLIENT must get the
+leader's CLIENT port, which only the listener-aware lookup gives.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.protocol.consumer import FetchRequest
+from kafka.protocol.metadata import MetadataRequest
+from kafka.protocol.producer import ProduceRequest
+
+from ads_broker.embedded import free_port
+from ads_broker.errors import FENCED_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER
+from ads_broker.log.records import Record, build_batch
+from tests.integration.broker.rawclient import RawClient
+from tests.integration.cluster.conftest import IDS, BrokerCluster, wait_until
+from tests.integration.cluster.test_replication import state
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _start_two_listener_brokers(brokers: BrokerCluster) -> tuple[AdminClient, dict[int, int]]:
+    """Brokers 1-3, each with PLAINTEXT and CLIENT listeners; returns an admin client and each
+    broker's CLIENT port."""
+    client_ports: dict[int, int] = {}
+    for broker_id in IDS:
+        plain, client = free_port(), free_port()
+        client_ports[broker_id] = client
+        brokers.start(broker_id, port=plain, **{
+            "listeners": f"PLAINTEXT://127.0.0.1:{plain},CLIENT://127.0.0.1:{client}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CLIENT:PLAINTEXT",
+            "inter.broker.listener.name": "PLAINTEXT"})
+    admin = AdminClient({"bootstrap.servers": brokers.bootstrap})
+    wait_until(lambda: sorted(admin.list_topics(timeout=10).brokers) == list(IDS), "three registered brokers")
+    return admin, client_ports
+
+
+def _produce(topic: str) -> ProduceRequest:
+    batch = build_batch([Record(offset=0, timestamp=0, key=None, value=b"to-a-follower")])
+    return ProduceRequest(transactional_id=None, acks=-1, timeout_ms=10000, topic_data=[
+        ProduceRequest.TopicProduceData(name=topic, partition_data=[
+            ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=batch)])])
+
+
+def _hint(client_port: int, topic: str, version: int = 10) -> tuple[int, tuple[int, int] | None, list[tuple]]:
+    """(error code, (leader id, epoch) or None, [(node id, host, port, rack)]) of a Produce to
+    partition 0 of ``topic`` sent to the broker listening on ``client_port``."""
+    with RawClient(f"127.0.0.1:{client_port}") as raw:
+        answer = raw.request(_produce(topic), version)
+    part = answer.responses[0].partition_responses[0]
+    leader = part.current_leader
+    endpoints = [(e.node_id, e.host, e.port, e.rack) for e in (answer.node_endpoints or [])]
+    return part.error_code, None if leader is None else (leader.leader_id, leader.leader_epoch), endpoints
+
+
+def test_a_follower_names_the_leader_and_its_endpoint_on_the_request_listener(
+        brokers: BrokerCluster, zk_connect: str) -> None:
+    admin, client_ports = _start_two_listener_brokers(brokers)
+    topic = f"t-{uuid.uuid4().hex[:10]}"
+    new = NewTopic(topic, 1, replica_assignment=[[1, 2, 3]], config={"min.insync.replicas": "2"})
+    admin.create_topics([new], operation_timeout=30)[topic].result(60)
+    wait_until(lambda: state(zk_connect, topic).leader == 1 and sorted(state(zk_connect, topic).isr) == list(IDS),
+               "broker 1 leading with a full ISR")
+    epoch = state(zk_connect, topic).leader_epoch
+
+    # Broker 3 follows: NOT_LEADER_OR_FOLLOWER, leader 1 at its epoch, and broker 1's CLIENT address
+    # (not its PLAINTEXT one, which is what its registration's host/port say).
+    wait_until(lambda: _hint(client_ports[3], topic)[1] == (1, epoch), "broker 3 to have applied the state")
+    code, leader, endpoints = _hint(client_ports[3], topic)
+    assert (code, leader) == (NOT_LEADER_OR_FOLLOWER, (1, epoch))
+    assert endpoints == [(1, "127.0.0.1", client_ports[1], None)]
+
+    # Produce v9 has neither field: the same error, no hint (the decoder leaves them unset).
+    code_v9, leader_v9, endpoints_v9 = _hint(client_ports[3], topic, version=9)
+    assert (code_v9, leader_v9, endpoints_v9) == (NOT_LEADER_OR_FOLLOWER, None, [])
+
+    # A controlled shutdown (SIGTERM) of broker 1 moves the leadership to broker 2 (the next live
+    # ISR member of the assignment) with a new epoch; broker 3 then names broker 2.
+    assert brokers.procs[1].stop() == 0
+    moved = state(zk_connect, topic)
+    assert moved.leader == 2 and moved.leader_epoch > epoch
+    wait_until(lambda: _hint(client_ports[3], topic)[1] == (2, moved.leader_epoch),
+               "broker 3 to have applied the new leader")
+    code, leader, endpoints = _hint(client_ports[3], topic)
+    assert (code, leader) == (NOT_LEADER_OR_FOLLOWER, (2, moved.leader_epoch))
+    assert endpoints == [(2, "127.0.0.1", client_ports[2], None)]
+
+
+def _fetch_hint(client_port: int, topic: str, leader_epoch: int) -> tuple[int, tuple[int, int] | None, list[tuple]]:
+    """(error code, (leader id, epoch) or None, endpoints) of a consumer Fetch v16 of partition 0
+    of ``topic`` (by its id, KIP-516) naming ``leader_epoch``."""
+    with RawClient(f"127.0.0.1:{client_port}") as raw:
+        topic_id = raw.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
+                                               allow_auto_topic_creation=False), 12).topics[0].topic_id
+        request = FetchRequest(max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0, session_id=0,
+                               session_epoch=-1, topics=[FetchRequest.FetchTopic(topic_id=topic_id, partitions=[
+                                   FetchRequest.FetchTopic.FetchPartition(
+                                       partition=0, current_leader_epoch=leader_epoch, fetch_offset=0,
+                                       last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20)])],
+                               forgotten_topics_data=[], rack_id="")
+        answer = raw.request(request, 16)
+    (topic_answer,) = answer.responses
+    assert topic_answer.topic_id == topic_id
+    part = topic_answer.partitions[0]
+    leader = part.current_leader
+    endpoints = [(e.node_id, e.host, e.port, e.rack) for e in (answer.node_endpoints or [])]
+    return part.error_code, None if leader is None else (leader.leader_id, leader.leader_epoch), endpoints
+
+
+def test_fetch_v16_names_the_leader_to_a_consumer_at_a_follower_or_with_a_fenced_epoch(
+        brokers: BrokerCluster, zk_connect: str) -> None:
+    admin, client_ports = _start_two_listener_brokers(brokers)
+    topic = f"t-{uuid.uuid4().hex[:10]}"
+    new = NewTopic(topic, 1, replica_assignment=[[1, 2, 3]], config={"min.insync.replicas": "2"})
+    admin.create_topics([new], operation_timeout=30)[topic].result(60)
+    wait_until(lambda: state(zk_connect, topic).leader == 1 and sorted(state(zk_connect, topic).isr) == list(IDS),
+               "broker 1 leading with a full ISR")
+    epoch = state(zk_connect, topic).leader_epoch
+    wait_until(lambda: _fetch_hint(client_ports[2], topic, -1)[1] == (1, epoch), "broker 2 to have applied the state")
+
+    # At a follower: NOT_LEADER_OR_FOLLOWER, leader 1 and its CLIENT address.
+    assert _fetch_hint(client_ports[2], topic, -1) == (
+        NOT_LEADER_OR_FOLLOWER, (1, epoch), [(1, "127.0.0.1", client_ports[1], None)])
+    # The current epoch at the leader: served, no hint.
+    assert _fetch_hint(client_ports[1], topic, epoch) == (0, None, [])
+
+    # Leadership moves to broker 2 (controlled shutdown of broker 1) with a newer epoch; a consumer
+    # still naming the old epoch is FENCED_LEADER_EPOCH at the new leader, whose hint names
+    # itself at the current epoch.
+    assert brokers.procs[1].stop() == 0
+    moved = state(zk_connect, topic)
+    assert moved.leader == 2 and moved.leader_epoch > epoch
+    wait_until(lambda: _fetch_hint(client_ports[2], topic, moved.leader_epoch)[0] == 0, "broker 2 to lead")
+    assert _fetch_hint(client_ports[2], topic, epoch) == (
+        FENCED_LEADER_EPOCH, (2, moved.leader_epoch), [(2, "127.0.0.1", client_ports[2], None)])
