@@ -213,6 +213,8 @@ class ReplicaManager:
         #: Replication counters (bytes served to followers here, bytes and records the fetchers
         #: copied, their failed fetches), served on /metrics next to the request-path ones.
         self.replication_metrics = ReplicationMetrics()
+        #: Set once :meth:`open` loaded every log; :meth:`close` writes nothing before that.
+        self.opened = False
 
     @property
     def topics(self) -> dict[str, Topic]:
@@ -227,11 +229,20 @@ class ReplicaManager:
         for topic in self.topic_store.read():
             self._load_topic(topic, checkpointed)
         self.logs.finish_loading()
+        self.opened = True
         log.info("logs loaded", topics=len(self.topics), clean_shutdown=self.logs.clean_start,
                  seconds=round(time.monotonic() - started, 3), data_dir=str(self.data_dir))
 
     def close(self) -> None:
+        """Checkpoint and close every log, then mark the data dir cleanly shut down, only if
+        :meth:`open` completed: a start that failed before (ZooKeeper unreachable, the data dir
+        locked, a log that would not load) must leave the data dir as it found it. Writing the
+        clean-shutdown marker then would make the next start skip the recovery of a torn tail, and
+        an empty HW checkpoint would drop every replica's high watermark."""
         self.writers.shutdown(wait=True)
+        if not self.opened:
+            log.info("logs were not opened; the data dir is left untouched", data_dir=str(self.data_dir))
+            return
         self.checkpoint_high_watermarks()
         self.logs.shutdown()
 
