@@ -497,7 +497,7 @@ def acls_add(
 ) -> None:
     """Add ACLs (kafka-acls.sh --add); running brokers pick them up (a second for a data dir, a
     ZooKeeper notification for a cluster)."""
-    from ads_broker.security.acl import AclStore
+    from ads_broker.security.acl import AclError, AclStore
 
     _target(data_dir, zookeeper_connect)
     acls = _acl_bindings(allow_principal, deny_principal, allow_host, deny_host, operation, topic, group, cluster,
@@ -506,7 +506,10 @@ def acls_add(
         fail("give --allow-principal or --deny-principal and at least one --operation")
     if zookeeper_connect is not None:
         with _zookeeper(zookeeper_connect) as zk:
-            zk.create_acls(acls)
+            try:
+                zk.create_acls(acls)
+            except AclError as e:  # a name that is not one znode name; nothing was written
+                fail(str(e))
     else:
         assert data_dir is not None
         store = AclStore(data_dir)

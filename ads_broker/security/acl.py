@@ -259,6 +259,10 @@ class Authorizer:
         self._checked = 0.0
         self.reload()
 
+    def check_storable(self, acl: Acl) -> None:
+        """Raise :class:`AclError` if this authorizer's store cannot hold ``acl`` (the data-dir file
+        holds any valid binding; ``ZkAuthorizer`` refuses names that are not one znode name)."""
+
     def reload(self) -> None:
         """Read the file (a startup error if it is unreadable)."""
         if self.store is None:

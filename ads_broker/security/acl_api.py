@@ -72,6 +72,7 @@ async def handle_create_acls(ctx: HandlerContext, req: DecodedRequest) -> Create
                   c.permission_type)
         try:
             acl.validate()
+            ctx.authorizer.check_storable(acl)
         except AclError as e:
             ctx.log_client_error(req, "create_acls", None, error_code=INVALID_REQUEST, detail=str(e))
             results.append(R(error_code=INVALID_REQUEST, error_message=str(e)))

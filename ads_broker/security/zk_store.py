@@ -55,6 +55,7 @@ from ads_broker.security.acl import (
     TOPIC,
     TRANSACTIONAL_ID,
     Acl,
+    AclError,
     AclFilter,
     Authorizer,
 )
@@ -80,6 +81,14 @@ SECURITY_PATHS = (LITERAL_ACL_PATH, PREFIXED_ACL_PATH, LITERAL_CHANGES_PATH, EXT
 #: Kafka's ``SecurityUtils.resourceTypeName`` (the ZooKeeper path segment) per resource type.
 ZK_RESOURCE_TYPES = {TOPIC: "Topic", GROUP: "Group", CLUSTER: "Cluster", TRANSACTIONAL_ID: "TransactionalId"}
 _RESOURCE_BY_ZK = {v: k for k, v in ZK_RESOURCE_TYPES.items()}
+
+
+def resource_type_of(name: str) -> int | None:
+    """A resource type from a znode segment or a change notification: ``Topic`` (our paths and
+    notifications), ``TOPIC`` / ``TRANSACTIONAL_ID`` (Kafka's notifications write the enum name),
+    any case; None for a type this broker does not authorize (``DelegationToken``, ``User``)."""
+    wanted = name.replace("_", "").upper()
+    return next((code for zk, code in _RESOURCE_BY_ZK.items() if zk.upper() == wanted), None)
 _PATTERN_PATHS = {LITERAL: LITERAL_ACL_PATH, PREFIXED: PREFIXED_ACL_PATH}
 
 
@@ -101,8 +110,18 @@ def sanitize_user(user: str) -> str:
     return urllib.parse.quote(user, safe="").replace("~", "%7E")
 
 
+def check_znode_name(name: str) -> None:
+    """A resource name is one znode name: no ``/`` (``team/x`` would be a znode under ``team``,
+    which every broker's full read then takes for a resource with no JSON, and the ACL could never
+    be removed), not ``.`` or ``..`` (ZooKeeper refuses relative paths)."""
+    if "/" in name or name in (".", ".."):
+        raise AclError(f"resource name {name!r} cannot be stored in ZooKeeper (cluster mode): a name may not "
+                       "contain '/' or be '.' or '..'; use a prefixed ACL on the part before the '/'")
+
+
 def acl_path(resource: Resource) -> str:
     rtype, name, pattern = resource
+    check_znode_name(name)
     return f"{_PATTERN_PATHS[pattern]}/{ZK_RESOURCE_TYPES[rtype]}/{name}"
 
 
@@ -116,6 +135,8 @@ def decode_acls(resource: Resource, data: bytes) -> list[Acl]:
     """A resource znode's ACLs; :class:`ConfigError` naming the znode if it is not Kafka's JSON
     (the caller keeps the state in force: no ACL is guessed or dropped)."""
     rtype, name, pattern = resource
+    if not data:  # a znode without data (created by hand, or as the parent of a nested name): no ACLs
+        return []
     try:
         return [Acl(rtype, name, pattern, str(e["principal"]), str(e["host"]), _OPERATION_BY_ZK[str(e["operation"])],
                     _PERMISSION_BY_ZK[str(e["permissionType"])]) for e in json.loads(data).get("acls", [])]
@@ -229,6 +250,8 @@ class ZkSecurityData:
         by_resource: dict[Resource, list[Acl]] = {}
         for acl in acls:
             by_resource.setdefault((acl.resource_type, acl.resource_name, acl.pattern_type), []).append(acl)
+        for _rtype, name, _pattern in by_resource:  # all refused before any is written
+            check_znode_name(name)
         return {r: self.update_resource(r, lambda cur, add=add: cur + [a for a in add if a not in cur])  # type: ignore[misc]
                 for r, add in by_resource.items()}
 
@@ -365,6 +388,9 @@ class ZkAuthorizer(Authorizer):
         self._by_resource: dict[Resource, list[Acl]] = {}
         self._lock = threading.Lock()
 
+    def check_storable(self, acl: Acl) -> None:
+        check_znode_name(acl.resource_name)
+
     def replace_all(self, acls: dict[Resource, list[Acl]]) -> None:
         with self._lock:
             self._by_resource = {r: list(a) for r, a in acls.items() if a}
@@ -474,15 +500,30 @@ class ZkSecurity:
                             error=f"{type(e).__name__}: {e}"[:300])
 
     def _reload_all(self) -> None:
+        """Read every ACL and user. The ACLs and the users are read independently: an unreadable
+        ACL znode must not also keep a deleted user's credential in force (and at run time the
+        error is logged and the state in force kept for that part only; at start it is raised)."""
         # Notifications are listed first: a change made during the reads has a newer one.
         latest = {path: (seqs[-1][0] if (seqs := self.data.changes(path)) else -1)
                   for path in (LITERAL_CHANGES_PATH, EXTENDED_CHANGES_PATH, CONFIG_CHANGES_PATH)}
+        failed: Exception | None = None
         if self.authorizer is not None:
-            self.authorizer.replace_all(self.data.all_acls())
-        users = self.data.all_users()
-        with self._users_lock:
-            self.users = users
+            try:
+                self.authorizer.replace_all(self.data.all_acls())
+            except ConfigError as e:
+                failed = e
+                log.error("cannot read the ACLs from ZooKeeper; the ACLs in force stay", error=str(e)[:500])
+        try:
+            users = self.data.all_users()
+            with self._users_lock:
+                self.users = users
+        except ConfigError as e:
+            failed = failed or e
+            log.error("cannot read the SCRAM credentials from ZooKeeper; the credentials in force stay",
+                      error=str(e)[:500])
         self._last_seen = latest
+        if failed is not None and self._worker is None:  # at start: refuse to serve on a guess
+            raise failed
 
     def _process_changes(self) -> None:
         now_ms = time.time() * 1000
@@ -495,7 +536,16 @@ class ZkSecurity:
                 except NoNodeError:
                     continue
                 if seq > last:
-                    self._apply_change(path, data)
+                    try:
+                        self._apply_change(path, data)
+                    except (ConfigError, ValueError, KeyError, TypeError, AttributeError) as e:
+                        # Kafka's ZkNodeChangeNotificationListener logs and moves on: one bad
+                        # notification must not stop every later change from applying. What it
+                        # named may have changed: read everything again.
+                        log.error("ignoring a change notification this broker cannot apply; reading all ACLs and "
+                                  "users again", znode=node, data=data[:200].decode(errors="replace"),
+                                  error=f"{type(e).__name__}: {e}"[:300])
+                        self._events.put("reload")
                     self._last_seen[path] = last = seq
                 if now_ms - stat.ctime > CHANGE_EXPIRATION_MS:  # Kafka purges old notifications
                     with contextlib.suppress(NoNodeError):
@@ -513,13 +563,19 @@ class ZkSecurity:
             return
         if self.authorizer is None:
             return
-        if path == LITERAL_CHANGES_PATH:
+        if path == LITERAL_CHANGES_PATH:  # "Topic:name" (ours) or "TOPIC:name" (Kafka's ResourceType.toString)
             zk_type, _, name = data.decode().partition(":")
-            resource: Resource = (_RESOURCE_BY_ZK[zk_type], name, LITERAL)
+            pattern = LITERAL
         else:
             obj = json.loads(data)
-            resource = (_RESOURCE_BY_ZK[str(obj["resourceType"])], str(obj["name"]),
-                        PREFIXED if str(obj.get("patternType", "")).upper() == "PREFIXED" else LITERAL)
+            zk_type, name = str(obj["resourceType"]), str(obj["name"])
+            pattern = PREFIXED if str(obj.get("patternType", "")).upper() == "PREFIXED" else LITERAL
+        rtype = resource_type_of(zk_type)
+        if rtype is None:
+            log.info("ignoring an ACL change of a resource type this broker does not authorize", type=zk_type,
+                     name=name)
+            return
+        resource: Resource = (rtype, name, pattern)
         acls, _ = self.data.resource_acls(resource)
         self.authorizer.replace_resource(resource, acls)
         log.info("ACLs changed", resource_type=ZK_RESOURCE_TYPES[resource[0]], name=resource[1],

@@ -66,3 +66,18 @@ def test_a_znode_that_is_not_kafkas_json_is_named_in_the_error() -> None:
             decode_acls((TOPIC, "events", LITERAL), bad)
     with pytest.raises(ConfigError, match="/config/users/bob does not hold Kafka's SCRAM credentials"):
         decode_user_config(b'{"version":1,"config":{"SCRAM-SHA-256":"salt=AA=="}}', "/config/users/bob")
+
+
+def test_resource_types_of_kafkas_notifications_and_ours() -> None:
+    from ads_broker.security.zk_store import resource_type_of
+    assert [resource_type_of(n) for n in ("Topic", "TOPIC", "topic", "TransactionalId", "TRANSACTIONAL_ID")] == [
+        TOPIC, TOPIC, TOPIC, TRANSACTIONAL_ID, TRANSACTIONAL_ID]
+    assert resource_type_of("DELEGATION_TOKEN") is None and resource_type_of("User") is None
+
+
+@pytest.mark.parametrize("name", ["team/x", "..", ".", "/"])
+def test_a_name_that_is_not_one_znode_name_is_refused_before_anything_is_written(name: str) -> None:
+    from ads_broker.security.acl import GROUP, AclError
+    with pytest.raises(AclError, match="cannot be stored in ZooKeeper"):
+        acl_path((GROUP, name, LITERAL))
+    assert decode_acls((GROUP, "team", LITERAL), b"") == []  # a data-less parent znode holds no ACLs

@@ -1,0 +1,60 @@
+"""The cluster's ACL and user caches (``ZkSecurity``) against a real ZooKeeper: a change
+notification this broker cannot apply (garbage, a resource type it does not authorize, Kafka's
+own ``TOPIC:name`` form) is logged and skipped, and the changes after it still apply (found by the
+review of 2026-11-27: one bad notification stopped every later ACL and credential change on that
+broker, so a deleted user kept logging in there). Kafka's ``ZkNodeChangeNotificationListener``
+logs and moves on too. No broker process: the cache class itself, on a real ZooKeeper session."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from ads_broker.security.acl import ALLOW, DENY, LITERAL, READ, TOPIC, Acl
+from ads_broker.security.scram import ScramCredential
+from ads_broker.security.zk_store import (
+    EXTENDED_CHANGES_PATH,
+    LITERAL_CHANGES_PATH,
+    ZkAuthorizer,
+    ZkCredentialStore,
+    ZkSecurity,
+)
+from tests.integration.cluster.conftest import SESSION_TIMEOUT_MS, wait_until
+
+pytestmark = [pytest.mark.timeout(120)]
+
+
+@pytest.fixture
+def securities(zk_connect: str) -> Iterator[tuple[ZkSecurity, ZkSecurity]]:
+    """Two brokers' caches on one cluster's znodes: one writes, the other must see it."""
+    a = ZkSecurity(zk_connect, SESSION_TIMEOUT_MS, ZkAuthorizer(frozenset(), False))
+    b = ZkSecurity(zk_connect, SESSION_TIMEOUT_MS, ZkAuthorizer(frozenset(), False))
+    a.start()
+    b.start()
+    try:
+        yield a, b
+    finally:
+        a.close()
+        b.close()
+
+
+def test_changes_after_a_notification_that_cannot_be_applied_still_apply(
+        securities: tuple[ZkSecurity, ZkSecurity]) -> None:
+    writer, reader = securities
+    ZkCredentialStore(writer).upsert("mallory", "SCRAM-SHA-256", ScramCredential.from_password(
+        "SCRAM-SHA-256", "pw-of-mallory"))
+    wait_until(lambda: "mallory" in reader.users, "the user to reach the other broker")
+    client = writer.zk.client
+    # Garbage, a type no broker here authorizes, and Kafka's own literal and extended forms.
+    client.create(f"{LITERAL_CHANGES_PATH}/acl_changes_", b"\xff not a resource", sequence=True)
+    client.create(f"{LITERAL_CHANGES_PATH}/acl_changes_", b"DELEGATION_TOKEN:t1", sequence=True)
+    client.create(f"{EXTENDED_CHANGES_PATH}/acl_changes_", b"{not json", sequence=True)
+    assert writer.authorizer is not None and reader.authorizer is not None
+    writer.authorizer.create([Acl(TOPIC, "orders", LITERAL, "User:mallory", "*", READ, DENY)])
+    client.create(f"{LITERAL_CHANGES_PATH}/acl_changes_", b"TOPIC:orders", sequence=True)
+    ZkCredentialStore(writer).delete("mallory")
+    wait_until(lambda: "mallory" not in reader.users, "the deletion to reach the other broker")
+    wait_until(lambda: [a.permission for a in reader.authorizer.acls] == [DENY], "the DENY to apply")
+    writer.authorizer.create([Acl(TOPIC, "orders", LITERAL, "User:alice", "*", READ, ALLOW)])
+    wait_until(lambda: len(reader.authorizer.acls) == 2, "a later ACL to apply too")
