@@ -291,11 +291,16 @@ class Authorizer:
         log.info("ACLs reloaded", path=str(self.store.path), acls=len(acls))
 
     def _set(self, acls: list[Acl]) -> None:
-        self._acls = list(dict.fromkeys(acls))
-        self._by_type = {}
-        for acl in self._acls:
-            self._by_type.setdefault(acl.resource_type, []).append(acl)
-        self._index = AclIndex(self._acls)
+        """Replace the ACLs in force. Built aside and published attribute by attribute, each whole:
+        in cluster mode this runs on the ZooKeeper thread while the event loop authorizes, which
+        must never see an empty or half-filled table (an empty one answers
+        ``allow.everyone.if.no.acl.found``; a half-filled one an ALLOW without its DENY)."""
+        unique = list(dict.fromkeys(acls))
+        by_type: dict[int, list[Acl]] = {}
+        for acl in unique:
+            by_type.setdefault(acl.resource_type, []).append(acl)
+        index = AclIndex(unique)
+        self._acls, self._by_type, self._index = unique, by_type, index
 
     @property
     def acls(self) -> list[Acl]:
