@@ -137,7 +137,11 @@ async def _leader_hints(ctx: HandlerContext, topic_responses: list[Any]) -> list
                   if p.error_code == NOT_LEADER_OR_FOLLOWER]
     if not not_leader:
         return []
-    hints = await current_leaders(ctx, [(topic, p.index) for topic, p in not_leader])
+    try:
+        hints = await current_leaders(ctx, [(topic, p.index) for topic, p in not_leader])
+    except Exception as e:  # the hint is optional: the answer (records may be appended) must go out
+        log.warning("no leader hint for a NOT_LEADER_OR_FOLLOWER answer", error=f"{type(e).__name__}: {e}"[:300])
+        return []
     leader_cls = ProduceResponse.TopicProduceResponse.PartitionProduceResponse.LeaderIdAndEpoch
     for topic, p in not_leader:
         leader_id, leader_epoch = hints.leaders[(topic, p.index)]

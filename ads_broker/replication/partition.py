@@ -163,10 +163,13 @@ class Partition:
         offset over the maximal ISR, ``state.py``), or a follower's copy of it."""
         if not self.replicated:
             return self.log.log_end_offset
-        if self.leader_state is not None:
-            return self.leader_state.high_watermark
-        if self.follower_state is not None:
-            return min(self.follower_state.high_watermark, self.log.log_end_offset)
+        # Read each role once: the HW checkpoint reads this on a writer thread while become() on
+        # the event loop may replace either.
+        leader_state, follower_state = self.leader_state, self.follower_state
+        if leader_state is not None:
+            return leader_state.high_watermark
+        if follower_state is not None:
+            return min(follower_state.high_watermark, self.log.log_end_offset)
         # No role yet (just restarted): what it checkpointed (a crash may have cut the log below it).
         return min(self.checkpoint_high_watermark, self.log.log_end_offset)
 
