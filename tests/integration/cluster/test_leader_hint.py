@@ -53,6 +53,18 @@ def _produce(topic: str) -> ProduceRequest:
             ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=batch)])])
 
 
+def _topic_led_by_broker_1(brokers: BrokerCluster, zk_connect: str) -> tuple[dict[int, int], str, int]:
+    """Three brokers with two listeners, a topic on [1, 2, 3] led by broker 1 with a full ISR: the
+    client ports by broker, the topic, the leader epoch."""
+    admin, client_ports = _start_two_listener_brokers(brokers)
+    topic = f"t-{uuid.uuid4().hex[:10]}"
+    new = NewTopic(topic, 1, replica_assignment=[[1, 2, 3]], config={"min.insync.replicas": "2"})
+    admin.create_topics([new], operation_timeout=30)[topic].result(60)
+    wait_until(lambda: state(zk_connect, topic).leader == 1 and sorted(state(zk_connect, topic).isr) == list(IDS),
+               "broker 1 leading with a full ISR")
+    return client_ports, topic, state(zk_connect, topic).leader_epoch
+
+
 def _hint(client_port: int, topic: str, version: int = 10) -> tuple[int, tuple[int, int] | None, list[tuple]]:
     """(error code, (leader id, epoch) or None, [(node id, host, port, rack)]) of a Produce to
     partition 0 of ``topic`` sent to the broker listening on ``client_port``."""
@@ -66,13 +78,7 @@ def _hint(client_port: int, topic: str, version: int = 10) -> tuple[int, tuple[i
 
 def test_a_follower_names_the_leader_and_its_endpoint_on_the_request_listener(
         brokers: BrokerCluster, zk_connect: str) -> None:
-    admin, client_ports = _start_two_listener_brokers(brokers)
-    topic = f"t-{uuid.uuid4().hex[:10]}"
-    new = NewTopic(topic, 1, replica_assignment=[[1, 2, 3]], config={"min.insync.replicas": "2"})
-    admin.create_topics([new], operation_timeout=30)[topic].result(60)
-    wait_until(lambda: state(zk_connect, topic).leader == 1 and sorted(state(zk_connect, topic).isr) == list(IDS),
-               "broker 1 leading with a full ISR")
-    epoch = state(zk_connect, topic).leader_epoch
+    client_ports, topic, epoch = _topic_led_by_broker_1(brokers, zk_connect)
 
     # Broker 3 follows: NOT_LEADER_OR_FOLLOWER, leader 1 at its epoch, and broker 1's CLIENT address
     # (not its PLAINTEXT one, which is what its registration's host/port say).
@@ -120,13 +126,7 @@ def _fetch_hint(client_port: int, topic: str, leader_epoch: int) -> tuple[int, t
 
 def test_fetch_v16_names_the_leader_to_a_consumer_at_a_follower_or_with_a_fenced_epoch(
         brokers: BrokerCluster, zk_connect: str) -> None:
-    admin, client_ports = _start_two_listener_brokers(brokers)
-    topic = f"t-{uuid.uuid4().hex[:10]}"
-    new = NewTopic(topic, 1, replica_assignment=[[1, 2, 3]], config={"min.insync.replicas": "2"})
-    admin.create_topics([new], operation_timeout=30)[topic].result(60)
-    wait_until(lambda: state(zk_connect, topic).leader == 1 and sorted(state(zk_connect, topic).isr) == list(IDS),
-               "broker 1 leading with a full ISR")
-    epoch = state(zk_connect, topic).leader_epoch
+    client_ports, topic, epoch = _topic_led_by_broker_1(brokers, zk_connect)
     wait_until(lambda: _fetch_hint(client_ports[2], topic, -1)[1] == (1, epoch), "broker 2 to have applied the state")
 
     # At a follower: NOT_LEADER_OR_FOLLOWER, leader 1 and its CLIENT address.
