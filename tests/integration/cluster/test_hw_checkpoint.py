@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from ads_broker.cluster.zookeeper import KafkaZkClient
 from ads_broker.errors import LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER
 from ads_broker.log.checkpoint import read_offset_checkpoint
 from ads_broker.replication.replica_manager import HW_CHECKPOINT_FILE
 from tests.chaos.cluster.faults import list_latest, produce
 from tests.integration.broker.rawclient import RawClient
-from tests.integration.cluster.conftest import IDS, BrokerCluster, start_three, wait_until
+from tests.integration.cluster.conftest import IDS, SESSION_TIMEOUT_MS, BrokerCluster, start_three, wait_until
 from tests.integration.cluster.test_replication import consume_all, create, state
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -30,6 +31,14 @@ RECORDS = [b"r%04d" % i for i in range(300)]
 def checkpointed(data_dir: Path, topic: str) -> int | None:
     """The high watermark the broker's checkpoint file holds for partition 0 of ``topic``."""
     return read_offset_checkpoint(data_dir / HW_CHECKPOINT_FILE).get((topic, 0))
+
+
+def live_brokers(zk_connect: str) -> set[int]:
+    zk = KafkaZkClient(zk_connect, session_timeout_ms=SESSION_TIMEOUT_MS).start()
+    try:
+        return set(zk.get_live_brokers())
+    finally:
+        zk.close()
 
 
 def latest(bootstrap: str, topic: str) -> tuple[int, int]:
@@ -54,6 +63,9 @@ def test_a_restarted_sole_isr_member_serves_what_was_committed_before_it_stopped
         wait_until(lambda: checkpointed(brokers.data_dir(leader), topic) == len(RECORDS),
                    "the periodic checkpoint to hold the high watermark")
         brokers.procs[leader].kill()
+        # Its registration lives until its ZooKeeper session expires; a broker started before that
+        # is refused ("broker.id N is already registered"), as Kafka's is.
+        wait_until(lambda: leader not in live_brokers(zk_connect), "the killed broker's session to expire")
     else:
         brokers.procs[leader].stop()
         assert checkpointed(brokers.data_dir(leader), topic) == len(RECORDS)
