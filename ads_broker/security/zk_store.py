@@ -317,6 +317,8 @@ class ZkSecurityData:
             config = dict(body.get("config") or {})
             current = {m: decode_credential(str(v)) for m, v in config.items() if m in SCRAM_MECHANISMS}
             new = change(dict(current))
+            if new == current:  # nothing to change (e.g. deleting a user that has no credential): no write
+                return current
             for m in SCRAM_MECHANISMS:
                 config.pop(m, None)
             config.update({m: encode_credential(c) for m, c in sorted(new.items())})

@@ -14,8 +14,10 @@ import pytest
 from ads_broker.security.acl import ALLOW, DENY, LITERAL, READ, TOPIC, Acl
 from ads_broker.security.scram import ScramCredential
 from ads_broker.security.zk_store import (
+    CONFIG_CHANGES_PATH,
     EXTENDED_CHANGES_PATH,
     LITERAL_CHANGES_PATH,
+    USERS_CONFIG_PATH,
     ZkAuthorizer,
     ZkCredentialStore,
     ZkSecurity,
@@ -58,3 +60,14 @@ def test_changes_after_a_notification_that_cannot_be_applied_still_apply(
     wait_until(lambda: [a.permission for a in reader.authorizer.acls] == [DENY], "the DENY to apply")
     writer.authorizer.create([Acl(TOPIC, "orders", LITERAL, "User:alice", "*", READ, ALLOW)])
     wait_until(lambda: len(reader.authorizer.acls) == 2, "a later ACL to apply too")
+
+
+def test_deleting_a_user_without_credentials_writes_nothing(securities: tuple[ZkSecurity, ZkSecurity]) -> None:
+    """Before (review finding 9): ``/config/users/nobody`` was created with an empty config, and a
+    notification sent to every broker, for a user that never existed."""
+    writer, _reader = securities
+    client = writer.zk.client
+    changes_before = client.get_children(CONFIG_CHANGES_PATH)
+    assert ZkCredentialStore(writer).delete("nobody") is False
+    assert client.exists(f"{USERS_CONFIG_PATH}/nobody") is None
+    assert client.get_children(CONFIG_CHANGES_PATH) == changes_before
