@@ -81,6 +81,16 @@ class Credentials(Protocol):
 
     def delete(self, user: str, mechanism: str | None = None) -> bool: ...
 
+    def alter(self, user: str, deletions: list[str], upsertions: dict[str, ScramCredential]) -> None:
+        """One user's deletions and upsertions in one write (AlterUserScramCredentials per user, as
+        Kafka's ``changeConfigs`` writes a user's config once): nobody sees the state between them."""
+
+
+def altered(current: dict[str, ScramCredential], deletions: list[str],
+            upsertions: dict[str, ScramCredential]) -> dict[str, ScramCredential]:
+    """A user's credentials after AlterUserScramCredentials' deletions, then its upsertions."""
+    return {**{m: c for m, c in current.items() if m not in deletions}, **upsertions}
+
 
 class CredentialStore:
     """Users and their SCRAM credentials, read from the data dir (re-read when the file changes,
@@ -120,6 +130,17 @@ class CredentialStore:
     def upsert(self, user: str, mechanism: str, credential: ScramCredential) -> None:
         users = self.users()
         users.setdefault(user, {})[mechanism] = credential
+        self._write(users)
+
+    def alter(self, user: str, deletions: list[str], upsertions: dict[str, ScramCredential]) -> None:
+        users = self.users()
+        new = altered(users.get(user, {}), deletions, upsertions)
+        if new == users.get(user, {}):
+            return
+        if new:
+            users[user] = new
+        else:
+            users.pop(user, None)
         self._write(users)
 
     def delete(self, user: str, mechanism: str | None = None) -> bool:

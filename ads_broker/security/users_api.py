@@ -139,13 +139,9 @@ async def handle_alter_user_scram_credentials(ctx: HandlerContext,
                 bytes(u.salt), int(u.iterations), hashlib.new(algorithm, client_key).digest(),
                 hmac.digest(salted, b"Server Key", algorithm))))
 
-    def write(name: str) -> None:
-        for user, mechanism in deletions:
-            if user == name:
-                store.delete(user, mechanism)
-        for user, mechanism, credential in upsertions:
-            if user == name:
-                store.upsert(user, mechanism, credential)
+    def write(name: str) -> None:  # one write per user: nobody sees it between its deletions and upsertions
+        store.alter(name, [m for user, m in deletions if user == name],
+                    {m: c for user, m, c in upsertions if user == name})
 
     # Off the event loop: in cluster mode each write is a ZooKeeper round trip (or waits for it).
     for name in dict.fromkeys([n for n, _ in deletions] + [n for n, _, _ in upsertions]):

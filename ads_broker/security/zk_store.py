@@ -59,7 +59,7 @@ from ads_broker.security.acl import (
     AclFilter,
     Authorizer,
 )
-from ads_broker.security.scram import SCRAM_MECHANISMS, ScramCredential
+from ads_broker.security.scram import SCRAM_MECHANISMS, ScramCredential, altered
 
 log = structlog.get_logger("ads_broker.security.zk")
 
@@ -368,6 +368,10 @@ class ZkCredentialStore:
             return {**current, mechanism: credential}
 
         self.security.set_user(user, self.security.data.update_user(user, change))
+
+    def alter(self, user: str, deletions: list[str], upsertions: dict[str, ScramCredential]) -> None:
+        self.security.set_user(user, self.security.data.update_user(
+            user, lambda current: altered(current, deletions, upsertions)))
 
     def delete(self, user: str, mechanism: str | None = None) -> bool:
         found: list[str] = []

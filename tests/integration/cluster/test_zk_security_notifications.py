@@ -71,3 +71,19 @@ def test_deleting_a_user_without_credentials_writes_nothing(securities: tuple[Zk
     assert ZkCredentialStore(writer).delete("nobody") is False
     assert client.exists(f"{USERS_CONFIG_PATH}/nobody") is None
     assert client.get_children(CONFIG_CHANGES_PATH) == changes_before
+
+
+def test_one_users_deletions_and_upsertions_are_one_write(securities: tuple[ZkSecurity, ZkSecurity]) -> None:
+    """AlterUserScramCredentials deleting SCRAM-SHA-512 and setting SCRAM-SHA-256 for one user is
+    one conditional write and one notification (review finding 8: each was its own write, so every
+    broker could see, and a failure between them could leave, the user with no credential)."""
+    writer, reader = securities
+    store = ZkCredentialStore(writer)
+    old = ScramCredential.from_password("SCRAM-SHA-512", "old-pw")
+    new = ScramCredential.from_password("SCRAM-SHA-256", "new-pw")
+    store.upsert("svc", "SCRAM-SHA-512", old)
+    wait_until(lambda: "svc" in reader.users, "the user to reach the other broker")
+    changes_before = len(writer.zk.client.get_children(CONFIG_CHANGES_PATH))
+    store.alter("svc", ["SCRAM-SHA-512"], {"SCRAM-SHA-256": new})
+    assert len(writer.zk.client.get_children(CONFIG_CHANGES_PATH)) == changes_before + 1
+    wait_until(lambda: reader.users.get("svc") == {"SCRAM-SHA-256": new}, "the other broker to see the change")
