@@ -10,10 +10,12 @@ splicing segment-file slices into an encoded Fetch response so record bytes can 
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import struct
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,16 +40,27 @@ class ArrayBudget:
     """Bounds the arrays of the request being decoded, before their elements are allocated.
 
     kafka-python's generated decoders call :meth:`check` with each array's length (see
-    :func:`_install_array_bounds`). :func:`decode_request` resets the budget per request; decoding
-    happens on the event loop thread only, so one module-level budget serves every connection.
+    :func:`_install_array_bounds`), requests and responses alike: the patch is process-wide. The
+    budget counts only while :func:`decode_request` decodes a request on the calling thread
+    (:meth:`request`); any other decode in the process — the broker's own inter-broker clients
+    reading responses (replica fetchers, transaction markers), or a client in a test process —
+    is not counted. Counting those too (before 2026-11-27) drained the budget between two client
+    requests: a follower with no client traffic, or a test process that had read a 90,000-topic
+    Metadata answer, failed every later decode with "more than 100000 array elements".
     """
 
     def __init__(self, max_elements: int = DEFAULT_MAX_ARRAY_ELEMENTS) -> None:
         self.max_elements = max_elements
-        self.left = max_elements
+        self._local = threading.local()
 
-    def reset(self) -> None:
-        self.left = self.max_elements
+    @contextlib.contextmanager
+    def request(self) -> Iterator[None]:
+        """Count the arrays decoded on this thread until the block ends (one request)."""
+        self._local.left = self.max_elements
+        try:
+            yield
+        finally:
+            self._local.left = None
 
     def check(self, length: int, remaining: int | None) -> None:
         if length < 0:
@@ -56,8 +69,11 @@ class ArrayBudget:
             # Kafka's generated readers: "Tried to allocate a collection of size N, but there are
             # only M bytes remaining." Every element takes at least one byte.
             raise ValueError(f"array of {length} elements with only {remaining} bytes remaining")
-        self.left -= length
-        if self.left < 0:
+        left = getattr(self._local, "left", None)
+        if left is None:
+            return  # not decoding a request on this thread
+        self._local.left = left = left - length
+        if left < 0:
             raise ValueError(f"more than {self.max_elements} array elements in one request "
                              "(request.max.array.elements)")
 
@@ -195,14 +211,14 @@ def decode_request(frame: bytes | bytearray, apis: Mapping[int, tuple[type[ApiMe
     if not lo <= api_version <= hi:
         return DecodedRequest(api_key, api_version, correlation_id, None, None)
     flexible = cls.flexible_version_q(api_version)
-    ARRAY_BUDGET.reset()
     try:
-        # The header parser wants a stream: give it only the header's bytes (client id length
-        # plus room for tagged fields), not a copy of a frame that may carry megabytes of records.
-        (client_id_len,) = struct.unpack_from(">h", frame, 8) if len(frame) >= 10 else (0,)
-        stream = io.BytesIO(bytes(memoryview(frame)[:10 + max(client_id_len, 0) + (4096 if flexible else 0)]))
-        header = RequestHeader.decode(stream, flexible=flexible)
-        body = cls[api_version].decode(memoryview(frame)[stream.tell():])
+        with ARRAY_BUDGET.request():
+            # The header parser wants a stream: give it only the header's bytes (client id length
+            # plus room for tagged fields), not a copy of a frame that may carry megabytes of records.
+            (client_id_len,) = struct.unpack_from(">h", frame, 8) if len(frame) >= 10 else (0,)
+            stream = io.BytesIO(bytes(memoryview(frame)[:10 + max(client_id_len, 0) + (4096 if flexible else 0)]))
+            header = RequestHeader.decode(stream, flexible=flexible)
+            body = cls[api_version].decode(memoryview(frame)[stream.tell():])
     except Exception as e:  # the codec raises assorted errors on truncated/garbled input
         raise MalformedFrameError(
             f"cannot decode {cls.__name__} v{api_version} (correlation id {correlation_id}): "
