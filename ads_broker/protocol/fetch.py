@@ -46,7 +46,7 @@ from ads_broker.protocol.fetch_session import (
     TopicPartitionKey,
     next_epoch,
 )
-from ads_broker.protocol.leader_hint import current_leaders
+from ads_broker.protocol.leader_hint import fill_hints
 from ads_broker.replication.replica_manager import FetchPartition, PartitionRead
 from ads_broker.security.acl import DELETE, DESCRIBE, READ, TOPIC
 
@@ -178,16 +178,9 @@ async def _answer(ctx: HandlerContext, req: DecodedRequest, wanted: list[FetchPa
 async def _leader_hints(ctx: HandlerContext, results: ReadResult) -> list[Any]:
     """KIP-951 (Kafka's handleFetchRequest from v16): ``current_leader`` on each partition
     answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH; the leaders' endpoints returned."""
-    stale = [(topic, data) for topic, parts in results for data, _ in parts
+    stale = [(topic, data.partition_index, data) for topic, parts in results for data, _ in parts
              if data.error_code in (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH)]
-    if not stale:
-        return []
-    hints = await current_leaders(ctx, [(topic, data.partition_index) for topic, data in stale])
-    for topic, data in stale:
-        leader_id, leader_epoch = hints.leaders[(topic, data.partition_index)]
-        data.current_leader = PartitionData.LeaderIdAndEpoch(leader_id=leader_id, leader_epoch=leader_epoch)
-    return [FetchResponse.NodeEndpoint(node_id=e.node_id, host=e.host, port=e.port, rack=e.rack)
-            for e in hints.endpoints.values()]
+    return await fill_hints(ctx, stale, PartitionData.LeaderIdAndEpoch, FetchResponse.NodeEndpoint)
 
 
 async def _read(ctx: HandlerContext, body: FetchRequest, wanted: list[FetchPartition]) -> list[PartitionRead]:

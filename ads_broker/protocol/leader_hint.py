@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from kazoo.exceptions import KazooException
@@ -100,6 +100,20 @@ async def current_leaders(ctx: HandlerContext, partitions: Iterable[tuple[str, i
         if found is not None:
             endpoints[leader_id] = found
     return LeaderHints(known, endpoints)
+
+
+async def fill_hints(ctx: HandlerContext, stale: list[tuple[str, int, Any]], leader_cls: Any,
+                     endpoint_cls: Any) -> list[Any]:
+    """Set ``current_leader`` (a ``leader_cls``) on each ``(topic, partition index, partition
+    answer)`` of ``stale`` and return the leaders' endpoints as ``endpoint_cls`` entries: the part
+    Produce v10+ and Fetch v16+ answers share (each names its own response classes)."""
+    if not stale:
+        return []
+    hints = await current_leaders(ctx, [(topic, index) for topic, index, _ in stale])
+    for topic, index, answer in stale:
+        leader_id, leader_epoch = hints.leaders[(topic, index)]
+        answer.current_leader = leader_cls(leader_id=leader_id, leader_epoch=leader_epoch)
+    return [endpoint_cls(node_id=e.node_id, host=e.host, port=e.port, rack=e.rack) for e in hints.endpoints.values()]
 
 
 def remember_brokers(ctx: HandlerContext, snapshot: ClusterSnapshot) -> None:

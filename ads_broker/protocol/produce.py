@@ -33,7 +33,7 @@ from ads_broker.exceptions import (
 )
 from ads_broker.log.records import RECORD_BATCH_OVERHEAD, read_header
 from ads_broker.protocol.codec import DecodedRequest
-from ads_broker.protocol.leader_hint import current_leaders
+from ads_broker.protocol.leader_hint import fill_hints
 from ads_broker.security.acl import CLUSTER, CLUSTER_NAME, IDEMPOTENT_WRITE, TOPIC, TRANSACTIONAL_ID, WRITE
 
 if TYPE_CHECKING:
@@ -133,21 +133,14 @@ async def _leader_hints(ctx: HandlerContext, topic_responses: list[Any]) -> list
     """KIP-951 (v10+): each NOT_LEADER_OR_FOLLOWER partition gets ``current_leader`` and the
     response those leaders' endpoints on this listener (:mod:`ads_broker.protocol.leader_hint`),
     so the client sends its retry to the new leader without a metadata round trip first."""
-    not_leader = [(t.name, p) for t in topic_responses for p in t.partition_responses
+    not_leader = [(t.name, p.index, p) for t in topic_responses for p in t.partition_responses
                   if p.error_code == NOT_LEADER_OR_FOLLOWER]
-    if not not_leader:
-        return []
     try:
-        hints = await current_leaders(ctx, [(topic, p.index) for topic, p in not_leader])
+        return await fill_hints(ctx, not_leader, ProduceResponse.TopicProduceResponse.PartitionProduceResponse
+                                .LeaderIdAndEpoch, ProduceResponse.NodeEndpoint)
     except Exception as e:  # the hint is optional: the answer (records may be appended) must go out
         log.warning("no leader hint for a NOT_LEADER_OR_FOLLOWER answer", error=f"{type(e).__name__}: {e}"[:300])
         return []
-    leader_cls = ProduceResponse.TopicProduceResponse.PartitionProduceResponse.LeaderIdAndEpoch
-    for topic, p in not_leader:
-        leader_id, leader_epoch = hints.leaders[(topic, p.index)]
-        p.current_leader = leader_cls(leader_id=leader_id, leader_epoch=leader_epoch)
-    return [ProduceResponse.NodeEndpoint(node_id=e.node_id, host=e.host, port=e.port, rack=e.rack)
-            for e in hints.endpoints.values()]
 
 
 def _verify_transactional(ctx: HandlerContext, transactional_id: str | None, topic: str, pdata: Any) -> int:
