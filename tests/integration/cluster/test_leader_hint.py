@@ -13,6 +13,7 @@ leader's CLIENT port, which only the listener-aware lookup gives.
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -65,15 +66,21 @@ def _topic_led_by_broker_1(brokers: BrokerCluster, zk_connect: str) -> tuple[dic
     return client_ports, topic, state(zk_connect, topic).leader_epoch
 
 
+def _hint_of(part: Any, answer: Any) -> tuple[int, tuple[int, int] | None, list[tuple]]:
+    """(error code, (leader id, epoch) or None, [(node id, host, port, rack)]) of one partition's
+    answer and its response's endpoints (Produce and Fetch name the fields alike)."""
+    leader = part.current_leader
+    endpoints = [(e.node_id, e.host, e.port, e.rack) for e in (answer.node_endpoints or [])]
+    return part.error_code, None if leader is None else (leader.leader_id, leader.leader_epoch), endpoints
+
+
 def _hint(client_port: int, topic: str, version: int = 10) -> tuple[int, tuple[int, int] | None, list[tuple]]:
     """(error code, (leader id, epoch) or None, [(node id, host, port, rack)]) of a Produce to
     partition 0 of ``topic`` sent to the broker listening on ``client_port``."""
     with RawClient(f"127.0.0.1:{client_port}") as raw:
         answer = raw.request(_produce(topic), version)
     part = answer.responses[0].partition_responses[0]
-    leader = part.current_leader
-    endpoints = [(e.node_id, e.host, e.port, e.rack) for e in (answer.node_endpoints or [])]
-    return part.error_code, None if leader is None else (leader.leader_id, leader.leader_epoch), endpoints
+    return _hint_of(part, answer)
 
 
 def test_a_follower_names_the_leader_and_its_endpoint_on_the_request_listener(
@@ -119,9 +126,7 @@ def _fetch_hint(client_port: int, topic: str, leader_epoch: int) -> tuple[int, t
     (topic_answer,) = answer.responses
     assert topic_answer.topic_id == topic_id
     part = topic_answer.partitions[0]
-    leader = part.current_leader
-    endpoints = [(e.node_id, e.host, e.port, e.rack) for e in (answer.node_endpoints or [])]
-    return part.error_code, None if leader is None else (leader.leader_id, leader.leader_epoch), endpoints
+    return _hint_of(part, answer)
 
 
 def test_fetch_v16_names_the_leader_to_a_consumer_at_a_follower_or_with_a_fenced_epoch(
