@@ -328,7 +328,7 @@ def users_add(
     credentials = {m: ScramCredential.from_password(m, password, iterations) for m in mechanisms}
     if zookeeper_connect is not None:
         with _zookeeper(zookeeper_connect) as zk:
-            zk.update_user(user, lambda current: {**current, **credentials})
+            zk.alter_user(user, [], credentials)
     else:
         assert data_dir is not None
         store = CredentialStore(data_dir)
@@ -353,15 +353,8 @@ def users_delete(
     _target(data_dir, zookeeper_connect)
     where = zookeeper_connect or str(data_dir)
     if zookeeper_connect is not None:
-        found: list[str] = []
-
-        def drop(current: dict[str, Any]) -> dict[str, Any]:
-            found[:] = [m for m in current if mechanism in (None, m)]
-            return {m: c for m, c in current.items() if m not in found}
-
         with _zookeeper(zookeeper_connect) as zk:
-            zk.update_user(user, drop)
-        deleted = bool(found)
+            deleted, _ = zk.delete_user(user, mechanism)
     else:
         assert data_dir is not None
         try:

@@ -336,6 +336,24 @@ class ZkSecurityData:
             return new
         raise RuntimeError(f"{path} not updated: {MAX_UPDATE_RETRIES} conflicting writes in a row")
 
+    def alter_user(self, user: str, deletions: list[str], upsertions: dict[str, ScramCredential]
+                   ) -> dict[str, ScramCredential]:
+        """One user's deletions, then upsertions, in one conditional write; the user's credentials
+        as written (used by the brokers' store and by ``ads-broker users``)."""
+        return self.update_user(user, lambda current: altered(current, deletions, upsertions))
+
+    def delete_user(self, user: str, mechanism: str | None = None) -> tuple[bool, dict[str, ScramCredential]]:
+        """Remove one mechanism's credential (or all of the user's): whether there was one, and the
+        user's credentials as written."""
+        found: list[str] = []
+
+        def change(current: dict[str, ScramCredential]) -> dict[str, ScramCredential]:
+            found[:] = [m for m in current if mechanism is None or m == mechanism]
+            return {m: c for m, c in current.items() if m not in found}
+
+        written = self.update_user(user, change)  # runs ``change``, which fills ``found``
+        return bool(found), written
+
     # -- change notifications --
     def changes(self, path: str) -> list[tuple[int, str]]:
         """(sequence number, child name) of each notification under ``path``, oldest first."""
@@ -364,24 +382,15 @@ class ZkCredentialStore:
         return {u: dict(m) for u, m in self.security.users.items()}
 
     def upsert(self, user: str, mechanism: str, credential: ScramCredential) -> None:
-        def change(current: dict[str, ScramCredential]) -> dict[str, ScramCredential]:
-            return {**current, mechanism: credential}
-
-        self.security.set_user(user, self.security.data.update_user(user, change))
+        self.alter(user, [], {mechanism: credential})
 
     def alter(self, user: str, deletions: list[str], upsertions: dict[str, ScramCredential]) -> None:
-        self.security.set_user(user, self.security.data.update_user(
-            user, lambda current: altered(current, deletions, upsertions)))
+        self.security.set_user(user, self.security.data.alter_user(user, deletions, upsertions))
 
     def delete(self, user: str, mechanism: str | None = None) -> bool:
-        found: list[str] = []
-
-        def change(current: dict[str, ScramCredential]) -> dict[str, ScramCredential]:
-            found[:] = [m for m in current if mechanism is None or m == mechanism]
-            return {m: c for m, c in current.items() if m not in found}
-
-        self.security.set_user(user, self.security.data.update_user(user, change))
-        return bool(found)
+        deleted, credentials = self.security.data.delete_user(user, mechanism)
+        self.security.set_user(user, credentials)
+        return deleted
 
 
 class ZkAuthorizer(Authorizer):

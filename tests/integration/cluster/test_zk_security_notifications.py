@@ -87,3 +87,22 @@ def test_one_users_deletions_and_upsertions_are_one_write(securities: tuple[ZkSe
     store.alter("svc", ["SCRAM-SHA-512"], {"SCRAM-SHA-256": new})
     assert len(writer.zk.client.get_children(CONFIG_CHANGES_PATH)) == changes_before + 1
     wait_until(lambda: reader.users.get("svc") == {"SCRAM-SHA-256": new}, "the other broker to see the change")
+
+
+def test_users_cli_against_zookeeper_adds_lists_and_deletes(zk_connect: str) -> None:
+    """``ads-broker users add|list|delete --zookeeper-connect`` (a real process each, real
+    ZooKeeper): the same writes the brokers' store makes; deleting a user that is gone fails."""
+    import subprocess
+    import sys
+
+    def users(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "ads_broker", "users", *args, "--zookeeper-connect", zk_connect],
+                              capture_output=True, text=True, timeout=60, check=False,
+                              env={**__import__("os").environ, "ADS_BROKER_USER_PASSWORD": "pw-of-bob"})
+
+    assert users("add", "bob", "--mechanism", "SCRAM-SHA-256").returncode == 0
+    assert "bob\tSCRAM-SHA-256 (iterations=4096)" in users("list").stdout
+    assert users("delete", "bob").returncode == 0
+    again = users("delete", "bob")
+    assert again.returncode != 0 and "no user 'bob'" in again.stderr + again.stdout
+    assert "bob" not in users("list").stdout
