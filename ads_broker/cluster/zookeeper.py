@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import itertools
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -431,15 +430,20 @@ class KafkaZkClient:
         broker's one session whatever the count); a missing znode is None."""
         out: list[tuple[str, tuple[bytes, ZnodeStat] | None]] = []
         pending: collections.deque[tuple[str, Any]] = collections.deque()
-        for path in itertools.chain(paths, [None]):
-            if path is not None:
-                pending.append((path, self.client.get_async(path)))
-            while pending and (path is None or len(pending) >= MAX_PIPELINED_READS):
-                done, answer = pending.popleft()
-                try:
-                    out.append((done, answer.get()))
-                except NoNodeError:
-                    out.append((done, None))
+
+        def collect_oldest() -> None:
+            path, answer = pending.popleft()
+            try:
+                out.append((path, answer.get()))
+            except NoNodeError:
+                out.append((path, None))
+
+        for path in paths:
+            if len(pending) >= MAX_PIPELINED_READS:
+                collect_oldest()
+            pending.append((path, self.client.get_async(path)))
+        while pending:
+            collect_oldest()
         return out
 
     def watch_topics(self, callback: Callable[[list[str]], None]) -> None:
