@@ -23,7 +23,7 @@ from ads_broker.exceptions import BrokerError, InvalidRequestError, LeaderNotAva
 from ads_broker.protocol.codec import DecodedRequest
 from ads_broker.protocol.groups_admin import CLUSTER_OPERATIONS
 from ads_broker.protocol.leader_hint import remember_brokers
-from ads_broker.protocol.metadata import TOPIC_OPERATIONS, authorized_operations
+from ads_broker.protocol.metadata import TOPIC_OPERATIONS, authorized_operations, requested_topic_names
 from ads_broker.security.acl import CLUSTER, CLUSTER_NAME, CREATE, DESCRIBE, TOPIC
 
 if TYPE_CHECKING:
@@ -63,8 +63,7 @@ async def _requested(ctx: HandlerContext, cluster: ClusterNode, req: DecodedRequ
     partitions then answer LEADER_NOT_AVAILABLE until the controller elected, as in Kafka)."""
     allow_create = bool(req.body.allow_auto_topic_creation) if req.api_version >= 4 else True
     topics = []
-    # Kafka takes the request's topics as a set: a topic named twice is answered once.
-    for name in dict.fromkeys(requested.name for requested in req.body.topics):
+    for name in requested_topic_names(req.body):
         try:
             if name is None:
                 raise InvalidRequestError(f"Topic name can not be null for version {req.api_version}")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
 from kazoo.exceptions import KazooException
@@ -69,6 +69,13 @@ def _error_topic(name: str, error_code: int) -> MetadataResponse.MetadataRespons
                                                   authorized_operations=None)
 
 
+def requested_topic_names(body: Any) -> list[str | None]:
+    """A Metadata request's topic names, in request order, each once: Kafka takes the request's
+    topics as a set, so a topic named twice is answered once (a 100,000-element request naming one
+    topic of many partitions must not buy 100,000 copies). Single node and cluster mode alike."""
+    return list(dict.fromkeys(requested.name for requested in body.topics))
+
+
 async def handle_metadata(ctx: HandlerContext, req: DecodedRequest) -> MetadataResponse:
     if ctx.cluster is not None:  # cluster mode: brokers, leaders and ISRs from ZooKeeper
         from ads_broker.protocol import cluster
@@ -86,9 +93,7 @@ async def handle_metadata(ctx: HandlerContext, req: DecodedRequest) -> MetadataR
         topics = [_topic_metadata(ctx, t, topic_ops) for t in list(replicas.topics.values())
                   if ctx.allowed(DESCRIBE, TOPIC, t.name)]
     else:
-        # Kafka takes the request's topics as a set: a topic named twice is answered once (a
-        # 100,000-element request naming one topic of many partitions must not buy 100,000 copies).
-        for name in dict.fromkeys(requested.name for requested in body.topics):
+        for name in requested_topic_names(body):
             try:
                 if req.api_version < 12 and name is None:
                     # v10/v11 requests carry topic ids but their responses cannot hold a null name
