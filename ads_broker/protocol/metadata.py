@@ -69,10 +69,11 @@ def _error_topic(name: str, error_code: int) -> MetadataResponse.MetadataRespons
                                                   authorized_operations=None)
 
 
-def requested_topic_names(body: Any) -> list[str | None]:
-    """A Metadata request's topic names, in request order, each once: Kafka takes the request's
-    topics as a set, so a topic named twice is answered once (a 100,000-element request naming one
-    topic of many partitions must not buy 100,000 copies). Single node and cluster mode alike."""
+def requested_topic_names(body: Any) -> list[Any]:
+    """A Metadata request's topic names as the request carries them (a name may be None from v10,
+    which the handlers refuse), in request order, each once: Kafka takes the request's topics as a
+    set, so a topic named twice is answered once (a 100,000-element request naming one topic of
+    many partitions must not buy 100,000 copies). Single node and cluster mode alike."""
     return list(dict.fromkeys(requested.name for requested in body.topics))
 
 
