@@ -23,6 +23,7 @@ from ads_broker.errors import (
     NOT_LEADER_OR_FOLLOWER,
     PRODUCER_FENCED,
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    UNKNOWN_TOPIC_OR_PARTITION,
 )
 from ads_broker.exceptions import (
     BrokerError,
@@ -125,8 +126,31 @@ async def handle_produce(ctx: HandlerContext, req: DecodedRequest) -> ProduceRes
         if any(p.error_code for t in topic_responses for p in t.partition_responses):
             raise ConnectionAbortedError("acks=0 produce failed; closing the connection as Kafka does")
         return None
+    if ctx.cluster is not None:
+        await _not_held_here(ctx, topic_responses)
     node_endpoints = await _leader_hints(ctx, topic_responses) if req.api_version >= 10 else []
     return ProduceResponse(responses=topic_responses, throttle_time_ms=0, node_endpoints=node_endpoints)
+
+
+async def _not_held_here(ctx: HandlerContext, topic_responses: list[Any]) -> None:
+    """Cluster mode: a partition that exists in the cluster but has no replica on this broker is
+    NOT_LEADER_OR_FOLLOWER, as Kafka's ``ReplicaManager.getPartitionOrError`` answers (the client
+    refreshes its metadata and finds the leader; v10+ also gets the leader hint), not
+    UNKNOWN_TOPIC_OR_PARTITION, which says the partition does not exist. This broker knows only
+    the topics it holds, so one read of the cluster's metadata (legal names only, each once; see
+    ``ClusterNode.snapshot``) is taken for the whole answer, and only when such partitions exist."""
+    assert ctx.cluster is not None
+    unknown = [(t.name, p) for t in topic_responses for p in t.partition_responses
+               if p.error_code == UNKNOWN_TOPIC_OR_PARTITION and not ctx.replicas.holds(t.name, p.index)]
+    if not unknown:
+        return
+    snapshot = await ctx.cluster.snapshot(sorted({name for name, _ in unknown}))  # incomplete on errors
+    for name, answer in unknown:
+        view = snapshot.topics.get(name)
+        if view is not None and 0 <= answer.index < len(view.partitions):
+            answer.error_code = NOT_LEADER_OR_FOLLOWER
+            answer.error_message = (f"broker {ctx.node_id} holds no replica of {name}-{answer.index}; "
+                                    "refresh the metadata and send to the partition's leader")
 
 
 async def _leader_hints(ctx: HandlerContext, topic_responses: list[Any]) -> list[Any]:

@@ -22,7 +22,11 @@ from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 
 from ads_broker.embedded import free_port
-from ads_broker.errors import FENCED_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER
+from ads_broker.errors import (
+    FENCED_LEADER_EPOCH,
+    NOT_LEADER_OR_FOLLOWER,
+    UNKNOWN_TOPIC_OR_PARTITION,
+)
 from ads_broker.log.records import Record, build_batch
 from tests.integration.broker.rawclient import RawClient
 from tests.integration.cluster.conftest import IDS, BrokerCluster, wait_until
@@ -47,11 +51,11 @@ def _start_two_listener_brokers(brokers: BrokerCluster) -> tuple[AdminClient, di
     return admin, client_ports
 
 
-def _produce(topic: str) -> ProduceRequest:
+def _produce(topic: str, index: int = 0) -> ProduceRequest:
     batch = build_batch([Record(offset=0, timestamp=0, key=None, value=b"to-a-follower")])
     return ProduceRequest(transactional_id=None, acks=-1, timeout_ms=10000, topic_data=[
         ProduceRequest.TopicProduceData(name=topic, partition_data=[
-            ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=batch)])])
+            ProduceRequest.TopicProduceData.PartitionProduceData(index=index, records=batch)])])
 
 
 def _topic_led_by_broker_1(brokers: BrokerCluster, zk_connect: str) -> tuple[dict[int, int], str, int]:
@@ -74,11 +78,12 @@ def _hint_of(part: Any, answer: Any) -> tuple[int, tuple[int, int] | None, list[
     return part.error_code, None if leader is None else (leader.leader_id, leader.leader_epoch), endpoints
 
 
-def _hint(client_port: int, topic: str, version: int = 10) -> tuple[int, tuple[int, int] | None, list[tuple]]:
+def _hint(client_port: int, topic: str, version: int = 10,
+          index: int = 0) -> tuple[int, tuple[int, int] | None, list[tuple]]:
     """(error code, (leader id, epoch) or None, [(node id, host, port, rack)]) of a Produce to
-    partition 0 of ``topic`` sent to the broker listening on ``client_port``."""
+    partition ``index`` of ``topic`` sent to the broker listening on ``client_port``."""
     with RawClient(f"127.0.0.1:{client_port}") as raw:
-        answer = raw.request(_produce(topic), version)
+        answer = raw.request(_produce(topic, index), version)
     part = answer.responses[0].partition_responses[0]
     return _hint_of(part, answer)
 
@@ -149,3 +154,25 @@ def test_fetch_v16_names_the_leader_to_a_consumer_at_a_follower_or_with_a_fenced
     wait_until(lambda: _fetch_hint(client_ports[2], topic, moved.leader_epoch)[0] == 0, "broker 2 to lead")
     assert _fetch_hint(client_ports[2], topic, epoch) == (
         FENCED_LEADER_EPOCH, (2, moved.leader_epoch), [(2, "127.0.0.1", client_ports[2], None)])
+
+
+def test_a_broker_without_a_replica_answers_not_leader_with_the_leader(
+        brokers: BrokerCluster, zk_connect: str) -> None:
+    """Kafka's ``ReplicaManager.getPartitionOrError``: a partition the cluster has but this broker
+    holds no replica of is NOT_LEADER_OR_FOLLOWER (and, v10, the leader hint), not
+    UNKNOWN_TOPIC_OR_PARTITION, which a client reads as "no such partition". Partitions that do
+    not exist anywhere stay UNKNOWN_TOPIC_OR_PARTITION."""
+    admin, client_ports = _start_two_listener_brokers(brokers)
+    topic = f"t-{uuid.uuid4().hex[:10]}"
+    admin.create_topics([NewTopic(topic, 1, replica_assignment=[[1]])], operation_timeout=30)[topic].result(60)
+    wait_until(lambda: state(zk_connect, topic).leader == 1, "broker 1 leading the topic it alone holds")
+    epoch = state(zk_connect, topic).leader_epoch
+
+    assert _hint(client_ports[3], topic) == (
+        NOT_LEADER_OR_FOLLOWER, (1, epoch), [(1, "127.0.0.1", client_ports[1], None)])
+    assert _hint(client_ports[3], topic, version=9) == (NOT_LEADER_OR_FOLLOWER, None, [])
+    assert _hint(client_ports[1], topic)[0] == 0  # the leader appends it
+    # No such partition, no such topic, an illegal name: UNKNOWN_TOPIC_OR_PARTITION, no hint.
+    assert _hint(client_ports[3], topic, index=1)[0] == UNKNOWN_TOPIC_OR_PARTITION
+    assert _hint(client_ports[3], f"missing-{uuid.uuid4().hex[:8]}")[0] == UNKNOWN_TOPIC_OR_PARTITION
+    assert _hint(client_ports[3], "..")[0] == UNKNOWN_TOPIC_OR_PARTITION  # Kafka: not in its metadata cache
