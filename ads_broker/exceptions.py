@@ -149,6 +149,13 @@ class TopicAlreadyExistsError(BrokerError):
     error_code = errors.TOPIC_ALREADY_EXISTS
 
 
+class InvalidReplicaAssignmentError(BrokerError):
+    """A replica assignment (CreateTopics, CreatePartitions) naming unknown brokers, a broker twice,
+    or a replication factor unlike the topic's (INVALID_REPLICA_ASSIGNMENT)."""
+
+    error_code = errors.INVALID_REPLICA_ASSIGNMENT
+
+
 class InvalidPartitionsError(BrokerError):
     """A partition count that is not positive or would shrink a topic (INVALID_PARTITIONS)."""
 

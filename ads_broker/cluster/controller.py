@@ -61,6 +61,8 @@ class Controller:
         self._epoch: ControllerEpoch | None = None
         self._lock = threading.Lock()
         self.decisions = 0
+        #: topics whose assignment znode is watched (the watch outlives a deletion of the znode)
+        self._assignment_watched: set[str] = set()
 
     # -- state seen from other threads --
     @property
@@ -80,11 +82,21 @@ class Controller:
         self.zk.add_state_listener(self._on_session_state)
         self.zk.watch_controller(lambda holder: self._events.put(_ELECT) if holder is None else None)
         self.zk.watch_broker_ids(lambda ids: self._events.put(_RECONCILE))
-        self.zk.watch_topics(lambda topics: self._events.put(_RECONCILE))
+        self.zk.watch_topics(self._on_topics)
         self.zk.watch_shutting_down(lambda ids: self._events.put(_RECONCILE))
         self.zk.watch_preferred_election(lambda pending: self._events.put(_RECONCILE) if pending else None)
         self._events.put(_ELECT)
         return self
+
+    def _on_topics(self, topics: list[str]) -> None:
+        """A topic created or deleted: decide again; and watch each new topic's assignment, which
+        CreatePartitions grows (runs on kazoo's thread: registers watches, never blocks)."""
+        with self._lock:
+            new = [t for t in topics if t not in self._assignment_watched]
+            self._assignment_watched.update(new)
+        for topic in new:
+            self.zk.watch_assignment_changes(topic, lambda: self._events.put(_RECONCILE))
+        self._events.put(_RECONCILE)
 
     def stop(self) -> None:
         """Stop the thread and hand the controller role over (delete ``/controller`` if ours)."""

@@ -31,9 +31,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import structlog
-from kazoo.exceptions import KazooException, NodeExistsError
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError
 
-from ads_broker import errors
 from ads_broker.cluster.channel import BrokerConnection
 from ads_broker.cluster.exceptions import PartitionEpochError
 from ads_broker.cluster.member import ClusterMember
@@ -49,11 +48,13 @@ from ads_broker.config import BrokerConfig, validate_topic_configs
 from ads_broker.exceptions import (
     BrokerError,
     InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
     InvalidRequestError,
     InvalidTopicError,
     LeaderNotAvailableError,
     TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
 )
 from ads_broker.log.config import TOPIC_CONFIG_KEYS
 from ads_broker.replication import state as rules
@@ -75,12 +76,6 @@ INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC_NAME, TRANSACTION_STATE_TOPIC_NAME})
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 30.0
 #: Poll interval while CreateTopics waits for the controller to give every partition a leader.
 LEADER_POLL_S = 0.05
-
-
-class InvalidReplicaAssignmentError(BrokerError):
-    """A CreateTopics replica assignment that names unknown brokers or repeats one (INVALID_REPLICA_ASSIGNMENT)."""
-
-    error_code = errors.INVALID_REPLICA_ASSIGNMENT
 
 
 @dataclass(frozen=True)
@@ -131,6 +126,19 @@ def topic_id_of(name: str, stored: str | None) -> uuid.UUID:
         except ValueError:
             pass
     return uuid.uuid5(uuid.NAMESPACE_URL, f"ads-broker-topic:{name}")
+
+
+#: Conditional writes CreatePartitions tries before it gives up to concurrent changes of one topic.
+CREATE_PARTITIONS_ATTEMPTS = 5
+
+
+def _is_legal(name: str) -> bool:
+    """Whether ``name`` is a legal topic name (so it may become a ZooKeeper path)."""
+    try:
+        validate_topic_name(name)
+    except BrokerError:
+        return False
+    return True
 
 
 #: A snapshot naming more topics than this lists ``/brokers/topics`` once and reads only those that exist.
@@ -557,6 +565,75 @@ class ClusterNode:
         log.info("topic created in the cluster", topic=name, assignment={p: r for p, r in assignment.items()},
                  configs=overrides)
         return Topic(name, topic_id, overrides, len(assignment))
+
+    async def create_partitions(self, name: str, count: int, assignments: list[list[int]] | None,
+                                *, validate_only: bool = False, in_request: int = 0) -> int:
+        """CreatePartitions in cluster mode (see :meth:`_create_partitions`), off the event loop;
+        the topic's partition count before."""
+        create = functools.partial(self._create_partitions, name, count, assignments, validate_only, in_request)
+        return await asyncio.get_running_loop().run_in_executor(None, create)
+
+    def _create_partitions(self, name: str, count: int, assignments: list[list[int]] | None,
+                           validate_only: bool, in_request: int) -> int:
+        """Validate as Kafka's ZooKeeper-era ``ZkAdminManager.createPartitions`` does, then add the
+        new partitions to the topic's assignment znode, conditional on its version (a concurrent
+        CreatePartitions is validated again against what it wrote). The controller watches the
+        znode and elects the new partitions' leaders; their replicas open them on the state."""
+        zk = self.zk
+        if name in INTERNAL_TOPICS:
+            raise InvalidTopicError(f"cannot change the partition count of internal topic {name!r}: "
+                                    "every group's and transactional id's partition is hash % count")
+        for _attempt in range(CREATE_PARTITIONS_ATTEMPTS):
+            found = zk.get_assignment_versioned(name) if _is_legal(name) else None
+            if not found or not found[0]:
+                raise UnknownTopicOrPartitionError(f"The topic '{name}' does not exist.")
+            existing, version = found
+            current = len(existing)
+            if count < current:
+                raise InvalidPartitionsError(
+                    f"Topic currently has {current} partitions, which is higher than the requested {count}.")
+            if count == current:
+                raise InvalidPartitionsError(f"Topic already has {current} partitions.")
+            live = sorted(zk.get_live_broker_ids())
+            replication_factor = len(existing[min(existing)])
+            if assignments is None:
+                added = {p: replicas for p, replicas in assign_replicas(live, count, replication_factor).items()
+                         if p >= current}
+            else:
+                if unknown := sorted({b for replicas in assignments for b in replicas} - set(live)):
+                    raise InvalidReplicaAssignmentError(
+                        f"Unknown broker(s) in replica assignment: {', '.join(map(str, unknown))}.")
+                if len(assignments) != count - current:
+                    raise InvalidReplicaAssignmentError(
+                        f"Increasing the number of partitions by {count - current} but {len(assignments)} "
+                        "assignments provided.")
+                added = {current + i: list(replicas) for i, replicas in enumerate(assignments)}
+                for p, replicas in added.items():
+                    if not replicas:
+                        raise InvalidReplicaAssignmentError(
+                            f"Cannot have replication factor of 0 for partition id {p}.")
+                    if len(set(replicas)) != len(replicas):
+                        raise InvalidReplicaAssignmentError(
+                            f"Duplicate brokers not allowed in replica assignment: "
+                            f"{', '.join(map(str, replicas))} for partition id {p}.")
+                if bad := {p: len(r) for p, r in added.items() if len(r) != replication_factor}:
+                    raise InvalidReplicaAssignmentError(
+                        f"Inconsistent replication factor between partitions, partition 0 has {replication_factor} "
+                        f"while partitions [{', '.join(map(str, bad))}] have replication factors "
+                        f"[{', '.join(map(str, bad.values()))}], respectively.")
+            self.replicas.check_partition_limits(name, current, count, in_request=in_request)
+            if validate_only:
+                return current
+            try:
+                zk.add_partitions(name, added, version)
+            except BadVersionError:
+                continue  # another CreatePartitions (or a reassignment) wrote first: validate again
+            log.info("partitions added in the cluster", topic=name, old=current, new=count,
+                     assignment={p: r for p, r in added.items()})
+            return current
+        raise BrokerError(  # UNKNOWN_SERVER_ERROR: Kafka has no code for it (its controller serializes these)
+            f"topic {name!r}'s assignment changed {CREATE_PARTITIONS_ATTEMPTS} times while partitions were "
+            "being added to it; retry")
 
     async def ensure_internal_topic(self, name: str, num_partitions: int, replication_factor: int,
                                     setting: str, min_isr: int) -> bool:

@@ -449,6 +449,40 @@ class KafkaZkClient:
     def watch_topics(self, callback: Callable[[list[str]], None]) -> None:
         self.client.ChildrenWatch(TOPICS_PATH, lambda topics: callback(sorted(topics)))
 
+    def watch_assignment_changes(self, topic: str, callback: Callable[[], None]) -> None:
+        """Call ``callback`` each time ``/brokers/topics/<topic>`` changes after now (not for its
+        current content), also once a deleted topic of that name is created again (Kafka's
+        controller ``PartitionModificationsHandler``: CreatePartitions rewrites the assignment)."""
+        seen_first = False
+
+        def on_data(data: bytes | None, stat: ZnodeStat | None) -> None:
+            nonlocal seen_first
+            if data is not None and seen_first:
+                callback()
+            seen_first = True
+
+        self.client.DataWatch(f"{TOPICS_PATH}/{topic}", on_data)
+
+    def get_assignment_versioned(self, topic: str) -> tuple[dict[int, tuple[int, ...]], int] | None:
+        """The topic's assignment and its znode version (for :meth:`add_partitions`); None if no topic."""
+        try:
+            data, stat = self.client.get(f"{TOPICS_PATH}/{topic}")
+        except NoNodeError:
+            return None
+        return parse_assignment(data), stat.version
+
+    def add_partitions(self, topic: str, added: Mapping[int, Iterable[int]], version: int) -> None:
+        """Add partitions to ``/brokers/topics/<topic>`` if the znode is still at ``version``
+        (kazoo's BadVersionError otherwise: another writer got there first), keeping every other
+        field (topic id, reassignment fields) as written; the controller sees the change and
+        creates the new partitions' states (Kafka's ``AdminZkClient.addPartitions``)."""
+        data, stat = self.client.get(f"{TOPICS_PATH}/{topic}")
+        if stat.version != version:
+            raise BadVersionError()
+        obj = json.loads(data)
+        obj["partitions"] = {**obj["partitions"], **{str(p): list(r) for p, r in sorted(added.items())}}
+        self.client.set(f"{TOPICS_PATH}/{topic}", json.dumps(obj).encode(), version=version)
+
     # -- partition state --
     @staticmethod
     def state_path(tp: TopicPartition) -> str:

@@ -17,8 +17,8 @@ from kafka.protocol.admin import (
     DeleteTopicsResponse,
 )
 
-from ads_broker.errors import INVALID_REPLICA_ASSIGNMENT, TOPIC_DELETION_DISABLED, UNKNOWN_TOPIC_ID
-from ads_broker.exceptions import BrokerError, InvalidRequestError, InvalidTopicError
+from ads_broker.errors import REQUEST_TIMED_OUT, TOPIC_DELETION_DISABLED, UNKNOWN_TOPIC_ID
+from ads_broker.exceptions import BrokerError, InvalidReplicaAssignmentError, InvalidRequestError, InvalidTopicError
 from ads_broker.protocol.codec import DecodedRequest
 from ads_broker.protocol.configs import describe_topic
 from ads_broker.protocol.rejected import Rejections
@@ -33,12 +33,6 @@ class TopicDeletionDisabledError(BrokerError):
     before v3, as Kafka's controller answers)."""
 
     error_code = TOPIC_DELETION_DISABLED
-
-
-class InvalidReplicaAssignmentError(BrokerError):
-    """A replica assignment naming brokers other than this one (INVALID_REPLICA_ASSIGNMENT)."""
-
-    error_code = INVALID_REPLICA_ASSIGNMENT
 
 
 def _create_one(ctx: HandlerContext, topic: Any, validate_only: bool, in_request: int, rejected: Rejections) -> Any:
@@ -202,15 +196,16 @@ async def handle_create_partitions(ctx: HandlerContext, req: DecodedRequest) -> 
             if denied := ctx.denial(ALTER, TOPIC, topic.name):
                 raise denied
             if ctx.cluster is not None:
-                raise ctx.cluster.refuse("CreatePartitions")
-            for a in topic.assignments or []:
-                if list(a.broker_ids) != [ctx.node_id]:
-                    raise InvalidReplicaAssignmentError(
-                        f"assignment {list(a.broker_ids)} names brokers that do not exist")
-            current = ctx.replicas.get_topic(topic.name).num_partitions
-            ctx.replicas.create_partitions(topic.name, topic.count, validate_only=bool(body.validate_only),
-                                           in_request=in_request)
-            in_request += topic.count - current
+                in_request += await _create_partitions_in_cluster(ctx, body, topic, in_request, res)
+            else:
+                for a in topic.assignments or []:
+                    if list(a.broker_ids) != [ctx.node_id]:
+                        raise InvalidReplicaAssignmentError(
+                            f"assignment {list(a.broker_ids)} names brokers that do not exist")
+                current = ctx.replicas.get_topic(topic.name).num_partitions
+                ctx.replicas.create_partitions(topic.name, topic.count, validate_only=bool(body.validate_only),
+                                               in_request=in_request)
+                in_request += topic.count - current
         except BrokerError as e:
             rejected.add(topic.name, e)
             res.error_code = e.error_code
@@ -218,3 +213,21 @@ async def handle_create_partitions(ctx: HandlerContext, req: DecodedRequest) -> 
         results.append(res)
     rejected.log(ctx, req)
     return CreatePartitionsResponse(throttle_time_ms=0, results=results)
+
+
+async def _create_partitions_in_cluster(ctx: HandlerContext, body: Any, topic: Any, in_request: int,
+                                        res: Any) -> int:
+    """One topic of a CreatePartitions request in cluster mode: the new partitions go to the
+    topic's assignment in ZooKeeper (:meth:`ClusterNode.create_partitions`), then, as Kafka's
+    DelayedCreatePartitions, the answer waits up to the request's timeout for their leaders
+    (REQUEST_TIMED_OUT if they have none by then: the partitions exist). The partitions added."""
+    assert ctx.cluster is not None
+    assignments = None if topic.assignments is None else [list(a.broker_ids) for a in topic.assignments]
+    current = await ctx.cluster.create_partitions(topic.name, topic.count, assignments,
+                                                  validate_only=bool(body.validate_only), in_request=in_request)
+    if not body.validate_only and body.timeout_ms > 0 and not await ctx.cluster.wait_for_leaders(
+            topic.name, body.timeout_ms):
+        res.error_code = REQUEST_TIMED_OUT
+        res.error_message = (f"partitions were added to {topic.name!r} but not every partition had a leader "
+                             f"after {body.timeout_ms} ms")
+    return topic.count - current
