@@ -18,11 +18,18 @@ from kafka.protocol.metadata import MetadataResponse
 
 from ads_broker.cluster.node import INTERNAL_TOPICS, ClusterNode, ClusterSnapshot, TopicView
 from ads_broker.cluster.topics import validate_topic_name
-from ads_broker.errors import LEADER_NOT_AVAILABLE, REQUEST_TIMED_OUT, UNKNOWN_TOPIC_OR_PARTITION
+from ads_broker.cluster.zookeeper import NO_LEADER
+from ads_broker.errors import (
+    LEADER_NOT_AVAILABLE,
+    LISTENER_NOT_FOUND,
+    NONE,
+    REQUEST_TIMED_OUT,
+    UNKNOWN_TOPIC_OR_PARTITION,
+)
 from ads_broker.exceptions import BrokerError, InvalidRequestError, LeaderNotAvailableError
 from ads_broker.protocol.codec import DecodedRequest
 from ads_broker.protocol.groups_admin import CLUSTER_OPERATIONS
-from ads_broker.protocol.leader_hint import remember_brokers
+from ads_broker.protocol.leader_hint import NodeEndpoint, listener_endpoints, remember_brokers
 from ads_broker.protocol.metadata import TOPIC_OPERATIONS, authorized_operations, requested_topic_names
 from ads_broker.security.acl import CLUSTER, CLUSTER_NAME, CREATE, DESCRIBE, TOPIC
 
@@ -36,13 +43,26 @@ SOURCE_DYNAMIC_TOPIC = 1
 SOURCE_DEFAULT = 5
 
 
-def _topic(ctx: HandlerContext, view: TopicView, snapshot: ClusterSnapshot, with_operations: bool) -> Any:
+def _leader_and_error(leader: int, snapshot: ClusterSnapshot, endpoints: dict[int, NodeEndpoint],
+                      version: int) -> tuple[int, int]:
+    """(leader id, error) of a partition as Kafka's ``getPartitionMetadata``: a leader that is not
+    alive is LEADER_NOT_AVAILABLE, an alive one without the request's listener LISTENER_NOT_FOUND
+    (v6+; LEADER_NOT_AVAILABLE before), both with leader -1."""
+    if leader in endpoints:
+        return leader, NONE
+    if leader >= 0 and leader in snapshot.brokers and version >= 6:
+        return NO_LEADER, LISTENER_NOT_FOUND
+    return NO_LEADER, LEADER_NOT_AVAILABLE
+
+
+def _topic(ctx: HandlerContext, view: TopicView, snapshot: ClusterSnapshot, endpoints: dict[int, NodeEndpoint],
+           version: int, with_operations: bool) -> Any:
     partitions = []
     for p in view.partitions:
         state = p.state
-        leader = p.leader
+        leader, error = _leader_and_error(p.leader, snapshot, endpoints, version)
         partitions.append(MetadataPartition(
-            error_code=LEADER_NOT_AVAILABLE if leader < 0 else 0, partition_index=p.partition, leader_id=leader,
+            error_code=error, partition_index=p.partition, leader_id=leader,
             leader_epoch=-1 if state is None else state.leader_epoch, replica_nodes=list(p.replicas),
             isr_nodes=[] if state is None else list(state.isr),
             offline_replicas=[r for r in p.replicas if r not in snapshot.brokers]))
@@ -58,7 +78,7 @@ def _error_topic(name: str, error_code: int) -> Any:
 
 
 async def _requested(ctx: HandlerContext, cluster: ClusterNode, req: DecodedRequest,
-                     snapshot: ClusterSnapshot, topic_ops: bool) -> list[Any]:
+                     snapshot: ClusterSnapshot, endpoints: dict[int, NodeEndpoint], topic_ops: bool) -> list[Any]:
     """The requested topics in request order; unknown ones auto-created when allowed (their
     partitions then answer LEADER_NOT_AVAILABLE until the controller elected, as in Kafka)."""
     allow_create = bool(req.body.allow_auto_topic_creation) if req.api_version >= 4 else True
@@ -81,7 +101,7 @@ async def _requested(ctx: HandlerContext, cluster: ClusterNode, req: DecodedRequ
                 await cluster.create_topic(name, -1, -1, {}, None)
                 view = (await cluster.snapshot([name])).topics.get(name)
             topics.append(_error_topic(name, UNKNOWN_TOPIC_OR_PARTITION) if view is None
-                          else _topic(ctx, view, snapshot, topic_ops))
+                          else _topic(ctx, view, snapshot, endpoints, req.api_version, topic_ops))
         except BrokerError as e:
             ctx.log_client_error(req, "metadata", e, topic=name)
             topics.append(_error_topic(name or "", e.error_code))
@@ -94,19 +114,21 @@ async def handle_metadata(ctx: HandlerContext, cluster: ClusterNode, req: Decode
     wanted = None if body.topics is None else [t.name for t in body.topics if t.name is not None]
     snapshot = await cluster.snapshot(wanted)
     remember_brokers(ctx, snapshot)  # the addresses of the next leader hints (KIP-951)
+    endpoints = listener_endpoints(snapshot)
     if body.topics is None:
-        topics = [_topic(ctx, view, snapshot, topic_ops) for name, view in sorted(snapshot.topics.items())
-                  if ctx.allowed(DESCRIBE, TOPIC, name)]
+        topics = [_topic(ctx, view, snapshot, endpoints, req.api_version, topic_ops)
+                  for name, view in sorted(snapshot.topics.items()) if ctx.allowed(DESCRIBE, TOPIC, name)]
     else:
-        topics = await _requested(ctx, cluster, req, snapshot, topic_ops)
+        topics = await _requested(ctx, cluster, req, snapshot, endpoints, topic_ops)
     cluster_ops: set[int] | None = None
     if 8 <= req.api_version <= 10 and body.include_cluster_authorized_operations:
         cluster_ops = (authorized_operations(ctx, CLUSTER_OPERATIONS, CLUSTER, CLUSTER_NAME)
                        if ctx.allowed(DESCRIBE, CLUSTER, CLUSTER_NAME) else set())
-    brokers = [MetadataResponse.MetadataResponseBroker(node_id=b, host=r.host, port=r.port, rack=r.rack)
-               for b, r in sorted(snapshot.brokers.items())]
+    brokers = [MetadataResponse.MetadataResponseBroker(node_id=b, host=e.host, port=e.port, rack=e.rack)
+               for b, e in endpoints.items()]
+    controller_id = snapshot.controller_id if snapshot.controller_id in endpoints else NO_LEADER
     return MetadataResponse(throttle_time_ms=0, brokers=brokers, cluster_id=ctx.cluster_id,
-                            controller_id=snapshot.controller_id, topics=topics, authorized_operations=cluster_ops)
+                            controller_id=controller_id, topics=topics, authorized_operations=cluster_ops)
 
 
 async def create_one(ctx: HandlerContext, cluster: ClusterNode, topic: Any, validate_only: bool, timeout_ms: int,

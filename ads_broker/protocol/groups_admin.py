@@ -28,6 +28,7 @@ from ads_broker.errors import (
 )
 from ads_broker.exceptions import BrokerError
 from ads_broker.protocol.codec import DecodedRequest
+from ads_broker.protocol.leader_hint import NodeEndpoint, listener_endpoints
 from ads_broker.security.acl import (
     ALTER,
     ALTER_CONFIGS,
@@ -192,10 +193,17 @@ async def handle_describe_cluster(ctx: HandlerContext, req: DecodedRequest) -> D
         operations = set()
         if ctx.allowed(DESCRIBE, CLUSTER, CLUSTER_NAME):
             operations = {op for op in CLUSTER_OPERATIONS if ctx.allowed(op, CLUSTER, CLUSTER_NAME)}
-    host, port = ctx.advertised
+    if ctx.cluster is None:  # one node: its own controller
+        host, port = ctx.advertised
+        controller_id, endpoints = ctx.node_id, [NodeEndpoint(ctx.node_id, host, port, None)]
+    else:  # the live brokers on the request's listener, as Metadata (protocol/cluster.py)
+        snapshot = await ctx.cluster.snapshot([])
+        by_id = listener_endpoints(snapshot)
+        controller_id = snapshot.controller_id if snapshot.controller_id in by_id else -1
+        endpoints = list(by_id.values())
     return DescribeClusterResponse(
         throttle_time_ms=0, error_code=NONE, error_message=None, endpoint_type=endpoint_type,
-        cluster_id=ctx.cluster_id, controller_id=ctx.node_id,
-        brokers=[DescribeClusterResponse.DescribeClusterBroker(broker_id=ctx.node_id, host=host, port=port,
-                                                               rack=None, is_fenced=False)],
+        cluster_id=ctx.cluster_id, controller_id=controller_id,
+        brokers=[DescribeClusterResponse.DescribeClusterBroker(broker_id=e.node_id, host=e.host, port=e.port,
+                                                               rack=e.rack, is_fenced=False) for e in endpoints],
         authorized_operations=operations)

@@ -92,7 +92,7 @@ async def current_leaders(ctx: HandlerContext, partitions: Iterable[tuple[str, i
         remember_brokers(ctx, snapshot)
         known = {tp: leader or _metadata_leader(snapshot, *tp) for tp, leader in leaders.items()}
         live, registrations = frozenset(snapshot.brokers), dict(snapshot.brokers)
-    listener = _request_listener()
+    listener = request_listener()
     endpoints: dict[int, NodeEndpoint] = {}
     for leader_id, _ in known.values():
         registration = registrations.get(leader_id) if leader_id in live else None
@@ -123,6 +123,15 @@ def remember_brokers(ctx: HandlerContext, snapshot: ClusterSnapshot) -> None:
         ctx.broker_registrations = dict(snapshot.brokers)
 
 
+def listener_endpoints(snapshot: ClusterSnapshot) -> dict[int, NodeEndpoint]:
+    """Each live broker's endpoint on the listener the request came in on; brokers that do not
+    advertise that listener are left out (Kafka's ``getAliveBrokerNodes(listenerName)``): a client
+    that came in on a SASL_SSL listener must not be sent to another listener's port."""
+    listener = request_listener()
+    return {broker_id: endpoint for broker_id, registration in sorted(snapshot.brokers.items())
+            if (endpoint := listener_endpoint(registration, listener)) is not None}
+
+
 def _local_leader(ctx: HandlerContext, topic: str, index: int) -> tuple[int, int] | None:
     """(leader, epoch) from this broker's replica of the partition; None if it holds none or has
     not heard of a leader yet (Kafka falls back to the metadata cache then)."""
@@ -147,7 +156,8 @@ def _metadata_leader(snapshot: ClusterSnapshot, topic: str, index: int) -> tuple
     return state.leader, state.leader_epoch
 
 
-def _request_listener() -> str | None:
+def request_listener() -> str | None:
+    """The name of the listener the request being handled came in on (None outside a request)."""
     session = current_session()
     return session.listener if session is not None else None
 

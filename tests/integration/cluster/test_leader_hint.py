@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.protocol.admin import DescribeClusterRequest
 from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer import ProduceRequest
@@ -24,6 +25,8 @@ from kafka.protocol.producer import ProduceRequest
 from ads_broker.embedded import free_port
 from ads_broker.errors import (
     FENCED_LEADER_EPOCH,
+    LEADER_NOT_AVAILABLE,
+    LISTENER_NOT_FOUND,
     NOT_LEADER_OR_FOLLOWER,
     UNKNOWN_TOPIC_OR_PARTITION,
 )
@@ -176,3 +179,62 @@ def test_a_broker_without_a_replica_answers_not_leader_with_the_leader(
     assert _hint(client_ports[3], topic, index=1)[0] == UNKNOWN_TOPIC_OR_PARTITION
     assert _hint(client_ports[3], f"missing-{uuid.uuid4().hex[:8]}")[0] == UNKNOWN_TOPIC_OR_PARTITION
     assert _hint(client_ports[3], "..")[0] == UNKNOWN_TOPIC_OR_PARTITION  # Kafka: not in its metadata cache
+
+
+def _metadata(bootstrap: str, topic: str, version: int = 12) -> Any:
+    with RawClient(bootstrap) as raw:
+        return raw.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
+                                           allow_auto_topic_creation=False), version)
+
+
+def test_metadata_and_describe_cluster_name_each_broker_on_the_requests_listener(
+        brokers: BrokerCluster, zk_connect: str) -> None:
+    """Kafka's ``getAliveBrokerNodes(listenerName)`` / ``getPartitionMetadata``: a client on one
+    listener is given every broker's address on that listener only (a client that came in on a
+    SASL_SSL listener must never be sent to a PLAINTEXT port); a broker without that listener is
+    left out, and a partition it leads is LISTENER_NOT_FOUND (v6+; LEADER_NOT_AVAILABLE before)
+    with leader -1. Brokers 1 and 2 listen on PLAINTEXT and CLIENT, broker 3 on PLAINTEXT only."""
+    client_ports: dict[int, int] = {}
+    for broker_id in IDS:
+        plain = free_port()
+        if broker_id == 3:
+            brokers.start(3, port=plain)
+            continue
+        client_ports[broker_id] = client = free_port()
+        brokers.start(broker_id, port=plain, **{
+            "listeners": f"PLAINTEXT://127.0.0.1:{plain},CLIENT://127.0.0.1:{client}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CLIENT:PLAINTEXT",
+            "inter.broker.listener.name": "PLAINTEXT"})
+    admin = AdminClient({"bootstrap.servers": brokers.bootstrap})
+    wait_until(lambda: sorted(admin.list_topics(timeout=10).brokers) == list(IDS), "three registered brokers")
+    topic = f"t-{uuid.uuid4().hex[:10]}"
+    admin.create_topics([NewTopic(topic, 2, replica_assignment=[[1, 2, 3], [3, 1, 2]])],
+                        operation_timeout=30)[topic].result(60)
+    wait_until(lambda: (state(zk_connect, topic, 0).leader, state(zk_connect, topic, 1).leader) == (1, 3),
+               "brokers 1 and 3 leading")
+    plain = {b: int(brokers.procs[b].bootstrap.rsplit(":", 1)[1]) for b in IDS}
+
+    def answer(port: int, version: int = 12) -> tuple[list[tuple[int, int]], list[tuple[int, int, int]], int]:
+        meta = _metadata(f"127.0.0.1:{port}", topic, version)
+        parts = sorted((p.partition_index, p.error_code, p.leader_id) for p in meta.topics[0].partitions)
+        return sorted((b.node_id, b.port) for b in meta.brokers), parts, meta.controller_id
+
+    listed, parts, controller = answer(client_ports[1])
+    assert listed == [(1, client_ports[1]), (2, client_ports[2])]
+    assert parts == [(0, 0, 1), (1, LISTENER_NOT_FOUND, -1)]
+    assert answer(client_ports[2], version=5)[1] == [(0, 0, 1), (1, LEADER_NOT_AVAILABLE, -1)]
+    listed, parts, plain_controller = answer(plain[1])
+    assert listed == [(b, plain[b]) for b in IDS] and parts == [(0, 0, 1), (1, 0, 3)]
+    assert controller == (plain_controller if plain_controller in client_ports else -1)
+
+    with RawClient(f"127.0.0.1:{client_ports[2]}") as raw:
+        described = raw.request(DescribeClusterRequest(include_cluster_authorized_operations=False,
+                                                       endpoint_type=1), 1)
+    assert sorted((b.broker_id, b.port) for b in described.brokers) == sorted(client_ports.items())
+    assert described.controller_id == controller
+    with RawClient(f"127.0.0.1:{plain[3]}") as raw:
+        described = raw.request(DescribeClusterRequest(include_cluster_authorized_operations=False,
+                                                       endpoint_type=1), 1)
+    assert sorted((b.broker_id, b.port) for b in described.brokers) == [(b, plain[b]) for b in IDS]
+    assert described.controller_id == plain_controller
+
