@@ -716,6 +716,32 @@ class ClusterNode:
                 return False
             await asyncio.sleep(LEADER_POLL_S)
 
+    async def elect_preferred(self, partitions: list[TopicPartition], timeout_ms: int) -> set[TopicPartition]:
+        """Ask the controller for a preferred-leader election of ``partitions`` (Kafka's
+        ``/admin/preferred_replica_election``; while another request's is pending, wait for it to
+        go) and wait up to ``timeout_ms`` until each is led by its first replica; the partitions
+        that are (Kafka's DelayedElectLeader)."""
+        loop = asyncio.get_running_loop()
+        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+        request = functools.partial(self.zk.request_preferred_election, partitions)
+        while True:
+            try:
+                await loop.run_in_executor(None, request)
+                break
+            except NodeExistsError:
+                if time.monotonic() >= deadline:
+                    return set()
+                await asyncio.sleep(LEADER_POLL_S)
+        topics = sorted({tp.topic for tp in partitions})
+        while True:
+            snapshot = await loop.run_in_executor(None, self._snapshot, topics)
+            done = {tp for tp in partitions if (view := snapshot.topics.get(tp.topic)) is not None
+                    and tp.partition < len(view.partitions)
+                    and view.partitions[tp.partition].leader == view.partitions[tp.partition].replicas[0]}
+            if len(done) == len(partitions) or time.monotonic() >= deadline:
+                return done
+            await asyncio.sleep(LEADER_POLL_S)
+
     async def snapshot(self, names: list[str] | None = None) -> ClusterSnapshot:
         """The cluster as ZooKeeper holds it now (``names`` None: every topic). Before this broker
         joined (or once it left): itself alone, no controller, no topics."""

@@ -31,6 +31,7 @@ from kafka.protocol.admin import (
     DescribeTopicPartitionsRequest,
     DescribeTransactionsRequest,
     DescribeUserScramCredentialsRequest,
+    ElectLeadersRequest,
     IncrementalAlterConfigsRequest,
     ListGroupsRequest,
     ListTransactionsRequest,
@@ -64,6 +65,7 @@ from ads_broker.protocol import (
     admin,
     configs,
     describe_topics,
+    elect,
     fetch,
     groups,
     groups_admin,
@@ -173,6 +175,7 @@ _APIS = (
     Api(IncrementalAlterConfigsRequest, 0, 1, configs.handle_incremental_alter_configs),
     Api(OffsetDeleteRequest, 0, 0, groups_admin.handle_offset_delete),
     Api(DescribeClusterRequest, 0, 2, groups_admin.handle_describe_cluster),
+    Api(ElectLeadersRequest, 0, 2, elect.handle_elect_leaders),
     Api(DescribeProducersRequest, 0, 0, txn_admin.handle_describe_producers),
     Api(DescribeTransactionsRequest, 0, 0, txn_admin.handle_describe_transactions),
     Api(ListTransactionsRequest, 0, 1, txn_admin.handle_list_transactions),  # v2: a Java regex filter

@@ -1,0 +1,129 @@
+"""ElectLeaders (API 43): preferred-leader election on request, as Kafka's
+``KafkaApis.handleElectLeaders`` and its ZooKeeper-era controller answer it.
+
+ALTER on the cluster is required (CLUSTER_AUTHORIZATION_FAILED for every named partition and the
+whole response otherwise). The partitions are a set (each answered once); none named means every
+partition, and then only those that needed an election (or failed) are answered.
+
+PREFERRED, per partition: UNKNOWN_TOPIC_OR_PARTITION if it does not exist; ELECTION_NOT_NEEDED if
+its first replica leads; PREFERRED_LEADER_NOT_AVAILABLE if that replica is not alive or not in the
+ISR; otherwise the controller is asked (``/admin/preferred_replica_election``) and the answer waits
+up to the request's timeout for the change (REQUEST_TIMED_OUT if it did not happen). UNCLEAN:
+ELECTION_NOT_NEEDED while the leader is alive; an election out of the ISR on request is not done
+(INVALID_REQUEST: a topic's ``unclean.leader.election.enable`` is how the controller is allowed
+to). On one node every partition that exists has its only replica as leader: ELECTION_NOT_NEEDED.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kafka.protocol.admin import ElectLeadersResponse
+
+from ads_broker.cluster.zookeeper import TopicPartition
+from ads_broker.errors import (
+    CLUSTER_AUTHORIZATION_FAILED,
+    ELECTION_NOT_NEEDED,
+    INVALID_REQUEST,
+    LEADER_NOT_AVAILABLE,
+    NONE,
+    PREFERRED_LEADER_NOT_AVAILABLE,
+    REQUEST_TIMED_OUT,
+    UNKNOWN_TOPIC_OR_PARTITION,
+)
+from ads_broker.protocol.codec import DecodedRequest
+from ads_broker.security.acl import ALTER, CLUSTER, CLUSTER_NAME
+
+if TYPE_CHECKING:
+    from ads_broker.protocol.context import HandlerContext
+
+PREFERRED = 0
+UNCLEAN = 1
+Result = tuple[int, str | None]
+
+
+async def handle_elect_leaders(ctx: HandlerContext, req: DecodedRequest) -> ElectLeadersResponse:
+    body = req.body
+    election_type = body.election_type if req.api_version >= 1 else PREFERRED
+    named = None if body.topic_partitions is None else list(dict.fromkeys(
+        TopicPartition(t.topic, p) for t in body.topic_partitions for p in t.partitions))
+    if not ctx.allowed(ALTER, CLUSTER, CLUSTER_NAME):
+        denied: Result = (CLUSTER_AUTHORIZATION_FAILED, None)
+        return _response({tp: denied for tp in named or []}, CLUSTER_AUTHORIZATION_FAILED)
+    results: dict[TopicPartition, Result]
+    if election_type not in (PREFERRED, UNCLEAN):
+        results = {tp: (INVALID_REQUEST, f"unknown election type {election_type}") for tp in named or []}
+    elif ctx.cluster is None:
+        results = _one_node(ctx, named)
+    else:
+        results = await _in_cluster(ctx, named, election_type, body.timeout_ms)
+    if named is None:  # Kafka: an election of every partition answers only those that needed one
+        results = {tp: r for tp, r in results.items() if r[0] != ELECTION_NOT_NEEDED}
+    failed = {tp: r for tp, r in results.items() if r[0] not in (NONE, ELECTION_NOT_NEEDED)}
+    if failed:
+        ctx.log_client_error(req, "elect_leaders", None, error_code=next(iter(failed.values()))[0],
+                             not_elected=len(failed),
+                             first=[f"{tp.topic}-{tp.partition}: {code}" for tp, (code, _) in list(failed.items())[:5]])
+    return _response(results, NONE)
+
+
+def _one_node(ctx: HandlerContext, named: list[TopicPartition] | None) -> dict[TopicPartition, Result]:
+    if named is None:
+        return {}
+    return {tp: (ELECTION_NOT_NEEDED, "Leader election not needed for topic partition")
+            if ctx.replicas.holds(tp.topic, tp.partition)
+            else (UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.") for tp in named}
+
+
+async def _in_cluster(ctx: HandlerContext, named: list[TopicPartition] | None, election_type: int,
+                      timeout_ms: int) -> dict[TopicPartition, Result]:
+    cluster = ctx.cluster
+    assert cluster is not None
+    snapshot = await cluster.snapshot(None if named is None else sorted({tp.topic for tp in named}))
+    if not snapshot.complete:
+        unreadable: Result = (LEADER_NOT_AVAILABLE, "the cluster's state cannot be read now; retry")
+        return {tp: unreadable for tp in named or []}
+    wanted = named if named is not None else [TopicPartition(name, p.partition) for name, view in
+                                              sorted(snapshot.topics.items()) for p in view.partitions]
+    results: dict[TopicPartition, Result] = {}
+    to_elect: list[TopicPartition] = []
+    for tp in wanted:
+        view = snapshot.topics.get(tp.topic)
+        if view is None or not 0 <= tp.partition < len(view.partitions):
+            results[tp] = (UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
+            continue
+        partition = view.partitions[tp.partition]
+        preferred = partition.replicas[0] if partition.replicas else -1
+        leader_alive = partition.leader in snapshot.brokers
+        if election_type == UNCLEAN:
+            results[tp] = ((ELECTION_NOT_NEEDED, "Leader election not needed for topic partition") if leader_alive
+                           else (INVALID_REQUEST, "an unclean election is not done on request here; set the "
+                                 "topic's unclean.leader.election.enable=true to let the controller elect "
+                                 "out of the ISR (docs/CLUSTER.md)"))
+        elif partition.leader == preferred and leader_alive:
+            results[tp] = (ELECTION_NOT_NEEDED, "Leader election not needed for topic partition")
+        elif (preferred not in snapshot.brokers or partition.state is None
+              or preferred not in partition.state.isr):
+            results[tp] = (PREFERRED_LEADER_NOT_AVAILABLE,
+                           f"Failed to elect leader for partition {tp.topic}-{tp.partition} under strategy "
+                           f"PreferredReplicaPartitionLeaderElectionStrategy: replica {preferred} is not alive "
+                           "or not in the ISR")
+        else:
+            to_elect.append(tp)
+    if to_elect:
+        elected = await cluster.elect_preferred(to_elect, timeout_ms)
+        for tp in to_elect:
+            results[tp] = (NONE, None) if tp in elected else (
+                REQUEST_TIMED_OUT, f"the preferred leader of {tp.topic}-{tp.partition} did not take over within "
+                f"{timeout_ms} ms")
+    return results
+
+
+def _response(results: dict[TopicPartition, Result], error_code: int) -> ElectLeadersResponse:
+    by_topic: dict[str, list[Any]] = {}
+    for tp, (code, message) in results.items():
+        by_topic.setdefault(tp.topic, []).append(ElectLeadersResponse.ReplicaElectionResult.PartitionResult(
+            partition_id=tp.partition, error_code=code, error_message=message))
+    return ElectLeadersResponse(throttle_time_ms=0, error_code=error_code, replica_election_results=[
+        ElectLeadersResponse.ReplicaElectionResult(topic=topic, partition_result=parts)
+        for topic, parts in by_topic.items()])
