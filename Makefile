@@ -70,7 +70,11 @@ lint: $(VENV)/.test $(VENV)/.walk
 SIDE_TESTS = tests/chaos/worker/test_chaos_ci.py tests/chaos/cluster/test_history.py \
 	tests/integration/test_main_job.py tests/integration/audit/test_audit_progress.py \
 	tests/integration/cluster/test_interbroker_attacks.py tests/integration/cluster/test_hw_checkpoint.py \
-	tests/integration/cluster/test_cluster_security.py
+	tests/integration/cluster/test_cluster_security.py tests/chaos/cluster/test_leaders.py \
+	tests/chaos/cluster/test_lineage.py tests/integration/cluster/test_create_partitions.py \
+	tests/integration/cluster/test_coordinators.py tests/integration/cluster/test_txn_fencing.py \
+	tests/integration/cluster/test_interbroker_sasl.py tests/integration/cluster/test_local_cluster.py \
+	tests/integration/cluster/test_elect_leaders.py tests/unit/audit/test_audit_exports.py
 
 test: apt-test-deps $(VENV)/.test $(VENV)/.walk $(CHECKOV_VENV)/.done lint
 	@export ADS_OPS_REQUIRE_TOOLS=1 CHECKOV=$(CURDIR)/$(CHECKOV_VENV)/bin/checkov; \
