@@ -32,6 +32,7 @@ from ads_broker.exceptions import (
     BrokerError,
     FetchSessionIdNotFoundError,
     InvalidFetchSessionEpochError,
+    InvalidRequestError,
     OffsetOutOfRangeError,
     UnsupportedVersionError,
 )
@@ -47,6 +48,7 @@ from ads_broker.protocol.fetch_session import (
     next_epoch,
 )
 from ads_broker.protocol.leader_hint import fill_hints
+from ads_broker.protocol.partitions import by_topic, duplicated, last_entries
 from ads_broker.replication.replica_manager import FetchPartition, PartitionRead
 from ads_broker.security.acl import DELETE, DESCRIBE, READ, TOPIC
 
@@ -315,6 +317,9 @@ def _encode_fetch(req: DecodedRequest, results: ReadResult, *, session_id: int =
 async def handle_list_offsets(ctx: HandlerContext, req: DecodedRequest) -> ListOffsetsResponse:
     body = req.body
     isolation = body.isolation_level if req.api_version >= 2 else 0
+    # Kafka (handleListOffsetRequestV1AndAbove): every entry of a partition named twice answers
+    # INVALID_REQUEST, none is looked up.
+    twice = duplicated(body.topics, lambda t: (p.partition_index for p in t.partitions))
     topics = []
     for ltopic in body.topics:
         parts = []
@@ -324,6 +329,9 @@ async def handle_list_offsets(ctx: HandlerContext, req: DecodedRequest) -> ListO
             try:
                 if denied := ctx.denial(DESCRIBE, TOPIC, ltopic.name):
                     raise denied
+                if (ltopic.name, lpart.partition_index) in twice:
+                    raise InvalidRequestError(f"partition {ltopic.name}-{lpart.partition_index} is named more than "
+                                              "once in one ListOffsets request: name each partition once")
                 partition = ctx.replicas.get_partition(ltopic.name, lpart.partition_index)
                 partition.check_leader(getattr(lpart, "current_leader_epoch", None))  # v4+
                 resp.timestamp, resp.offset = await ctx.replicas.list_offset(partition, lpart.timestamp, isolation)
@@ -338,21 +346,26 @@ async def handle_list_offsets(ctx: HandlerContext, req: DecodedRequest) -> ListO
 
 
 async def handle_delete_records(ctx: HandlerContext, req: DecodedRequest) -> DeleteRecordsResponse:
-    topics = []
-    for dtopic in req.body.topics:
-        parts = []
-        for dpart in dtopic.partitions:
-            resp = DeleteRecordsResponse.DeleteRecordsTopicResult.DeleteRecordsPartitionResult(
-                partition_index=dpart.partition_index, low_watermark=-1, error_code=0)
-            try:
-                if denied := ctx.denial(DELETE, TOPIC, dtopic.name):
-                    raise denied
-                partition = ctx.replicas.get_partition(dtopic.name, dpart.partition_index)
-                ctx.replicas.ensure_not_internal(dtopic.name, "delete records of")
-                resp.low_watermark = ctx.replicas.delete_records(partition, dpart.offset)
-            except BrokerError as e:
-                ctx.log_client_error(req, "delete_records", e, topic=dtopic.name, partition=dpart.partition_index)
-                resp.error_code = e.error_code
-            parts.append(resp)
-        topics.append(DeleteRecordsResponse.DeleteRecordsTopicResult(name=dtopic.name, partitions=parts))
-    return DeleteRecordsResponse(throttle_time_ms=0, topics=topics)
+    # Kafka (handleDeleteRecordsRequest) keys the request by partition: a partition named twice is
+    # truncated once, to its last entry's offset, and answered once.
+    wanted = last_entries(req.body.topics, lambda t: t.partitions, lambda p: p.partition_index)
+    denials: dict[str, AuthorizationError | None] = {}
+    results: dict[tuple[str, int], Any] = {}
+    for (topic, index), dpart in wanted.items():
+        resp = DeleteRecordsResponse.DeleteRecordsTopicResult.DeleteRecordsPartitionResult(
+            partition_index=index, low_watermark=-1, error_code=0)
+        try:
+            if topic not in denials:
+                denials[topic] = ctx.denial(DELETE, TOPIC, topic)
+            if denied := denials[topic]:
+                raise denied
+            partition = ctx.replicas.get_partition(topic, index)
+            ctx.replicas.ensure_not_internal(topic, "delete records of")
+            resp.low_watermark = ctx.replicas.delete_records(partition, dpart.offset)
+        except BrokerError as e:
+            ctx.log_client_error(req, "delete_records", e, topic=topic, partition=index)
+            resp.error_code = e.error_code
+        results[(topic, index)] = resp
+    return DeleteRecordsResponse(throttle_time_ms=0, topics=[
+        DeleteRecordsResponse.DeleteRecordsTopicResult(name=topic, partitions=[results[(topic, p)] for p in parts])
+        for topic, parts in by_topic(results)])
