@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
 import errno
 import os
@@ -47,6 +48,7 @@ from ads_broker.protocol.codec import (
     DecodedRequest,
     SendfileSlice,
     encode_response,
+    encodes_slowly,
 )
 from ads_broker.protocol.context import flush_rejections
 from ads_broker.rejections import RejectionLog
@@ -606,7 +608,7 @@ class Connection:
         if response is not None:
             if isinstance(response, ApiMessage):
                 try:
-                    chunks: list[Chunk] = [encode_response(response, req.api_version, req.correlation_id)]
+                    chunks: list[Chunk] = [await self.server.encode(response, req)]
                 except Exception:  # a response the schema cannot carry: a bug, but one connection's
                     log.exception("closing connection: response encoding failed", client=self.peer,
                                   client_id=req.client_id, api_key=req.api_key, api_version=req.api_version)
@@ -815,6 +817,10 @@ class BrokerServer:
         self.pool = MemoryPool(config.settings.queued_max_request_bytes)
         self.scratch = memoryview(bytearray(FrameReceiver.SCRATCH_BUFFER))
         self.rejections = RejectionLog()
+        #: One thread for answers too large to encode on the loop (:meth:`encode`): its own, so they
+        #: neither wait behind nor hold the default executor's work (TLS file reads); one, so two
+        #: such answers do not both contend with the loop for the GIL.
+        self.encoder = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="response-encoder")
         self.max_connections = config.settings.max_connections
         self.max_connections_per_ip = config.settings.max_connections_per_ip
         self.idle_s = config.settings.connections_max_idle_ms / 1000
@@ -950,6 +956,15 @@ class BrokerServer:
             self.rejections.flush()
             flush_rejections()
 
+    async def encode(self, response: ApiMessage, req: DecodedRequest) -> bytes:
+        """``response`` framed for ``req``; one that would hold the loop long (:func:`encodes_slowly`:
+        a Produce answer naming a great many refused records) is encoded on the encoder thread, so
+        every other connection keeps being served meanwhile (hostile review F3)."""
+        if not encodes_slowly(response):
+            return encode_response(response, req.api_version, req.correlation_id)
+        return await asyncio.get_running_loop().run_in_executor(
+            self.encoder, encode_response, response, req.api_version, req.correlation_id)
+
     async def shutdown(self, reason: str) -> None:
         if self.closing or self._leaving:
             return
@@ -988,6 +1003,7 @@ class BrokerServer:
             # Without the marker the next start recovers every log: safe, only slower.
             log.exception("unclean shutdown: flushing or checkpointing failed")
         finally:
+            self.encoder.shutdown(wait=False)
             self._stopped.set()
 
     def _on_signal(self, sig: signal.Signals) -> None:
