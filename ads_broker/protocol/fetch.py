@@ -73,8 +73,9 @@ class TopicIds:
 
     @classmethod
     def of(cls, ctx: HandlerContext) -> TopicIds:
-        topics = list(ctx.replicas.topics.values())
-        return cls({t.topic_id: t.name for t in topics}, {t.name: t.topic_id for t in topics})
+        """The broker's maps, built once per topic change (:meth:`MetadataCache.topic_ids`; read only)."""
+        by_id, by_name = ctx.replicas.metadata.topic_ids()
+        return cls(by_id, by_name)
 
     def name(self, topic_id: uuid.UUID, partitions: Iterable[int]) -> str | None:
         name = self.by_id.get(topic_id)
