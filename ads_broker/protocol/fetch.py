@@ -33,7 +33,9 @@ from ads_broker.exceptions import (
     FetchSessionIdNotFoundError,
     InvalidFetchSessionEpochError,
     InvalidRequestError,
+    NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
+    UnknownTopicOrPartitionError,
     UnsupportedVersionError,
 )
 from ads_broker.log.log import FileSlice
@@ -64,18 +66,36 @@ LEADER_HINT_VERSION = 16
 
 @dataclass
 class TopicIds:
-    """v13+: topic id <-> name for this broker's topics, and the ids of the request it does not
-    hold (answered UNKNOWN_TOPIC_ID with the partitions the request named)."""
+    """v13+: topic id <-> name for this broker's topics (cluster mode: and the cluster's topics
+    the request names that this broker holds no replica of, :attr:`remote`), and the ids of the
+    request no topic has (answered UNKNOWN_TOPIC_ID with the partitions the request named)."""
 
     by_id: dict[uuid.UUID, str]
     by_name: dict[str, uuid.UUID]
     unknown: dict[uuid.UUID, list[int]] = field(default_factory=dict)
+    #: Cluster mode: name -> partition count of the request's topics that have no replica here.
+    remote: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def of(cls, ctx: HandlerContext) -> TopicIds:
         """The broker's maps, built once per topic change (:meth:`MetadataCache.topic_ids`; read only)."""
         by_id, by_name = ctx.replicas.metadata.topic_ids()
         return cls(by_id, by_name)
+
+    async def resolve_remote(self, ctx: HandlerContext, topic_ids: Iterable[uuid.UUID]) -> None:
+        """Cluster mode: add the ids of ``topic_ids`` this broker does not hold but the cluster has
+        (Kafka resolves ids with a metadata cache of every topic: such a partition is then
+        NOT_LEADER_OR_FOLLOWER, not UNKNOWN_TOPIC_ID). The shared maps are copied, not changed."""
+        missing = {i for i in topic_ids if i not in self.by_id}
+        if not missing or ctx.cluster is None:
+            return
+        cluster_ids = await ctx.cluster.topic_ids()
+        found = {i: cluster_ids[i] for i in missing if i in cluster_ids}
+        if not found:
+            return
+        self.by_id = {**self.by_id, **{i: name for i, (name, _) in found.items()}}
+        self.by_name = {**self.by_name, **{name: i for i, (name, _) in found.items()}}
+        self.remote = dict(found.values())
 
     def name(self, topic_id: uuid.UUID, partitions: Iterable[int]) -> str | None:
         name = self.by_id.get(topic_id)
@@ -108,17 +128,32 @@ def _replica_id(req: DecodedRequest) -> int:
     return int(req.body.replica_id)
 
 
-def _wanted(ctx: HandlerContext, parts: Iterable[CachedPartition]) -> list[FetchPartition]:
+def _wanted(ctx: HandlerContext, parts: Iterable[CachedPartition],
+            ids: TopicIds | None = None) -> list[FetchPartition]:
     """What to read of ``parts``, in their order; a denied one carries its error (Kafka checks
-    READ on every partition of a session at every fetch, not only when it was added)."""
+    READ on every partition of a session at every fetch, not only when it was added), as does
+    one of a topic this broker holds no replica of (``ids.remote``, v13+ in cluster mode)."""
+    remote = ids.remote if ids is not None else {}
     denials: dict[str, AuthorizationError | None] = {}
     wanted = []
     for p in parts:
         if p.topic not in denials:
             denials[p.topic] = ctx.denial(READ, TOPIC, p.topic)
-        wanted.append(FetchPartition(p.topic, p.partition, p.fetch_offset, p.max_bytes, denials[p.topic],
+        error: BrokerError | None = denials[p.topic]
+        if error is None and p.topic in remote:
+            error = _not_here(ctx, p.topic, p.partition, remote[p.topic])
+        wanted.append(FetchPartition(p.topic, p.partition, p.fetch_offset, p.max_bytes, error,
                                      p.current_leader_epoch))
     return wanted
+
+
+def _not_here(ctx: HandlerContext, topic: str, partition: int, count: int) -> BrokerError:
+    """Kafka's answer for a partition of the cluster this broker has no replica of (its replica
+    manager's ``getPartitionOrException``), or for a partition the topic does not have."""
+    if not 0 <= partition < count:
+        return UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {partition}")
+    return NotLeaderOrFollowerError(f"broker {ctx.node_id} holds no replica of {topic}-{partition}: fetch it "
+                                    "from its leader (Metadata names it)")
 
 
 async def handle_fetch(ctx: HandlerContext, req: DecodedRequest) -> list[Chunk]:
@@ -138,11 +173,14 @@ async def handle_fetch(ctx: HandlerContext, req: DecodedRequest) -> list[Chunk]:
     epoch = getattr(body, "session_epoch", FINAL_EPOCH) if req.api_version >= 7 else FINAL_EPOCH
     cache = ctx.fetch_sessions
     ids = TopicIds.of(ctx) if req.api_version >= TOPIC_ID_VERSION else None
+    if ids is not None:
+        await ids.resolve_remote(ctx, [t.topic_id for t in body.topics] +
+                                 [t.topic_id for t in (body.forgotten_topics_data or [])])
     requested = _requested(body, ids)
     if epoch in (INITIAL_EPOCH, FINAL_EPOCH):  # a full fetch: any session it names is closed
         if session_id != INVALID_SESSION_ID:
             cache.remove(session_id)
-        wanted = _wanted(ctx, requested)
+        wanted = _wanted(ctx, requested, ids)
         reads = await _read(ctx, body, wanted)
         new_id = INVALID_SESSION_ID
         if epoch == INITIAL_EPOCH and req.api_version >= 7:
@@ -152,9 +190,9 @@ async def handle_fetch(ctx: HandlerContext, req: DecodedRequest) -> list[Chunk]:
     if error is not None:
         return _encode_fetch(req, [], session_id=INVALID_SESSION_ID, error_code=error.error_code)
     if session is None:  # closed (every partition forgotten, or too many): the fetch is sessionless
-        wanted = _wanted(ctx, requested)
+        wanted = _wanted(ctx, requested, ids)
         return await _answer(ctx, req, wanted, await _read(ctx, body, wanted), ids)
-    wanted = _wanted(ctx, list(session.partitions.values()))
+    wanted = _wanted(ctx, list(session.partitions.values()), ids)
     reads = await _read(ctx, body, wanted)
     if session.epoch != next_epoch(epoch):
         # Another fetch of this session (a retry on another connection) was served meanwhile.
