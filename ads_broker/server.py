@@ -71,6 +71,8 @@ from ads_broker.security.tls import principal_from_peercert, server_context
 
 log = structlog.get_logger("ads_broker.server")
 SENDFILE_MIN_BYTES = 64 * 1024
+#: An encoded answer at least this large is written as it is, not gathered with the others first.
+DIRECT_WRITE_BYTES = 1 << 20
 TLS_COPY_BYTES = 1 << 20  # a slice's piece read at once for a TLS listener (see Connection._write_copied)
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
 SASL_HANDSHAKE_KEY = 17
@@ -768,7 +770,13 @@ class Connection:
             pending = bytearray()
             for chunk in chunks:
                 if isinstance(chunk, bytes | bytearray):
-                    pending += chunk
+                    if len(chunk) < DIRECT_WRITE_BYTES:
+                        pending += chunk
+                        continue
+                    if pending:  # a large answer (86 MB for 600,000 record errors) is not copied twice more
+                        transport.write(bytes(pending))
+                        pending.clear()
+                    transport.write(chunk)
                 elif chunk.size < SENDFILE_MIN_BYTES:
                     pending += chunk.read()
                 else:

@@ -100,9 +100,12 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=200)
     ap.add_argument("--records", type=int, default=3000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--work-dir", type=Path, help="keep the broker's data and log here (default: a temp dir)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="stall-bench-") as tmp:
-        broker = ads_broker_process(Path(tmp) / "data", log_path=Path(tmp) / "broker.log")
+        root = args.work_dir or Path(tmp)
+        root.mkdir(parents=True, exist_ok=True)
+        broker = ads_broker_process(root / "data", log_path=root / "broker.log")
         broker.start()
         try:
             admin = AdminClient({"bootstrap.servers": broker.bootstrap})
