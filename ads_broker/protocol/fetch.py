@@ -87,15 +87,23 @@ class TopicIds:
         (Kafka resolves ids with a metadata cache of every topic: such a partition is then
         NOT_LEADER_OR_FOLLOWER, not UNKNOWN_TOPIC_ID). The shared maps are copied, not changed."""
         missing = {i for i in topic_ids if i not in self.by_id}
-        if not missing or ctx.cluster is None:
-            return
-        cluster_ids = await ctx.cluster.topic_ids()
-        found = {i: cluster_ids[i] for i in missing if i in cluster_ids}
-        if not found:
-            return
-        self.by_id = {**self.by_id, **{i: name for i, (name, _) in found.items()}}
-        self.by_name = {**self.by_name, **{name: i for i, (name, _) in found.items()}}
-        self.remote = dict(found.values())
+        if missing and ctx.cluster is not None:
+            cluster_ids = await ctx.cluster.topic_ids()
+            self._add_remote({i: cluster_ids[i] for i in missing if i in cluster_ids})
+
+    async def resolve_remote_names(self, ctx: HandlerContext, names: Iterable[str]) -> None:
+        """Cluster mode: as :meth:`resolve_remote`, for the names of an incremental fetch's session
+        partitions that its request no longer names by id (their answers need the topic id too)."""
+        missing = {n for n in names if n not in self.by_name}
+        if missing and ctx.cluster is not None:
+            cluster_ids = await ctx.cluster.topic_ids()
+            self._add_remote({i: found for i, found in cluster_ids.items() if found[0] in missing})
+
+    def _add_remote(self, found: dict[uuid.UUID, tuple[str, int]]) -> None:
+        if found:
+            self.by_id = {**self.by_id, **{i: name for i, (name, _) in found.items()}}
+            self.by_name = {**self.by_name, **{name: i for i, (name, _) in found.items()}}
+            self.remote = {**self.remote, **dict(found.values())}
 
     def name(self, topic_id: uuid.UUID, partitions: Iterable[int]) -> str | None:
         name = self.by_id.get(topic_id)
@@ -192,6 +200,8 @@ async def handle_fetch(ctx: HandlerContext, req: DecodedRequest) -> list[Chunk]:
     if session is None:  # closed (every partition forgotten, or too many): the fetch is sessionless
         wanted = _wanted(ctx, requested, ids)
         return await _answer(ctx, req, wanted, await _read(ctx, body, wanted), ids)
+    if ids is not None:
+        await ids.resolve_remote_names(ctx, {p.topic for p in session.partitions.values()})
     wanted = _wanted(ctx, list(session.partitions.values()), ids)
     reads = await _read(ctx, body, wanted)
     if session.epoch != next_epoch(epoch):

@@ -28,15 +28,23 @@ from tests.integration.cluster.test_replication import state
 pytestmark = pytest.mark.timeout(120)
 
 
+def fetch_request(topic_id: uuid.UUID, partitions: list[int], *, session_id: int = 0,
+                  session_epoch: int = -1) -> FetchRequest:
+    return FetchRequest(max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0, session_id=session_id,
+                        session_epoch=session_epoch, topics=[] if not partitions else [FetchRequest.FetchTopic(
+                            topic_id=topic_id, partitions=[FetchRequest.FetchTopic.FetchPartition(
+                                partition=p, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1,
+                                log_start_offset=-1, partition_max_bytes=1 << 20) for p in partitions])],
+                        forgotten_topics_data=[], rack_id="")
+
+
 def fetch_by_id(port: int, topic_id: uuid.UUID, partitions: list[int], version: int) -> Any:
-    request = FetchRequest(max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0, session_id=0,
-                           session_epoch=-1, topics=[FetchRequest.FetchTopic(topic_id=topic_id, partitions=[
-                               FetchRequest.FetchTopic.FetchPartition(
-                                   partition=p, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1,
-                                   log_start_offset=-1, partition_max_bytes=1 << 20) for p in partitions])],
-                           forgotten_topics_data=[], rack_id="")
     with RawClient(f"127.0.0.1:{port}") as raw:
-        return raw.request(request, version)
+        return raw.request(fetch_request(topic_id, partitions), version)
+
+
+def answered(answer: Any) -> list[tuple[uuid.UUID, int, int]]:
+    return [(t.topic_id, p.partition_index, p.error_code) for t in answer.responses for p in t.partitions]
 
 
 def test_a_topic_id_of_the_cluster_without_a_replica_here_is_not_leader_or_follower(
@@ -64,6 +72,13 @@ def test_a_topic_id_of_the_cluster_without_a_replica_here_is_not_leader_or_follo
             leader = topic_answer.partitions[0].current_leader
             assert (leader.leader_id, leader.leader_epoch) == (2, epoch)
             assert [(e.node_id, e.port) for e in answer.node_endpoints] == [(2, ports[2])]
+    # A fetch session (KIP-227) of that partition: an incremental fetch naming nothing still
+    # answers it, under its topic id, NOT_LEADER_OR_FOLLOWER.
+    with RawClient(f"127.0.0.1:{ports[1]}") as raw:
+        full = raw.request(fetch_request(topic_id, [0], session_epoch=0), 13)
+        assert full.session_id != 0 and answered(full) == [(topic_id, 0, NOT_LEADER_OR_FOLLOWER)]
+        incremental = raw.request(fetch_request(topic_id, [], session_id=full.session_id, session_epoch=1), 13)
+        assert (incremental.error_code, answered(incremental)) == (0, [(topic_id, 0, NOT_LEADER_OR_FOLLOWER)])
     # The leader serves it; an id no topic of the cluster has is still UNKNOWN_TOPIC_ID.
     assert fetch_by_id(ports[2], topic_id, [0], 13).responses[0].partitions[0].error_code == 0
     stranger = uuid.uuid4()
