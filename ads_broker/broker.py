@@ -105,7 +105,7 @@ class Broker:
         self.context = HandlerContext(config=config, data_dir=data_dir, replicas=self.replicas, groups=self.groups,
                                       offsets=self.offsets, txn=self.txn, producer_ids=self.producer_ids,
                                       authorizer=authorizer, faults=faults, cluster=self.cluster,
-                                      metrics=self.metrics, credentials=self.credentials)
+                                      metrics=self.metrics, credentials=self.credentials, security=self.security)
         # Kafka's FetchSessionCache gauges and eviction count, served with the other metrics.
         self.registry.register(FetchSessionCollector(self.context.fetch_sessions))
         self._tasks: list[asyncio.Task[None]] = []

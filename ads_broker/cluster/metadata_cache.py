@@ -7,6 +7,7 @@ written. A topic's partitions (logs, locks) are the replica manager's, not the c
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 from ads_broker.cluster.topics import Topic
@@ -14,10 +15,22 @@ from ads_broker.exceptions import InvalidTopicError, UnknownTopicOrPartitionErro
 
 
 class MetadataCache:
-    """Topic name -> :class:`Topic`."""
+    """Topic name -> :class:`Topic`. Changed only through :meth:`add` and :meth:`remove`, which
+    count the changes (:attr:`version`), so views derived from it are built once per change."""
 
     def __init__(self) -> None:
         self.topics: dict[str, Topic] = {}
+        #: Incremented by every :meth:`add` and :meth:`remove`.
+        self.version = 0
+        self._ids: tuple[int, dict[uuid.UUID, str], dict[str, uuid.UUID]] | None = None
+
+    def topic_ids(self) -> tuple[dict[uuid.UUID, str], dict[str, uuid.UUID]]:
+        """(topic id -> name, name -> topic id) of every topic, built once per change (Fetch v13+
+        resolves ids at every request). Shared: callers must not change them."""
+        if self._ids is None or self._ids[0] != self.version:
+            topics = list(self.topics.values())
+            self._ids = (self.version, {t.topic_id: t.name for t in topics}, {t.name: t.topic_id for t in topics})
+        return self._ids[1], self._ids[2]
 
     def __contains__(self, name: str) -> bool:
         return name in self.topics
@@ -37,9 +50,11 @@ class MetadataCache:
 
     def add(self, topic: Topic) -> None:
         self.topics[topic.name] = topic
+        self.version += 1
 
     def remove(self, name: str) -> None:
         del self.topics[name]
+        self.version += 1
 
     def partition_count(self) -> int:
         """Partitions of every topic together (``max.broker.partitions``)."""

@@ -118,6 +118,11 @@ def assign_replicas(brokers: Iterable[int], num_partitions: int, replication_fac
     return {p: [ordered[(p + i) % n] for i in range(replication_factor)] for p in range(num_partitions)}
 
 
+#: How long :meth:`ClusterNode.topic_ids` answers from its last read (a client that fetches a
+#: topic from a broker without a replica of it asks again at once; ZooKeeper is read once a second).
+TOPIC_IDS_MAX_AGE_S = 1.0
+
+
 def topic_id_of(name: str, stored: str | None) -> uuid.UUID:
     """The topic id from its znode; a topic written without one (Kafka before 2.8) gets a stable id."""
     if stored:
@@ -172,6 +177,8 @@ class ClusterNode:
         #: Called on the loop after each applied state of an internal topic's partition (the
         #: coordinators load or unload it): ``(topic, partition index, leading, leader epoch)``.
         self.on_internal_partition: Callable[[str, int, bool, int], None] | None = None
+        #: (monotonic time read, id -> (name, partition count)) of the last :meth:`topic_ids` read.
+        self._topic_ids: tuple[float, dict[uuid.UUID, tuple[str, int]]] | None = None
 
     @property
     def joined(self) -> bool:
@@ -751,6 +758,29 @@ class ClusterNode:
             except (BrokerError, KazooException) as e:
                 log.warning("cannot read the cluster's state from ZooKeeper", error=repr(e))
         return ClusterSnapshot({self.broker_id: self.registration()}, -1, {}, complete=False)
+
+    async def topic_ids(self) -> dict[uuid.UUID, tuple[str, int]]:
+        """Every topic of the cluster by id: (name, partition count), from ZooKeeper's topic znodes,
+        read at most once per :data:`TOPIC_IDS_MAX_AGE_S` (a Fetch v13+ naming a topic this broker
+        holds no replica of: Kafka's metadata cache knows every topic; ours is this broker's
+        replicas). Empty while this broker is not a member or ZooKeeper cannot be read."""
+        now = time.monotonic()
+        cached = self._topic_ids
+        if cached is not None and now - cached[0] < TOPIC_IDS_MAX_AGE_S:
+            return cached[1]
+        try:
+            found = await asyncio.get_running_loop().run_in_executor(None, self._read_topic_ids)
+        except (BrokerError, KazooException) as e:
+            log.warning("cannot read the cluster's topic ids from ZooKeeper", error=repr(e))
+            return {}
+        self._topic_ids = (now, found)
+        return found
+
+    def _read_topic_ids(self) -> dict[uuid.UUID, tuple[str, int]]:
+        zk = self.zk
+        return {topic_id_of(name, topic_id): (name, len(assignment))
+                for name, (assignment, topic_id, _configs) in zk.get_topics_metadata(zk.get_topics()).items()
+                if assignment}
 
     def _snapshot(self, names: list[str] | None) -> ClusterSnapshot:
         # The reads are pipelined (a few round trips whatever the number of partitions): after a

@@ -22,6 +22,7 @@ from typing import Any
 from kafka.protocol.api_header import RequestHeader
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.metadata import ApiVersionsRequest
+from kafka.protocol.producer import ProduceResponse
 from kafka.protocol.schemas.fields.array import ArrayField
 from kafka.protocol.schemas.fields.codecs.types import Bytes, String, UnsignedVarInt32
 from kafka.protocol.schemas.fields.simple import SimpleField
@@ -271,6 +272,28 @@ def _truncate_messages(obj: Any, struct_field: Any, version: int) -> None:
         for item in value if is_array else (value,):
             if not isinstance(item, tuple | dict):  # the handlers build data objects; tuples carry no names
                 _truncate_messages(item, inner, version)
+
+
+#: A Produce answer naming more KIP-467 record errors than this is encoded on a worker thread
+#: (:func:`encodes_slowly`); kafka-python encodes ~1,000 of them a few milliseconds.
+OFF_LOOP_RECORD_ERRORS = 10_000
+
+
+def encodes_slowly(response: ApiMessage) -> bool:
+    """True for a response whose encoding would hold the event loop for long: a Produce answer to
+    batches refused record by record names every refused record, as Kafka's does (its
+    ``LogValidator.processRecordErrors`` keeps them all), so 200 partitions x 3,000 refused
+    records are 600,000 entries and ~86 MB, seconds of kafka-python's codec. The server encodes
+    such an answer on a thread (the GIL is shared, but the loop gets its turns)."""
+    if not isinstance(response, ProduceResponse):
+        return False
+    count = 0
+    for topic in response.responses:
+        for partition in topic.partition_responses:
+            count += len(partition.record_errors or ())
+            if count > OFF_LOOP_RECORD_ERRORS:
+                return True
+    return False
 
 
 def encode_response(response: ApiMessage, version: int, correlation_id: int) -> bytes:

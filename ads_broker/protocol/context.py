@@ -30,6 +30,7 @@ from ads_broker.replication.replica_manager import ReplicaManager
 from ads_broker.security.acl import DENIED_CODE, NAMES, Authorizer
 from ads_broker.security.context import ANONYMOUS, current_advertised, current_session
 from ads_broker.security.scram import Credentials, CredentialStore
+from ads_broker.security.zk_store import ZkSecurity
 
 if TYPE_CHECKING:  # request_metrics imports the API table, whose handlers import this module
     from ads_broker.request_metrics import BrokerMetrics
@@ -57,11 +58,13 @@ class HandlerContext:
                  offsets: OffsetManager, txn: TransactionCoordinator, producer_ids: ProducerIdManager,
                  authorizer: Authorizer | None, faults: BrokerFaults | None,
                  cluster: ClusterNode | None = None, metrics: BrokerMetrics | None = None,
-                 credentials: Credentials | None = None) -> None:
+                 credentials: Credentials | None = None, security: ZkSecurity | None = None) -> None:
         self.config = config
         self.data_dir = data_dir
         #: Users' SCRAM credentials: the data dir's file, or ZooKeeper in cluster mode.
         self.credentials: Credentials = credentials if credentials is not None else CredentialStore(data_dir)
+        #: Cluster mode: the ZooKeeper session ACLs and credentials are written through (None: single node).
+        self.security = security
         self.node_id = config.settings.broker_id
         self.cluster_id = config.settings.cluster_id
         self._advertised = config.advertised

@@ -32,7 +32,10 @@ from ads_broker.exceptions import (
     BrokerError,
     FetchSessionIdNotFoundError,
     InvalidFetchSessionEpochError,
+    InvalidRequestError,
+    NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
+    UnknownTopicOrPartitionError,
     UnsupportedVersionError,
 )
 from ads_broker.log.log import FileSlice
@@ -47,6 +50,7 @@ from ads_broker.protocol.fetch_session import (
     next_epoch,
 )
 from ads_broker.protocol.leader_hint import fill_hints
+from ads_broker.protocol.partitions import by_topic, duplicated, last_entries
 from ads_broker.replication.replica_manager import FetchPartition, PartitionRead
 from ads_broker.security.acl import DELETE, DESCRIBE, READ, TOPIC
 
@@ -62,17 +66,44 @@ LEADER_HINT_VERSION = 16
 
 @dataclass
 class TopicIds:
-    """v13+: topic id <-> name for this broker's topics, and the ids of the request it does not
-    hold (answered UNKNOWN_TOPIC_ID with the partitions the request named)."""
+    """v13+: topic id <-> name for this broker's topics (cluster mode: and the cluster's topics
+    the request names that this broker holds no replica of, :attr:`remote`), and the ids of the
+    request no topic has (answered UNKNOWN_TOPIC_ID with the partitions the request named)."""
 
     by_id: dict[uuid.UUID, str]
     by_name: dict[str, uuid.UUID]
     unknown: dict[uuid.UUID, list[int]] = field(default_factory=dict)
+    #: Cluster mode: name -> partition count of the request's topics that have no replica here.
+    remote: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def of(cls, ctx: HandlerContext) -> TopicIds:
-        topics = list(ctx.replicas.topics.values())
-        return cls({t.topic_id: t.name for t in topics}, {t.name: t.topic_id for t in topics})
+        """The broker's maps, built once per topic change (:meth:`MetadataCache.topic_ids`; read only)."""
+        by_id, by_name = ctx.replicas.metadata.topic_ids()
+        return cls(by_id, by_name)
+
+    async def resolve_remote(self, ctx: HandlerContext, topic_ids: Iterable[uuid.UUID]) -> None:
+        """Cluster mode: add the ids of ``topic_ids`` this broker does not hold but the cluster has
+        (Kafka resolves ids with a metadata cache of every topic: such a partition is then
+        NOT_LEADER_OR_FOLLOWER, not UNKNOWN_TOPIC_ID). The shared maps are copied, not changed."""
+        missing = {i for i in topic_ids if i not in self.by_id}
+        if missing and ctx.cluster is not None:
+            cluster_ids = await ctx.cluster.topic_ids()
+            self._add_remote({i: cluster_ids[i] for i in missing if i in cluster_ids})
+
+    async def resolve_remote_names(self, ctx: HandlerContext, names: Iterable[str]) -> None:
+        """Cluster mode: as :meth:`resolve_remote`, for the names of an incremental fetch's session
+        partitions that its request no longer names by id (their answers need the topic id too)."""
+        missing = {n for n in names if n not in self.by_name}
+        if missing and ctx.cluster is not None:
+            cluster_ids = await ctx.cluster.topic_ids()
+            self._add_remote({i: found for i, found in cluster_ids.items() if found[0] in missing})
+
+    def _add_remote(self, found: dict[uuid.UUID, tuple[str, int]]) -> None:
+        if found:
+            self.by_id = {**self.by_id, **{i: name for i, (name, _) in found.items()}}
+            self.by_name = {**self.by_name, **{name: i for i, (name, _) in found.items()}}
+            self.remote = {**self.remote, **dict(found.values())}
 
     def name(self, topic_id: uuid.UUID, partitions: Iterable[int]) -> str | None:
         name = self.by_id.get(topic_id)
@@ -105,17 +136,32 @@ def _replica_id(req: DecodedRequest) -> int:
     return int(req.body.replica_id)
 
 
-def _wanted(ctx: HandlerContext, parts: Iterable[CachedPartition]) -> list[FetchPartition]:
+def _wanted(ctx: HandlerContext, parts: Iterable[CachedPartition],
+            ids: TopicIds | None = None) -> list[FetchPartition]:
     """What to read of ``parts``, in their order; a denied one carries its error (Kafka checks
-    READ on every partition of a session at every fetch, not only when it was added)."""
+    READ on every partition of a session at every fetch, not only when it was added), as does
+    one of a topic this broker holds no replica of (``ids.remote``, v13+ in cluster mode)."""
+    remote = ids.remote if ids is not None else {}
     denials: dict[str, AuthorizationError | None] = {}
     wanted = []
     for p in parts:
         if p.topic not in denials:
             denials[p.topic] = ctx.denial(READ, TOPIC, p.topic)
-        wanted.append(FetchPartition(p.topic, p.partition, p.fetch_offset, p.max_bytes, denials[p.topic],
+        error: BrokerError | None = denials[p.topic]
+        if error is None and p.topic in remote:
+            error = _not_here(ctx, p.topic, p.partition, remote[p.topic])
+        wanted.append(FetchPartition(p.topic, p.partition, p.fetch_offset, p.max_bytes, error,
                                      p.current_leader_epoch))
     return wanted
+
+
+def _not_here(ctx: HandlerContext, topic: str, partition: int, count: int) -> BrokerError:
+    """Kafka's answer for a partition of the cluster this broker has no replica of (its replica
+    manager's ``getPartitionOrException``), or for a partition the topic does not have."""
+    if not 0 <= partition < count:
+        return UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {partition}")
+    return NotLeaderOrFollowerError(f"broker {ctx.node_id} holds no replica of {topic}-{partition}: fetch it "
+                                    "from its leader (Metadata names it)")
 
 
 async def handle_fetch(ctx: HandlerContext, req: DecodedRequest) -> list[Chunk]:
@@ -135,11 +181,14 @@ async def handle_fetch(ctx: HandlerContext, req: DecodedRequest) -> list[Chunk]:
     epoch = getattr(body, "session_epoch", FINAL_EPOCH) if req.api_version >= 7 else FINAL_EPOCH
     cache = ctx.fetch_sessions
     ids = TopicIds.of(ctx) if req.api_version >= TOPIC_ID_VERSION else None
+    if ids is not None:
+        await ids.resolve_remote(ctx, [t.topic_id for t in body.topics] +
+                                 [t.topic_id for t in (body.forgotten_topics_data or [])])
     requested = _requested(body, ids)
     if epoch in (INITIAL_EPOCH, FINAL_EPOCH):  # a full fetch: any session it names is closed
         if session_id != INVALID_SESSION_ID:
             cache.remove(session_id)
-        wanted = _wanted(ctx, requested)
+        wanted = _wanted(ctx, requested, ids)
         reads = await _read(ctx, body, wanted)
         new_id = INVALID_SESSION_ID
         if epoch == INITIAL_EPOCH and req.api_version >= 7:
@@ -149,9 +198,11 @@ async def handle_fetch(ctx: HandlerContext, req: DecodedRequest) -> list[Chunk]:
     if error is not None:
         return _encode_fetch(req, [], session_id=INVALID_SESSION_ID, error_code=error.error_code)
     if session is None:  # closed (every partition forgotten, or too many): the fetch is sessionless
-        wanted = _wanted(ctx, requested)
+        wanted = _wanted(ctx, requested, ids)
         return await _answer(ctx, req, wanted, await _read(ctx, body, wanted), ids)
-    wanted = _wanted(ctx, list(session.partitions.values()))
+    if ids is not None:
+        await ids.resolve_remote_names(ctx, {p.topic for p in session.partitions.values()})
+    wanted = _wanted(ctx, list(session.partitions.values()), ids)
     reads = await _read(ctx, body, wanted)
     if session.epoch != next_epoch(epoch):
         # Another fetch of this session (a retry on another connection) was served meanwhile.
@@ -315,6 +366,9 @@ def _encode_fetch(req: DecodedRequest, results: ReadResult, *, session_id: int =
 async def handle_list_offsets(ctx: HandlerContext, req: DecodedRequest) -> ListOffsetsResponse:
     body = req.body
     isolation = body.isolation_level if req.api_version >= 2 else 0
+    # Kafka (handleListOffsetRequestV1AndAbove): every entry of a partition named twice answers
+    # INVALID_REQUEST, none is looked up.
+    twice = duplicated(body.topics, lambda t: (p.partition_index for p in t.partitions))
     topics = []
     for ltopic in body.topics:
         parts = []
@@ -324,6 +378,9 @@ async def handle_list_offsets(ctx: HandlerContext, req: DecodedRequest) -> ListO
             try:
                 if denied := ctx.denial(DESCRIBE, TOPIC, ltopic.name):
                     raise denied
+                if (ltopic.name, lpart.partition_index) in twice:
+                    raise InvalidRequestError(f"partition {ltopic.name}-{lpart.partition_index} is named more than "
+                                              "once in one ListOffsets request: name each partition once")
                 partition = ctx.replicas.get_partition(ltopic.name, lpart.partition_index)
                 partition.check_leader(getattr(lpart, "current_leader_epoch", None))  # v4+
                 resp.timestamp, resp.offset = await ctx.replicas.list_offset(partition, lpart.timestamp, isolation)
@@ -338,21 +395,26 @@ async def handle_list_offsets(ctx: HandlerContext, req: DecodedRequest) -> ListO
 
 
 async def handle_delete_records(ctx: HandlerContext, req: DecodedRequest) -> DeleteRecordsResponse:
-    topics = []
-    for dtopic in req.body.topics:
-        parts = []
-        for dpart in dtopic.partitions:
-            resp = DeleteRecordsResponse.DeleteRecordsTopicResult.DeleteRecordsPartitionResult(
-                partition_index=dpart.partition_index, low_watermark=-1, error_code=0)
-            try:
-                if denied := ctx.denial(DELETE, TOPIC, dtopic.name):
-                    raise denied
-                partition = ctx.replicas.get_partition(dtopic.name, dpart.partition_index)
-                ctx.replicas.ensure_not_internal(dtopic.name, "delete records of")
-                resp.low_watermark = ctx.replicas.delete_records(partition, dpart.offset)
-            except BrokerError as e:
-                ctx.log_client_error(req, "delete_records", e, topic=dtopic.name, partition=dpart.partition_index)
-                resp.error_code = e.error_code
-            parts.append(resp)
-        topics.append(DeleteRecordsResponse.DeleteRecordsTopicResult(name=dtopic.name, partitions=parts))
-    return DeleteRecordsResponse(throttle_time_ms=0, topics=topics)
+    # Kafka (handleDeleteRecordsRequest) keys the request by partition: a partition named twice is
+    # truncated once, to its last entry's offset, and answered once.
+    wanted = last_entries(req.body.topics, lambda t: t.partitions, lambda p: p.partition_index)
+    denials: dict[str, AuthorizationError | None] = {}
+    results: dict[tuple[str, int], Any] = {}
+    for (topic, index), dpart in wanted.items():
+        resp = DeleteRecordsResponse.DeleteRecordsTopicResult.DeleteRecordsPartitionResult(
+            partition_index=index, low_watermark=-1, error_code=0)
+        try:
+            if topic not in denials:
+                denials[topic] = ctx.denial(DELETE, TOPIC, topic)
+            if denied := denials[topic]:
+                raise denied
+            partition = ctx.replicas.get_partition(topic, index)
+            ctx.replicas.ensure_not_internal(topic, "delete records of")
+            resp.low_watermark = ctx.replicas.delete_records(partition, dpart.offset)
+        except BrokerError as e:
+            ctx.log_client_error(req, "delete_records", e, topic=topic, partition=index)
+            resp.error_code = e.error_code
+        results[(topic, index)] = resp
+    return DeleteRecordsResponse(throttle_time_ms=0, topics=[
+        DeleteRecordsResponse.DeleteRecordsTopicResult(name=topic, partitions=[results[(topic, p)] for p in parts])
+        for topic, parts in by_topic(results)])

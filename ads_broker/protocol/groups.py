@@ -25,6 +25,7 @@ from ads_broker.errors import TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PARTI
 from ads_broker.exceptions import BrokerError
 from ads_broker.protocol.codec import DecodedRequest
 from ads_broker.protocol.groups_admin import group_authorized_operations
+from ads_broker.protocol.partitions import named_once
 from ads_broker.security.acl import CLUSTER, CLUSTER_NAME, DESCRIBE, GROUP, READ, TOPIC
 
 if TYPE_CHECKING:
@@ -209,12 +210,13 @@ async def handle_offset_commit(ctx: HandlerContext, req: DecodedRequest) -> Offs
     if entries:
         codes.update(await commit_replicated(ctx, body.group_id, entries))
     log_commit_rejections(ctx, req, "offset_commit", body.group_id, group_code, codes, denied)
+    # Answered once per partition, as committed (commit_entries): Kafka's answer is a map too.
     return OffsetCommitResponse(throttle_time_ms=0, topics=[
-        OffsetCommitResponse.OffsetCommitResponseTopic(name=topic.name, partitions=[
+        OffsetCommitResponse.OffsetCommitResponseTopic(name=topic, partitions=[
             OffsetCommitResponse.OffsetCommitResponseTopic.OffsetCommitResponsePartition(
-                partition_index=p.partition_index, error_code=codes[(topic.name, p.partition_index)])
-            for p in topic.partitions])
-        for topic in body.topics])
+                partition_index=p, error_code=codes[(topic, p)])
+            for p in parts])
+        for topic, parts in named_once(body.topics)])
 
 
 async def commit_replicated(ctx: HandlerContext, group_id: str, entries: list[tuple[str, int, int, int, str | None]],

@@ -24,6 +24,7 @@ from ads_broker.errors import INVALID_GROUP_ID, INVALID_REQUEST, OPERATION_NOT_A
 from ads_broker.exceptions import BrokerError
 from ads_broker.protocol.codec import DecodedRequest
 from ads_broker.protocol.groups import commit_entries, commit_replicated, log_commit_rejections
+from ads_broker.protocol.partitions import by_topic, named_once
 from ads_broker.replication.replica_manager import EndTxnMarker
 from ads_broker.security.acl import CLUSTER, CLUSTER_ACTION, CLUSTER_NAME, GROUP, READ, TOPIC, TRANSACTIONAL_ID, WRITE
 
@@ -69,16 +70,13 @@ async def handle_add_partitions_to_txn(ctx: HandlerContext, req: DecodedRequest)
         first = next(c for c in codes.values() if c)
         ctx.log_client_error(req, "add_partitions_to_txn", BrokerError(reason(first)),
                              transactional_id=body.v3_and_below_transactional_id, error_code=first)
-    by_topic: dict[str, list[int]] = {}
-    for topic, partition in wanted:
-        by_topic.setdefault(topic, []).append(partition)
     result = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
     return AddPartitionsToTxnResponse(throttle_time_ms=0, error_code=0, results_by_transaction=[],
                                       results_by_topic_v3_and_below=[
         result(name=topic, results_by_partition=[
             result.AddPartitionsToTxnPartitionResult(partition_index=p, partition_error_code=codes[(topic, p)])
             for p in parts])
-        for topic, parts in by_topic.items()])
+        for topic, parts in by_topic(dict.fromkeys(wanted))])  # Kafka's is a set: each partition once
 
 
 async def handle_add_offsets_to_txn(ctx: HandlerContext, req: DecodedRequest) -> AddOffsetsToTxnResponse:
@@ -140,12 +138,11 @@ async def handle_txn_offset_commit(ctx: HandlerContext, req: DecodedRequest) -> 
                           denied or (BrokerError(reason(code)) if code else None),
                           transactional_id=body.transactional_id)
     topic_cls = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
-    return TxnOffsetCommitResponse(throttle_time_ms=0, topics=[
-        topic_cls(name=topic.name, partitions=[
-            topic_cls.TxnOffsetCommitResponsePartition(partition_index=p.partition_index,
-                                                       error_code=codes[(topic.name, p.partition_index)])
-            for p in topic.partitions])
-        for topic in body.topics])
+    return TxnOffsetCommitResponse(throttle_time_ms=0, topics=[  # once per partition, as OffsetCommit
+        topic_cls(name=topic, partitions=[
+            topic_cls.TxnOffsetCommitResponsePartition(partition_index=p, error_code=codes[(topic, p)])
+            for p in parts])
+        for topic, parts in named_once(body.topics)])
 
 
 async def handle_write_txn_markers(ctx: HandlerContext, req: DecodedRequest) -> WriteTxnMarkersResponse:

@@ -9,7 +9,6 @@ As in Kafka, with an authorizer they need DESCRIBE / ALTER on the Cluster resour
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
 from collections.abc import Callable
@@ -42,13 +41,15 @@ if TYPE_CHECKING:
 
 async def store_write(ctx: HandlerContext, write: Callable[..., T], *args: Any) -> T:
     """Run an ACL or credential write. Single node: on the loop, as before (the data dir's file;
-    writes stay in order). Cluster mode: off the loop (ZooKeeper round trips), waiting at most a
-    ZooKeeper session timeout (a connection lost longer than that is a lost session; the write may
-    still land once ZooKeeper is back, as with Kafka's ZooKeeper client): TimeoutError then."""
-    if not ctx.config.settings.zookeeper_connect:
+    writes stay in order). Cluster mode: on the ZooKeeper session's own writer threads
+    (:meth:`ZkSecurity.write`), never the loop's default executor; refused at once while ZooKeeper
+    is unreachable (ZooKeeperUnavailableError), else waiting at most a ZooKeeper session timeout
+    (TimeoutError). The handlers answer either UNKNOWN_SERVER_ERROR with the reason, as Kafka's
+    authorizer and admin manager answer a failed ZooKeeper write (``ApiError.fromThrowable``)."""
+    if ctx.security is None:
         return write(*args)
     timeout_s = max(ctx.config.settings.zookeeper_session_timeout_ms / 1000, 1.0)
-    return await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, write, *args), timeout_s)
+    return await ctx.security.write(write, *args, timeout_s=timeout_s)
 
 
 T = TypeVar("T")

@@ -29,6 +29,8 @@ every reconnection re-reads everything (a notification may have been missed, or 
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import json
 import queue
@@ -36,12 +38,13 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
+from ads_broker.cluster.exceptions import ZooKeeperUnavailableError
 from ads_broker.cluster.zookeeper import KafkaZkClient
 from ads_broker.exceptions import ConfigError
 from ads_broker.security.acl import (
@@ -75,6 +78,9 @@ CONFIG_CHANGE_PREFIX = "config_change_"
 CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 #: Conflicting conditional writes are retried this often before giving up (Kafka: ``maxUpdateRetries``).
 MAX_UPDATE_RETRIES = 30
+#: Threads of :attr:`ZkSecurity.writer`: security writes are rare, so two at once are plenty.
+WRITER_THREADS = 2
+T = TypeVar("T")
 SECURITY_PATHS = (LITERAL_ACL_PATH, PREFIXED_ACL_PATH, LITERAL_CHANGES_PATH, EXTENDED_CHANGES_PATH,
                   USERS_CONFIG_PATH, CONFIG_CHANGES_PATH)
 
@@ -452,6 +458,12 @@ class ZkSecurity:
         self._events: queue.Queue[str | None] = queue.Queue()
         self._worker: threading.Thread | None = None
         self._connected = True
+        #: The threads CreateAcls, DeleteAcls and AlterUserScramCredentials write ZooKeeper on
+        #: (:meth:`write`). Their own: a write waits for ZooKeeper (kazoo queues a request while the
+        #: connection is away and answers it only on reconnection), and must not hold the event
+        #: loop's default executor, which the rest of the broker shares, meanwhile.
+        self.writer = concurrent.futures.ThreadPoolExecutor(max_workers=WRITER_THREADS,
+                                                            thread_name_prefix="zk-security-write")
 
     # -- life cycle --
     def start(self) -> None:
@@ -476,6 +488,26 @@ class ZkSecurity:
         if self._worker is not None:
             self._worker.join(timeout=5)
         self.zk.close()
+        self.writer.shutdown(wait=False, cancel_futures=True)
+
+    @property
+    def connected(self) -> bool:
+        """False from a lost ZooKeeper connection (SUSPENDED or LOST) until the next CONNECTED."""
+        return self._connected
+
+    async def write(self, change: Callable[..., T], *args: Any, timeout_s: float) -> T:
+        """Run a blocking ZooKeeper change on :attr:`writer`, waiting at most ``timeout_s``.
+
+        Fails at once with :class:`ZooKeeperUnavailableError` while the connection is lost: the
+        write could not land before ZooKeeper is back, and queued it would pin a writer thread
+        until then (forever, if ZooKeeper hangs). A write that was running when the connection
+        went may still land once ZooKeeper is back, as with Kafka's ZooKeeper client."""
+        if not self._connected:
+            raise ZooKeeperUnavailableError(
+                f"ZooKeeper ({self.zk.connect}) is unreachable from this broker: the change was not made. "
+                "ACLs and SCRAM credentials are stored in ZooKeeper in cluster mode; retry when it is back")
+        future = asyncio.get_running_loop().run_in_executor(self.writer, change, *args)
+        return await asyncio.wait_for(future, timeout_s)
 
     def set_user(self, user: str, credentials: dict[str, ScramCredential]) -> None:
         with self._users_lock:
