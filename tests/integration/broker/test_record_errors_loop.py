@@ -7,9 +7,10 @@ KIP-467's record errors. That pass used to decode every record in Python on the 
 uncompressed batches are validated inline), ~4 s of loop time for this request on this machine,
 while every other client waited; it is the C walk now (no per-record Python decode, no GIL).
 
-What is asserted is a second client's ApiVersions round trips while the hostile Produce is being
-answered: none may take longer than ``STALL_BOUND_S``, a bound far above a healthy round trip
-(~1 ms) and far below the stall of the old code (seconds), so machine noise does not decide it.
+What is asserted: every batch is refused and its bad record named, and a second client keeps
+being served (its ApiVersions round trips all answered) while the hostile Produce is answered.
+How long that client waits is a measurement, not a test assertion (the team's rule: no timing
+assertions in tests): `bench/refused_produce_stall.py` prints it, docs/BENCHMARKS.md has the numbers.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from tests.kafka_helpers import create_topic
 
 PARTITIONS = 200
 RECORDS = 3000  # ~27 KiB per batch: under the 32 KiB validated inline on the loop
-STALL_BOUND_S = 1.0
 
 
 def hostile_batch(now: int) -> bytes:
@@ -40,7 +40,7 @@ def hostile_batch(now: int) -> bytes:
     return batch
 
 
-def test_naming_refused_records_does_not_stall_other_clients(ads_broker: BrokerProcess, topic_name: str) -> None:
+def test_refused_records_are_named_while_another_client_is_served(ads_broker: BrokerProcess, topic_name: str) -> None:
     create_topic(ads_broker.bootstrap, topic_name, PARTITIONS, {"message.timestamp.after.max.ms": str(HOUR_MS)})
     batch = hostile_batch(int(time.time() * 1000))
     request = ProduceRequest(transactional_id=None, acks=1, timeout_ms=30000, topic_data=[
@@ -50,18 +50,14 @@ def test_naming_refused_records_does_not_stall_other_clients(ads_broker: BrokerP
     with RawClient(ads_broker.bootstrap) as hostile, RawClient(ads_broker.bootstrap) as other:
         assert other.request(ApiVersionsRequest(), 0).error_code == 0  # connected and served
         sender = threading.Thread(target=lambda: answer.append(hostile.request(request, 9)))
-        round_trips: list[float] = []
+        served = 0
         sender.start()
-        while sender.is_alive() or not round_trips:
-            started = time.monotonic()
+        while sender.is_alive() or not served:  # the other client keeps asking, and is answered
             assert other.request(ApiVersionsRequest(), 0).error_code == 0
-            round_trips.append(time.monotonic() - started)
+            served += 1
         sender.join()
     partitions = answer[0].responses[0].partition_responses
     assert len(partitions) == PARTITIONS
     for p in partitions:
         assert p.error_code == INVALID_TIMESTAMP, p
         assert [e.batch_index for e in p.record_errors] == [RECORDS - 1]
-    assert max(round_trips) < STALL_BOUND_S, (
-        f"another client waited {max(round_trips):.2f} s for ApiVersions ({len(round_trips)} round trips) "
-        "while the broker named the refused records")

@@ -38,13 +38,17 @@ from tests.integration.cluster.test_replication import state
 pytestmark = pytest.mark.timeout(120)
 
 
-def _start_two_listener_brokers(brokers: BrokerCluster) -> tuple[AdminClient, dict[int, int]]:
-    """Brokers 1-3, each with PLAINTEXT and CLIENT listeners; returns an admin client and each
-    broker's CLIENT port."""
+def _start_two_listener_brokers(brokers: BrokerCluster, with_client: tuple[int, ...] = IDS
+                                ) -> tuple[AdminClient, dict[int, int]]:
+    """Brokers 1-3 with a PLAINTEXT listener, those of ``with_client`` also with a CLIENT one;
+    returns an admin client and each of those brokers' CLIENT port."""
     client_ports: dict[int, int] = {}
     for broker_id in IDS:
-        plain, client = free_port(), free_port()
-        client_ports[broker_id] = client
+        plain = free_port()
+        if broker_id not in with_client:
+            brokers.start(broker_id, port=plain)
+            continue
+        client_ports[broker_id] = client = free_port()
         brokers.start(broker_id, port=plain, **{
             "listeners": f"PLAINTEXT://127.0.0.1:{plain},CLIENT://127.0.0.1:{client}",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CLIENT:PLAINTEXT",
@@ -194,19 +198,7 @@ def test_metadata_and_describe_cluster_name_each_broker_on_the_requests_listener
     SASL_SSL listener must never be sent to a PLAINTEXT port); a broker without that listener is
     left out, and a partition it leads is LISTENER_NOT_FOUND (v6+; LEADER_NOT_AVAILABLE before)
     with leader -1. Brokers 1 and 2 listen on PLAINTEXT and CLIENT, broker 3 on PLAINTEXT only."""
-    client_ports: dict[int, int] = {}
-    for broker_id in IDS:
-        plain = free_port()
-        if broker_id == 3:
-            brokers.start(3, port=plain)
-            continue
-        client_ports[broker_id] = client = free_port()
-        brokers.start(broker_id, port=plain, **{
-            "listeners": f"PLAINTEXT://127.0.0.1:{plain},CLIENT://127.0.0.1:{client}",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CLIENT:PLAINTEXT",
-            "inter.broker.listener.name": "PLAINTEXT"})
-    admin = AdminClient({"bootstrap.servers": brokers.bootstrap})
-    wait_until(lambda: sorted(admin.list_topics(timeout=10).brokers) == list(IDS), "three registered brokers")
+    admin, client_ports = _start_two_listener_brokers(brokers, with_client=(1, 2))
     topic = f"t-{uuid.uuid4().hex[:10]}"
     admin.create_topics([NewTopic(topic, 2, replica_assignment=[[1, 2, 3], [3, 1, 2]])],
                         operation_timeout=30)[topic].result(60)
