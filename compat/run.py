@@ -204,6 +204,41 @@ class Broker:
             self.proc.wait()
 
 
+class Cluster:
+    """``ads-broker cluster up`` (a ZooKeeper and ``size`` brokers) in place of one broker
+    (``--cluster N``): for the suite's tests that need replication factor 3 (0103, 0107, 0111).
+    The same interface as :class:`Broker`; ``bootstrap`` names every broker."""
+
+    def __init__(self, workdir: Path, name: str, overrides: tuple[str, ...], size: int) -> None:
+        self.workdir = workdir / name
+        self.overrides = overrides
+        self.size = size
+        self._bootstrap = ""
+
+    @property
+    def bootstrap(self) -> str:
+        return self._bootstrap
+
+    def _cli(self, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "ads_broker", "cluster", *args, "--dir", str(self.workdir)],
+                              cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False)
+
+    def start(self) -> None:
+        overrides = [a for o in self.overrides for a in ("--override", o)]
+        up = self._cli("up", "--brokers", str(self.size), *overrides, timeout=300)
+        found = re.search(r"bootstrap\.servers=(\S+)", up.stdout)
+        if up.returncode != 0 or found is None:
+            raise SystemExit(f"compat: cluster up failed (exit {up.returncode}): {(up.stderr or up.stdout)[-2000:]}")
+        self._bootstrap = found.group(1)
+
+    def alive(self) -> bool:
+        return bool(self._bootstrap) and self._cli("status", timeout=60).returncode == 0
+
+    def stop(self) -> None:
+        if self._bootstrap:
+            self._cli("down", timeout=600)
+
+
 @contextmanager
 def running(broker: Broker) -> Iterator[Broker]:
     broker.start()
@@ -318,6 +353,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--subtests", default=os.environ.get("COMPAT_SUBTESTS", ""),
                     help="the runner's SUBTESTS: run only subtests whose name contains this")
     ap.add_argument("--no-exclusions", action="store_true", help="run excluded tests too")
+    ap.add_argument("--cluster", type=int, default=int(env_or("COMPAT_CLUSTER", "0")),
+                    help="run against `ads-broker cluster up` with this many brokers (and a ZooKeeper)"
+                         " instead of one broker, replication factor 3 by default: for 0103/0107/0111")
     ap.add_argument("--results", type=Path, default=None,
                     help="directory for logs and results.json (default: <cache>/runs/<time>)")
     args = ap.parse_args(argv)
@@ -354,10 +392,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"compat: librdkafka's suite from {src}, ads-broker at {version or '?'}, "
           f"TEST_KAFKA_VERSION={args.kafka_version}, logs in {logdir}", flush=True)
 
-    brokers = {
-        "default": Broker(work, "default", (*BROKER_OVERRIDES, "auto.create.topics.enable=true")),
-        "noautocreate": Broker(work, "noautocreate", (*BROKER_OVERRIDES, "auto.create.topics.enable=false")),
-    }
+    brokers: dict[str, Broker | Cluster]
+    if args.cluster:
+        # trivup's three-broker clusters: auto-created topics and the internal ones replicated 3 ways.
+        rf = str(min(3, args.cluster))
+        cluster_overrides = tuple(o for o in BROKER_OVERRIDES if not o.startswith("default.replication.factor="))
+        brokers = {scenario: Cluster(work, scenario, (*cluster_overrides, f"default.replication.factor={rf}",
+                                                      f"auto.create.topics.enable={auto}"), args.cluster)
+                   for scenario, auto in (("default", "true"), ("noautocreate", "false"))}
+    else:
+        brokers = {
+            "default": Broker(work, "default", (*BROKER_OVERRIDES, "auto.create.topics.enable=true")),
+            "noautocreate": Broker(work, "noautocreate", (*BROKER_OVERRIDES, "auto.create.topics.enable=false")),
+        }
     results: list[Result] = []
     run_start = time.monotonic()
     try:
@@ -387,7 +434,8 @@ def main(argv: list[str] | None = None) -> int:
             r = run_one(runner_dir, key, number, scenario, env, args.timeout, logdir, args.quick, local_only)
             if not broker.alive():
                 r.status = "FAIL"
-                r.reason = f"ads-broker died (exit {broker.proc.returncode if broker.proc else '?'}); " + r.reason
+                exit_code = broker.proc.returncode if isinstance(broker, Broker) and broker.proc else "?"
+                r.reason = f"ads-broker died (exit {exit_code}); " + r.reason
             results.append(r)
             print(f"{key} {r.status} {r.seconds:.1f}s" + (f"  {r.reason}" if r.reason and r.status != "PASS" else ""),
                   flush=True)
