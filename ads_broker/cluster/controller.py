@@ -35,6 +35,7 @@ _ELECT = "elect"
 _RECONCILE = "reconcile"
 _SESSION_LOST = "session-lost"
 _STOP = "stop"
+_WATCH_TOPICS = "watch-topics"
 # A conflict with a leader's own ISR write is resolved by deciding again; bound the retries per event.
 _MAX_ROUNDS = 10
 
@@ -63,6 +64,7 @@ class Controller:
         self.decisions = 0
         #: topics whose assignment znode is watched (the watch outlives a deletion of the znode)
         self._assignment_watched: set[str] = set()
+        self._topics_seen: list[str] = []
 
     # -- state seen from other threads --
     @property
@@ -89,14 +91,24 @@ class Controller:
         return self
 
     def _on_topics(self, topics: list[str]) -> None:
-        """A topic created or deleted: decide again; and watch each new topic's assignment, which
-        CreatePartitions grows (runs on kazoo's thread: registers watches, never blocks)."""
+        """A topic created or deleted (kazoo's callback thread: no ZooKeeper call here, which would
+        hold every other notification behind it): decide again, and have the controller's thread
+        watch each new topic's assignment, which CreatePartitions grows."""
         with self._lock:
-            new = [t for t in topics if t not in self._assignment_watched]
+            self._topics_seen = list(topics)
+        self._events.put(_WATCH_TOPICS)
+        self._events.put(_RECONCILE)
+
+    def _watch_new_topics(self) -> None:
+        """On the controller's thread: an assignment watch per topic not watched yet (Kafka's
+        ``PartitionModificationsHandler``). A watch outlives its topic's deletion, so a topic
+        created again under the name is watched (DeleteTopics is refused in cluster mode: only a
+        topic deleted by hand in ZooKeeper leaves one behind)."""
+        with self._lock:
+            new = [t for t in self._topics_seen if t not in self._assignment_watched]
             self._assignment_watched.update(new)
         for topic in new:
             self.zk.watch_assignment_changes(topic, lambda: self._events.put(_RECONCILE))
-        self._events.put(_RECONCILE)
 
     def stop(self) -> None:
         """Stop the thread and hand the controller role over (delete ``/controller`` if ours)."""
@@ -145,6 +157,8 @@ class Controller:
                     self._resigned()
                 elif event == _ELECT:
                     self._elect()
+                elif event == _WATCH_TOPICS:
+                    self._watch_new_topics()
                 elif event == _RECONCILE and self.is_active:
                     self._reconcile()
             except ControllerMovedError as e:

@@ -22,19 +22,30 @@ Every blocking ZooKeeper call made for a request runs on the default executor, n
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import structlog
-from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionClosedError,
+    ConnectionLoss,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
 
 from ads_broker.cluster.channel import BrokerConnection
-from ads_broker.cluster.exceptions import PartitionEpochError
+from ads_broker.cluster.exceptions import PartitionEpochError, ZooKeeperUnavailableError
 from ads_broker.cluster.member import ClusterMember
 from ads_broker.cluster.topics import Topic, validate_topic_name
 from ads_broker.cluster.zookeeper import (
@@ -76,6 +87,8 @@ INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC_NAME, TRANSACTION_STATE_TOPIC_NAME})
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 30.0
 #: Poll interval while CreateTopics waits for the controller to give every partition a leader.
 LEADER_POLL_S = 0.05
+#: The longest pause between two reads of a wait for leaders (CreateTopics, CreatePartitions, ElectLeaders).
+MAX_LEADER_POLL_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -115,8 +128,15 @@ def assign_replicas(brokers: Iterable[int], num_partitions: int, replication_fac
     first replica) spread evenly and no broker holds two replicas of one partition."""
     ordered = sorted(brokers)
     n = len(ordered)
+    if replication_factor > n:  # a broker would be listed twice in one replica list (and its ISR)
+        raise InvalidReplicationFactorError(
+            f"Replication factor: {replication_factor} larger than available brokers: {n}.")
     return {p: [ordered[(p + i) % n] for i in range(replication_factor)] for p in range(num_partitions)}
 
+
+T = TypeVar("T")
+#: Threads of :attr:`ClusterNode.zk_requests` (ZooKeeper work for client requests).
+ZK_REQUEST_THREADS = 4
 
 #: How long :meth:`ClusterNode.topic_ids` answers from its last read (a client that fetches a
 #: topic from a broker without a replica of it asks again at once; ZooKeeper is read once a second).
@@ -179,6 +199,15 @@ class ClusterNode:
         self.on_internal_partition: Callable[[str, int, bool, int], None] | None = None
         #: (monotonic time read, id -> (name, partition count)) of the last :meth:`topic_ids` read.
         self._topic_ids: tuple[float, dict[uuid.UUID, tuple[str, int]]] | None = None
+        self._topic_ids_reading: asyncio.Future[dict[uuid.UUID, tuple[str, int]]] | None = None
+        #: The threads ZooKeeper reads and writes made for client requests run on (Metadata,
+        #: DescribeCluster, CreateTopics, CreatePartitions, ElectLeaders, leader hints, Fetch ids):
+        #: kazoo queues a request while its connection is away and answers it only on reconnection,
+        #: so each such call holds its thread as long as ZooKeeper hangs; on the loop's default
+        #: executor they pinned every thread, and the >32 KiB Produce batches validated there were
+        #: never answered. See :meth:`_zk_call`.
+        self.zk_requests = concurrent.futures.ThreadPoolExecutor(max_workers=ZK_REQUEST_THREADS,
+                                                                 thread_name_prefix="zk-requests")
 
     @property
     def joined(self) -> bool:
@@ -307,6 +336,7 @@ class ClusterNode:
             with self._joining:
                 self.member = None
             await asyncio.get_running_loop().run_in_executor(None, member.leave, None)
+            self.zk_requests.shutdown(wait=False, cancel_futures=True)
         log.info("left the cluster", broker_id=self.broker_id, seconds=round(time.monotonic() - started, 3),
                  still_led=[str(tp) for tp in remaining])
 
@@ -542,7 +572,7 @@ class ClusterNode:
         """CreateTopics in cluster mode (see :meth:`_create_topic`), off the event loop."""
         create = functools.partial(self._create_topic, name, num_partitions, replication_factor, configs,
                                    assignments, validate_only, in_request)
-        return await asyncio.get_running_loop().run_in_executor(None, create)
+        return await self._zk_call(create)
 
     def _create_topic(self, name: str, num_partitions: int, replication_factor: int,
                       configs: Mapping[str, str | None], assignments: Mapping[int, list[int]] | None,
@@ -578,7 +608,7 @@ class ClusterNode:
         """CreatePartitions in cluster mode (see :meth:`_create_partitions`), off the event loop;
         the topic's partition count before."""
         create = functools.partial(self._create_partitions, name, count, assignments, validate_only, in_request)
-        return await asyncio.get_running_loop().run_in_executor(None, create)
+        return await self._zk_call(create)
 
     def _create_partitions(self, name: str, count: int, assignments: list[list[int]] | None,
                            validate_only: bool, in_request: int) -> int:
@@ -604,6 +634,9 @@ class ClusterNode:
             live = sorted(zk.get_live_broker_ids())
             replication_factor = len(existing[min(existing)])
             if assignments is None:
+                if replication_factor > len(live):  # Kafka's text (AdminUtils.assignReplicasToBrokers)
+                    raise InvalidReplicationFactorError(
+                        f"Replication factor: {replication_factor} larger than available brokers: {len(live)}.")
                 added = {p: replicas for p, replicas in assign_replicas(live, count, replication_factor).items()
                          if p >= current}
             else:
@@ -635,6 +668,8 @@ class ClusterNode:
                 zk.add_partitions(name, added, version)
             except BadVersionError:
                 continue  # another CreatePartitions (or a reassignment) wrote first: validate again
+            except NoNodeError:
+                raise UnknownTopicOrPartitionError(f"The topic '{name}' does not exist.") from None
             log.info("partitions added in the cluster", topic=name, old=current, new=count,
                      assignment={p: r for p, r in added.items()})
             return current
@@ -650,7 +685,7 @@ class ClusterNode:
         COORDINATOR_NOT_AVAILABLE until enough brokers registered. True once the topic exists."""
         create = functools.partial(self._ensure_internal_topic, name, num_partitions, replication_factor,
                                    setting, min_isr)
-        return await asyncio.get_running_loop().run_in_executor(None, create)
+        return await self._zk_call(create)
 
     def _ensure_internal_topic(self, name: str, num_partitions: int, replication_factor: int,
                                setting: str, min_isr: int) -> bool:
@@ -713,48 +748,85 @@ class ClusterNode:
         """Wait until the controller gave every partition of ``name`` a leader (Kafka's
         DelayedCreatePartitions); False at the timeout."""
         deadline = time.monotonic() + max(timeout_ms, 0) / 1000
-        loop = asyncio.get_running_loop()
-        while True:
-            snapshot = await loop.run_in_executor(None, self._snapshot, [name])
+        async for snapshot in self._polled([name], deadline):
             view = snapshot.topics.get(name)
             if view is not None and all(p.leader != NO_LEADER for p in view.partitions):
                 return True
+        return False
+
+    async def _polled(self, topics: list[str], deadline: float) -> AsyncIterator[ClusterSnapshot]:
+        """Snapshots of ``topics`` until ``deadline`` (the caller stops when satisfied): polled
+        LEADER_POLL_S apart at first, backing off to MAX_LEADER_POLL_S, so a request with a long
+        timeout costs a few ZooKeeper reads a second at most; none while the connection is lost."""
+        pause = LEADER_POLL_S
+        while True:
+            try:
+                yield await self._zk_call(self._snapshot, topics)
+            except (ZooKeeperUnavailableError, KazooException) as e:
+                log.info("cannot read the cluster's state while waiting for leaders; retrying", error=repr(e))
             if time.monotonic() >= deadline:
-                return False
-            await asyncio.sleep(LEADER_POLL_S)
+                return
+            await asyncio.sleep(min(pause, max(deadline - time.monotonic(), 0)))
+            pause = min(pause * 2, MAX_LEADER_POLL_S)
 
     async def elect_preferred(self, partitions: list[TopicPartition], timeout_ms: int) -> set[TopicPartition]:
         """Ask the controller for a preferred-leader election of ``partitions`` (Kafka's
         ``/admin/preferred_replica_election``; while another request's is pending, wait for it to
         go) and wait up to ``timeout_ms`` until each is led by its first replica; the partitions
         that are (Kafka's DelayedElectLeader)."""
-        loop = asyncio.get_running_loop()
         deadline = time.monotonic() + max(timeout_ms, 0) / 1000
         request = functools.partial(self.zk.request_preferred_election, partitions)
+        pause = LEADER_POLL_S
         while True:
             try:
-                await loop.run_in_executor(None, request)
+                await self._zk_call(request)
                 break
             except NodeExistsError:
                 if time.monotonic() >= deadline:
                     return set()
-                await asyncio.sleep(LEADER_POLL_S)
-        topics = sorted({tp.topic for tp in partitions})
-        while True:
-            snapshot = await loop.run_in_executor(None, self._snapshot, topics)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, MAX_LEADER_POLL_S)
+        done: set[TopicPartition] = set()
+        async for snapshot in self._polled(sorted({tp.topic for tp in partitions}), deadline):
             done = {tp for tp in partitions if (view := snapshot.topics.get(tp.topic)) is not None
                     and tp.partition < len(view.partitions)
                     and view.partitions[tp.partition].leader == view.partitions[tp.partition].replicas[0]}
-            if len(done) == len(partitions) or time.monotonic() >= deadline:
-                return done
-            await asyncio.sleep(LEADER_POLL_S)
+            if len(done) == len(partitions):
+                break
+        return done
+
+    async def _zk_call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(*args)`` (blocking ZooKeeper work for a client request) on :attr:`zk_requests`;
+        ZooKeeperUnavailableError at once while this broker's ZooKeeper connection is lost: kazoo
+        would queue the call until ZooKeeper is back, holding the thread. Checked on the loop and
+        again on the thread when the call starts (calls queued on the executor before the loss was
+        noticed start after it)."""
+        zk = self.zk  # LeaderNotAvailableError while joining or after leaving
+
+        def call() -> T:
+            if not zk.connected:
+                raise ZooKeeperUnavailableError(
+                    f"broker {self.broker_id} has lost its ZooKeeper connection: the cluster's state cannot be "
+                    "read or changed now; retry")
+            try:
+                return fn(*args)
+            except (ConnectionLoss, SessionExpiredError, ConnectionClosedError, OperationTimeoutError) as e:
+                # A handler must answer, not drop the connection; a write may have landed before the loss.
+                raise ZooKeeperUnavailableError(
+                    f"broker {self.broker_id} lost its ZooKeeper connection during the request "
+                    f"({type(e).__name__}); a change it asked for may or may not have been made: check, then "
+                    "retry") from e
+
+        if not zk.connected:
+            return call()  # raises at once, no thread taken
+        return await asyncio.get_running_loop().run_in_executor(self.zk_requests, call)
 
     async def snapshot(self, names: list[str] | None = None) -> ClusterSnapshot:
         """The cluster as ZooKeeper holds it now (``names`` None: every topic). Before this broker
         joined (or once it left): itself alone, no controller, no topics."""
         if self.joined:
             try:
-                return await asyncio.get_running_loop().run_in_executor(None, self._snapshot, names)
+                return await self._zk_call(self._snapshot, names)
             except (BrokerError, KazooException) as e:
                 log.warning("cannot read the cluster's state from ZooKeeper", error=repr(e))
         return ClusterSnapshot({self.broker_id: self.registration()}, -1, {}, complete=False)
@@ -768,11 +840,15 @@ class ClusterNode:
         cached = self._topic_ids
         if cached is not None and now - cached[0] < TOPIC_IDS_MAX_AGE_S:
             return cached[1]
+        reading = self._topic_ids_reading
+        if reading is None:  # one read at a time: concurrent fetches share it
+            reading = self._topic_ids_reading = asyncio.ensure_future(self._zk_call(self._read_topic_ids))
+            reading.add_done_callback(lambda _f: setattr(self, "_topic_ids_reading", None))
         try:
-            found = await asyncio.get_running_loop().run_in_executor(None, self._read_topic_ids)
+            found = await asyncio.shield(reading)
         except (BrokerError, KazooException) as e:
             log.warning("cannot read the cluster's topic ids from ZooKeeper", error=repr(e))
-            return {}
+            found = {}  # kept as the answer for TOPIC_IDS_MAX_AGE_S too: no read per fetch meanwhile
         self._topic_ids = (now, found)
         return found
 

@@ -189,14 +189,29 @@ async def handle_create_partitions(ctx: HandlerContext, req: DecodedRequest) -> 
     results = []
     in_request = 0  # partitions created (or validated) so far: max.partitions.per.request
     rejected = Rejections("create_partitions")
+    counts = Counter(topic.name for topic in body.topics)
+    answered: set[str] = set()
+    grown: list[tuple[str, Any]] = []  # cluster mode: (topic, its answer) whose new leaders the answer waits for
     for topic in body.topics:
         await asyncio.sleep(0)
         res = CreatePartitionsResponse.CreatePartitionsTopicResult(name=topic.name, error_code=0, error_message=None)
+        if counts[topic.name] > 1:
+            # Kafka (KafkaApis.handleCreatePartitionsRequest): a topic named twice is not grown at
+            # all; its answer, once (the response is keyed by topic), is INVALID_REQUEST.
+            if topic.name not in answered:
+                answered.add(topic.name)
+                duplicate = InvalidRequestError("Duplicate topic in request.")
+                rejected.add(topic.name, duplicate)
+                res.error_code, res.error_message = duplicate.error_code, str(duplicate)
+                results.append(res)
+            continue
         try:
             if denied := ctx.denial(ALTER, TOPIC, topic.name):
                 raise denied
             if ctx.cluster is not None:
-                in_request += await _create_partitions_in_cluster(ctx, body, topic, in_request, res)
+                in_request += await _create_partitions_in_cluster(ctx, body, topic, in_request)
+                if not body.validate_only and body.timeout_ms > 0:
+                    grown.append((topic.name, res))
             else:
                 for a in topic.assignments or []:
                     if list(a.broker_ids) != [ctx.node_id]:
@@ -211,23 +226,30 @@ async def handle_create_partitions(ctx: HandlerContext, req: DecodedRequest) -> 
             res.error_code = e.error_code
             res.error_message = str(e)
         results.append(res)
+    if grown:
+        await _wait_for_leaders(ctx, grown, body.timeout_ms)
     rejected.log(ctx, req)
     return CreatePartitionsResponse(throttle_time_ms=0, results=results)
 
 
-async def _create_partitions_in_cluster(ctx: HandlerContext, body: Any, topic: Any, in_request: int,
-                                        res: Any) -> int:
+async def _create_partitions_in_cluster(ctx: HandlerContext, body: Any, topic: Any, in_request: int) -> int:
     """One topic of a CreatePartitions request in cluster mode: the new partitions go to the
-    topic's assignment in ZooKeeper (:meth:`ClusterNode.create_partitions`), then, as Kafka's
-    DelayedCreatePartitions, the answer waits up to the request's timeout for their leaders
-    (REQUEST_TIMED_OUT if they have none by then: the partitions exist). The partitions added."""
+    topic's assignment in ZooKeeper (:meth:`ClusterNode.create_partitions`); the partitions added."""
     assert ctx.cluster is not None
     assignments = None if topic.assignments is None else [list(a.broker_ids) for a in topic.assignments]
     current = await ctx.cluster.create_partitions(topic.name, topic.count, assignments,
                                                   validate_only=bool(body.validate_only), in_request=in_request)
-    if not body.validate_only and body.timeout_ms > 0 and not await ctx.cluster.wait_for_leaders(
-            topic.name, body.timeout_ms):
-        res.error_code = REQUEST_TIMED_OUT
-        res.error_message = (f"partitions were added to {topic.name!r} but not every partition had a leader "
-                             f"after {body.timeout_ms} ms")
     return topic.count - current
+
+
+async def _wait_for_leaders(ctx: HandlerContext, grown: list[tuple[str, Any]], timeout_ms: int) -> None:
+    """Kafka's DelayedCreatePartitions: one wait, up to the request's timeout, for the leaders of
+    every topic the request grew (not one timeout per topic in turn); a topic without them by then
+    is REQUEST_TIMED_OUT (its partitions exist)."""
+    assert ctx.cluster is not None
+    done = await asyncio.gather(*(ctx.cluster.wait_for_leaders(name, timeout_ms) for name, _ in grown))
+    for (name, res), ok in zip(grown, done, strict=True):
+        if not ok:
+            res.error_code = REQUEST_TIMED_OUT
+            res.error_message = (f"partitions were added to {name!r} but not every partition had a leader "
+                                 f"after {timeout_ms} ms")

@@ -31,6 +31,7 @@ from ads_broker.errors import (
     REQUEST_TIMED_OUT,
     UNKNOWN_TOPIC_OR_PARTITION,
 )
+from ads_broker.exceptions import BrokerError
 from ads_broker.protocol.codec import DecodedRequest
 from ads_broker.security.acl import ALTER, CLUSTER, CLUSTER_NAME
 
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 
 PREFERRED = 0
 UNCLEAN = 1
+NOT_NEEDED = "Leader election not needed for topic partition."  # Kafka's text
 Result = tuple[int, str | None]
 
 
@@ -56,7 +58,10 @@ async def handle_elect_leaders(ctx: HandlerContext, req: DecodedRequest) -> Elec
     elif ctx.cluster is None:
         results = _one_node(ctx, named)
     else:
-        results = await _in_cluster(ctx, named, election_type, body.timeout_ms)
+        found = await _in_cluster(ctx, named, election_type, body.timeout_ms)
+        if found is None:  # every partition asked for, and the cluster's state cannot be read now
+            return _response({}, LEADER_NOT_AVAILABLE)
+        results = found
     if named is None:  # Kafka: an election of every partition answers only those that needed one
         results = {tp: r for tp, r in results.items() if r[0] != ELECTION_NOT_NEEDED}
     failed = {tp: r for tp, r in results.items() if r[0] not in (NONE, ELECTION_NOT_NEEDED)}
@@ -70,19 +75,21 @@ async def handle_elect_leaders(ctx: HandlerContext, req: DecodedRequest) -> Elec
 def _one_node(ctx: HandlerContext, named: list[TopicPartition] | None) -> dict[TopicPartition, Result]:
     if named is None:
         return {}
-    return {tp: (ELECTION_NOT_NEEDED, "Leader election not needed for topic partition")
+    return {tp: (ELECTION_NOT_NEEDED, NOT_NEEDED)
             if ctx.replicas.holds(tp.topic, tp.partition)
             else (UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.") for tp in named}
 
 
 async def _in_cluster(ctx: HandlerContext, named: list[TopicPartition] | None, election_type: int,
-                      timeout_ms: int) -> dict[TopicPartition, Result]:
+                      timeout_ms: int) -> dict[TopicPartition, Result] | None:
     cluster = ctx.cluster
     assert cluster is not None
     snapshot = await cluster.snapshot(None if named is None else sorted({tp.topic for tp in named}))
     if not snapshot.complete:
+        if named is None:
+            return None
         unreadable: Result = (LEADER_NOT_AVAILABLE, "the cluster's state cannot be read now; retry")
-        return {tp: unreadable for tp in named or []}
+        return {tp: unreadable for tp in named}
     wanted = named if named is not None else [TopicPartition(name, p.partition) for name, view in
                                               sorted(snapshot.topics.items()) for p in view.partitions]
     results: dict[TopicPartition, Result] = {}
@@ -96,12 +103,12 @@ async def _in_cluster(ctx: HandlerContext, named: list[TopicPartition] | None, e
         preferred = partition.replicas[0] if partition.replicas else -1
         leader_alive = partition.leader in snapshot.brokers
         if election_type == UNCLEAN:
-            results[tp] = ((ELECTION_NOT_NEEDED, "Leader election not needed for topic partition") if leader_alive
+            results[tp] = ((ELECTION_NOT_NEEDED, NOT_NEEDED) if leader_alive
                            else (INVALID_REQUEST, "an unclean election is not done on request here; set the "
                                  "topic's unclean.leader.election.enable=true to let the controller elect "
                                  "out of the ISR (docs/CLUSTER.md)"))
-        elif partition.leader == preferred and leader_alive:
-            results[tp] = (ELECTION_NOT_NEEDED, "Leader election not needed for topic partition")
+        elif partition.leader == preferred:  # Kafka's controller: not needed, alive or not
+            results[tp] = (ELECTION_NOT_NEEDED, NOT_NEEDED)
         elif (preferred not in snapshot.brokers or partition.state is None
               or preferred not in partition.state.isr):
             results[tp] = (PREFERRED_LEADER_NOT_AVAILABLE,
@@ -111,7 +118,12 @@ async def _in_cluster(ctx: HandlerContext, named: list[TopicPartition] | None, e
         else:
             to_elect.append(tp)
     if to_elect:
-        elected = await cluster.elect_preferred(to_elect, timeout_ms)
+        try:
+            elected = await cluster.elect_preferred(to_elect, timeout_ms)
+        except BrokerError as e:  # ZooKeeper lost while asking: the election may or may not run
+            for tp in to_elect:
+                results[tp] = (e.error_code, str(e))
+            return results
         for tp in to_elect:
             results[tp] = (NONE, None) if tp in elected else (
                 REQUEST_TIMED_OUT, f"the preferred leader of {tp.topic}-{tp.partition} did not take over within "

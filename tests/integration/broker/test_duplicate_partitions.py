@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kafka.protocol.admin import DeleteRecordsRequest
+from kafka.protocol.admin import CreatePartitionsRequest, DeleteRecordsRequest
 from kafka.protocol.consumer import ListOffsetsRequest, OffsetCommitRequest
+from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer import (
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
@@ -117,3 +118,20 @@ def test_transactional_requests_answer_a_duplicated_partition_once(ads_broker: B
                     for p, o in [(0, 3), (0, 4)]])]), 3)
         assert [(t.name, p.partition_index, p.error_code) for t in commit.topics for p in t.partitions] == [
             (topic_name, 0, 0)]
+
+
+def test_create_partitions_naming_a_topic_twice_grows_it_not_at_all(ads_broker: BrokerProcess,
+                                                                    topic_name: str) -> None:
+    """Kafka's handleCreatePartitionsRequest: a topic named twice is answered once, INVALID_REQUEST
+    "Duplicate topic in request.", and not grown (it used to grow to 4, then to 6, answered twice)."""
+    create_topic(ads_broker.bootstrap, topic_name, 1)
+    entry = CreatePartitionsRequest.CreatePartitionsTopic
+    with RawClient(ads_broker.bootstrap) as client:
+        results = client.request(CreatePartitionsRequest(topics=[
+            entry(name=topic_name, count=4, assignments=None), entry(name=topic_name, count=6, assignments=None)],
+            timeout_ms=10000, validate_only=False), 3).results
+        assert [(r.name, r.error_code, r.error_message) for r in results] == [
+            (topic_name, INVALID_REQUEST, "Duplicate topic in request.")]
+        metadata = client.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic_name)],
+                                                  allow_auto_topic_creation=False), 12)
+        assert len(metadata.topics[0].partitions) == 1

@@ -92,7 +92,7 @@ def test_added_partitions_get_leaders_replicas_and_records_and_bad_requests_kafk
 
     # Bad requests (another topic, RF 2): Kafka's errors and texts, nothing written. (One cluster
     # for both parts: starting three brokers is most of either's time.)
-    topic = f"t-{uuid.uuid4().hex[:10]}"
+    grown, topic = topic, f"t-{uuid.uuid4().hex[:10]}"
     admin.create_topics([NewTopic(topic, 2, 2)])[topic].result(60)
 
     _fails(admin, topic, 2, KafkaError.INVALID_PARTITIONS, "Topic already has 2 partitions.")
@@ -112,6 +112,15 @@ def test_added_partitions_get_leaders_replicas_and_records_and_bad_requests_kafk
     error = _grow(admin, "__consumer_offsets", 60)
     assert error is not None and error.code() == KafkaError.TOPIC_EXCEPTION
     assert len(_assignment(zk_connect, topic)) == 2
+
+    # Fewer live brokers than the topic's replication factor: refused as CreateTopics would be
+    # (round-robin placement would list a broker twice in one replica list, and in its ISR).
+    assert brokers.procs[3].stop() == 0
+    admin = AdminClient({"bootstrap.servers": f"{brokers.procs[1].bootstrap},{brokers.procs[2].bootstrap}"})
+    wait_until(lambda: sorted(admin.list_topics(timeout=10).brokers) == [1, 2], "brokers 1 and 2 alone")
+    _fails(admin, grown, 6, KafkaError.INVALID_REPLICATION_FACTOR,
+           "Replication factor: 3 larger than available brokers: 2.")
+    assert len(_assignment(zk_connect, grown)) == 5
 
 
 def _raw_grow(bootstrap: str, topic: str, count: int) -> int:
