@@ -245,14 +245,15 @@ def baseline_audit(spark: Any, inp: Path, out: Path, start: datetime, end: datet
     return {k: int(v or 0) for k, v in {**totals, **output, **missing}.items()}
 
 
-def our_audit(spark: Any, inp: Source, out: Source, report_dir: Path) -> tuple[dict[str, int], dict[str, float]]:
+def our_audit(spark: Any, inp: Source, out: Source, report_dir: Path) -> tuple[dict[str, int], dict[str, Any]]:
     cfg = AuditConfig(input=inp, output=out, dlq=None, start=DAY, end=DAY + timedelta(days=1), out_dir=report_dir,
                       dedupe_window=timedelta(days=7))
     result = run_config(cfg, spark=spark)
     counts = {k: int(result.report[k]) for k in ("input_messages", "input_unique", "input_duplicates",
                                                  "output_messages", "output_duplicates", "missing")}
     counts.update(result.report["retry_gap_buckets"])
-    return counts, result.timings
+    # Which id summary ran (the partition pairs or the global aggregation); absent in older code.
+    return counts, {**result.timings, "id_summary_path": getattr(result, "id_summary_path", "global")}
 
 
 def _produced(data_dir: Path, bootstrap: str, events: int) -> tuple[str, str, int]:
