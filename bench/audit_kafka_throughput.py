@@ -103,7 +103,10 @@ def produce(bootstrap: str, inp: str, out: str, n: int) -> int:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in (inp, out)]).values():
+    # No retention: the events are stamped on DAY, and with the default 7 days a data dir kept for
+    # later runs lost its output's older segments a week later, mid-audit (found 2026-11-27).
+    keep = {"retention.ms": "-1"}
+    for future in admin.create_topics([NewTopic(t, PARTITIONS, 1, config=keep) for t in (inp, out)]).values():
         future.result(60)
     producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random", "linger.ms": 20,
                          "batch.num.messages": 10000, "queue.buffering.max.messages": 1_000_000})
