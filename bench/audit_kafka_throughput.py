@@ -248,9 +248,11 @@ def baseline_audit(spark: Any, inp: Path, out: Path, start: datetime, end: datet
     return {k: int(v or 0) for k, v in {**totals, **output, **missing}.items()}
 
 
-def our_audit(spark: Any, inp: Source, out: Source, report_dir: Path) -> tuple[dict[str, int], dict[str, Any]]:
+def our_audit(spark: Any, inp: Source, out: Source, report_dir: Path,
+              pair_id_summary: bool = False) -> tuple[dict[str, int], dict[str, Any]]:
     cfg = AuditConfig(input=inp, output=out, dlq=None, start=DAY, end=DAY + timedelta(days=1), out_dir=report_dir,
-                      dedupe_window=timedelta(days=7))
+                      dedupe_window=timedelta(days=7),
+                      **({"pair_id_summary": True} if pair_id_summary else {}))  # older code has no such field
     result = run_config(cfg, spark=spark)
     counts = {k: int(result.report[k]) for k in ("input_messages", "input_unique", "input_duplicates",
                                                  "output_messages", "output_duplicates", "missing")}
@@ -320,6 +322,8 @@ def main() -> None:
     parser.add_argument("--audits", default=",".join(AUDITS),
                         help=f"Which audits to run, in this order (comma-separated, of {', '.join(AUDITS)}; "
                         "empty: none).")
+    parser.add_argument("--pair-id-summary", action="store_true",
+                        help="Ours on the broker with the id summary per partition pair (AuditConfig.pair_id_summary).")
     args = parser.parse_args()
     wanted = [a for a in args.audits.split(",") if a]
     if unknown := [a for a in wanted if a not in AUDITS]:
@@ -360,7 +364,8 @@ def main() -> None:
                 "parquet": lambda: our_audit(spark, ExportSource(str(exports["in"])), ExportSource(str(exports["out"])),
                                              root / "report-parquet"),
                 "broker": lambda: our_audit(spark, KafkaSource(broker.bootstrap, inp),
-                                            KafkaSource(broker.bootstrap, out), root / "report-broker"),
+                                            KafkaSource(broker.bootstrap, out), root / "report-broker",
+                                            pair_id_summary=args.pair_id_summary),
             }
             for name in wanted:
                 steps[name], (counts[name], timings) = measured(f"audit {name}", meter, args.events, runs[name])

@@ -72,7 +72,7 @@ def audit_day(spark: Any, bootstrap: str, topic: str, out_partitions: int, out_d
         produce(bootstrap, topics[role], records)
     cfg = AuditConfig(input=KafkaSource(bootstrap, topics["input"]), output=KafkaSource(bootstrap, topics["output"]),
                       dlq=KafkaSource(bootstrap, topics["dlq"]), start=sc.START, end=sc.END, out_dir=out_dir,
-                      dedupe_window=timedelta(hours=24), lookback=timedelta(hours=24))
+                      dedupe_window=timedelta(hours=24), lookback=timedelta(hours=24), pair_id_summary=True)
     return run_config(cfg, spark=spark)
 
 
