@@ -103,7 +103,10 @@ def produce(bootstrap: str, inp: str, out: str, n: int) -> int:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in (inp, out)]).values():
+    # No retention: the events are stamped on DAY, and with the default 7 days a data dir kept for
+    # later runs lost its output's older segments a week later, mid-audit (found 2026-11-27).
+    keep = {"retention.ms": "-1"}
+    for future in admin.create_topics([NewTopic(t, PARTITIONS, 1, config=keep) for t in (inp, out)]).values():
         future.result(60)
     producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random", "linger.ms": 20,
                          "batch.num.messages": 10000, "queue.buffering.max.messages": 1_000_000})
@@ -245,14 +248,17 @@ def baseline_audit(spark: Any, inp: Path, out: Path, start: datetime, end: datet
     return {k: int(v or 0) for k, v in {**totals, **output, **missing}.items()}
 
 
-def our_audit(spark: Any, inp: Source, out: Source, report_dir: Path) -> tuple[dict[str, int], dict[str, float]]:
+def our_audit(spark: Any, inp: Source, out: Source, report_dir: Path,
+              pair_id_summary: bool = False) -> tuple[dict[str, int], dict[str, Any]]:
     cfg = AuditConfig(input=inp, output=out, dlq=None, start=DAY, end=DAY + timedelta(days=1), out_dir=report_dir,
-                      dedupe_window=timedelta(days=7))
+                      dedupe_window=timedelta(days=7),
+                      **({"pair_id_summary": True} if pair_id_summary else {}))  # older code has no such field
     result = run_config(cfg, spark=spark)
     counts = {k: int(result.report[k]) for k in ("input_messages", "input_unique", "input_duplicates",
                                                  "output_messages", "output_duplicates", "missing")}
     counts.update(result.report["retry_gap_buckets"])
-    return counts, result.timings
+    # Which id summary ran (the partition pairs or the global aggregation); absent in older code.
+    return counts, {**result.timings, "id_summary_path": getattr(result, "id_summary_path", "global")}
 
 
 def _produced(data_dir: Path, bootstrap: str, events: int) -> tuple[str, str, int]:
@@ -316,6 +322,8 @@ def main() -> None:
     parser.add_argument("--audits", default=",".join(AUDITS),
                         help=f"Which audits to run, in this order (comma-separated, of {', '.join(AUDITS)}; "
                         "empty: none).")
+    parser.add_argument("--pair-id-summary", action="store_true",
+                        help="Ours on the broker with the id summary per partition pair (AuditConfig.pair_id_summary).")
     args = parser.parse_args()
     wanted = [a for a in args.audits.split(",") if a]
     if unknown := [a for a in wanted if a not in AUDITS]:
@@ -356,7 +364,8 @@ def main() -> None:
                 "parquet": lambda: our_audit(spark, ExportSource(str(exports["in"])), ExportSource(str(exports["out"])),
                                              root / "report-parquet"),
                 "broker": lambda: our_audit(spark, KafkaSource(broker.bootstrap, inp),
-                                            KafkaSource(broker.bootstrap, out), root / "report-broker"),
+                                            KafkaSource(broker.bootstrap, out), root / "report-broker",
+                                            pair_id_summary=args.pair_id_summary),
             }
             for name in wanted:
                 steps[name], (counts[name], timings) = measured(f"audit {name}", meter, args.events, runs[name])

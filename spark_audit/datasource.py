@@ -44,6 +44,13 @@ Options (all strings, as Spark passes them):
   :data:`spark_audit.arrow_events.COUNTS_SCHEMA_DDL`) is set and every record column null (on
   record rows ``input_counts`` is null): the audit gets its input pass from the same scan that
   reads the topic, with no value parsed in the JVM (default: not counted, no such column).
+- ``pair_topic`` / ``pair_window_us``: the partition-pair read (:func:`read_pair`): one task per
+  partition ``p`` reads ``topic``'s partition ``p`` and then ``pair_topic``'s (the output topic; its
+  records with ids, without values or headers), whole, and summarises the pair's ids with pyarrow
+  (:class:`spark_audit.id_pairs.PairSummary`, window ``lookback_start,start,end`` in epoch
+  microseconds). Adds the columns ``id_hash`` (every record's id hash) and ``id_flags``; after the
+  records come the summary rows (``key`` = an id, ``id_flags`` set) and one row per distinct id of
+  the pair (only ``partition`` and ``id_hash`` set). Both topics must have the same partitions.
 - ``kafka.<name>``: any other librdkafka consumer setting, passed through (it wins over the fetch
   prefetch limit and fetch wait each task sets for its range, :func:`range_fetch_config`).
 """
@@ -74,6 +81,10 @@ RECORD_SCHEMA_DDL = (
 #: The column holding a task's partial input-pass counts (``counts_start_us`` / ``counts_end_us``).
 COUNTS_COLUMN = "input_counts"
 
+#: The partition-pair read's columns: a record's (or summary row's) id hash, a summary row's flags.
+ID_HASH_COLUMN = "id_hash"
+ID_FLAGS_COLUMN = "id_flags"
+
 DEFAULT_MAX_RECORDS_PER_SPLIT = 1_000_000
 _ARROW_BATCH_ROWS = 10_000
 _META_TIMEOUT_S = 30.0
@@ -97,6 +108,16 @@ class OffsetRangePartition(InputPartition):
     end: int
 
 
+@dataclass(frozen=True)
+class PairedRangePartition(OffsetRangePartition):
+    """One task of the partition-pair read: ``topic``/``partition`` ``[start, end)``, then
+    ``pair_topic``/``partition`` ``[pair_start, pair_end)``. Picklable."""
+
+    pair_topic: str = ""
+    pair_start: int = 0
+    pair_end: int = 0
+
+
 def counts_window(options: Mapping[str, str]) -> tuple[int, int] | None:
     """``(start_us, end_us)`` of the input pass the read counts, or None (options not both set)."""
     start, end = options.get("counts_start_us"), options.get("counts_end_us")
@@ -112,12 +133,18 @@ def counts_window(options: Mapping[str, str]) -> tuple[int, int] | None:
 
 
 def record_schema_ddl(options: Mapping[str, str]) -> str:
-    """The source's row shape: :data:`RECORD_SCHEMA_DDL`, plus the counts column when it counts."""
-    if counts_window(options) is None:
-        return RECORD_SCHEMA_DDL
-    from spark_audit.arrow_events import COUNTS_SCHEMA_DDL
+    """The source's row shape: :data:`RECORD_SCHEMA_DDL`, plus the counts column when it counts,
+    plus the id columns of the partition-pair read."""
+    ddl = RECORD_SCHEMA_DDL
+    if counts_window(options) is not None:
+        from spark_audit.arrow_events import COUNTS_SCHEMA_DDL
 
-    return f"{RECORD_SCHEMA_DDL}, {COUNTS_COLUMN} STRUCT<{COUNTS_SCHEMA_DDL}>"
+        ddl = f"{ddl}, {COUNTS_COLUMN} STRUCT<{COUNTS_SCHEMA_DDL}>"
+    if options.get("pair_topic"):
+        from spark_audit.id_pairs import FLAGS_DDL
+
+        ddl = f"{ddl}, {ID_HASH_COLUMN} BIGINT, {ID_FLAGS_COLUMN} STRUCT<{FLAGS_DDL}>"
+    return ddl
 
 
 def consumer_config(bootstrap: str, extra: Mapping[str, str] | None = None,
@@ -163,23 +190,50 @@ def _list_partitions(consumer: Any, topic: str) -> list[int]:
     return sorted(meta.partitions)
 
 
-def plan_offset_ranges(bootstrap: str, topic: str, options: Mapping[str, str]) -> list[OffsetRangePartition]:
-    """List ``[start, end)`` per partition of ``topic``, unsplit, empty ranges dropped."""
-    from confluent_kafka import Consumer, TopicPartition
+def _planning_consumer(bootstrap: str, options: Mapping[str, str]) -> Any:
+    from confluent_kafka import Consumer
 
     extra = {k[len("kafka."):]: v for k, v in options.items() if k.startswith("kafka.")}
-    consumer = Consumer(consumer_config(bootstrap, extra, options.get("isolation_level", "read_committed")))
+    return Consumer(consumer_config(bootstrap, extra, options.get("isolation_level", "read_committed")))
+
+
+def _plan(consumer: Any, topic: str, options: Mapping[str, str]) -> list[OffsetRangePartition]:
+    """``[start, end)`` of every partition of ``topic`` (empty ones too), in partition order."""
+    from confluent_kafka import TopicPartition
+
+    partitions = _list_partitions(consumer, topic)
+    bounds = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=_META_TIMEOUT_S)
+              for p in partitions}
+    starts = _resolve(consumer, topic, bounds, options.get("starting_timestamp"),
+                      _parse_offsets(options.get("starting_offsets"), "earliest"))
+    ends = _resolve(consumer, topic, bounds, options.get("ending_timestamp"),
+                    _parse_offsets(options.get("ending_offsets"), "latest"))
+    return [OffsetRangePartition(topic, p, starts[p], ends[p]) for p in partitions]
+
+
+def plan_offset_ranges(bootstrap: str, topic: str, options: Mapping[str, str]) -> list[OffsetRangePartition]:
+    """List ``[start, end)`` per partition of ``topic``, unsplit, empty ranges dropped."""
+    consumer = _planning_consumer(bootstrap, options)
     try:
-        partitions = _list_partitions(consumer, topic)
-        bounds = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=_META_TIMEOUT_S)
-                  for p in partitions}
-        starts = _resolve(consumer, topic, bounds, options.get("starting_timestamp"),
-                          _parse_offsets(options.get("starting_offsets"), "earliest"))
-        ends = _resolve(consumer, topic, bounds, options.get("ending_timestamp"),
-                        _parse_offsets(options.get("ending_offsets"), "latest"))
+        return [r for r in _plan(consumer, topic, options) if r.end > r.start]
     finally:
         consumer.close()
-    return [OffsetRangePartition(topic, p, starts[p], ends[p]) for p in partitions if ends[p] > starts[p]]
+
+
+def plan_pairs(bootstrap: str, topic: str, pair_topic: str, options: Mapping[str, str]) -> list[PairedRangePartition]:
+    """One task per partition number of ``topic`` and ``pair_topic`` (both planned with the same
+    options); pairs with both ranges empty dropped. The two topics must have the same partitions."""
+    consumer = _planning_consumer(bootstrap, options)
+    try:
+        first, second = _plan(consumer, topic, options), _plan(consumer, pair_topic, options)
+    finally:
+        consumer.close()
+    if [r.partition for r in first] != [r.partition for r in second]:
+        raise AuditError(f"kafka_confluent source: {topic!r} has {len(first)} partitions and {pair_topic!r} "
+                         f"{len(second)}: the partition-pair read needs the same partitions on both; "
+                         "read them apart (no pair_topic option)")
+    return [PairedRangePartition(a.topic, a.partition, a.start, a.end, b.topic, b.start, b.end)
+            for a, b in zip(first, second, strict=True) if a.end > a.start or b.end > b.start]
 
 
 def _resolve(consumer: Any, topic: str, bounds: Mapping[int, tuple[int, int]], timestamp_ms: str | None,
@@ -241,6 +295,10 @@ class KafkaReader(DataSourceReader):
         counts_window(self.options)  # a bad window fails here, on the driver, not in every task
 
     def partitions(self) -> Sequence[InputPartition]:
+        if self.options.get("pair_topic"):
+            return (plan_pairs(self.options["bootstrap"], self.options["topic"], self.options["pair_topic"],
+                               self.options)
+                    or [PairedRangePartition(self.options["topic"], 0, 0, 0, self.options["pair_topic"], 0, 0)])
         ranges = plan_offset_ranges(self.options["bootstrap"], self.options["topic"], self.options)
         max_records = int(self.options.get("max_records_per_split", DEFAULT_MAX_RECORDS_PER_SPLIT))
         min_partitions = int(self.options.get("min_partitions", "1"))
@@ -250,6 +308,8 @@ class KafkaReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, OffsetRangePartition)
+        if isinstance(partition, PairedRangePartition):
+            return read_pair(self.options, partition)
         if partition.end <= partition.start:
             return iter(())
         return read_range(self.options, partition)
@@ -330,6 +390,82 @@ def read_range(options: Mapping[str, str], part: OffsetRangePartition) -> Iterat
         counts = counter.to_batch(pa)
         if counts.num_rows:
             yield counts
+
+
+def read_pair(options: Mapping[str, str], part: PairedRangePartition) -> Iterator[Any]:
+    """Yield the records of the input partition, then those of the output partition of the same
+    number (:func:`read_range` each: ids in ``key``; the input with its values and partial counts
+    as ``options`` say, the output without values or headers), each with its id hash; then the
+    pair's summary rows and one row per distinct id hash (:class:`spark_audit.id_pairs.PairSummary`)."""
+    import pyarrow as pa
+
+    from spark_audit.id_pairs import FLAGS_TYPE, IdWindow, PairSummary, id_hashes
+
+    window = options.get("pair_window_us")
+    if not window:
+        raise AuditError("kafka_confluent source: pair_topic needs pair_window_us=<lookback_start>,<start>,<end> "
+                         "(epoch microseconds)")
+    summary = PairSummary(IdWindow.parse(window))
+    counting = counts_window(options) is not None
+    output_options = {**{k: v for k, v in options.items() if not k.startswith("counts_")},
+                      "values": "false", "headers": "false", "message_ids": "true"}
+    sides = (("input", options, OffsetRangePartition(part.topic, part.partition, part.start, part.end)),
+             ("output", output_options,
+              OffsetRangePartition(part.pair_topic, part.partition, part.pair_start, part.pair_end)))
+    for side, side_options, rng in sides:
+        if rng.end <= rng.start:
+            continue
+        for batch in read_range(side_options, rng):
+            if batch.column("offset").null_count:  # the partial counts (no offsets), not records
+                yield _pair_columns(pa, batch, counting)
+                continue
+            summary.add(side, batch.column("key"), batch.column("timestamp"))
+            yield _pair_columns(pa, batch, counting, hashes=id_hashes(batch.column("key")))
+    rows, distinct = summary.result()
+    flags = pa.StructArray.from_arrays([rows.column(f.name).combine_chunks() for f in FLAGS_TYPE],
+                                       fields=list(FLAGS_TYPE))
+    ids = rows.column("id").combine_chunks()
+    yield _pair_rows(pa, part.partition, len(ids), counting, key=ids, hashes=id_hashes(ids), flags=flags)
+    yield _pair_rows(pa, part.partition, len(distinct), counting, hashes=distinct)
+
+
+def _record_types(pa: Any) -> tuple[Any, ...]:
+    return (pa.string(), pa.int32(), pa.int64(), pa.timestamp("us", tz="UTC"), pa.binary(), pa.binary(),
+            pa.map_(pa.string(), pa.binary()))
+
+
+def _pair_columns(pa: Any, batch: Any, counting: bool, hashes: Any = None) -> Any:
+    """``batch`` (records, or the partial counts) in the pair read's schema."""
+    from spark_audit.id_pairs import FLAGS_TYPE
+
+    n = batch.num_rows
+    columns = [batch.column(name) for name in _RECORD_NAMES]
+    names = list(_RECORD_NAMES)
+    if counting:
+        names.append(COUNTS_COLUMN)
+        columns.append(batch.column(COUNTS_COLUMN) if COUNTS_COLUMN in batch.schema.names
+                       else pa.nulls(n, _counts_type(pa)))
+    columns += [hashes if hashes is not None else pa.nulls(n, pa.int64()), pa.nulls(n, FLAGS_TYPE)]
+    return pa.RecordBatch.from_arrays(columns, names=[*names, ID_HASH_COLUMN, ID_FLAGS_COLUMN])
+
+
+def _pair_rows(pa: Any, partition: int, n: int, counting: bool, *, hashes: Any, key: Any = None,
+               flags: Any = None) -> Any:
+    """Rows of the pair read that are not records: ``partition``, ``key``, ``id_hash`` and
+    ``id_flags`` set as given, every other column null."""
+    import numpy as np
+
+    from spark_audit.id_pairs import FLAGS_TYPE
+
+    given = {"partition": pa.array(np.full(n, partition, dtype=np.int32)), "key": key}
+    columns = [given.get(name) if given.get(name) is not None else pa.nulls(n, t)
+               for name, t in zip(_RECORD_NAMES, _record_types(pa), strict=True)]
+    names = list(_RECORD_NAMES)
+    if counting:
+        names.append(COUNTS_COLUMN)
+        columns.append(pa.nulls(n, _counts_type(pa)))
+    columns += [hashes, flags if flags is not None else pa.nulls(n, FLAGS_TYPE)]
+    return pa.RecordBatch.from_arrays(columns, names=[*names, ID_HASH_COLUMN, ID_FLAGS_COLUMN])
 
 
 def _in_range(msgs: list[Any], part: OffsetRangePartition, position: int) -> tuple[list[Any], list[int], int]:

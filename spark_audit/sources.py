@@ -71,6 +71,24 @@ def topic_exists(bootstrap: str, topic: str, timeout_s: float = 30.0,
     return meta is not None and meta.error is None
 
 
+def partition_count(bootstrap: str, topic: str, settings: dict[str, str] | None = None,
+                    timeout_s: float = 30.0) -> int | None:
+    """How many partitions ``topic`` has (None: no such topic); lists all topics, as
+    :func:`topic_exists` does, so nothing is auto-created by asking."""
+    from confluent_kafka import Consumer, KafkaException
+
+    consumer = Consumer(consumer_config(bootstrap, settings))
+    try:
+        metadata = consumer.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise AuditError(f"cannot reach the broker at {bootstrap} to list topics: {exc}; "
+                         "check --bootstrap and that the broker is up") from exc
+    finally:
+        consumer.close()
+    meta = metadata.topics.get(topic)
+    return None if meta is None or meta.error is not None else len(meta.partitions)
+
+
 def load(spark: Any, source: Source, start: datetime, end: datetime | None) -> tuple[Any | None, str | None]:
     """Rows of ``source``: a topic from the first offset ListOffsets gives for ``start`` to the offset
     it gives for ``end`` (``end=None``: to the log end, which is how the audit reads: it cuts the
