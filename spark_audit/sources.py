@@ -57,24 +57,13 @@ def topic_exists(bootstrap: str, topic: str, timeout_s: float = 30.0,
                  settings: dict[str, str] | None = None) -> bool:
     """Whether ``topic`` exists; lists all topics so nothing is auto-created by asking.
     ``settings``: librdkafka connection settings (``--kafka``, ``--kafka-secret``)."""
-    from confluent_kafka import Consumer, KafkaException
-
-    consumer = Consumer(consumer_config(bootstrap, settings))
-    try:
-        metadata = consumer.list_topics(timeout=timeout_s)
-    except KafkaException as exc:
-        raise AuditError(f"cannot reach the broker at {bootstrap} to list topics: {exc}; "
-                         "check --bootstrap and that the broker is up") from exc
-    finally:
-        consumer.close()
-    meta = metadata.topics.get(topic)
-    return meta is not None and meta.error is None
+    return partition_count(bootstrap, topic, settings, timeout_s) is not None
 
 
 def partition_count(bootstrap: str, topic: str, settings: dict[str, str] | None = None,
                     timeout_s: float = 30.0) -> int | None:
-    """How many partitions ``topic`` has (None: no such topic); lists all topics, as
-    :func:`topic_exists` does, so nothing is auto-created by asking."""
+    """How many partitions ``topic`` has (None: no such topic); lists all topics, so nothing is
+    auto-created by asking."""
     from confluent_kafka import Consumer, KafkaException
 
     consumer = Consumer(consumer_config(bootstrap, settings))
