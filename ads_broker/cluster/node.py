@@ -795,19 +795,26 @@ class ClusterNode:
                 break
         return done
 
-    async def _zk_call(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn(*args)`` (blocking ZooKeeper work for a client request) on :attr:`zk_requests`;
-        ZooKeeperUnavailableError at once while this broker's ZooKeeper connection is lost: kazoo
-        would queue the call until ZooKeeper is back, holding the thread. Checked on the loop and
-        again on the thread when the call starts (calls queued on the executor before the loss was
-        noticed start after it)."""
+    async def _zk_call(self, fn: Callable[..., T], *args: Any, wait_for_zookeeper: bool = False) -> T:
+        """Run ``fn(*args)`` (blocking ZooKeeper work for a client request) on :attr:`zk_requests`,
+        never on the loop's default executor: kazoo queues a call while its connection is away and
+        answers it only on reconnection, so the call holds its thread as long as ZooKeeper hangs.
+
+        By default ZooKeeperUnavailableError at once while this broker's connection is known lost
+        (checked on the loop and again when a queued call starts). ``wait_for_zookeeper``: the call
+        waits for the reconnection instead (Metadata: Kafka answers it from its metadata cache
+        during an outage; answering a known topic with no partitions would make a client call its
+        partitions unknown, so the answer waits, on these threads only)."""
         zk = self.zk  # LeaderNotAvailableError while joining or after leaving
 
+        def unavailable() -> ZooKeeperUnavailableError:
+            return ZooKeeperUnavailableError(
+                f"broker {self.broker_id} has lost its ZooKeeper connection: the cluster's state cannot be "
+                "read or changed now; retry")
+
         def call() -> T:
-            if not zk.connected:
-                raise ZooKeeperUnavailableError(
-                    f"broker {self.broker_id} has lost its ZooKeeper connection: the cluster's state cannot be "
-                    "read or changed now; retry")
+            if not wait_for_zookeeper and not zk.connected:
+                raise unavailable()
             try:
                 return fn(*args)
             except (ConnectionLoss, SessionExpiredError, ConnectionClosedError, OperationTimeoutError) as e:
@@ -817,8 +824,8 @@ class ClusterNode:
                     f"({type(e).__name__}); a change it asked for may or may not have been made: check, then "
                     "retry") from e
 
-        if not zk.connected:
-            return call()  # raises at once, no thread taken
+        if not wait_for_zookeeper and not zk.connected:
+            raise unavailable()  # no thread taken
         return await asyncio.get_running_loop().run_in_executor(self.zk_requests, call)
 
     async def snapshot(self, names: list[str] | None = None) -> ClusterSnapshot:
@@ -826,7 +833,7 @@ class ClusterNode:
         joined (or once it left): itself alone, no controller, no topics."""
         if self.joined:
             try:
-                return await self._zk_call(self._snapshot, names)
+                return await self._zk_call(self._snapshot, names, wait_for_zookeeper=True)
             except (BrokerError, KazooException) as e:
                 log.warning("cannot read the cluster's state from ZooKeeper", error=repr(e))
         return ClusterSnapshot({self.broker_id: self.registration()}, -1, {}, complete=False)

@@ -6,9 +6,10 @@ kazoo queues a request while its connection is away and answers it only on recon
 (every topic), and Fetch v13+ naming a topic id the broker does not hold, each ran such a read on
 the event loop's default executor, where Produce batches over 32 KiB are validated: 30 of them
 pinned every thread, and a 40 KB Produce to the broker's own partition was never answered. Now
-those reads run on the cluster's own threads and are not started while the connection is known
-lost: the 30 requests are answered (LEADER_NOT_AVAILABLE / UNKNOWN_TOPIC_ID) and the Produce is
-appended. The waits are generous socket timeouts on outcomes, never timing checks.
+those reads run on the cluster's own threads (the Fetch's not started while the connection is
+known lost; Metadata's wait for ZooKeeper there, as a client must not be told a known topic has no
+partitions): the Produce is appended meanwhile, and all 30 are answered, at the latest once
+ZooKeeper is back. The waits are generous socket timeouts on outcomes, never timing checks.
 """
 
 from __future__ import annotations
@@ -61,14 +62,16 @@ def test_requests_reading_zookeeper_while_it_hangs_leave_produce_served(
                 client.send(MetadataRequest(topics=None, allow_auto_topic_creation=False), 12)
             else:
                 client.send(fetch_request(uuid.uuid4(), [0]), 13)
-        for client in clients:
-            client.sock.settimeout(30)
-            assert client.recv_frame()  # answered (not parked until ZooKeeper is back)
-        with RawClient(bootstrap) as raw:
+        with RawClient(bootstrap) as raw:  # while the 30 are parked or answered: the Produce is appended
             raw.sock.settimeout(30)
             produced = raw.request(produce_request(topic, b"y" * 40_000, acks=1), 9)
             assert produced.responses[0].partition_responses[0].error_code == 0
     finally:
         os.kill(zk_server.proc.pid, signal.SIGCONT)
+    try:
+        for client in clients:  # every one answered, at the latest once ZooKeeper is back
+            client.sock.settimeout(60)
+            assert client.recv_frame()
+    finally:
         for client in clients:
             client.close()
