@@ -36,6 +36,10 @@ from ads_broker.cluster.zookeeper import (
 
 log = logging.getLogger(__name__)
 
+#: First pause between two attempts to register again after a session expiry, doubled up to the max.
+REREGISTER_RETRY_S = 0.2
+MAX_REREGISTER_RETRY_S = 5.0
+
 PartitionStateCallback = Callable[[TopicPartition, tuple[int, ...], LeaderAndIsr], None]
 
 
@@ -82,12 +86,26 @@ class BrokerMembership:
             threading.Thread(target=self._register_again, name=f"reregister-{self.broker_id}", daemon=True).start()
 
     def _register_again(self) -> None:
-        try:
-            self.broker_epoch = self.zk.register_broker(self.registration)
-            log.warning("broker %d: ZooKeeper session expired; registered again (broker epoch %d)",
-                        self.broker_id, self.broker_epoch)
-        except BrokerIdInUseError:
-            log.exception("broker %d: cannot register again after a session expiry", self.broker_id)
+        """Register on the new session, retrying until it works or the broker leaves: a broker that
+        gave up stayed alive but unregistered for good (counted dead by the controller, its
+        partitions' ISRs never full again). A write can fail right after ZooKeeper resumed (the
+        connection drops again) and the old session's registration can outlive its expiry briefly."""
+        pause = REREGISTER_RETRY_S
+        while not self._closed:
+            try:
+                self.broker_epoch = self.zk.register_broker(self.registration)
+            except BrokerIdInUseError as e:
+                log.warning("broker %d: cannot register again after a session expiry yet: %s; retrying in %.1fs",
+                            self.broker_id, e, pause)
+            except Exception as e:  # a connection loss, a session expiring again: the same, later
+                log.warning("broker %d: registering again after a session expiry failed (%s); retrying in %.1fs",
+                            self.broker_id, repr(e), pause)
+            else:
+                log.warning("broker %d: ZooKeeper session expired; registered again (broker epoch %d)",
+                            self.broker_id, self.broker_epoch)
+                return
+            time.sleep(pause)
+            pause = min(pause * 2, MAX_REREGISTER_RETRY_S)
 
     def close(self) -> None:
         """Leave the cluster: the session closes and the registration disappears at once."""

@@ -92,3 +92,36 @@ def test_member_joins_from_broker_settings_and_leaves_cleanly(zk_connect: str, a
     assert member.leave(controlled_shutdown_timeout_s=60) == [TopicPartition("solo", 0)]
     assert admin.get_live_broker_ids() == frozenset()
     assert admin.get_controller_id() is None
+
+
+def test_a_failed_re_registration_after_a_session_expiry_is_retried(zk_connect: str, admin: KafkaZkClient) -> None:
+    """After its session expired, a broker registers again on its new session. If that write fails
+    (the connection drops again, as it can right after ZooKeeper resumes from a stall), the broker
+    must try again: the thread that re-registered died on anything but BrokerIdInUseError, and the
+    broker stayed alive but unregistered for good (the controller counts it dead: its partitions'
+    ISRs never fill again). The failure is injected into the real client's first call after the
+    expiry; the expiry itself is a real one (expire_session)."""
+    from kazoo.exceptions import ConnectionLoss
+
+    from .conftest import expire_session
+
+    broker = member(zk_connect, 1, "cluster-a", port=9101)
+    broker.register()
+    real = broker.zk.register_broker
+    failures = []
+
+    def flaky(registration: BrokerRegistration) -> int:
+        if not failures:
+            failures.append(registration.broker_id)
+            raise ConnectionLoss()
+        return real(registration)
+
+    broker.zk.register_broker = flaky  # type: ignore[method-assign]
+    try:
+        expire_session(broker.zk)
+        wait_until(lambda: admin.get_broker(1) is not None, "broker 1 registered again on its new session")
+        assert failures == [1]
+        _, stat = admin.client.get("/brokers/ids/1")
+        assert stat.ephemeralOwner == broker.zk.session_id
+    finally:
+        broker.close()
