@@ -70,12 +70,12 @@ lint: $(VENV)/.test $(VENV)/.walk
 SIDE_TESTS = tests/chaos/worker/test_chaos_ci.py tests/chaos/cluster/test_history.py \
 	tests/integration/test_main_job.py tests/integration/audit/test_audit_progress.py \
 	tests/integration/cluster/test_interbroker_attacks.py tests/integration/cluster/test_hw_checkpoint.py \
-	tests/integration/cluster/test_cluster_security.py tests/chaos/cluster/test_leaders.py \
+	tests/integration/cluster/test_cluster_security.py \
 	tests/chaos/cluster/test_lineage.py tests/integration/cluster/test_create_partitions.py \
 	tests/integration/cluster/test_coordinators.py tests/integration/cluster/test_txn_fencing.py \
 	tests/integration/cluster/test_interbroker_sasl.py tests/integration/cluster/test_local_cluster.py \
 	tests/integration/cluster/test_elect_leaders.py tests/integration/cluster/test_fetch_remote_topic_ids.py \
-	tests/integration/cluster/test_security_writes_zk_outage.py tests/unit/audit/test_audit_exports.py \
+	tests/unit/audit/test_audit_exports.py \
 	tests/integration/cluster/test_zk_hang_client_requests.py tests/integration/audit/test_audit_pairs.py
 
 test: apt-test-deps $(VENV)/.test $(VENV)/.walk $(CHECKOV_VENV)/.done lint
