@@ -888,13 +888,7 @@ class ClusterNode:
         ZooKeeper path: ``..`` or ``t/partitions/0/state`` must not reach kazoo or another znode),
         and, for a long list, only topics that exist (one read of ``/brokers/topics``' children
         instead of two reads per name a client may invent)."""
-        legal = []
-        for name in dict.fromkeys(names):
-            try:
-                validate_topic_name(name)
-            except BrokerError:
-                continue
-            legal.append(name)
+        legal = [name for name in dict.fromkeys(names) if _is_legal(name)]
         if len(legal) > SNAPSHOT_NAMES_READ_DIRECTLY:
             existing = set(self.zk.get_topics())
             legal = [name for name in legal if name in existing]
