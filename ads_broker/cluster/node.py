@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import functools
 import threading
 import time
@@ -47,6 +48,7 @@ from kazoo.exceptions import (
 from ads_broker.cluster.channel import BrokerConnection
 from ads_broker.cluster.exceptions import PartitionEpochError, ZooKeeperUnavailableError
 from ads_broker.cluster.member import ClusterMember
+from ads_broker.cluster.shared_reads import SharedReads
 from ads_broker.cluster.topics import Topic, validate_topic_name
 from ads_broker.cluster.zookeeper import (
     NO_LEADER,
@@ -120,6 +122,12 @@ class ClusterSnapshot:
     topics: Mapping[str, TopicView]
     #: False: ZooKeeper could not be read (not joined, leaving, connection lost); topics unknown.
     complete: bool = True
+
+
+def _narrowed(snapshot: ClusterSnapshot, names: list[str]) -> ClusterSnapshot:
+    """``snapshot`` with only the topics ``names`` asked for (it was read for more)."""
+    wanted = set(names)
+    return dataclasses.replace(snapshot, topics={n: v for n, v in snapshot.topics.items() if n in wanted})
 
 
 def assign_replicas(brokers: Iterable[int], num_partitions: int, replication_factor: int) -> dict[int, list[int]]:
@@ -208,6 +216,9 @@ class ClusterNode:
         #: never answered. See :meth:`_zk_call`.
         self.zk_requests = concurrent.futures.ThreadPoolExecutor(max_workers=ZK_REQUEST_THREADS,
                                                                  thread_name_prefix="zk-requests")
+        #: :meth:`snapshot`'s reads, shared by the requests waiting at the same time (a Metadata
+        #: flood must not become a read of every partition's state per request).
+        self._snapshots: SharedReads[ClusterSnapshot] = SharedReads(self._read_snapshot, _narrowed)
 
     @property
     def joined(self) -> bool:
@@ -833,10 +844,13 @@ class ClusterNode:
         joined (or once it left): itself alone, no controller, no topics."""
         if self.joined:
             try:
-                return await self._zk_call(self._snapshot, names, wait_for_zookeeper=True)
+                return await self._snapshots.get(names)
             except (BrokerError, KazooException) as e:
                 log.warning("cannot read the cluster's state from ZooKeeper", error=repr(e))
         return ClusterSnapshot({self.broker_id: self.registration()}, -1, {}, complete=False)
+
+    async def _read_snapshot(self, names: list[str] | None) -> ClusterSnapshot:
+        return await self._zk_call(self._snapshot, names, wait_for_zookeeper=True)
 
     async def topic_ids(self) -> dict[uuid.UUID, tuple[str, int]]:
         """Every topic of the cluster by id: (name, partition count), from ZooKeeper's topic znodes,
