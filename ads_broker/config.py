@@ -287,6 +287,9 @@ SETTINGS: tuple[Setting, ...] = (
             doc="how long a follower's fetch waits at the leader for new records"),
     Setting("replica.fetch.max.bytes", int, 1048576, 1,
             doc="bytes a follower asks per partition per fetch (a larger first batch is still sent whole)"),
+    Setting("replica.fetch.response.max.bytes", int, 10485760, 0,
+            doc="bytes a follower asks for in one fetch of all the partitions it follows on one leader "
+                "(the first partition's first batch is still sent whole)"),
     Setting("replica.fetch.backoff.ms", int, 1000, 0,
             doc="how long a follower waits after a failed fetch (leader unreachable, error) before the next"),
     Setting("replica.high.watermark.checkpoint.interval.ms", int, 5000, 1,
@@ -512,6 +515,7 @@ class BrokerSettings:
     replica_lag_time_max_ms: int
     replica_fetch_wait_max_ms: int
     replica_fetch_max_bytes: int
+    replica_fetch_response_max_bytes: int
     replica_fetch_backoff_ms: int
     replica_high_watermark_checkpoint_interval_ms: int
     # inter-broker connections

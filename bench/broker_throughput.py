@@ -22,6 +22,9 @@ ads-broker with the per-record validation of client batches switched off in its 
 launches it through ``NOVALIDATION_LAUNCHER``, which replaces ``validate_records`` with one that
 returns the header's summary before the broker starts: no setting, no environment variable, nothing
 in the broker reads), and prints ads-broker/ads-noval ratios: validation's cost in one command.
+``--brokers ads-broker,ads-cluster,tansu`` adds "ads-cluster": three brokers and ZooKeeper with the
+topic at replication factor 3, ``min.insync.replicas=2`` (issue 13's "single node and with RF=3";
+tansu does not replicate, so its row is the same single node), and prints each /tansu ratio.
 ``--linger-ms 0`` makes the producer send many small
 requests, where per-request costs show. Both brokers and the client share the machine's cores; run
 it on a quiet machine.
@@ -98,6 +101,19 @@ def consume(bootstrap: str, topic: str, partitions: int, n: int) -> float:
     return elapsed
 
 
+def warm_group(bootstrap: str, topic: str) -> None:
+    """Ask the consumer group's coordinator once before anything is timed. The first group request
+    to a fresh broker creates ``__consumer_offsets`` (50 partitions; on a three-broker cluster 150
+    replicas opened and led): that was inside the consume time and CPU, 2.6 µs/msg of the
+    cluster's 1M-message consume (py-spy: ``Log._load``, leader-epoch checkpoints), and Kafka pays
+    it once per cluster's life, not per read."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False})
+    try:
+        c.committed([TopicPartition(topic, 0)], timeout=120)
+    finally:
+        c.close()
+
+
 #: Runs ``python -m ads_broker`` with the directory in argv[1] first on sys.path: ahead of the working
 #: directory (``-m`` would put this tree's ads_broker there) and of the editable install.
 BASELINE_LAUNCHER = ("import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); "
@@ -132,18 +148,53 @@ def baseline_process(base: Path, data_dir: Path, log_path: Path) -> BrokerProces
     return BrokerProcess(argv, port, log_path=log_path)
 
 
-def run_one(broker: BrokerProcess, name: str, n: int, partitions: int, repeat: int,
+class ClusterBrokers:
+    """"ads-cluster": ZooKeeper and three ``ads-broker serve`` processes in cluster mode
+    (bench/cluster_replication.py's cluster); the topic gets replication factor 3 and
+    ``min.insync.replicas=2``, so acks=all waits for a follower. CPU is the three brokers' sum
+    (ZooKeeper's is not counted)."""
+
+    replication_factor = 3
+
+    def __init__(self, root: Path) -> None:
+        from bench.cluster_replication import Cluster  # it imports this module's produce/consume
+
+        self.cluster = Cluster(root, session_ms=18000)
+        self.bootstrap = self.cluster.bootstrap
+        self.pids = [p.pid for p in self.cluster.procs.values()]
+
+    def __enter__(self) -> ClusterBrokers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cluster.close()
+
+
+def run_one(broker: BrokerProcess | ClusterBrokers, name: str, n: int, partitions: int, repeat: int,
             compression: str = "none", linger_ms: int = 5) -> dict[str, float]:
     topic = f"bench-{repeat}-{compression}"
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1, config={"retention.ms": "-1",
-                                                                  "retention.bytes": "-1"})])[topic].result(30)
+    config = {"retention.ms": "-1", "retention.bytes": "-1"}
+    rf = 1
+    if isinstance(broker, ClusterBrokers):
+        rf, config["min.insync.replicas"] = broker.replication_factor, "2"
+        pids = broker.pids
+    else:
+        pids = [broker.pid]
+    admin.create_topics([NewTopic(topic, partitions, rf, config=config)])[topic].result(30)
+    if isinstance(broker, ClusterBrokers):
+        broker.cluster.full_isr(topic)
+    warm_group(broker.bootstrap, topic)
     value = os.urandom(150).hex().encode()  # 300 bytes, incompressible-ish
-    cpu0 = cpu_seconds(broker.pid)
+
+    def cpu() -> float:
+        return sum(cpu_seconds(pid) for pid in pids)
+
+    cpu0 = cpu()
     produce_s = produce(broker.bootstrap, topic, n, value, compression, linger_ms)
-    cpu1 = cpu_seconds(broker.pid)
+    cpu1 = cpu()
     consume_s = consume(broker.bootstrap, topic, partitions, n + 1)  # + the warm-up message
-    cpu2 = cpu_seconds(broker.pid)
+    cpu2 = cpu()
     row = {"produce_mps": n / produce_s, "consume_mps": n / consume_s,
            "produce_cpu_us": (cpu1 - cpu0) / n * 1e6, "consume_cpu_us": (cpu2 - cpu1) / n * 1e6}
     print(f"{name:>10} {compression:>5} run {repeat}: produce {row['produce_mps']:>10,.0f} msg/s "
@@ -172,8 +223,11 @@ def main() -> None:
         for codec in codecs:
             for name in names:  # interleaved, so drift on a shared machine hits both
                 tmp = Path(tempfile.mkdtemp(prefix="bench-broker-"))
+                proc: BrokerProcess | ClusterBrokers
                 if name == "tansu":
                     proc = tansu_process(log_path=tmp / "tansu.log")
+                elif name == "ads-cluster":
+                    proc = ClusterBrokers(tmp)
                 elif name == "ads-base":
                     proc = baseline_process(args.baseline, tmp / "data", tmp / "broker.log")
                 elif name == "ads-noval":
@@ -191,6 +245,10 @@ def main() -> None:
         print(f"{name:>10} {codec:>5}: produce {m['produce_mps']:>10,.0f} msg/s  broker {m['produce_cpu_us']:.2f} "
               f"µs/msg | consume {m['consume_mps']:>10,.0f} msg/s  broker {m['consume_cpu_us']:.2f} µs/msg")
     for codec in codecs:
+        if ("ads-cluster", codec) in med and ("tansu", codec) in med:
+            ours, theirs = med[("ads-cluster", codec)], med[("tansu", codec)]
+            print(f"ratio ads-cluster/tansu {codec:>5}: produce {ours['produce_mps'] / theirs['produce_mps']:.2f}  "
+                  f"consume {ours['consume_mps'] / theirs['consume_mps']:.2f}")
         for other in ("ads-base", "ads-noval"):
             if (other, codec) in med and ("ads-broker", codec) in med:
                 ours, base = med[("ads-broker", codec)], med[(other, codec)]
