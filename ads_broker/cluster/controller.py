@@ -14,6 +14,12 @@ means someone (a leader changing its ISR) wrote in between: the controller re-re
 again. A stale controller epoch means another controller was elected: this one steps down. When
 the session is lost (expired) the controller steps down at once: it writes nothing until it wins
 an election again with a new session.
+
+Topic deletion (Kafka's ``TopicDeletionManager``): a topic under ``/admin/delete_topics`` is left
+out of every decision (no leader is elected for it any more); each replica broker deletes its
+replicas and acknowledges under the mark (``ClusterNode``); once every replica broker of the topic
+did, the controller deletes the topic's znodes and the mark in one multi-op guarded by its epoch.
+A replica broker that is down keeps the deletion pending (Kafka: "ineligible") until it is back.
 """
 
 from __future__ import annotations
@@ -65,6 +71,9 @@ class Controller:
         #: topics whose assignment znode is watched (the watch outlives a deletion of the znode)
         self._assignment_watched: set[str] = set()
         self._topics_seen: list[str] = []
+        #: topics marked for deletion (``/admin/delete_topics``), and those whose acks are watched
+        self._marked_seen: list[str] = []
+        self._acks_watched: set[str] = set()
 
     # -- state seen from other threads --
     @property
@@ -87,6 +96,7 @@ class Controller:
         self.zk.watch_topics(self._on_topics)
         self.zk.watch_shutting_down(lambda ids: self._events.put(_RECONCILE))
         self.zk.watch_preferred_election(lambda pending: self._events.put(_RECONCILE) if pending else None)
+        self.zk.watch_topic_deletions(self._on_deletions)
         self._events.put(_ELECT)
         return self
 
@@ -99,16 +109,30 @@ class Controller:
         self._events.put(_WATCH_TOPICS)
         self._events.put(_RECONCILE)
 
+    def _on_deletions(self, topics: list[str]) -> None:
+        """Topics marked for deletion or deletions done (kazoo's thread: no ZooKeeper call here)."""
+        with self._lock:
+            self._marked_seen = list(topics)
+        self._events.put(_WATCH_TOPICS)
+        self._events.put(_RECONCILE)
+
     def _watch_new_topics(self) -> None:
         """On the controller's thread: an assignment watch per topic not watched yet (Kafka's
         ``PartitionModificationsHandler``). A watch outlives its topic's deletion, so a topic
-        created again under the name is watched (DeleteTopics is refused in cluster mode: only a
-        topic deleted by hand in ZooKeeper leaves one behind)."""
+        created again under the name is watched. Each new deletion mark gets a watch of its
+        acknowledgements (it ends with the mark)."""
         with self._lock:
             new = [t for t in self._topics_seen if t not in self._assignment_watched]
             self._assignment_watched.update(new)
         for topic in new:
             self.zk.watch_assignment_changes(topic, lambda: self._events.put(_RECONCILE))
+        with self._lock:
+            marked = set(self._marked_seen)
+            self._acks_watched &= marked  # a mark gone ends its watch: a new mark of the name needs one
+            new_marks = sorted(marked - self._acks_watched)
+            self._acks_watched.update(new_marks)
+        for topic in new_marks:
+            self.zk.watch_deletion_acks(topic, lambda: self._events.put(_RECONCILE))
 
     def stop(self) -> None:
         """Stop the thread and hand the controller role over (delete ``/controller`` if ours)."""
@@ -186,9 +210,11 @@ class Controller:
         self._reconcile()
 
     def read_view(self) -> ClusterView:
-        """The cluster as ZooKeeper has it now (live brokers, assignment, states with versions)."""
+        """The cluster as ZooKeeper has it now (live brokers, assignment, states with versions),
+        without the topics marked for deletion."""
         live = self.zk.get_live_broker_ids()
-        assignment = self.zk.get_all_assignments()
+        marked = self.zk.get_topics_marked_for_deletion()
+        assignment = {tp: r for tp, r in self.zk.get_all_assignments().items() if tp.topic not in marked}
         pending = self.zk.get_preferred_election()
         return ClusterView(assignment=assignment, states=self.zk.get_partition_states(assignment),
                            live=live, shutting_down=self.zk.get_shutting_down() & live,
@@ -205,8 +231,22 @@ class Controller:
                 pending = self.zk.get_preferred_election()
                 if pending is not None and pending[0] <= view.preferred:
                     self.zk.delete_preferred_election(pending[1])
+                self._complete_deletions(epoch)
                 return
         self._events.put(_RECONCILE)
+
+    def _complete_deletions(self, epoch: ControllerEpoch) -> None:
+        """Delete each marked topic whose every replica broker acknowledged the deletion of its
+        replicas (a mark of a topic that does not exist goes at once, as in Kafka)."""
+        for topic in self.zk.get_topics_marked_for_deletion():
+            assignment = self.zk.get_assignment(topic)
+            replicas = {b for brokers in assignment.values() for b in brokers}
+            waiting = replicas - self.zk.get_deletion_acks(topic)
+            if waiting:
+                log.info("topic %s: deletion waits for brokers %s to delete their replicas", topic, sorted(waiting))
+                continue
+            self.zk.delete_topic_znodes(topic, epoch)
+            log.info("controller epoch %d: topic %s deleted", epoch.epoch, topic)
 
     def _write_all(self, changes: dict[TopicPartition, LeaderAndIsr], epoch: ControllerEpoch) -> bool:
         """Write every decision, pipelined (``write_partition_states``); False if one met a newer

@@ -40,3 +40,9 @@ class PartitionEpochError(ClusterError):
     state since it was read (INVALID_UPDATE_VERSION, as Kafka's AlterPartition answers)."""
 
     error_code = errors.INVALID_UPDATE_VERSION
+
+
+class UnknownTopicIdError(ClusterError):
+    """A request names a topic by an id no topic has (any more) (UNKNOWN_TOPIC_ID)."""
+
+    error_code = errors.UNKNOWN_TOPIC_ID

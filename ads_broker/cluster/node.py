@@ -45,7 +45,7 @@ from kazoo.exceptions import (
 )
 
 from ads_broker.cluster.channel import BrokerConnection
-from ads_broker.cluster.exceptions import PartitionEpochError, ZooKeeperUnavailableError
+from ads_broker.cluster.exceptions import PartitionEpochError, UnknownTopicIdError, ZooKeeperUnavailableError
 from ads_broker.cluster.member import ClusterMember
 from ads_broker.cluster.topics import Topic, validate_topic_name
 from ads_broker.cluster.zookeeper import (
@@ -208,6 +208,12 @@ class ClusterNode:
         #: never answered. See :meth:`_zk_call`.
         self.zk_requests = concurrent.futures.ThreadPoolExecutor(max_workers=ZK_REQUEST_THREADS,
                                                                  thread_name_prefix="zk-requests")
+        #: Ids of the topics marked for deletion that this broker has seen (kept: ids are never
+        #: reused, and a state of such a topic arriving late must never open it again here).
+        self._deleted_ids: set[uuid.UUID] = set()
+        #: The deletion pass running (one at a time) and whether another must follow it.
+        self._deleting: asyncio.Task[None] | None = None
+        self._deletions_again = False
 
     @property
     def joined(self) -> bool:
@@ -240,11 +246,16 @@ class ClusterNode:
         join = functools.partial(ClusterMember.from_config, self.config.values, self.registration(),
                                  on_partition_state=self._on_partition_state)
         member = await loop.run_in_executor(None, join)
+        try:
+            await self._drop_stale_topics(member.zk)
+        except Exception:
+            log.exception("cannot compare the local topics with ZooKeeper's; stale copies stay until deleted")
         with self._joining:
             self.member = member
             early, self._early = self._early or [], None
         await loop.run_in_executor(None, member.zk.watch_shutting_down, self._on_shutting_down)
         await loop.run_in_executor(None, member.zk.watch_broker_ids, self._on_live_brokers)
+        await loop.run_in_executor(None, member.zk.watch_topic_deletions, self._on_marked_for_deletion)
         if early:  # the states of the partitions this broker already holds, read while it registered
             await loop.run_in_executor(None, self._deliver, early)
         log.info("joined the cluster", broker_id=self.broker_id, zookeeper=self.config.settings.zookeeper_connect,
@@ -372,6 +383,120 @@ class ClusterNode:
         once every ``size`` InitProducerId requests)."""
         return self.zk.allocate_producer_id_block(self.broker_id, size)
 
+    # -- topic deletion ------------------------------------------------------------------------
+
+    async def _drop_stale_topics(self, zk: KafkaZkClient) -> None:
+        """At start, before any partition state is applied: delete the local topics ZooKeeper no
+        longer has, or has under another topic id (deleted, maybe created again, while this broker
+        was down). Their records must never be served again under the name."""
+        local = {t.name: t.topic_id for t in self.replicas.metadata.all_topics() if not t.internal}
+        if not local:
+            return
+        found = await asyncio.get_running_loop().run_in_executor(None, zk.get_topics_metadata, sorted(local))
+        for name, topic_id in local.items():
+            stored = found.get(name)
+            if stored is not None and stored[0] and topic_id_of(name, stored[1]) == topic_id:
+                continue
+            log.warning("deleting a local topic ZooKeeper does not have (deleted while this broker was down)",
+                        topic=name, topic_id=str(topic_id),
+                        zookeeper_topic_id=None if stored is None else stored[1])
+            self.replicas.delete_topic(name)
+
+    def _on_marked_for_deletion(self, names: list[str]) -> None:
+        """kazoo's event thread: ``/admin/delete_topics`` changed; the loop does the work."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(self._start_deletions)
+
+    def _start_deletions(self) -> None:
+        if self._deleting is not None and not self._deleting.done():
+            self._deletions_again = True
+            return
+        self._deleting = asyncio.get_running_loop().create_task(self._delete_marked())
+
+    async def _delete_marked(self) -> None:
+        """Kafka's StopReplica(delete=true), acted on through ZooKeeper: for every topic marked for
+        deletion, stop this broker's replicas of it (their fetchers), delete their logs, and
+        acknowledge under the mark; the controller deletes the topic once every replica broker did."""
+        while True:
+            self._deletions_again = False
+            member = self.member
+            if member is None:
+                return
+            loop = asyncio.get_running_loop()
+            try:
+                marked = await loop.run_in_executor(None, member.zk.get_topics_marked_for_deletion)
+                for topic_id in marked.values():
+                    if topic_id is not None:
+                        with contextlib.suppress(ValueError):
+                            self._deleted_ids.add(uuid.UUID(topic_id))
+                for name, topic_id in marked.items():
+                    local = self.replicas.metadata.get(name)
+                    if local is not None and (topic_id is None or str(local.topic_id) == topic_id):
+                        await self.fetchers.remove(name)
+                        self.replicas.delete_topic(name)
+                        log.info("replicas of a topic marked for deletion deleted", topic=name, topic_id=topic_id)
+                    held = self.replicas.metadata.get(name)
+                    if held is None or (topic_id is not None and str(held.topic_id) != topic_id):
+                        await loop.run_in_executor(None, member.zk.ack_topic_deletion, name, self.broker_id)
+            except Exception:
+                log.exception("cannot process the topics marked for deletion; retrying on the next change")
+            if not self._deletions_again:
+                return
+
+    async def delete_topic(self, name: str, topic_id: uuid.UUID | None = None) -> uuid.UUID:
+        """DeleteTopics in cluster mode (see :meth:`_delete_topic`), off the event loop; the topic's id."""
+        return await self._zk_call(self._delete_topic, name, topic_id)
+
+    def _delete_topic(self, name: str, topic_id: uuid.UUID | None) -> uuid.UUID:
+        """Mark the topic for deletion (Kafka's ``AdminZkClient.deleteTopic``): UNKNOWN_TOPIC_OR_PARTITION
+        for a topic that does not exist or is marked already (it left the metadata then, as in Kafka);
+        ``topic_id`` (DeleteTopics v6 by id) must still be the topic's. Internal topics are refused
+        (INVALID_TOPIC_EXCEPTION, as single-node mode answers)."""
+        zk = self.zk
+        if name in INTERNAL_TOPICS:
+            raise InvalidTopicError(f"cannot delete internal topic {name!r}: it belongs to the broker")
+        found = zk.get_topics_metadata([name]) if _is_legal(name) else {}
+        if name not in found or not found[name][0] or name in zk.get_marked_topic_names():
+            raise UnknownTopicOrPartitionError(f"Topic `{name}` to delete does not exist")
+        stored = topic_id_of(name, found[name][1])
+        if topic_id is not None and stored != topic_id:
+            raise UnknownTopicIdError(f"topic id {topic_id} is not the id of a topic (it was deleted)")
+        if zk.mark_topic_for_deletion(name, str(stored)):
+            log.info("topic marked for deletion", topic=name, topic_id=str(stored))
+        return stored
+
+    async def wait_for_deletions(self, names: list[str], timeout_ms: int) -> set[str]:
+        """Kafka's DelayedDeleteTopics: wait up to ``timeout_ms`` until each topic is deleted, or its
+        deletion waits only for brokers that are down (it left the metadata already); the names done."""
+        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+        pause = LEADER_POLL_S
+        done: set[str] = set()
+        while True:
+            try:
+                done = await self._zk_call(self._deletions_done, names)
+            except (ZooKeeperUnavailableError, KazooException) as e:
+                log.info("cannot read the deletions' progress; retrying", error=repr(e))
+            if len(done) == len(names) or time.monotonic() >= deadline:
+                return done
+            await asyncio.sleep(min(pause, max(deadline - time.monotonic(), 0)))
+            pause = min(pause * 2, MAX_LEADER_POLL_S)
+
+    def _deletions_done(self, names: list[str]) -> set[str]:
+        zk = self.zk
+        live = zk.get_live_broker_ids()
+        done = set()
+        for name in names:
+            replicas = {b for brokers in zk.get_assignment(name).values() for b in brokers}
+            # Gone; or pending only for brokers that are down (Kafka: ineligible until they return),
+            # every live one having deleted its replicas. With every replica live, the answer waits
+            # for the controller's last step, so the name can be created again at once.
+            if not replicas or (replicas - live and not (replicas & live) - zk.get_deletion_acks(name)):
+                done.add(name)
+        return done
+
     # -- partition roles ---------------------------------------------------------------------
 
     def _on_partition_state(self, tp: TopicPartition, replicas: tuple[int, ...], state: LeaderAndIsr) -> None:
@@ -470,6 +595,11 @@ class ClusterNode:
                topic: Topic | None) -> Partition | None:
         """Hold the partition locally (``topic``: its metadata if it is new here) and take the role
         the state gives it; None if it is not held or the state is stale."""
+        known = self.replicas.metadata.get(tp.topic)
+        topic_id = topic.topic_id if topic is not None else None if known is None else known.topic_id
+        if topic_id in self._deleted_ids:
+            log.info("a partition state of a topic marked for deletion ignored", topic=tp.topic, partition=tp.partition)
+            return None
         try:
             if topic is not None:
                 self.replicas.ensure_replica_topic(topic)
@@ -580,6 +710,8 @@ class ClusterNode:
         """Validate as Kafka's ``AdminZkClient`` does, then write the config and the assignment."""
         zk = self.zk
         validate_topic_name(name)
+        if name in zk.get_marked_topic_names():
+            raise TopicAlreadyExistsError(f"Topic '{name}' is marked for deletion.")  # Kafka's AdminZkClient
         existing = zk.get_topics()
         if name in existing:
             raise TopicAlreadyExistsError(f"Topic '{name}' already exists.")
@@ -622,7 +754,7 @@ class ClusterNode:
                                     "every group's and transactional id's partition is hash % count")
         for _attempt in range(CREATE_PARTITIONS_ATTEMPTS):
             found = zk.get_assignment_versioned(name) if _is_legal(name) else None
-            if not found or not found[0]:
+            if not found or not found[0] or name in zk.get_marked_topic_names():
                 raise UnknownTopicOrPartitionError(f"The topic '{name}' does not exist.")
             existing, version = found
             current = len(existing)
@@ -871,7 +1003,10 @@ class ClusterNode:
         zk = self.zk
         brokers = zk.get_live_brokers()
         controller = zk.get_controller_id()
-        found = zk.get_topics_metadata(zk.get_topics() if names is None else self._readable(names))
+        marked = zk.get_marked_topic_names()  # gone from the metadata while their deletion completes (Kafka)
+        found = {name: meta for name, meta in
+                 zk.get_topics_metadata(zk.get_topics() if names is None else self._readable(names)).items()
+                 if name not in marked}
         states = zk.get_partition_states(TopicPartition(name, p) for name, (assignment, _, _) in found.items()
                                          for p in assignment)
         topics: dict[str, TopicView] = {}

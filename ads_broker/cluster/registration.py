@@ -17,6 +17,7 @@ the partition has no leader (clients get LEADER_NOT_AVAILABLE).
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -55,7 +56,10 @@ class BrokerMembership:
         self._on_partition_state = on_partition_state
         self._lock = threading.Lock()
         self._watched_topics: set[str] = set()
-        self._watched: set[TopicPartition] = set()
+        #: each watched partition's watch token: a watch whose token is no longer the current one
+        #: (its topic was deleted) ends at its next event instead of delivering a new topic's state
+        #: with the old topic's replicas
+        self._watched: dict[TopicPartition, tuple[object, tuple[int, ...]]] = {}
         self._delivered: dict[TopicPartition, tuple[int, int]] = {}
         self._session_lost = False
         self._closed = False
@@ -122,11 +126,19 @@ class BrokerMembership:
             self._watch_topic(topic)
 
     def _watch_topic(self, topic: str) -> None:
+        topic_id: list[str | None] = []  # the id of the topic seen last under this name
+
         def on_assignment(data: bytes | None, stat: object) -> bool | None:
-            if data is None:
+            if data is None:  # deleted: a topic created again under the name is watched afresh
                 with self._lock:
                     self._watched_topics.discard(topic)
+                    self._forget(topic)
                 return False
+            current = json.loads(data).get("topic_id")
+            if topic_id and topic_id[0] != current:  # deleted and created again between two reads
+                with self._lock:
+                    self._forget(topic)
+            topic_id[:] = [current]
             for partition, replicas in parse_assignment(data).items():
                 if self.broker_id in replicas:
                     self._watch_partition(TopicPartition(topic, partition), replicas)
@@ -134,13 +146,23 @@ class BrokerMembership:
 
         self.zk.client.DataWatch(f"/brokers/topics/{topic}", on_assignment)
 
+    def _forget(self, topic: str) -> None:
+        """(Under the lock.) End the watches of ``topic``'s partitions and forget what they delivered."""
+        for tp in [tp for tp in self._watched if tp.topic == topic]:
+            del self._watched[tp]
+            self._delivered.pop(tp, None)
+
     def _watch_partition(self, tp: TopicPartition, replicas: tuple[int, ...]) -> None:
+        token = (object(), replicas)
         with self._lock:
-            if tp in self._watched:
+            if tp in self._watched and self._watched[tp][1] == replicas:
                 return
-            self._watched.add(tp)
+            self._watched[tp] = token  # a new replica list: a new watch delivers with it
 
         def on_state(state: LeaderAndIsr | None) -> bool | None:
+            with self._lock:
+                if self._watched.get(tp) is not token:
+                    return False
             if state is None:
                 # Not created yet (the controller will), or the topic was deleted: a topic created
                 # again under the same name starts over at leader epoch 0.

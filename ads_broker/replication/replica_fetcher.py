@@ -288,6 +288,11 @@ class ReplicaFetcherManager:
             fetcher.start()
         fetcher.poke()
 
+    async def remove(self, topic: str) -> None:
+        """Stop the fetchers of ``topic``'s partitions (its replicas are being deleted here)."""
+        for key in [k for k in self._fetchers if k[0] == topic]:
+            await self._fetchers.pop(key).stop()
+
     async def stop(self) -> None:
         for fetcher in list(self._fetchers.values()):
             await fetcher.stop()
