@@ -46,3 +46,14 @@ class UnknownTopicIdError(ClusterError):
     """A request names a topic by an id no topic has (any more) (UNKNOWN_TOPIC_ID)."""
 
     error_code = errors.UNKNOWN_TOPIC_ID
+
+
+#: Kafka's NO_REASSIGNMENT_IN_PROGRESS (not in ``ads_broker.errors``, which lists the codes the
+#: single-node broker answers).
+NO_REASSIGNMENT_IN_PROGRESS = 85
+
+
+class NoReassignmentInProgressError(ClusterError):
+    """A reassignment cancel for a partition that is not being reassigned."""
+
+    error_code = NO_REASSIGNMENT_IN_PROGRESS

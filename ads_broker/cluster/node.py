@@ -45,7 +45,12 @@ from kazoo.exceptions import (
 )
 
 from ads_broker.cluster.channel import BrokerConnection
-from ads_broker.cluster.exceptions import PartitionEpochError, UnknownTopicIdError, ZooKeeperUnavailableError
+from ads_broker.cluster.exceptions import (
+    NoReassignmentInProgressError,
+    PartitionEpochError,
+    UnknownTopicIdError,
+    ZooKeeperUnavailableError,
+)
 from ads_broker.cluster.member import ClusterMember
 from ads_broker.cluster.topics import Topic, validate_topic_name
 from ads_broker.cluster.zookeeper import (
@@ -166,6 +171,52 @@ def _is_legal(name: str) -> bool:
     return True
 
 
+UNKNOWN_PARTITION = "This server does not host this topic-partition."  # Kafka's default text
+
+
+def _reassign(obj: dict[str, Any], partition: int, target: list[int] | None,
+              live: frozenset[int]) -> BrokerError | None:
+    """Apply one partition's reassignment to the topic znode's JSON ``obj`` (in place), as Kafka's
+    ``ReplicaAssignment.reassignTo`` and ``KafkaController`` validate it; the error, or None."""
+    key = str(partition)
+    current = obj["partitions"].get(key)
+    if current is None:
+        return UnknownTopicOrPartitionError(UNKNOWN_PARTITION)
+    adding = list((obj.get("adding_replicas") or {}).get(key) or [])
+    removing = list((obj.get("removing_replicas") or {}).get(key) or [])
+    original = [b for b in current if b not in adding]
+    if target is None:
+        if not adding and not removing:
+            return NoReassignmentInProgressError("No partition reassignment is in progress.")
+        full, new_adding, new_removing = original, [], []
+    else:
+        if not target:
+            return InvalidReplicaAssignmentError("Empty replica list specified in partition reassignment.")
+        if len(set(target)) != len(target):
+            return InvalidReplicaAssignmentError(
+                f"Duplicate replica ids in partition reassignment replica list: {target}")
+        if any(b < 0 for b in target):
+            return InvalidReplicaAssignmentError(f"Invalid broker id in replica list: {target}")
+        full = list(dict.fromkeys(target + original))
+        new_adding = [b for b in full if b not in original]
+        new_removing = [b for b in full if b not in target]
+        if not set(new_adding) <= live:
+            return InvalidReplicaAssignmentError(
+                f"Replica assignment has brokers that are not alive. Replica list: {new_adding}, "
+                f"live broker list: {sorted(live)}")
+        if not new_adding and not new_removing:
+            full = list(target)
+    obj["partitions"][key] = full
+    for field_name, value in (("adding_replicas", new_adding), ("removing_replicas", new_removing)):
+        entries = dict(obj.get(field_name) or {})
+        if value:
+            entries[key] = value
+        else:
+            entries.pop(key, None)
+        obj[field_name] = entries
+    return None
+
+
 #: A snapshot naming more topics than this lists ``/brokers/topics`` once and reads only those that exist.
 SNAPSHOT_NAMES_READ_DIRECTLY = 32
 
@@ -244,7 +295,8 @@ class ClusterNode:
         loop = asyncio.get_running_loop()
         self._loop = loop
         join = functools.partial(ClusterMember.from_config, self.config.values, self.registration(),
-                                 on_partition_state=self._on_partition_state)
+                                 on_partition_state=self._on_partition_state,
+                                 on_partition_removed=self._on_partition_removed)
         member = await loop.run_in_executor(None, join)
         try:
             await self._drop_stale_topics(member.zk)
@@ -396,10 +448,14 @@ class ClusterNode:
         for name, topic_id in local.items():
             stored = found.get(name)
             if stored is not None and stored[0] and topic_id_of(name, stored[1]) == topic_id:
-                continue
-            log.warning("deleting a local topic ZooKeeper does not have (deleted while this broker was down)",
-                        topic=name, topic_id=str(topic_id),
-                        zookeeper_topic_id=None if stored is None else stored[1])
+                if any(self.broker_id in replicas for replicas in stored[0].values()):
+                    continue
+                log.warning("deleting a local topic this broker no longer replicates (reassigned while it was "
+                            "down)", topic=name, assignment={p: list(r) for p, r in stored[0].items()})
+            else:
+                log.warning("deleting a local topic ZooKeeper does not have (deleted while this broker was down)",
+                            topic=name, topic_id=str(topic_id),
+                            zookeeper_topic_id=None if stored is None else stored[1])
             self.replicas.delete_topic(name)
 
     def _on_marked_for_deletion(self, names: list[str]) -> None:
@@ -445,6 +501,39 @@ class ClusterNode:
                 log.exception("cannot process the topics marked for deletion; retrying on the next change")
             if not self._deletions_again:
                 return
+
+    def _on_partition_removed(self, tp: TopicPartition, still_replicates_topic: bool) -> None:
+        """kazoo's event thread: a reassignment moved ``tp`` away from this broker; the loop stops
+        the replica (Kafka's StopReplica(delete=true) to a removed replica)."""
+        with self._joining:
+            self._pending.pop(tp, None)
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(lambda: self._start_task(self._remove_replica(tp, still_replicates_topic)))
+
+    def _start_task(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._drains.add(task)
+        task.add_done_callback(self._drains.discard)
+
+    async def _remove_replica(self, tp: TopicPartition, still_replicates_topic: bool) -> None:
+        """Stop following (or leading) ``tp`` here; with no other partition of its topic left on
+        this broker, the topic's logs go (its directories are deleted), else this one is emptied."""
+        if not self.replicas.holds(tp.topic, tp.partition):
+            return
+        try:
+            if still_replicates_topic:
+                await self.fetchers.remove_partition(tp.topic, tp.partition)
+                self.replicas.stop_replica(self.replicas.get_partition(tp.topic, tp.partition))
+            else:
+                await self.fetchers.remove(tp.topic)
+                self.replicas.delete_topic(tp.topic)
+            log.info("replica removed by a reassignment", topic=tp.topic, partition=tp.partition,
+                     topic_deleted_here=not still_replicates_topic)
+        except Exception:
+            log.exception("cannot remove a reassigned replica", topic=tp.topic, partition=tp.partition)
 
     async def delete_topic(self, name: str, topic_id: uuid.UUID | None = None) -> uuid.UUID:
         """DeleteTopics in cluster mode (see :meth:`_delete_topic`), off the event loop; the topic's id."""
@@ -496,6 +585,69 @@ class ClusterNode:
             if not replicas or (replicas - live and not (replicas & live) - zk.get_deletion_acks(name)):
                 done.add(name)
         return done
+
+    # -- partition reassignment (KIP-455) ------------------------------------------------------
+
+    async def alter_reassignments(self, wanted: Mapping[TopicPartition, list[int] | None]
+                                  ) -> dict[TopicPartition, BrokerError | None]:
+        """AlterPartitionReassignments in cluster mode (see :meth:`_alter_reassignments`), off the loop."""
+        return await self._zk_call(self._alter_reassignments, dict(wanted))
+
+    def _alter_reassignments(self, wanted: dict[TopicPartition, list[int] | None]
+                             ) -> dict[TopicPartition, BrokerError | None]:
+        """Validate each partition's target as Kafka's ZooKeeper controller does and write the
+        topic znode the way Kafka 2.4+ stores a reassignment (replicas = target + original,
+        ``adding_replicas``, ``removing_replicas``), one conditional write per topic (retried on a
+        concurrent change). ``None`` cancels: back to the original replicas. The controller does
+        the rest; the answer does not wait for it (as Kafka's)."""
+        zk = self.zk
+        out: dict[TopicPartition, BrokerError | None] = {}
+        by_topic: dict[str, dict[int, list[int] | None]] = {}
+        for tp, target in wanted.items():
+            by_topic.setdefault(tp.topic, {})[tp.partition] = target
+        marked = zk.get_marked_topic_names()
+        for topic, partitions in sorted(by_topic.items()):
+            for _attempt in range(CREATE_PARTITIONS_ATTEMPTS):
+                found = zk.get_topic_znodes([topic]) if _is_legal(topic) and topic not in marked else {}
+                live = zk.get_live_broker_ids()
+                obj, version = found.get(topic, ({"partitions": {}}, -1))
+                results = {p: _reassign(obj, p, target, live) for p, target in partitions.items()}
+                if version < 0 or all(e is not None for e in results.values()):
+                    break
+                try:
+                    zk.set_topic_znode(topic, obj, version)
+                except BadVersionError:
+                    continue
+                except NoNodeError:
+                    results = {p: UnknownTopicOrPartitionError(UNKNOWN_PARTITION) for p in partitions}
+                log.info("partition reassignment written", topic=topic,
+                         targets={p: t for p, t in partitions.items() if results[p] is None})
+                break
+            else:
+                error = BrokerError(f"topic {topic!r}'s assignment changed {CREATE_PARTITIONS_ATTEMPTS} times "
+                                    "while the reassignment was being written; retry")
+                results = {p: error for p in partitions}
+            out.update({TopicPartition(topic, p): e for p, e in results.items()})
+        return out
+
+    async def list_reassignments(self, topics: list[str] | None
+                                 ) -> dict[TopicPartition, tuple[list[int], list[int], list[int]]]:
+        """ListPartitionReassignments: (replicas, adding, removing) of each partition being
+        reassigned, of ``topics`` (None: every topic)."""
+        return await self._zk_call(self._list_reassignments, topics)
+
+    def _list_reassignments(self, topics: list[str] | None
+                            ) -> dict[TopicPartition, tuple[list[int], list[int], list[int]]]:
+        zk = self.zk
+        names = zk.get_topics() if topics is None else [t for t in dict.fromkeys(topics) if _is_legal(t)]
+        out: dict[TopicPartition, tuple[list[int], list[int], list[int]]] = {}
+        for topic, (obj, _version) in zk.get_topic_znodes(names).items():
+            adding, removing = obj.get("adding_replicas") or {}, obj.get("removing_replicas") or {}
+            for p, replicas in obj["partitions"].items():
+                if adding.get(p) or removing.get(p):
+                    out[TopicPartition(topic, int(p))] = (list(replicas), list(adding.get(p) or []),
+                                                          list(removing.get(p) or []))
+        return out
 
     # -- partition roles ---------------------------------------------------------------------
 
@@ -595,6 +747,9 @@ class ClusterNode:
                topic: Topic | None) -> Partition | None:
         """Hold the partition locally (``topic``: its metadata if it is new here) and take the role
         the state gives it; None if it is not held or the state is stale."""
+        member = self.member
+        if member is not None and not member.membership.replicates(tp):
+            return None  # moved away from this broker since the state was read
         known = self.replicas.metadata.get(tp.topic)
         topic_id = topic.topic_id if topic is not None else None if known is None else known.topic_id
         if topic_id in self._deleted_ids:

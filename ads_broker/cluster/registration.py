@@ -42,14 +42,18 @@ REREGISTER_RETRY_S = 0.2
 MAX_REREGISTER_RETRY_S = 5.0
 
 PartitionStateCallback = Callable[[TopicPartition, tuple[int, ...], LeaderAndIsr], None]
+#: ``(tp, whether this broker still replicates another partition of tp's topic)``
+PartitionRemovedCallback = Callable[[TopicPartition, bool], None]
 
 
 class BrokerMembership:
     """Registration and partition-role watching for one broker over one :class:`KafkaZkClient`."""
 
     def __init__(self, zk: KafkaZkClient, registration: BrokerRegistration,
-                 on_partition_state: PartitionStateCallback | None = None) -> None:
+                 on_partition_state: PartitionStateCallback | None = None,
+                 on_partition_removed: PartitionRemovedCallback | None = None) -> None:
         self.zk = zk
+        self._on_partition_removed = on_partition_removed
         self.registration = registration
         self.broker_id = registration.broker_id
         self.broker_epoch = -1
@@ -139,12 +143,25 @@ class BrokerMembership:
                 with self._lock:
                     self._forget(topic)
             topic_id[:] = [current]
-            for partition, replicas in parse_assignment(data).items():
-                if self.broker_id in replicas:
-                    self._watch_partition(TopicPartition(topic, partition), replicas)
+            mine = {TopicPartition(topic, p): r for p, r in parse_assignment(data).items() if self.broker_id in r}
+            for tp, replicas in mine.items():
+                self._watch_partition(tp, replicas)
+            with self._lock:  # a reassignment moved these away from this broker
+                removed = [tp for tp in self._watched if tp.topic == topic and tp not in mine]
+                for tp in removed:
+                    del self._watched[tp]
+                    self._delivered.pop(tp, None)
+            if self._on_partition_removed is not None:
+                for tp in removed:
+                    self._on_partition_removed(tp, bool(mine))
             return None
 
         self.zk.client.DataWatch(f"/brokers/topics/{topic}", on_assignment)
+
+    def replicates(self, tp: TopicPartition) -> bool:
+        """Whether this broker is a replica of ``tp`` as its watches last saw the assignment."""
+        with self._lock:
+            return tp in self._watched
 
     def _forget(self, topic: str) -> None:
         """(Under the lock.) End the watches of ``topic``'s partitions and forget what they delivered."""

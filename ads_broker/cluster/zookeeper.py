@@ -489,6 +489,39 @@ class KafkaZkClient:
         obj["partitions"] = {**obj["partitions"], **{str(p): list(r) for p, r in sorted(added.items())}}
         self.client.set(f"{TOPICS_PATH}/{topic}", json.dumps(obj).encode(), version=version)
 
+    # -- partition reassignment (KIP-455 with Kafka 2.4+'s topic znode fields) --
+    def get_topic_znodes(self, topics: Iterable[str]) -> dict[str, tuple[dict[str, Any], int]]:
+        """Each topic's assignment znode as JSON and its version, read pipelined (missing ones left out)."""
+        topics = list(topics)
+        out: dict[str, tuple[dict[str, Any], int]] = {}
+        for topic, (_path, found) in zip(topics, self._get_many(f"{TOPICS_PATH}/{t}" for t in topics), strict=True):
+            if found is not None:
+                out[topic] = (json.loads(found[0]), int(found[1].version))
+        return out
+
+    def set_topic_znode(self, topic: str, obj: Mapping[str, Any], version: int) -> None:
+        """Rewrite ``/brokers/topics/<topic>`` if still at ``version`` (kazoo's BadVersionError otherwise)."""
+        self.client.set(f"{TOPICS_PATH}/{topic}", json.dumps(obj).encode(), version=version)
+
+    def complete_reassignments(self, topic: str, states: Mapping[TopicPartition, LeaderAndIsr],
+                               obj: Mapping[str, Any], version: int, controller: ControllerEpoch) -> bool:
+        """The controller's last step of reassignments of ``topic``'s partitions, in one multi-op
+        guarded by its epoch: each new state (leader in the target replicas, ISR without the
+        removed ones) and the topic znode with replicas = target and no adding/removing entries.
+        False if a state or the topic znode changed since read (decide again)."""
+        txn = self.client.transaction()
+        txn.check(CONTROLLER_EPOCH_PATH, controller.zk_version)
+        # The topic znode first: its watchers (every replica) learn the new replica lists before
+        # the states, so each state is delivered with the list it belongs to.
+        txn.set_data(f"{TOPICS_PATH}/{topic}", json.dumps(obj).encode(), version=version)
+        for tp, state in states.items():
+            txn.set_data(self.state_path(tp), state.to_json(), version=state.partition_epoch)
+        results = txn.commit()
+        if isinstance(results[0], Exception) and not isinstance(results[0], RolledBackError):
+            raise ControllerMovedError(f"controller epoch {controller.epoch} is stale: reassignment of {topic!r} "
+                                       "not completed")
+        return not any(isinstance(r, Exception) for r in results)
+
     # -- topic deletion (Kafka's TopicDeletionManager, the brokers' part through ZooKeeper) --
     def mark_topic_for_deletion(self, topic: str, topic_id: str | None) -> bool:
         """Create ``/admin/delete_topics/<topic>`` (Kafka's ``createDeleteTopicPath``) naming the

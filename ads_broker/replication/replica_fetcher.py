@@ -293,6 +293,11 @@ class ReplicaFetcherManager:
         for key in [k for k in self._fetchers if k[0] == topic]:
             await self._fetchers.pop(key).stop()
 
+    async def remove_partition(self, topic: str, index: int) -> None:
+        fetcher = self._fetchers.pop((topic, index), None)
+        if fetcher is not None:
+            await fetcher.stop()
+
     async def stop(self) -> None:
         for fetcher in list(self._fetchers.values()):
             await fetcher.stop()
