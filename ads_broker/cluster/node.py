@@ -25,6 +25,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import functools
+import shutil
 import threading
 import time
 import uuid
@@ -216,6 +217,9 @@ def _reassign(obj: dict[str, Any], partition: int, target: list[int] | None,
         obj[field_name] = entries
     return None
 
+
+#: Pauses before removing what is left of a deleted topic's directories again.
+DIRECTORY_RECHECK_S = (0.05, 0.2, 1.0)
 
 #: A snapshot naming more topics than this lists ``/brokers/topics`` once and reads only those that exist.
 SNAPSHOT_NAMES_READ_DIRECTLY = 32
@@ -491,8 +495,7 @@ class ClusterNode:
                 for name, topic_id in marked.items():
                     local = self.replicas.metadata.get(name)
                     if local is not None and (topic_id is None or str(local.topic_id) == topic_id):
-                        await self.fetchers.remove(name)
-                        self.replicas.delete_topic(name)
+                        await self._delete_local_topic(name)
                         log.info("replicas of a topic marked for deletion deleted", topic=name, topic_id=topic_id)
                     held = self.replicas.metadata.get(name)
                     if held is None or (topic_id is not None and str(held.topic_id) != topic_id):
@@ -528,12 +531,30 @@ class ClusterNode:
                 await self.fetchers.remove_partition(tp.topic, tp.partition)
                 self.replicas.stop_replica(self.replicas.get_partition(tp.topic, tp.partition))
             else:
-                await self.fetchers.remove(tp.topic)
-                self.replicas.delete_topic(tp.topic)
+                await self._delete_local_topic(tp.topic)
             log.info("replica removed by a reassignment", topic=tp.topic, partition=tp.partition,
                      topic_deleted_here=not still_replicates_topic)
         except Exception:
             log.exception("cannot remove a reassigned replica", topic=tp.topic, partition=tp.partition)
+
+    async def _delete_local_topic(self, name: str) -> None:
+        """Stop the topic's fetchers, then delete it here (logs, directories, topic store). A
+        cancelled fetcher's last write may still be running on a writer thread (a leader-epoch
+        checkpoint, a segment roll): a file it creates while the directory is being removed leaves
+        the directory behind, so whatever is left is removed again once it is done."""
+        count = len(self.replicas.partitions_of(name))
+        await self.fetchers.remove(name)
+        self.replicas.delete_topic(name)
+        for pause in DIRECTORY_RECHECK_S:
+            await asyncio.sleep(pause)
+            if self.replicas.metadata.get(name) is not None:  # created here again meanwhile: its own now
+                return
+            left = [d for i in range(count) if (d := self.replicas.logs.log_dir(name, i)).exists()]
+            if not left:
+                return
+            for directory in left:
+                shutil.rmtree(directory, ignore_errors=True)
+        log.warning("a deleted topic's directory is still there", topic=name)
 
     async def delete_topic(self, name: str, topic_id: uuid.UUID | None = None) -> uuid.UUID:
         """DeleteTopics in cluster mode (see :meth:`_delete_topic`), off the event loop; the topic's id."""
