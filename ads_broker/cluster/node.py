@@ -195,15 +195,16 @@ def _reassign(obj: dict[str, Any], partition: int, target: list[int] | None,
             return InvalidReplicaAssignmentError("Empty replica list specified in partition reassignment.")
         if len(set(target)) != len(target):
             return InvalidReplicaAssignmentError(
-                f"Duplicate replica ids in partition reassignment replica list: {target}")
+                f"Duplicate replica ids in partition reassignment replica list: {target[:100]}")
         if any(b < 0 for b in target):
-            return InvalidReplicaAssignmentError(f"Invalid broker id in replica list: {target}")
+            return InvalidReplicaAssignmentError(f"Invalid broker id in replica list: {target[:100]}")
         full = list(dict.fromkeys(target + original))
-        new_adding = [b for b in full if b not in original]
-        new_removing = [b for b in full if b not in target]
+        targets, originals = set(target), set(original)  # sets: a target list may be long and hostile
+        new_adding = [b for b in full if b not in originals]
+        new_removing = [b for b in full if b not in targets]
         if not set(new_adding) <= live:
             return InvalidReplicaAssignmentError(
-                f"Replica assignment has brokers that are not alive. Replica list: {new_adding}, "
+                f"Replica assignment has brokers that are not alive. Replica list: {new_adding[:100]}, "
                 f"live broker list: {sorted(live)}")
         if not new_adding and not new_removing:
             full = list(target)
@@ -626,11 +627,12 @@ class ClusterNode:
         by_topic: dict[str, dict[int, list[int] | None]] = {}
         for tp, target in wanted.items():
             by_topic.setdefault(tp.topic, {})[tp.partition] = target
-        marked = zk.get_marked_topic_names()
+        # One listing, so a request naming thousands of invented topics costs no read per name.
+        existing = set(zk.get_topics()) - zk.get_marked_topic_names()
         for topic, partitions in sorted(by_topic.items()):
             for _attempt in range(CREATE_PARTITIONS_ATTEMPTS):
-                found = zk.get_topic_znodes([topic]) if _is_legal(topic) and topic not in marked else {}
-                live = zk.get_live_broker_ids()
+                found = zk.get_topic_znodes([topic]) if topic in existing else {}
+                live = zk.get_live_broker_ids() if found else frozenset()
                 obj, version = found.get(topic, ({"partitions": {}}, -1))
                 results = {p: _reassign(obj, p, target, live) for p, target in partitions.items()}
                 if version < 0 or all(e is not None for e in results.values()):
