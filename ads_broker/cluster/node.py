@@ -557,6 +557,15 @@ class ClusterNode:
                 shutil.rmtree(directory, ignore_errors=True)
         log.warning("a deleted topic's directory is still there", topic=name)
 
+    async def deletable_topics(self) -> frozenset[str]:
+        """The topics a DeleteTopics may name now (existing, not marked for deletion): one listing
+        per request, so a request naming thousands of invented topics costs no read per name."""
+        def read() -> frozenset[str]:
+            zk = self.zk
+            return frozenset(zk.get_topics()) - zk.get_marked_topic_names()
+
+        return await self._zk_call(read)
+
     async def delete_topic(self, name: str, topic_id: uuid.UUID | None = None) -> uuid.UUID:
         """DeleteTopics in cluster mode (see :meth:`_delete_topic`), off the event loop; the topic's id."""
         return await self._zk_call(self._delete_topic, name, topic_id)

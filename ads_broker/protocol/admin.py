@@ -17,8 +17,15 @@ from kafka.protocol.admin import (
     DeleteTopicsResponse,
 )
 
+from ads_broker.cluster.node import INTERNAL_TOPICS
 from ads_broker.errors import REQUEST_TIMED_OUT, TOPIC_DELETION_DISABLED, UNKNOWN_TOPIC_ID
-from ads_broker.exceptions import BrokerError, InvalidReplicaAssignmentError, InvalidRequestError, InvalidTopicError
+from ads_broker.exceptions import (
+    BrokerError,
+    InvalidReplicaAssignmentError,
+    InvalidRequestError,
+    InvalidTopicError,
+    UnknownTopicOrPartitionError,
+)
 from ads_broker.protocol.codec import DecodedRequest
 from ads_broker.protocol.configs import describe_topic
 from ads_broker.protocol.rejected import Rejections
@@ -165,6 +172,7 @@ async def handle_delete_topics(ctx: HandlerContext, req: DecodedRequest) -> Dele
     results = []
     marked: list[tuple[str, Any]] = []  # cluster mode: (topic, its answer) whose deletion the answer waits for
     rejected = Rejections("delete_topics")
+    existing: frozenset[str] | None = None  # cluster mode: read once, at the first name that needs it
     for i, name in enumerate(names):
         await asyncio.sleep(0)
         res = DeleteTopicsResponse.DeletableTopicResult(name=name, error_code=0, error_message=None)
@@ -179,6 +187,10 @@ async def handle_delete_topics(ctx: HandlerContext, req: DecodedRequest) -> Dele
                 raise (TopicDeletionDisabledError if req.api_version >= 3 else InvalidRequestError)(
                     "topic deletion is disabled (delete.topic.enable=false)")
             if ctx.cluster is not None:
+                if existing is None:
+                    existing = await ctx.cluster.deletable_topics()
+                if name not in existing and name not in INTERNAL_TOPICS:
+                    raise UnknownTopicOrPartitionError(f"Topic `{name}` to delete does not exist")
                 res.topic_id = await ctx.cluster.delete_topic(name, requested_ids[i] if requested_ids else None)
                 marked.append((name, res))
             else:
