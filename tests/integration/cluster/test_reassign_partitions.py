@@ -21,10 +21,11 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 from kafka.protocol.admin import AlterPartitionReassignmentsRequest, ListPartitionReassignmentsRequest
+from kafka.protocol.consumer import ListOffsetsRequest
 
 from ads_broker.cluster.zookeeper import KafkaZkClient
 from ads_broker.cluster.zookeeper import TopicPartition as ZkTopicPartition
-from ads_broker.errors import INVALID_REPLICA_ASSIGNMENT, UNKNOWN_TOPIC_OR_PARTITION
+from ads_broker.errors import INVALID_REPLICA_ASSIGNMENT, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION
 from tests.integration.broker.rawclient import RawClient
 
 from .conftest import SESSION_TIMEOUT_MS, BrokerCluster, start_three, wait_until
@@ -197,3 +198,36 @@ def test_single_node_answers_as_kafkas_single_node(tmp_path: Path) -> None:
         assert _alter(broker.bootstrap, {("one", 0): [node_id + 1]}) == {("one", 0): INVALID_REPLICA_ASSIGNMENT}
         assert _alter(broker.bootstrap, {("one", 0): None}) == {("one", 0): NO_REASSIGNMENT_IN_PROGRESS}
         assert _list(broker.bootstrap) == {}
+
+
+def test_a_replica_moved_away_from_a_broker_that_keeps_other_partitions_of_the_topic_stops_and_empties(
+        brokers: BrokerCluster, zk_connect: str) -> None:
+    """Broker 1 keeps partition 1 of the topic but loses partition 0, which it led: it stops
+    serving it at once (NOT_LEADER_OR_FOLLOWER, not a stale leader) and its copy is emptied."""
+    admin = start_three(brokers)
+    topic = f"t-{uuid.uuid4().hex[:10]}"
+    admin.create_topics([NewTopic(topic, 2, replica_assignment=[[1, 2], [2, 1]])])[topic].result(60)
+    producer = Producer({"bootstrap.servers": brokers.bootstrap, "acks": "all", "enable.idempotence": True})
+    for i in range(20):
+        producer.produce(topic, value=f"v-{i}".encode(), partition=i % 2)
+    assert producer.flush(60) == 0
+
+    via = brokers.procs[2].bootstrap
+    assert _alter(via, {(topic, 0): [2, 3]}) == {(topic, 0): 0}
+    wait_until(lambda: _list(via) == {}, "the move completed")
+    assert _topic_znode(zk_connect, topic)["partitions"] == {"0": [2, 3], "1": [2, 1]}
+    wait_until(lambda: not any(f.stat().st_size for f in (brokers.data_dir(1) / f"{topic}-0").glob("*.log")),
+               "broker 1's copy of partition 0 emptied")
+    # Broker 1 refuses partition 0 (no replica of it any more) and still serves partition 1.
+    def offsets(partition: int) -> Any:
+        request = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[ListOffsetsRequest.ListOffsetsTopic(
+            name=topic, partitions=[ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+                partition_index=partition, current_leader_epoch=-1, timestamp=-1)])])
+        with RawClient(brokers.procs[1].bootstrap) as raw:
+            return raw.request(request, 7).topics[0].partitions[0]
+
+    assert offsets(0).error_code == NOT_LEADER_OR_FOLLOWER
+    assert any(f.stat().st_size for f in (brokers.data_dir(1) / f"{topic}-1").glob("*.log"))  # kept
+    # Every record of partition 0 is still served by its new replicas.
+    records = _consume(brokers.bootstrap, topic, 10)
+    assert sorted(records) == sorted(f"v-{i}".encode() for i in range(0, 20, 2))
