@@ -494,13 +494,11 @@ class ClusterNode:
                         with contextlib.suppress(ValueError):
                             self._deleted_ids.add(uuid.UUID(topic_id))
                 for name, topic_id in marked.items():
-                    local = self.replicas.metadata.get(name)
-                    if local is not None and (topic_id is None or str(local.topic_id) == topic_id):
-                        await self._delete_local_topic(name)
-                        log.info("replicas of a topic marked for deletion deleted", topic=name, topic_id=topic_id)
-                    held = self.replicas.metadata.get(name)
-                    if held is None or (topic_id is not None and str(held.topic_id) != topic_id):
-                        await loop.run_in_executor(None, member.zk.ack_topic_deletion, name, self.broker_id)
+                    try:  # one topic's failure (an internal topic marked by hand) must not stop the others
+                        await self._delete_marked_topic(member, name, topic_id)
+                    except BrokerError as e:
+                        log.error("cannot delete the replicas of a topic marked for deletion", topic=name,
+                                  error=str(e))
             except Exception:
                 log.exception("cannot process the topics marked for deletion; retrying on the next change")
             if not self._deletions_again:
@@ -537,6 +535,16 @@ class ClusterNode:
                      topic_deleted_here=not still_replicates_topic)
         except Exception:
             log.exception("cannot remove a reassigned replica", topic=tp.topic, partition=tp.partition)
+
+    async def _delete_marked_topic(self, member: ClusterMember, name: str, topic_id: str | None) -> None:
+        local = self.replicas.metadata.get(name)
+        if local is not None and (topic_id is None or str(local.topic_id) == topic_id):
+            await self._delete_local_topic(name)
+            log.info("replicas of a topic marked for deletion deleted", topic=name, topic_id=topic_id)
+        held = self.replicas.metadata.get(name)
+        if held is None or (topic_id is not None and str(held.topic_id) != topic_id):
+            await asyncio.get_running_loop().run_in_executor(None, member.zk.ack_topic_deletion, name,
+                                                             self.broker_id)
 
     async def _delete_local_topic(self, name: str) -> None:
         """Stop the topic's fetchers, then delete it here (logs, directories, topic store). A

@@ -224,7 +224,8 @@ class BrokerMembership:
             stop.wait(poll_s)
 
     def _led_partitions(self, stop: threading.Event) -> tuple[list[TopicPartition], list[TopicPartition]]:
-        assignment = self.zk.get_all_assignments()
+        marked = self.zk.get_marked_topic_names()  # being deleted: no leadership of theirs moves any more
+        assignment = {tp: r for tp, r in self.zk.get_all_assignments().items() if tp.topic not in marked}
         view = ClusterView(assignment=assignment, states=self.zk.get_partition_states(assignment),
                            live=self.zk.get_live_broker_ids(), shutting_down=self.zk.get_shutting_down())
         if self._on_partition_state is not None and not stop.is_set():
