@@ -59,6 +59,10 @@ def _error(code: int) -> Errors:
         return Errors.NOT_LEADER_OR_FOLLOWER  # any other error: retry after the backoff
 
 
+#: How long :meth:`ReplicaFetcher.stop` waits before cancelling its task again.
+STOP_RECHECK_S = 0.5
+
+
 class ReplicaFetcher:
     """Keeps one followed partition in step with its leader (see the module docstring)."""
 
@@ -72,6 +76,7 @@ class ReplicaFetcher:
         self.broker_id = settings.broker_id
         self._wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
+        self._stopped = False
 
     @property
     def running(self) -> bool:
@@ -85,10 +90,24 @@ class ReplicaFetcher:
         self._wake.set()
 
     async def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
+        """End the fetcher and wait until it has. Python 3.11's ``asyncio.wait_for`` can swallow a
+        cancellation that arrives as its inner wait completes (gh-86296, fixed in 3.12): the loop
+        then ran on and ``await task`` never returned (a topic deletion hung on it). So the loop
+        also checks a flag, and the cancellation is repeated until the task is done."""
+        self._stopped = True
+        self._wake.set()
+        task = self.task
+        attempts = 0
+        while task is not None and not task.done():
+            if attempts:
+                log.warning("fetcher still running after a cancellation; cancelling again", topic=self.partition.topic,
+                            partition=self.partition.index, attempts=attempts)
+            task.cancel()
+            attempts += 1
+            await asyncio.wait({task}, timeout=STOP_RECHECK_S)
+        if task is not None and not task.cancelled():
+            with contextlib.suppress(BaseException):
+                task.result()  # retrieved: no "exception was never retrieved" at exit
 
     async def _pause(self, seconds: float | None) -> None:
         self._wake.clear()
@@ -100,7 +119,7 @@ class ReplicaFetcher:
         connected_to = -1
         backoff = self.settings.replica_fetch_backoff_ms / 1000
         try:
-            while not self.replicas.stopping:
+            while not self.replicas.stopping and not self._stopped:
                 follower = self.partition.follower_state
                 if follower is None:
                     return  # leading now, or no role: the fetcher's work is done
