@@ -489,6 +489,8 @@ class ClusterNode:
             loop = asyncio.get_running_loop()
             try:
                 marked = await loop.run_in_executor(None, member.zk.get_topics_marked_for_deletion)
+                if marked:  # what a hung pass was working on, should one ever hang again
+                    log.info("topics marked for deletion", topics=sorted(marked))
                 for topic_id in marked.values():
                     if topic_id is not None:
                         with contextlib.suppress(ValueError):
