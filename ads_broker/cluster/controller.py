@@ -14,10 +14,29 @@ means someone (a leader changing its ISR) wrote in between: the controller re-re
 again. A stale controller epoch means another controller was elected: this one steps down. When
 the session is lost (expired) the controller steps down at once: it writes nothing until it wins
 an election again with a new session.
+
+Topic deletion (Kafka's ``TopicDeletionManager``): a topic under ``/admin/delete_topics`` is left
+out of every decision (no leader is elected for it any more); each replica broker deletes its
+replicas and acknowledges under the mark (``ClusterNode``); once every replica broker of the topic
+did, the controller deletes the topic's znodes and the mark in one multi-op guarded by its epoch.
+A replica broker that is down keeps the deletion pending (Kafka: "ineligible") until it is back.
+
+Partition reassignment (KIP-455, the ZooKeeper controller of Kafka 2.4+): a request writes the topic
+znode with replicas = target + original and the ``adding_replicas`` / ``removing_replicas`` fields.
+The controller announces every change of a partition's replica list to its brokers by rewriting its
+state (a new partition epoch: the brokers apply the replica list with it, the leader's followers
+change); the adding replicas see themselves in the assignment and start fetching. Once every
+target replica is in the ISR, :func:`~ads_broker.cluster.election.reassignment_complete` gives the
+last step, written with the topic znode in one multi-op (replicas = target); the removed replicas
+see they are no longer replicas and delete their logs. Pending reassignments live in ZooKeeper,
+so a new controller resumes them (it announces each once more). While one is pending the
+controller looks again every :data:`REASSIGNMENT_POLL_S` (the ISR grows by the leader's writes,
+which it does not watch).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import threading
@@ -25,7 +44,7 @@ from collections.abc import Callable
 
 from kazoo.client import KazooState
 
-from ads_broker.cluster.election import ClusterView, decide, led_by
+from ads_broker.cluster.election import ClusterView, Reassignment, decide, led_by, reassignment_complete
 from ads_broker.cluster.exceptions import ControllerMovedError, PartitionEpochError
 from ads_broker.cluster.zookeeper import ControllerEpoch, KafkaZkClient, LeaderAndIsr, TopicPartition
 
@@ -38,6 +57,8 @@ _STOP = "stop"
 _WATCH_TOPICS = "watch-topics"
 # A conflict with a leader's own ISR write is resolved by deciding again; bound the retries per event.
 _MAX_ROUNDS = 10
+#: How often the controller looks at pending reassignments (their ISRs) while there are some.
+REASSIGNMENT_POLL_S = 0.5
 
 
 class Controller:
@@ -65,6 +86,15 @@ class Controller:
         #: topics whose assignment znode is watched (the watch outlives a deletion of the znode)
         self._assignment_watched: set[str] = set()
         self._topics_seen: list[str] = []
+        #: topics marked for deletion (``/admin/delete_topics``), and those whose acks are watched
+        self._marked_seen: list[str] = []
+        self._acks_watched: set[str] = set()
+        #: each partition's replica list as last announced to its brokers (None: none yet as this
+        #: controller; set at the first reconcile of each term)
+        self._announced: dict[TopicPartition, tuple[int, ...]] | None = None
+        self._reassignment_timer: threading.Timer | None = None
+        self._topic_versions: dict[str, int] = {}
+        self._topic_objects: dict[str, dict[str, object]] = {}
 
     # -- state seen from other threads --
     @property
@@ -87,6 +117,7 @@ class Controller:
         self.zk.watch_topics(self._on_topics)
         self.zk.watch_shutting_down(lambda ids: self._events.put(_RECONCILE))
         self.zk.watch_preferred_election(lambda pending: self._events.put(_RECONCILE) if pending else None)
+        self.zk.watch_topic_deletions(self._on_deletions)
         self._events.put(_ELECT)
         return self
 
@@ -99,16 +130,30 @@ class Controller:
         self._events.put(_WATCH_TOPICS)
         self._events.put(_RECONCILE)
 
+    def _on_deletions(self, topics: list[str]) -> None:
+        """Topics marked for deletion or deletions done (kazoo's thread: no ZooKeeper call here)."""
+        with self._lock:
+            self._marked_seen = list(topics)
+        self._events.put(_WATCH_TOPICS)
+        self._events.put(_RECONCILE)
+
     def _watch_new_topics(self) -> None:
         """On the controller's thread: an assignment watch per topic not watched yet (Kafka's
         ``PartitionModificationsHandler``). A watch outlives its topic's deletion, so a topic
-        created again under the name is watched (DeleteTopics is refused in cluster mode: only a
-        topic deleted by hand in ZooKeeper leaves one behind)."""
+        created again under the name is watched. Each new deletion mark gets a watch of its
+        acknowledgements (it ends with the mark)."""
         with self._lock:
             new = [t for t in self._topics_seen if t not in self._assignment_watched]
             self._assignment_watched.update(new)
         for topic in new:
             self.zk.watch_assignment_changes(topic, lambda: self._events.put(_RECONCILE))
+        with self._lock:
+            marked = set(self._marked_seen)
+            self._acks_watched &= marked  # a mark gone ends its watch: a new mark of the name needs one
+            new_marks = sorted(marked - self._acks_watched)
+            self._acks_watched.update(new_marks)
+        for topic in new_marks:
+            self.zk.watch_deletion_acks(topic, lambda: self._events.put(_RECONCILE))
 
     def stop(self) -> None:
         """Stop the thread and hand the controller role over (delete ``/controller`` if ours)."""
@@ -133,6 +178,7 @@ class Controller:
     def _clear_epoch(self) -> bool:
         with self._lock:
             was_active, self._epoch = self._epoch is not None, None
+            self._announced = None
         return was_active
 
     def _step_down(self) -> bool:
@@ -186,13 +232,27 @@ class Controller:
         self._reconcile()
 
     def read_view(self) -> ClusterView:
-        """The cluster as ZooKeeper has it now (live brokers, assignment, states with versions)."""
+        """The cluster as ZooKeeper has it now (live brokers, assignment, reassignments, states with
+        versions), without the topics marked for deletion."""
         live = self.zk.get_live_broker_ids()
-        assignment = self.zk.get_all_assignments()
+        marked = self.zk.get_topics_marked_for_deletion()
+        znodes = self.zk.get_topic_znodes(t for t in self.zk.get_topics() if t not in marked)
+        assignment: dict[TopicPartition, tuple[int, ...]] = {}
+        reassigning: dict[TopicPartition, Reassignment] = {}
+        for topic, (obj, _version) in znodes.items():
+            adding, removing = obj.get("adding_replicas") or {}, obj.get("removing_replicas") or {}
+            for p, replicas in obj["partitions"].items():
+                tp = TopicPartition(topic, int(p))
+                assignment[tp] = tuple(int(b) for b in replicas)
+                if adding.get(p) or removing.get(p):
+                    reassigning[tp] = Reassignment(tuple(int(b) for b in adding.get(p) or ()),
+                                                   tuple(int(b) for b in removing.get(p) or ()))
         pending = self.zk.get_preferred_election()
+        self._topic_versions = {topic: version for topic, (_obj, version) in znodes.items()}
+        self._topic_objects = {topic: obj for topic, (obj, _version) in znodes.items()}
         return ClusterView(assignment=assignment, states=self.zk.get_partition_states(assignment),
                            live=live, shutting_down=self.zk.get_shutting_down() & live,
-                           preferred=frozenset(pending[0]) if pending else frozenset())
+                           preferred=frozenset(pending[0]) if pending else frozenset(), reassigning=reassigning)
 
     def _reconcile(self) -> None:
         for _ in range(_MAX_ROUNDS):
@@ -201,12 +261,92 @@ class Controller:
             if epoch is None:
                 return
             view = self.read_view()
-            if self._write_all(_urgent_first(decide(view, epoch.epoch, self._unclean_for), view), epoch):
+            changes = decide(view, epoch.epoch, self._unclean_for)
+            announced = self._announcements(view, changes)
+            if self._write_all(_urgent_first({**announced, **changes}, view), epoch):
+                self._record_announced(view, {**announced, **changes})
                 pending = self.zk.get_preferred_election()
                 if pending is not None and pending[0] <= view.preferred:
                     self.zk.delete_preferred_election(pending[1])
+                self._complete_deletions(epoch)
+                if self._complete_reassignments(view, epoch):
+                    continue  # the replica lists changed: announce them
+                self._poll_reassignments(bool(view.reassigning))
                 return
         self._events.put(_RECONCILE)
+
+    def _announcements(self, view: ClusterView, changes: dict[TopicPartition, LeaderAndIsr]
+                       ) -> dict[TopicPartition, LeaderAndIsr]:
+        """The partitions whose replica list changed since this controller last announced it (and
+        whose state does not change anyway): their state rewritten as it is, so a new partition
+        epoch brings the new list to every replica. A new term announces the reassigning ones."""
+        with self._lock:
+            if self._announced is None:
+                self._announced = {tp: tuple(r) for tp, r in view.assignment.items() if tp not in view.reassigning}
+            announced = dict(self._announced)
+        out: dict[TopicPartition, LeaderAndIsr] = {}
+        for tp, replicas in view.assignment.items():
+            state = view.states.get(tp)
+            if state is not None and tp not in changes and announced.get(tp, replicas if tp not in view.reassigning
+                                                                         else ()) != replicas:
+                out[tp] = state
+        return out
+
+    def _record_announced(self, view: ClusterView, written: dict[TopicPartition, LeaderAndIsr]) -> None:
+        with self._lock:
+            if self._announced is not None:
+                for tp in written:
+                    self._announced[tp] = tuple(view.assignment[tp])
+                for tp, replicas in view.assignment.items():
+                    self._announced.setdefault(tp, tuple(replicas))
+
+    def _complete_reassignments(self, view: ClusterView, epoch: ControllerEpoch) -> bool:
+        """KIP-455's phase B for every reassigning partition whose target replicas are all in the
+        ISR: per topic one multi-op (states + topic znode). True if any was written."""
+        done: dict[str, dict[TopicPartition, tuple[LeaderAndIsr, tuple[int, ...]]]] = {}
+        for tp, reassignment in sorted(view.reassigning.items()):
+            step = reassignment_complete(view.assignment[tp], reassignment, view.states.get(tp), view, epoch.epoch)
+            if step is not None:
+                done.setdefault(tp.topic, {})[tp] = step
+        wrote = False
+        for topic, steps in done.items():
+            obj = json.loads(json.dumps(self._topic_objects[topic]))  # a deep copy
+            for tp, (_state, target) in steps.items():
+                obj["partitions"][str(tp.partition)] = list(target)
+                for key in ("adding_replicas", "removing_replicas"):
+                    (obj.get(key) or {}).pop(str(tp.partition), None)
+            states = {tp: state for tp, (state, _target) in steps.items()}
+            if self.zk.complete_reassignments(topic, states, obj, self._topic_versions[topic], epoch):
+                wrote = True
+                for tp, (state, target) in steps.items():
+                    log.info("controller epoch %d: %s reassigned to %s, leader %d epoch %d isr %s", epoch.epoch, tp,
+                             list(target), state.leader, state.leader_epoch, list(state.isr))
+        return wrote
+
+    def _poll_reassignments(self, pending: bool) -> None:
+        """While reassignments are pending, reconcile again in :data:`REASSIGNMENT_POLL_S`."""
+        if not pending:
+            return
+        with self._lock:
+            timer = self._reassignment_timer
+            if timer is not None and timer.is_alive():
+                return
+            timer = self._reassignment_timer = threading.Timer(REASSIGNMENT_POLL_S, self._events.put, (_RECONCILE,))
+            timer.daemon = True
+        timer.start()
+
+    def _complete_deletions(self, epoch: ControllerEpoch) -> None:
+        """Delete each marked topic whose every replica broker acknowledged the deletion of its
+        replicas (a mark of a topic that does not exist goes at once, as in Kafka)."""
+        for topic in self.zk.get_topics_marked_for_deletion():
+            assignment = self.zk.get_assignment(topic)
+            replicas = {b for brokers in assignment.values() for b in brokers}
+            waiting = replicas - self.zk.get_deletion_acks(topic)
+            if waiting:
+                log.info("topic %s: deletion waits for brokers %s to delete their replicas", topic, sorted(waiting))
+                continue
+            self.zk.delete_topic_znodes(topic, epoch)
+            log.info("controller epoch %d: topic %s deleted", epoch.epoch, topic)
 
     def _write_all(self, changes: dict[TopicPartition, LeaderAndIsr], epoch: ControllerEpoch) -> bool:
         """Write every decision, pipelined (``write_partition_states``); False if one met a newer

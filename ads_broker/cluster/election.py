@@ -36,6 +36,16 @@ from ads_broker.cluster.zookeeper import NO_LEADER, LeaderAndIsr, TopicPartition
 
 
 @dataclass(frozen=True)
+class Reassignment:
+    """A partition's reassignment in progress (KIP-455; the topic znode's ``adding_replicas`` and
+    ``removing_replicas``): its replicas are target + original, ``adding`` = target - original,
+    ``removing`` = original - target."""
+
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class ClusterView:
     """What the controller knows when it decides: read from ZooKeeper, never mutated."""
 
@@ -44,6 +54,7 @@ class ClusterView:
     live: frozenset[int]
     shutting_down: frozenset[int] = frozenset()
     preferred: frozenset[TopicPartition] = field(default_factory=frozenset)
+    reassigning: Mapping[TopicPartition, Reassignment] = field(default_factory=dict)
 
     def available(self, broker: int) -> bool:
         """Live and not on its way out: may lead, may stay in an ISR."""
@@ -68,9 +79,11 @@ def offline_election(replicas: Sequence[int], isr: Collection[int], view: Cluste
     return None
 
 
-def _keep_isr(isr: tuple[int, ...], leader: int, view: ClusterView) -> tuple[int, ...]:
-    """The ISR without lost or shutting-down followers; never empty."""
-    kept = tuple(b for b in isr if b == leader or view.available(b))
+def _keep_isr(isr: tuple[int, ...], leader: int, view: ClusterView,
+              replicas: Sequence[int] | None = None) -> tuple[int, ...]:
+    """The ISR without lost or shutting-down followers, nor brokers that are no longer replicas
+    (a reassignment cancelled or replaced); never empty."""
+    kept = tuple(b for b in isr if (b == leader or view.available(b)) and (replicas is None or b in replicas))
     return kept or isr
 
 
@@ -83,6 +96,9 @@ def decide_partition(tp: TopicPartition, replicas: Sequence[int], state: LeaderA
             return None
         return LeaderAndIsr(live[0], 0, live, controller_epoch, -1)
     leader, isr = state.leader, state.isr
+    if leader not in (NO_LEADER, *replicas):  # no longer a replica (a reassignment cancelled or replaced)
+        isr = tuple(b for b in isr if b in replicas) or isr
+        leader = NO_LEADER
     if leader == NO_LEADER or leader not in view.live:
         chosen = offline_election(replicas, isr, view, unclean)
         if chosen is None:
@@ -94,7 +110,7 @@ def decide_partition(tp: TopicPartition, replicas: Sequence[int], state: LeaderA
         if successor is not None:
             leader, isr = successor, _keep_isr(isr, successor, view)
     else:
-        isr = _keep_isr(isr, leader, view)
+        isr = _keep_isr(isr, leader, view, replicas)
         preferred = replicas[0] if replicas else NO_LEADER
         if tp in view.preferred and preferred != leader and preferred in isr and view.available(preferred):
             leader = preferred
@@ -113,6 +129,24 @@ def decide(view: ClusterView, controller_epoch: int,
         if new is not None:
             changes[tp] = new
     return changes
+
+
+def reassignment_complete(replicas: Sequence[int], reassignment: Reassignment, state: LeaderAndIsr | None,
+                          view: ClusterView, controller_epoch: int) -> tuple[LeaderAndIsr, tuple[int, ...]] | None:
+    """KIP-455's phase B, once every target replica is in the ISR: the new state (the leader moved
+    into the target replicas if it is not one, or is not available; the removed replicas out of the
+    ISR; a new leader epoch) and the target replicas, to be written together. None while waiting."""
+    target = tuple(b for b in replicas if b not in reassignment.removing)
+    if state is None or not target or not set(target) <= set(state.isr):
+        return None
+    leader = state.leader
+    if leader not in target or not view.available(leader):
+        chosen = next((b for b in target if view.available(b)), None)
+        if chosen is None:
+            return None
+        leader = chosen
+    isr = tuple(b for b in state.isr if b in target)
+    return LeaderAndIsr(leader, state.leader_epoch + 1, isr, controller_epoch, state.partition_epoch), target
 
 
 def led_by(view: ClusterView, broker: int) -> list[TopicPartition]:

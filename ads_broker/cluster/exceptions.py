@@ -40,3 +40,20 @@ class PartitionEpochError(ClusterError):
     state since it was read (INVALID_UPDATE_VERSION, as Kafka's AlterPartition answers)."""
 
     error_code = errors.INVALID_UPDATE_VERSION
+
+
+class UnknownTopicIdError(ClusterError):
+    """A request names a topic by an id no topic has (any more) (UNKNOWN_TOPIC_ID)."""
+
+    error_code = errors.UNKNOWN_TOPIC_ID
+
+
+#: Kafka's NO_REASSIGNMENT_IN_PROGRESS (not in ``ads_broker.errors``, which lists the codes the
+#: single-node broker answers).
+NO_REASSIGNMENT_IN_PROGRESS = 85
+
+
+class NoReassignmentInProgressError(ClusterError):
+    """A reassignment cancel for a partition that is not being reassigned."""
+
+    error_code = NO_REASSIGNMENT_IN_PROGRESS

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ads_broker.cluster.controller import Controller
-from ads_broker.cluster.registration import BrokerMembership, PartitionStateCallback
+from ads_broker.cluster.registration import BrokerMembership, PartitionRemovedCallback, PartitionStateCallback
 from ads_broker.cluster.zookeeper import BrokerRegistration, KafkaZkClient, TopicPartition
 
 
@@ -30,13 +30,14 @@ class ClusterMember:
     def join(cls, connect: str, registration: BrokerRegistration, *, session_timeout_ms: int = 18000,
              connection_timeout_ms: int = 18000, unclean_for: Callable[[str], bool] | None = None,
              on_partition_state: PartitionStateCallback | None = None,
+             on_partition_removed: PartitionRemovedCallback | None = None,
              on_elected: Callable[[int], None] | None = None,
              on_resigned: Callable[[], None] | None = None) -> ClusterMember:
         """Connect, register (refused on a cluster id or broker id conflict) and run for controller."""
         zk = KafkaZkClient(connect, session_timeout_ms=session_timeout_ms,
                            connection_timeout_ms=connection_timeout_ms).start()
         try:
-            membership = BrokerMembership(zk, registration, on_partition_state)
+            membership = BrokerMembership(zk, registration, on_partition_state, on_partition_removed)
             membership.register()
         except BaseException:
             zk.close()

@@ -26,6 +26,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import functools
+import shutil
 import threading
 import time
 import uuid
@@ -46,7 +47,12 @@ from kazoo.exceptions import (
 )
 
 from ads_broker.cluster.channel import BrokerConnection
-from ads_broker.cluster.exceptions import PartitionEpochError, ZooKeeperUnavailableError
+from ads_broker.cluster.exceptions import (
+    NoReassignmentInProgressError,
+    PartitionEpochError,
+    UnknownTopicIdError,
+    ZooKeeperUnavailableError,
+)
 from ads_broker.cluster.member import ClusterMember
 from ads_broker.cluster.shared_reads import SharedReads
 from ads_broker.cluster.topics import Topic, validate_topic_name
@@ -174,6 +180,56 @@ def _is_legal(name: str) -> bool:
     return True
 
 
+UNKNOWN_PARTITION = "This server does not host this topic-partition."  # Kafka's default text
+
+
+def _reassign(obj: dict[str, Any], partition: int, target: list[int] | None,
+              live: frozenset[int]) -> BrokerError | None:
+    """Apply one partition's reassignment to the topic znode's JSON ``obj`` (in place), as Kafka's
+    ``ReplicaAssignment.reassignTo`` and ``KafkaController`` validate it; the error, or None."""
+    key = str(partition)
+    current = obj["partitions"].get(key)
+    if current is None:
+        return UnknownTopicOrPartitionError(UNKNOWN_PARTITION)
+    adding = list((obj.get("adding_replicas") or {}).get(key) or [])
+    removing = list((obj.get("removing_replicas") or {}).get(key) or [])
+    original = [b for b in current if b not in adding]
+    if target is None:
+        if not adding and not removing:
+            return NoReassignmentInProgressError("No partition reassignment is in progress.")
+        full, new_adding, new_removing = original, [], []
+    else:
+        if not target:
+            return InvalidReplicaAssignmentError("Empty replica list specified in partition reassignment.")
+        if len(set(target)) != len(target):
+            return InvalidReplicaAssignmentError(
+                f"Duplicate replica ids in partition reassignment replica list: {target[:100]}")
+        if any(b < 0 for b in target):
+            return InvalidReplicaAssignmentError(f"Invalid broker id in replica list: {target[:100]}")
+        full = list(dict.fromkeys(target + original))
+        targets, originals = set(target), set(original)  # sets: a target list may be long and hostile
+        new_adding = [b for b in full if b not in originals]
+        new_removing = [b for b in full if b not in targets]
+        if not set(new_adding) <= live:
+            return InvalidReplicaAssignmentError(
+                f"Replica assignment has brokers that are not alive. Replica list: {new_adding[:100]}, "
+                f"live broker list: {sorted(live)}")
+        if not new_adding and not new_removing:
+            full = list(target)
+    obj["partitions"][key] = full
+    for field_name, value in (("adding_replicas", new_adding), ("removing_replicas", new_removing)):
+        entries = dict(obj.get(field_name) or {})
+        if value:
+            entries[key] = value
+        else:
+            entries.pop(key, None)
+        obj[field_name] = entries
+    return None
+
+
+#: Pauses before removing what is left of a deleted topic's directories again.
+DIRECTORY_RECHECK_S = (0.05, 0.2, 1.0)
+
 #: A snapshot naming more topics than this lists ``/brokers/topics`` once and reads only those that exist.
 SNAPSHOT_NAMES_READ_DIRECTLY = 32
 
@@ -218,7 +274,17 @@ class ClusterNode:
                                                                  thread_name_prefix="zk-requests")
         #: :meth:`snapshot`'s reads, shared by the requests waiting at the same time (a Metadata
         #: flood must not become a read of every partition's state per request).
+        #: Two sets of rounds: a request for every topic (clients refresh all after a leader
+        #: change) must not make the small reads (leader hints, coordinators, named topics) wait
+        #: for and share a read of every partition.
         self._snapshots: SharedReads[ClusterSnapshot] = SharedReads(self._read_snapshot, _narrowed)
+        self._all_snapshots: SharedReads[ClusterSnapshot] = SharedReads(self._read_snapshot, _narrowed)
+        #: Ids of the topics marked for deletion that this broker has seen (kept: ids are never
+        #: reused, and a state of such a topic arriving late must never open it again here).
+        self._deleted_ids: set[uuid.UUID] = set()
+        #: The deletion pass running (one at a time) and whether another must follow it.
+        self._deleting: asyncio.Task[None] | None = None
+        self._deletions_again = False
 
     @property
     def joined(self) -> bool:
@@ -249,13 +315,19 @@ class ClusterNode:
         loop = asyncio.get_running_loop()
         self._loop = loop
         join = functools.partial(ClusterMember.from_config, self.config.values, self.registration(),
-                                 on_partition_state=self._on_partition_state)
+                                 on_partition_state=self._on_partition_state,
+                                 on_partition_removed=self._on_partition_removed)
         member = await loop.run_in_executor(None, join)
+        try:
+            await self._drop_stale_topics(member.zk)
+        except Exception:
+            log.exception("cannot compare the local topics with ZooKeeper's; stale copies stay until deleted")
         with self._joining:
             self.member = member
             early, self._early = self._early or [], None
         await loop.run_in_executor(None, member.zk.watch_shutting_down, self._on_shutting_down)
         await loop.run_in_executor(None, member.zk.watch_broker_ids, self._on_live_brokers)
+        await loop.run_in_executor(None, member.zk.watch_topic_deletions, self._on_marked_for_deletion)
         if early:  # the states of the partitions this broker already holds, read while it registered
             await loop.run_in_executor(None, self._deliver, early)
         log.info("joined the cluster", broker_id=self.broker_id, zookeeper=self.config.settings.zookeeper_connect,
@@ -383,6 +455,257 @@ class ClusterNode:
         once every ``size`` InitProducerId requests)."""
         return self.zk.allocate_producer_id_block(self.broker_id, size)
 
+    # -- topic deletion ------------------------------------------------------------------------
+
+    async def _drop_stale_topics(self, zk: KafkaZkClient) -> None:
+        """At start, before any partition state is applied: delete the local topics ZooKeeper no
+        longer has, or has under another topic id (deleted, maybe created again, while this broker
+        was down). Their records must never be served again under the name."""
+        local = {t.name: t.topic_id for t in self.replicas.metadata.all_topics() if not t.internal}
+        if not local:
+            return
+        found = await asyncio.get_running_loop().run_in_executor(None, zk.get_topics_metadata, sorted(local))
+        for name, topic_id in local.items():
+            stored = found.get(name)
+            if stored is not None and stored[0] and topic_id_of(name, stored[1]) == topic_id:
+                if any(self.broker_id in replicas for replicas in stored[0].values()):
+                    continue
+                log.warning("deleting a local topic this broker no longer replicates (reassigned while it was "
+                            "down)", topic=name, assignment={p: list(r) for p, r in stored[0].items()})
+            else:
+                log.warning("deleting a local topic ZooKeeper does not have (deleted while this broker was down)",
+                            topic=name, topic_id=str(topic_id),
+                            zookeeper_topic_id=None if stored is None else stored[1])
+            self.replicas.delete_topic(name)
+
+    def _on_marked_for_deletion(self, names: list[str]) -> None:
+        """kazoo's event thread: ``/admin/delete_topics`` changed; the loop does the work."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(self._start_deletions)
+
+    def _start_deletions(self) -> None:
+        if self._deleting is not None and not self._deleting.done():
+            self._deletions_again = True
+            return
+        self._deleting = asyncio.get_running_loop().create_task(self._delete_marked())
+
+    async def _delete_marked(self) -> None:
+        """Kafka's StopReplica(delete=true), acted on through ZooKeeper: for every topic marked for
+        deletion, stop this broker's replicas of it (their fetchers), delete their logs, and
+        acknowledge under the mark; the controller deletes the topic once every replica broker did."""
+        while True:
+            self._deletions_again = False
+            member = self.member
+            if member is None:
+                return
+            loop = asyncio.get_running_loop()
+            try:
+                marked = await loop.run_in_executor(None, member.zk.get_topics_marked_for_deletion)
+                if marked:  # what a hung pass was working on, should one ever hang again
+                    log.info("topics marked for deletion", topics=sorted(marked))
+                for topic_id in marked.values():
+                    if topic_id is not None:
+                        with contextlib.suppress(ValueError):
+                            self._deleted_ids.add(uuid.UUID(topic_id))
+                for name, topic_id in marked.items():
+                    try:  # one topic's failure (an internal topic marked by hand) must not stop the others
+                        await self._delete_marked_topic(member, name, topic_id)
+                    except BrokerError as e:
+                        log.error("cannot delete the replicas of a topic marked for deletion", topic=name,
+                                  error=str(e))
+            except Exception:
+                log.exception("cannot process the topics marked for deletion; retrying on the next change")
+            if not self._deletions_again:
+                return
+
+    def _on_partition_removed(self, tp: TopicPartition, still_replicates_topic: bool) -> None:
+        """kazoo's event thread: a reassignment moved ``tp`` away from this broker; the loop stops
+        the replica (Kafka's StopReplica(delete=true) to a removed replica)."""
+        with self._joining:
+            self._pending.pop(tp, None)
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(lambda: self._start_task(self._remove_replica(tp, still_replicates_topic)))
+
+    def _start_task(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._drains.add(task)
+        task.add_done_callback(self._drains.discard)
+
+    async def _remove_replica(self, tp: TopicPartition, still_replicates_topic: bool) -> None:
+        """Stop following (or leading) ``tp`` here; with no other partition of its topic left on
+        this broker, the topic's logs go (its directories are deleted), else this one is emptied."""
+        if not self.replicas.holds(tp.topic, tp.partition):
+            return
+        try:
+            if still_replicates_topic:
+                await self.fetchers.remove_partition(tp.topic, tp.partition)
+                self.replicas.stop_replica(self.replicas.get_partition(tp.topic, tp.partition))
+            else:
+                await self._delete_local_topic(tp.topic)
+            log.info("replica removed by a reassignment", topic=tp.topic, partition=tp.partition,
+                     topic_deleted_here=not still_replicates_topic)
+        except Exception:
+            log.exception("cannot remove a reassigned replica", topic=tp.topic, partition=tp.partition)
+
+    async def _delete_marked_topic(self, member: ClusterMember, name: str, topic_id: str | None) -> None:
+        local = self.replicas.metadata.get(name)
+        if local is not None and (topic_id is None or str(local.topic_id) == topic_id):
+            await self._delete_local_topic(name)
+            log.info("replicas of a topic marked for deletion deleted", topic=name, topic_id=topic_id)
+        held = self.replicas.metadata.get(name)
+        if held is None or (topic_id is not None and str(held.topic_id) != topic_id):
+            await asyncio.get_running_loop().run_in_executor(None, member.zk.ack_topic_deletion, name,
+                                                             self.broker_id)
+
+    async def _delete_local_topic(self, name: str) -> None:
+        """Stop the topic's fetchers, then delete it here (logs, directories, topic store). A
+        cancelled fetcher's last write may still be running on a writer thread (a leader-epoch
+        checkpoint, a segment roll): a file it creates while the directory is being removed leaves
+        the directory behind, so whatever is left is removed again once it is done."""
+        count = len(self.replicas.partitions_of(name))
+        await self.fetchers.remove(name)
+        self.replicas.delete_topic(name)
+        for pause in DIRECTORY_RECHECK_S:
+            await asyncio.sleep(pause)
+            if self.replicas.metadata.get(name) is not None:  # created here again meanwhile: its own now
+                return
+            left = [d for i in range(count) if (d := self.replicas.logs.log_dir(name, i)).exists()]
+            if not left:
+                return
+            for directory in left:
+                shutil.rmtree(directory, ignore_errors=True)
+        log.warning("a deleted topic's directory is still there", topic=name)
+
+    async def deletable_topics(self) -> frozenset[str]:
+        """The topics a DeleteTopics may name now (existing, not marked for deletion): one listing
+        per request, so a request naming thousands of invented topics costs no read per name."""
+        def read() -> frozenset[str]:
+            zk = self.zk
+            return frozenset(zk.get_topics()) - zk.get_marked_topic_names()
+
+        return await self._zk_call(read)
+
+    async def delete_topic(self, name: str, topic_id: uuid.UUID | None = None) -> uuid.UUID:
+        """DeleteTopics in cluster mode (see :meth:`_delete_topic`), off the event loop; the topic's id."""
+        return await self._zk_call(self._delete_topic, name, topic_id)
+
+    def _delete_topic(self, name: str, topic_id: uuid.UUID | None) -> uuid.UUID:
+        """Mark the topic for deletion (Kafka's ``AdminZkClient.deleteTopic``): UNKNOWN_TOPIC_OR_PARTITION
+        for a topic that does not exist or is marked already (it left the metadata then, as in Kafka);
+        ``topic_id`` (DeleteTopics v6 by id) must still be the topic's. Internal topics are refused
+        (INVALID_TOPIC_EXCEPTION, as single-node mode answers)."""
+        zk = self.zk
+        if name in INTERNAL_TOPICS:
+            raise InvalidTopicError(f"cannot delete internal topic {name!r}: it belongs to the broker")
+        found = zk.get_topics_metadata([name]) if _is_legal(name) else {}
+        if name not in found or not found[name][0] or name in zk.get_marked_topic_names():
+            raise UnknownTopicOrPartitionError(f"Topic `{name}` to delete does not exist")
+        stored = topic_id_of(name, found[name][1])
+        if topic_id is not None and stored != topic_id:
+            raise UnknownTopicIdError(f"topic id {topic_id} is not the id of a topic (it was deleted)")
+        if zk.mark_topic_for_deletion(name, str(stored)):
+            log.info("topic marked for deletion", topic=name, topic_id=str(stored))
+        return stored
+
+    async def wait_for_deletions(self, names: list[str], timeout_ms: int) -> set[str]:
+        """Kafka's DelayedDeleteTopics: wait up to ``timeout_ms`` until each topic is deleted, or its
+        deletion waits only for brokers that are down (it left the metadata already); the names done."""
+        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+        pause = LEADER_POLL_S
+        done: set[str] = set()
+        while True:
+            try:
+                done = await self._zk_call(self._deletions_done, names)
+            except (ZooKeeperUnavailableError, KazooException) as e:
+                log.info("cannot read the deletions' progress; retrying", error=repr(e))
+            if len(done) == len(names) or time.monotonic() >= deadline:
+                return done
+            await asyncio.sleep(min(pause, max(deadline - time.monotonic(), 0)))
+            pause = min(pause * 2, MAX_LEADER_POLL_S)
+
+    def _deletions_done(self, names: list[str]) -> set[str]:
+        zk = self.zk
+        live = zk.get_live_broker_ids()
+        done = set()
+        for name in names:
+            replicas = {b for brokers in zk.get_assignment(name).values() for b in brokers}
+            # Gone; or pending only for brokers that are down (Kafka: ineligible until they return),
+            # every live one having deleted its replicas. With every replica live, the answer waits
+            # for the controller's last step, so the name can be created again at once.
+            if not replicas or (replicas - live and not (replicas & live) - zk.get_deletion_acks(name)):
+                done.add(name)
+        return done
+
+    # -- partition reassignment (KIP-455) ------------------------------------------------------
+
+    async def alter_reassignments(self, wanted: Mapping[TopicPartition, list[int] | None]
+                                  ) -> dict[TopicPartition, BrokerError | None]:
+        """AlterPartitionReassignments in cluster mode (see :meth:`_alter_reassignments`), off the loop."""
+        return await self._zk_call(self._alter_reassignments, dict(wanted))
+
+    def _alter_reassignments(self, wanted: dict[TopicPartition, list[int] | None]
+                             ) -> dict[TopicPartition, BrokerError | None]:
+        """Validate each partition's target as Kafka's ZooKeeper controller does and write the
+        topic znode the way Kafka 2.4+ stores a reassignment (replicas = target + original,
+        ``adding_replicas``, ``removing_replicas``), one conditional write per topic (retried on a
+        concurrent change). ``None`` cancels: back to the original replicas. The controller does
+        the rest; the answer does not wait for it (as Kafka's)."""
+        zk = self.zk
+        out: dict[TopicPartition, BrokerError | None] = {}
+        by_topic: dict[str, dict[int, list[int] | None]] = {}
+        for tp, target in wanted.items():
+            by_topic.setdefault(tp.topic, {})[tp.partition] = target
+        # One listing, so a request naming thousands of invented topics costs no read per name.
+        existing = set(zk.get_topics()) - zk.get_marked_topic_names()
+        for topic, partitions in sorted(by_topic.items()):
+            for _attempt in range(CREATE_PARTITIONS_ATTEMPTS):
+                found = zk.get_topic_znodes([topic]) if topic in existing else {}
+                live = zk.get_live_broker_ids() if found else frozenset()
+                obj, version = found.get(topic, ({"partitions": {}}, -1))
+                results = {p: _reassign(obj, p, target, live) for p, target in partitions.items()}
+                if version < 0 or all(e is not None for e in results.values()):
+                    break
+                try:
+                    zk.set_topic_znode(topic, obj, version)
+                except BadVersionError:
+                    continue
+                except NoNodeError:
+                    results = {p: UnknownTopicOrPartitionError(UNKNOWN_PARTITION) for p in partitions}
+                log.info("partition reassignment written", topic=topic,
+                         targets={p: t for p, t in partitions.items() if results[p] is None})
+                break
+            else:
+                error = BrokerError(f"topic {topic!r}'s assignment changed {CREATE_PARTITIONS_ATTEMPTS} times "
+                                    "while the reassignment was being written; retry")
+                results = {p: error for p in partitions}
+            out.update({TopicPartition(topic, p): e for p, e in results.items()})
+        return out
+
+    async def list_reassignments(self, topics: list[str] | None
+                                 ) -> dict[TopicPartition, tuple[list[int], list[int], list[int]]]:
+        """ListPartitionReassignments: (replicas, adding, removing) of each partition being
+        reassigned, of ``topics`` (None: every topic)."""
+        return await self._zk_call(self._list_reassignments, topics)
+
+    def _list_reassignments(self, topics: list[str] | None
+                            ) -> dict[TopicPartition, tuple[list[int], list[int], list[int]]]:
+        zk = self.zk
+        names = zk.get_topics() if topics is None else [t for t in dict.fromkeys(topics) if _is_legal(t)]
+        out: dict[TopicPartition, tuple[list[int], list[int], list[int]]] = {}
+        for topic, (obj, _version) in zk.get_topic_znodes(names).items():
+            adding, removing = obj.get("adding_replicas") or {}, obj.get("removing_replicas") or {}
+            for p, replicas in obj["partitions"].items():
+                if adding.get(p) or removing.get(p):
+                    out[TopicPartition(topic, int(p))] = (list(replicas), list(adding.get(p) or []),
+                                                          list(removing.get(p) or []))
+        return out
+
     # -- partition roles ---------------------------------------------------------------------
 
     def _on_partition_state(self, tp: TopicPartition, replicas: tuple[int, ...], state: LeaderAndIsr) -> None:
@@ -481,6 +804,14 @@ class ClusterNode:
                topic: Topic | None) -> Partition | None:
         """Hold the partition locally (``topic``: its metadata if it is new here) and take the role
         the state gives it; None if it is not held or the state is stale."""
+        member = self.member
+        if member is not None and not member.membership.replicates(tp):
+            return None  # moved away from this broker since the state was read
+        known = self.replicas.metadata.get(tp.topic)
+        topic_id = topic.topic_id if topic is not None else None if known is None else known.topic_id
+        if topic_id in self._deleted_ids:
+            log.info("a partition state of a topic marked for deletion ignored", topic=tp.topic, partition=tp.partition)
+            return None
         try:
             if topic is not None:
                 self.replicas.ensure_replica_topic(topic)
@@ -591,6 +922,8 @@ class ClusterNode:
         """Validate as Kafka's ``AdminZkClient`` does, then write the config and the assignment."""
         zk = self.zk
         validate_topic_name(name)
+        if name in zk.get_marked_topic_names():
+            raise TopicAlreadyExistsError(f"Topic '{name}' is marked for deletion.")  # Kafka's AdminZkClient
         existing = zk.get_topics()
         if name in existing:
             raise TopicAlreadyExistsError(f"Topic '{name}' already exists.")
@@ -633,7 +966,7 @@ class ClusterNode:
                                     "every group's and transactional id's partition is hash % count")
         for _attempt in range(CREATE_PARTITIONS_ATTEMPTS):
             found = zk.get_assignment_versioned(name) if _is_legal(name) else None
-            if not found or not found[0]:
+            if not found or not found[0] or name in zk.get_marked_topic_names():
                 raise UnknownTopicOrPartitionError(f"The topic '{name}' does not exist.")
             existing, version = found
             current = len(existing)
@@ -844,7 +1177,7 @@ class ClusterNode:
         joined (or once it left): itself alone, no controller, no topics."""
         if self.joined:
             try:
-                return await self._snapshots.get(names)
+                return await (self._all_snapshots if names is None else self._snapshots).get(names)
             except (BrokerError, KazooException) as e:
                 log.warning("cannot read the cluster's state from ZooKeeper", error=repr(e))
         return ClusterSnapshot({self.broker_id: self.registration()}, -1, {}, complete=False)
@@ -885,7 +1218,10 @@ class ClusterNode:
         zk = self.zk
         brokers = zk.get_live_brokers()
         controller = zk.get_controller_id()
-        found = zk.get_topics_metadata(zk.get_topics() if names is None else self._readable(names))
+        marked = zk.get_marked_topic_names()  # gone from the metadata while their deletion completes (Kafka)
+        found = {name: meta for name, meta in
+                 zk.get_topics_metadata(zk.get_topics() if names is None else self._readable(names)).items()
+                 if name not in marked}
         states = zk.get_partition_states(TopicPartition(name, p) for name, (assignment, _, _) in found.items()
                                          for p in assignment)
         topics: dict[str, TopicView] = {}

@@ -17,6 +17,7 @@ the partition has no leader (clients get LEADER_NOT_AVAILABLE).
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -41,21 +42,28 @@ REREGISTER_RETRY_S = 0.2
 MAX_REREGISTER_RETRY_S = 5.0
 
 PartitionStateCallback = Callable[[TopicPartition, tuple[int, ...], LeaderAndIsr], None]
+#: ``(tp, whether this broker still replicates another partition of tp's topic)``
+PartitionRemovedCallback = Callable[[TopicPartition, bool], None]
 
 
 class BrokerMembership:
     """Registration and partition-role watching for one broker over one :class:`KafkaZkClient`."""
 
     def __init__(self, zk: KafkaZkClient, registration: BrokerRegistration,
-                 on_partition_state: PartitionStateCallback | None = None) -> None:
+                 on_partition_state: PartitionStateCallback | None = None,
+                 on_partition_removed: PartitionRemovedCallback | None = None) -> None:
         self.zk = zk
+        self._on_partition_removed = on_partition_removed
         self.registration = registration
         self.broker_id = registration.broker_id
         self.broker_epoch = -1
         self._on_partition_state = on_partition_state
         self._lock = threading.Lock()
         self._watched_topics: set[str] = set()
-        self._watched: set[TopicPartition] = set()
+        #: each watched partition's watch token: a watch whose token is no longer the current one
+        #: (its topic was deleted) ends at its next event instead of delivering a new topic's state
+        #: with the old topic's replicas
+        self._watched: dict[TopicPartition, tuple[object, tuple[int, ...]]] = {}
         self._delivered: dict[TopicPartition, tuple[int, int]] = {}
         self._session_lost = False
         self._closed = False
@@ -122,25 +130,56 @@ class BrokerMembership:
             self._watch_topic(topic)
 
     def _watch_topic(self, topic: str) -> None:
+        topic_id: list[str | None] = []  # the id of the topic seen last under this name
+
         def on_assignment(data: bytes | None, stat: object) -> bool | None:
-            if data is None:
+            if data is None:  # deleted: a topic created again under the name is watched afresh
                 with self._lock:
                     self._watched_topics.discard(topic)
+                    self._forget(topic)
                 return False
-            for partition, replicas in parse_assignment(data).items():
-                if self.broker_id in replicas:
-                    self._watch_partition(TopicPartition(topic, partition), replicas)
+            current = json.loads(data).get("topic_id")
+            if topic_id and topic_id[0] != current:  # deleted and created again between two reads
+                with self._lock:
+                    self._forget(topic)
+            topic_id[:] = [current]
+            mine = {TopicPartition(topic, p): r for p, r in parse_assignment(data).items() if self.broker_id in r}
+            for tp, replicas in mine.items():
+                self._watch_partition(tp, replicas)
+            with self._lock:  # a reassignment moved these away from this broker
+                removed = [tp for tp in self._watched if tp.topic == topic and tp not in mine]
+                for tp in removed:
+                    del self._watched[tp]
+                    self._delivered.pop(tp, None)
+            if self._on_partition_removed is not None:
+                for tp in removed:
+                    self._on_partition_removed(tp, bool(mine))
             return None
 
         self.zk.client.DataWatch(f"/brokers/topics/{topic}", on_assignment)
 
-    def _watch_partition(self, tp: TopicPartition, replicas: tuple[int, ...]) -> None:
+    def replicates(self, tp: TopicPartition) -> bool:
+        """Whether this broker is a replica of ``tp`` as its watches last saw the assignment."""
         with self._lock:
-            if tp in self._watched:
+            return tp in self._watched
+
+    def _forget(self, topic: str) -> None:
+        """(Under the lock.) End the watches of ``topic``'s partitions and forget what they delivered."""
+        for tp in [tp for tp in self._watched if tp.topic == topic]:
+            del self._watched[tp]
+            self._delivered.pop(tp, None)
+
+    def _watch_partition(self, tp: TopicPartition, replicas: tuple[int, ...]) -> None:
+        token = (object(), replicas)
+        with self._lock:
+            if tp in self._watched and self._watched[tp][1] == replicas:
                 return
-            self._watched.add(tp)
+            self._watched[tp] = token  # a new replica list: a new watch delivers with it
 
         def on_state(state: LeaderAndIsr | None) -> bool | None:
+            with self._lock:
+                if self._watched.get(tp) is not token:
+                    return False
             if state is None:
                 # Not created yet (the controller will), or the topic was deleted: a topic created
                 # again under the same name starts over at leader epoch 0.
@@ -185,7 +224,8 @@ class BrokerMembership:
             stop.wait(poll_s)
 
     def _led_partitions(self, stop: threading.Event) -> tuple[list[TopicPartition], list[TopicPartition]]:
-        assignment = self.zk.get_all_assignments()
+        marked = self.zk.get_marked_topic_names()  # being deleted: no leadership of theirs moves any more
+        assignment = {tp: r for tp, r in self.zk.get_all_assignments().items() if tp.topic not in marked}
         view = ClusterView(assignment=assignment, states=self.zk.get_partition_states(assignment),
                            live=self.zk.get_live_broker_ids(), shutting_down=self.zk.get_shutting_down())
         if self._on_partition_state is not None and not stop.is_set():

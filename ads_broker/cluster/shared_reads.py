@@ -62,14 +62,23 @@ class SharedReads(Generic[T]):
         if round_ is None:
             round_ = self._next = _Round(loop)
         round_.add(names)
-        if self._reader is None:
+        if self._reader is None or self._reader.done():
             self._reader = loop.create_task(self._run())
+            self._reader.add_done_callback(self._reader_done)
         self.requests += 1
         snapshot = await asyncio.shield(round_.future)
-        if names is None or (round_.names is not None and len(round_.names) == len(names)
-                             and round_.names.issuperset(names)):
+        if names is None or round_.names == set(names):
             return snapshot
         return self._narrow(snapshot, names)
+
+    def _reader_done(self, task: asyncio.Task[None]) -> None:
+        """A reader cancelled before its first step never ran its ``finally``: the requests it was
+        to answer would wait forever, and the next request would find a dead reader."""
+        if self._reader is task:
+            self._reader = None
+        if task.cancelled() and self._reader is None and (left := self._next) is not None:
+            self._next = None
+            left.future.cancel()
 
     async def _run(self) -> None:
         try:

@@ -16,6 +16,10 @@ Znodes, with Kafka's JSON encodings (so Kafka's tools can read them):
                                                             leaderships away (Kafka: an RPC)
 ``/config/topics/<t>``                                      ``{"version":1,"config":{"k":"v"}}`` (the
                                                             topic's config overrides)
+``/admin/delete_topics/<t>``                                a topic marked for deletion (Kafka's; our
+                                                            data: ``{"topic_id":..}``)
+``/admin/delete_topics/<t>/<id>`` (not Kafka)               broker ``id`` deleted its replicas of ``t``
+                                                            (Kafka: a StopReplica response)
 =========================================================  =========================================
 
 Fencing. The znode version of a partition's state is its *partition epoch*: every write names the
@@ -60,10 +64,12 @@ CONTROLLER_EPOCH_PATH = "/controller_epoch"
 PREFERRED_ELECTION_PATH = "/admin/preferred_replica_election"
 CONTROLLED_SHUTDOWN_PATH = "/admin/controlled_shutdown"
 TOPIC_CONFIG_PATH = "/config/topics"
+DELETE_TOPICS_PATH = "/admin/delete_topics"
 PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
 #: ``get`` requests one pipelined read keeps in flight on the session (``KafkaZkClient._get_many``).
 MAX_PIPELINED_READS = 1024
-PERSISTENT_PATHS = ("/cluster", BROKER_IDS_PATH, TOPICS_PATH, "/admin", CONTROLLED_SHUTDOWN_PATH, TOPIC_CONFIG_PATH)
+PERSISTENT_PATHS = ("/cluster", BROKER_IDS_PATH, TOPICS_PATH, "/admin", CONTROLLED_SHUTDOWN_PATH, TOPIC_CONFIG_PATH,
+                    DELETE_TOPICS_PATH)
 
 
 class TopicPartition(NamedTuple):
@@ -482,6 +488,120 @@ class KafkaZkClient:
         obj = json.loads(data)
         obj["partitions"] = {**obj["partitions"], **{str(p): list(r) for p, r in sorted(added.items())}}
         self.client.set(f"{TOPICS_PATH}/{topic}", json.dumps(obj).encode(), version=version)
+
+    # -- partition reassignment (KIP-455 with Kafka 2.4+'s topic znode fields) --
+    def get_topic_znodes(self, topics: Iterable[str]) -> dict[str, tuple[dict[str, Any], int]]:
+        """Each topic's assignment znode as JSON and its version, read pipelined (missing ones left out)."""
+        topics = list(topics)
+        out: dict[str, tuple[dict[str, Any], int]] = {}
+        for topic, (_path, found) in zip(topics, self._get_many(f"{TOPICS_PATH}/{t}" for t in topics), strict=True):
+            if found is not None:
+                out[topic] = (json.loads(found[0]), int(found[1].version))
+        return out
+
+    def set_topic_znode(self, topic: str, obj: Mapping[str, Any], version: int) -> None:
+        """Rewrite ``/brokers/topics/<topic>`` if still at ``version`` (kazoo's BadVersionError otherwise)."""
+        self.client.set(f"{TOPICS_PATH}/{topic}", json.dumps(obj).encode(), version=version)
+
+    def complete_reassignments(self, topic: str, states: Mapping[TopicPartition, LeaderAndIsr],
+                               obj: Mapping[str, Any], version: int, controller: ControllerEpoch) -> bool:
+        """The controller's last step of reassignments of ``topic``'s partitions, in one multi-op
+        guarded by its epoch: each new state (leader in the target replicas, ISR without the
+        removed ones) and the topic znode with replicas = target and no adding/removing entries.
+        False if a state or the topic znode changed since read (decide again)."""
+        txn = self.client.transaction()
+        txn.check(CONTROLLER_EPOCH_PATH, controller.zk_version)
+        # The topic znode first: its watchers (every replica) learn the new replica lists before
+        # the states, so each state is delivered with the list it belongs to.
+        txn.set_data(f"{TOPICS_PATH}/{topic}", json.dumps(obj).encode(), version=version)
+        for tp, state in states.items():
+            txn.set_data(self.state_path(tp), state.to_json(), version=state.partition_epoch)
+        results = txn.commit()
+        if isinstance(results[0], Exception) and not isinstance(results[0], RolledBackError):
+            raise ControllerMovedError(f"controller epoch {controller.epoch} is stale: reassignment of {topic!r} "
+                                       "not completed")
+        return not any(isinstance(r, Exception) for r in results)
+
+    # -- topic deletion (Kafka's TopicDeletionManager, the brokers' part through ZooKeeper) --
+    def mark_topic_for_deletion(self, topic: str, topic_id: str | None) -> bool:
+        """Create ``/admin/delete_topics/<topic>`` (Kafka's ``createDeleteTopicPath``) naming the
+        topic id it marks, so no broker deletes a topic created again under the name; False if the
+        topic was already marked."""
+        body = json.dumps({"version": 1, "topic_id": topic_id}).encode()
+        try:
+            self.client.create(f"{DELETE_TOPICS_PATH}/{topic}", body)
+        except NodeExistsError:
+            return False
+        return True
+
+    def get_topics_marked_for_deletion(self) -> dict[str, str | None]:
+        """Each marked topic's id as marked (None: marked without one, e.g. by Kafka's tools)."""
+        names = sorted(self.client.get_children(DELETE_TOPICS_PATH))
+        out: dict[str, str | None] = {}
+        for name, (_path, found) in zip(names, self._get_many(f"{DELETE_TOPICS_PATH}/{n}" for n in names),
+                                        strict=True):
+            if found is None:
+                continue
+            topic_id = None
+            with contextlib.suppress(ValueError, AttributeError, TypeError):
+                topic_id = json.loads(found[0]).get("topic_id")
+            out[name] = None if topic_id is None else str(topic_id)
+        return out
+
+    def get_marked_topic_names(self) -> frozenset[str]:
+        return frozenset(self.client.get_children(DELETE_TOPICS_PATH))
+
+    def watch_topic_deletions(self, callback: Callable[[list[str]], None]) -> None:
+        """``callback(marked topics)`` now and on every change of ``/admin/delete_topics``."""
+        self.client.ChildrenWatch(DELETE_TOPICS_PATH, lambda topics: callback(sorted(topics)))
+
+    def ack_topic_deletion(self, topic: str, broker_id: int) -> None:
+        """Broker ``broker_id`` deleted its replicas of the marked ``topic`` (nothing if the mark is
+        gone: the deletion is over)."""
+        with contextlib.suppress(NodeExistsError, NoNodeError):
+            self.client.create(f"{DELETE_TOPICS_PATH}/{topic}/{broker_id}", b"")
+
+    def get_deletion_acks(self, topic: str) -> frozenset[int]:
+        try:
+            return frozenset(int(c) for c in self.client.get_children(f"{DELETE_TOPICS_PATH}/{topic}")
+                             if c.isdigit())
+        except NoNodeError:
+            return frozenset()
+
+    def watch_deletion_acks(self, topic: str, callback: Callable[[], None]) -> None:
+        """``callback()`` on every change of the mark's acknowledgements (ends with the mark)."""
+        self.client.ChildrenWatch(f"{DELETE_TOPICS_PATH}/{topic}", lambda acks: callback(), send_event=False)
+
+    def delete_topic_znodes(self, topic: str, controller: ControllerEpoch | None) -> None:
+        """The controller's last step of a deletion (Kafka's ``deleteTopicZNode``, ``deleteTopicConfigs``
+        and ``deleteTopicDeletions``): the partition states, the assignment, the config and the
+        mark, in one multi-op guarded by the controller epoch (``controller`` None: the mark only,
+        of a topic that does not exist)."""
+        txn = self.client.transaction()
+        if controller is not None:
+            txn.check(CONTROLLER_EPOCH_PATH, controller.zk_version)
+        for path in self._subtree(f"{TOPICS_PATH}/{topic}") + self._subtree(f"{TOPIC_CONFIG_PATH}/{topic}"):
+            txn.delete(path)
+        for path in self._subtree(f"{DELETE_TOPICS_PATH}/{topic}"):
+            txn.delete(path)
+        results = txn.commit()
+        failed = [r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
+        if failed and controller is not None and isinstance(results[0], Exception) \
+                and not isinstance(results[0], RolledBackError):
+            raise ControllerMovedError(f"controller epoch {controller.epoch} is stale: topic {topic!r} not deleted")
+        if failed:
+            raise failed[0]
+
+    def _subtree(self, path: str) -> list[str]:
+        """``path`` and every znode under it, deepest first (a multi-op deletes children first)."""
+        try:
+            children = self.client.get_children(path)
+        except NoNodeError:
+            return []
+        out: list[str] = []
+        for child in children:
+            out += self._subtree(f"{path}/{child}")
+        return [*out, path]
 
     # -- partition state --
     @staticmethod

@@ -17,8 +17,15 @@ from kafka.protocol.admin import (
     DeleteTopicsResponse,
 )
 
+from ads_broker.cluster.node import INTERNAL_TOPICS
 from ads_broker.errors import REQUEST_TIMED_OUT, TOPIC_DELETION_DISABLED, UNKNOWN_TOPIC_ID
-from ads_broker.exceptions import BrokerError, InvalidReplicaAssignmentError, InvalidRequestError, InvalidTopicError
+from ads_broker.exceptions import (
+    BrokerError,
+    InvalidReplicaAssignmentError,
+    InvalidRequestError,
+    InvalidTopicError,
+    UnknownTopicOrPartitionError,
+)
 from ads_broker.protocol.codec import DecodedRequest
 from ads_broker.protocol.configs import describe_topic
 from ads_broker.protocol.rejected import Rejections
@@ -151,17 +158,26 @@ async def handle_create_topics(ctx: HandlerContext, req: DecodedRequest) -> Crea
 
 async def handle_delete_topics(ctx: HandlerContext, req: DecodedRequest) -> DeleteTopicsResponse:
     body = req.body
+    requested_ids: list[Any] = []
     if req.api_version >= 6:
         # One map, not a scan of every topic per requested id (O(ids x topics) on the event loop).
-        by_id = {topic.topic_id: name for name, topic in ctx.replicas.topics.items()}
+        # Cluster mode: every topic of the cluster (this broker holds only its replicas' topics).
+        by_id = ({topic_id: name for topic_id, (name, _count) in (await ctx.cluster.topic_ids()).items()}
+                 if ctx.cluster is not None else
+                 {topic.topic_id: name for name, topic in ctx.replicas.topics.items()})
         names = [by_id.get(t.topic_id) if t.name is None else t.name for t in body.topics]
+        requested_ids = [t.topic_id if t.name is None else None for t in body.topics]
     else:
         names = list(body.topic_names)
     results = []
+    marked: list[tuple[str, Any]] = []  # cluster mode: (topic, its answer) whose deletion the answer waits for
     rejected = Rejections("delete_topics")
-    for name in names:
+    existing: frozenset[str] | None = None  # cluster mode: read once, at the first name that needs it
+    for i, name in enumerate(names):
         await asyncio.sleep(0)
         res = DeleteTopicsResponse.DeletableTopicResult(name=name, error_code=0, error_message=None)
+        if requested_ids and requested_ids[i] is not None:
+            res.topic_id = requested_ids[i]
         try:
             if name is None:
                 raise BrokerError("unknown topic id")
@@ -171,17 +187,39 @@ async def handle_delete_topics(ctx: HandlerContext, req: DecodedRequest) -> Dele
                 raise (TopicDeletionDisabledError if req.api_version >= 3 else InvalidRequestError)(
                     "topic deletion is disabled (delete.topic.enable=false)")
             if ctx.cluster is not None:
-                raise ctx.cluster.refuse("DeleteTopics")
-            topic = ctx.replicas.get_topic(name)
-            res.topic_id = topic.topic_id
-            ctx.replicas.delete_topic(name)
+                if existing is None:
+                    existing = await ctx.cluster.deletable_topics()
+                if name not in existing and name not in INTERNAL_TOPICS:
+                    raise UnknownTopicOrPartitionError(f"Topic `{name}` to delete does not exist")
+                res.topic_id = await ctx.cluster.delete_topic(name, requested_ids[i] if requested_ids else None)
+                marked.append((name, res))
+            else:
+                topic = ctx.replicas.get_topic(name)
+                res.topic_id = topic.topic_id
+                ctx.replicas.delete_topic(name)
         except BrokerError as e:
             res.error_code = UNKNOWN_TOPIC_ID if name is None else e.error_code
             res.error_message = str(e)
             rejected.add(name, e, res.error_code)
         results.append(res)
+    if marked:
+        await _wait_for_deletions(ctx, marked, body.timeout_ms)
     rejected.log(ctx, req)
     return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
+
+
+async def _wait_for_deletions(ctx: HandlerContext, marked: list[tuple[str, Any]], timeout_ms: int) -> None:
+    """Kafka's DelayedDeleteTopics: one wait, up to the request's timeout, until each marked topic
+    is gone (or waits only for brokers that are down); REQUEST_TIMED_OUT for the others, whose
+    deletion goes on (timeout 0: at once, as Kafka answers)."""
+    assert ctx.cluster is not None
+    names = [name for name, _ in marked]
+    done = await ctx.cluster.wait_for_deletions(names, timeout_ms) if timeout_ms > 0 else set()
+    for name, res in marked:
+        if name not in done:
+            res.error_code = REQUEST_TIMED_OUT
+            res.error_message = (f"topic {name!r} is marked for deletion but its replicas were not all deleted "
+                                 f"after {timeout_ms} ms; the deletion goes on")
 
 
 async def handle_create_partitions(ctx: HandlerContext, req: DecodedRequest) -> CreatePartitionsResponse:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.admin import (
     AlterConfigsRequest,
+    AlterPartitionReassignmentsRequest,
     AlterUserScramCredentialsRequest,
     CreateAclsRequest,
     CreatePartitionsRequest,
@@ -34,6 +35,7 @@ from kafka.protocol.admin import (
     ElectLeadersRequest,
     IncrementalAlterConfigsRequest,
     ListGroupsRequest,
+    ListPartitionReassignmentsRequest,
     ListTransactionsRequest,
 )
 from kafka.protocol.api_message import ApiMessage
@@ -72,6 +74,7 @@ from ads_broker.protocol import (
     log_dirs,
     metadata,
     produce,
+    reassign,
     replica,
     txn,
     txn_admin,
@@ -176,6 +179,8 @@ _APIS = (
     Api(OffsetDeleteRequest, 0, 0, groups_admin.handle_offset_delete),
     Api(DescribeClusterRequest, 0, 2, groups_admin.handle_describe_cluster),
     Api(ElectLeadersRequest, 0, 2, elect.handle_elect_leaders),
+    Api(AlterPartitionReassignmentsRequest, 0, 0, reassign.handle_alter_partition_reassignments),
+    Api(ListPartitionReassignmentsRequest, 0, 0, reassign.handle_list_partition_reassignments),
     Api(DescribeProducersRequest, 0, 0, txn_admin.handle_describe_producers),
     Api(DescribeTransactionsRequest, 0, 0, txn_admin.handle_describe_transactions),
     Api(ListTransactionsRequest, 0, 1, txn_admin.handle_list_transactions),  # v2: a Java regex filter

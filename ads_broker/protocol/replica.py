@@ -62,6 +62,9 @@ async def handle_follower_fetch(ctx: HandlerContext, req: DecodedRequest) -> lis
     if denied is None:
         reads = _within_budget(
             await ctx.replicas.fetch_for_follower(body.replica_id, wanted, max_wait_ms=body.max_wait_ms), budget)
+        # Kafka's ReplicationBytesOutPerSec: the bytes the answer carries (after the budget left
+        # partitions out; counted before it, several partitions per request over-counted)
+        ctx.replicas.replication_metrics.served_follower(sum(s.size for r in reads for s in r.slices))
     results: ReadResult = []
     for index, want in enumerate(wanted):
         data = PartitionData(partition_index=want.partition, error_code=0, high_watermark=-1,

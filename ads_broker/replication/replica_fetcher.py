@@ -76,6 +76,8 @@ def _error(code: int) -> Errors:
         return Errors.NOT_LEADER_OR_FOLLOWER  # any other error: retry after the backoff
 
 
+#: How long :meth:`ReplicaFetcher.stop` waits before cancelling its task again.
+STOP_RECHECK_S = 0.5
 Key = tuple[str, int]
 Followed = tuple[Partition, FollowerState]
 
@@ -95,6 +97,8 @@ class ReplicaFetcher:
         self.partitions: dict[Key, Partition] = {}
         #: loop time until which a partition answered with an error waits
         self._delayed: dict[Key, float] = {}
+        #: partition -> the leader epoch of the state it was last added with
+        self._epochs: dict[Key, int | None] = {}
         #: partition -> early retries in a row at a leader that has not applied its leadership (see _delay)
         self._early_retries: dict[Key, int] = {}
         #: partition -> the leader epoch it was fetched in, for the request waiting at the leader
@@ -102,6 +106,7 @@ class ReplicaFetcher:
         self._wake = asyncio.Event()  # a partition joined, left or changed: look again
         self._urgent = asyncio.Event()  # ... and the request in flight does not cover it: drop it
         self._rotation = 0
+        self._stopped = False
         self.task: asyncio.Task[None] | None = None
 
     @property
@@ -112,27 +117,48 @@ class ReplicaFetcher:
         self.task = asyncio.create_task(self._run(), name=f"fetcher-from-{self.leader}")
 
     def add(self, partition: Partition) -> None:
-        """Fetch ``partition`` (new, or with a new state) from now on."""
+        """Fetch ``partition`` (new, or with a new state) from now on. The request in flight is
+        dropped only for a partition that is new here or in a new leader epoch and not in it (an
+        ISR-only change of a delayed or fenced partition does not end everyone's long poll)."""
         key = (partition.topic, partition.index)
+        follower = partition.follower_state
+        epoch = None if follower is None else follower.leader_epoch
+        fresh = self.partitions.get(key) is not partition or self._epochs.get(key) != epoch
         self.partitions[key] = partition
+        self._epochs[key] = epoch
         self._delayed.pop(key, None)
         self._early_retries.pop(key, None)
-        follower = partition.follower_state
-        if follower is not None and self._in_flight.get(key) != follower.leader_epoch:
+        if fresh and epoch is not None and self._in_flight.get(key) != epoch:
             self._urgent.set()
         self._wake.set()
 
     def remove(self, key: Key) -> None:
         self.partitions.pop(key, None)
+        self._epochs.pop(key, None)
         self._delayed.pop(key, None)
         self._early_retries.pop(key, None)
         self._wake.set()
 
     async def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
+        """End the fetcher and wait until it has. Python 3.11's ``asyncio.wait_for`` can swallow a
+        cancellation that arrives as its inner wait completes (gh-86296, fixed in 3.12): the loop
+        then ran on and ``await task`` never returned (a topic deletion hung on it, branch
+        ``replicas``). So the loop also checks a flag, and the cancellation is repeated until the
+        task is done."""
+        self._stopped = True
+        self._wake.set()
+        task = self.task
+        attempts = 0
+        while task is not None and not task.done():
+            if attempts:
+                log.warning("fetcher still running after a cancellation; cancelling again", leader=self.leader,
+                            attempts=attempts)
+            task.cancel()
+            attempts += 1
+            await asyncio.wait({task}, timeout=STOP_RECHECK_S)
+        if task is not None and not task.cancelled():
+            with contextlib.suppress(BaseException):
+                task.result()  # retrieved: no "exception was never retrieved" at exit
 
     def _ready(self) -> tuple[list[Followed], list[Followed], float | None]:
         """(truncating, fetching) partitions to ask for now, and how long until a delayed one is due."""
@@ -159,14 +185,17 @@ class ReplicaFetcher:
         return truncating, fetching, due
 
     async def _pause(self, seconds: float | None) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), seconds)
+        waiter = asyncio.ensure_future(self._wake.wait())  # asyncio.wait: no wait_for (see stop)
+        try:
+            await asyncio.wait({waiter}, timeout=seconds)
+        finally:
+            waiter.cancel()
 
     async def _run(self) -> None:
         connection: BrokerConnection | None = None
         backoff = self.settings.replica_fetch_backoff_ms / 1000
         try:
-            while not self.replicas.stopping:
+            while not self.replicas.stopping and not self._stopped:
                 self._wake.clear()
                 self._urgent.clear()
                 truncating, fetching, due = self._ready()
@@ -179,8 +208,8 @@ class ReplicaFetcher:
                 if connection is None:
                     connection = await self._connect()
                     if connection is None:
-                        await asyncio.sleep(backoff)
-                        continue
+                        await self._pause(backoff)
+                    continue  # the partitions may have changed while connecting: build the request again
                 current = connection
                 try:
                     if truncating:
@@ -188,7 +217,7 @@ class ReplicaFetcher:
                         # lineage must be in it, not wait for the others' long poll.
                         await self._truncate(current, truncating)
                         continue
-                    if not await self._fetch(current, fetching):
+                    if not await self._fetch(current, fetching, due):
                         current.close()  # dropped for a partition that must not wait: its answer is not read
                         connection = None
                 except (OSError, EOFError, asyncio.IncompleteReadError, TimeoutError, ConnectionError) as e:
@@ -197,7 +226,7 @@ class ReplicaFetcher:
                                 partitions=len(truncating) + len(fetching), error=repr(e))
                     current.close()
                     connection = None
-                    await asyncio.sleep(backoff)
+                    await self._pause(backoff)
                 except BrokerError as e:
                     # The leader refused a re-authentication on this connection (KIP-368: a credential
                     # rotated or removed since the login): reconnect and log in afresh, as Kafka's
@@ -208,7 +237,14 @@ class ReplicaFetcher:
                                 error=str(e))
                     current.close()
                     connection = None
-                    await asyncio.sleep(backoff)
+                    await self._pause(backoff)
+                except Exception:
+                    # A bug must not end replication from this leader for every partition silently.
+                    self._failed(error_label(UNKNOWN_SERVER_ERROR))
+                    log.exception("replica fetcher failed; reconnecting after the backoff", leader=self.leader)
+                    current.close()
+                    connection = None
+                    await self._pause(backoff)
         finally:
             self._in_flight = {}
             if connection is not None:
@@ -217,7 +253,7 @@ class ReplicaFetcher:
     def _failed(self, error: str) -> None:
         self.replicas.replication_metrics.follower_fetch_failed(error)
 
-    def _delay(self, key: Key, error: Errors) -> None:
+    def _delay(self, key: Key, code: int) -> None:
         """Hold ``key`` back after ``error``: ``replica.fetch.backoff.ms``; but a leader that has
         not applied its own leadership yet (UNKNOWN_LEADER_EPOCH: it is in an older epoch than
         ours; NOT_LEADER_OR_FOLLOWER: it does not lead yet) is asked again after 25 ms, doubling
@@ -225,7 +261,7 @@ class ReplicaFetcher:
         its way, and each acks=all write on it waits for this follower meanwhile (a controlled
         shutdown's gap). Kafka waits the whole backoff here."""
         backoff = self.settings.replica_fetch_backoff_ms / 1000
-        if error in (Errors.UNKNOWN_LEADER_EPOCH, Errors.NOT_LEADER_OR_FOLLOWER):
+        if code in (Errors.UNKNOWN_LEADER_EPOCH.value, Errors.NOT_LEADER_OR_FOLLOWER.value):
             attempt = self._early_retries.get(key, 0)
             self._early_retries[key] = attempt + 1
             backoff = min(backoff, EARLY_RETRY_S * 2 ** min(attempt, 16))
@@ -298,7 +334,7 @@ class ReplicaFetcher:
                 continue  # overtaken by a new state: look again
             if part is None:  # the leader left it out of its answer: ask again after the backoff
                 self._failed(error_label(UNKNOWN_SERVER_ERROR))
-                self._delay((partition.topic, partition.index), Errors.NONE)
+                self._delay((partition.topic, partition.index), UNKNOWN_SERVER_ERROR)
                 continue
             cache = partition.epoch_cache
             assert cache is not None
@@ -310,15 +346,18 @@ class ReplicaFetcher:
             if answer.error is not Errors.NONE:
                 self._failed(error_label(part.error_code))
                 self._denied(part.error_code, partition)
-                self._delay((partition.topic, partition.index), answer.error)
+                self._delay((partition.topic, partition.index), part.error_code)
 
-    async def _fetch(self, connection: BrokerConnection, fetching: list[Followed]) -> bool:
+    async def _fetch(self, connection: BrokerConnection, fetching: list[Followed], due: float | None) -> bool:
         """One Fetch of ``fetching``, applied; False when it was dropped unanswered because a
         partition that it does not cover must not wait for its long poll (the caller closes the
-        connection: the answer would come later on it)."""
+        connection: the answer would come later on it). ``due``: seconds until a delayed partition
+        is to be asked again; the long poll ends by then."""
         per_partition = self.settings.replica_fetch_max_bytes
         sent: list[tuple[Partition, int, int]] = []  # (partition, leader epoch, fetch offset)
-        topics: dict[str, list[Any]] = {}
+        # Consecutive runs of one topic share an entry; the rotated order is kept (a topic may
+        # come twice: the leader reads each partition once, as Kafka's LinkedHashMap does).
+        topics: list[tuple[str, list[Any]]] = []
         for partition, follower in fetching:
             cache = partition.epoch_cache
             assert cache is not None
@@ -326,15 +365,20 @@ class ReplicaFetcher:
                 leo, start = partition.log.log_end_offset, partition.log.log_start_offset
             last_epoch = cache.latest_epoch()
             sent.append((partition, follower.leader_epoch, leo))
-            topics.setdefault(partition.topic, []).append(FetchRequest.FetchTopic.FetchPartition(
+            if not topics or topics[-1][0] != partition.topic:
+                topics.append((partition.topic, []))
+            topics[-1][1].append(FetchRequest.FetchTopic.FetchPartition(
                 partition=partition.index, current_leader_epoch=follower.leader_epoch, fetch_offset=leo,
                 last_fetched_epoch=-1 if last_epoch is None else last_epoch, log_start_offset=start,
                 partition_max_bytes=per_partition))
+        wait_ms = self.settings.replica_fetch_wait_max_ms
+        if due is not None:
+            wait_ms = max(min(wait_ms, int(due * 1000)), 0)
         request = FetchRequest(
-            replica_id=self.broker_id, max_wait_ms=self.settings.replica_fetch_wait_max_ms, min_bytes=1,
+            replica_id=self.broker_id, max_wait_ms=wait_ms, min_bytes=1,
             max_bytes=self.settings.replica_fetch_response_max_bytes, isolation_level=0, session_id=0,
             session_epoch=-1, topics=[FetchRequest.FetchTopic(topic=topic, partitions=parts)
-                                      for topic, parts in topics.items()],
+                                      for topic, parts in topics],
             forgotten_topics_data=[], rack_id="")
         self._in_flight = {(p.topic, p.index): epoch for p, epoch, _ in sent}
         answer = asyncio.ensure_future(connection.request(request, FETCH_VERSION, self._timeout_s()))
@@ -352,14 +396,26 @@ class ReplicaFetcher:
                 await answer
             return False
         response: FetchResponse = answer.result()
+        top_error = getattr(response, "error_code", 0)
         answers = {(t.topic, p.partition_index): p for t in response.responses for p in t.partitions}
         for partition, sent_epoch, leo in sent:
-            part = answers.get((partition.topic, partition.index))
+            key = (partition.topic, partition.index)
+            part = answers.get(key)
             current = self._current(partition)
-            if part is None or current is None or not current.is_current_response(sent_epoch, leo,
-                                                                                   self._leo(partition)):
+            if current is None or not current.is_current_response(sent_epoch, leo, self._leo(partition)):
                 continue
-            self._apply(partition, current, part)
+            if part is None:  # refused whole (a top-level error) or left out: ask again after the backoff
+                self._failed(error_label(top_error or UNKNOWN_SERVER_ERROR))
+                self._delay(key, top_error or UNKNOWN_SERVER_ERROR)
+                continue
+            try:
+                self._apply(partition, current, part)
+            except Exception:
+                # One partition's bad answer (a corrupt batch, a bug) holds that partition alone.
+                self._failed(error_label(UNKNOWN_SERVER_ERROR))
+                log.exception("cannot apply the leader's fetch answer; retrying after the backoff",
+                              topic=partition.topic, partition=partition.index, leader=self.leader)
+                self._delay(key, UNKNOWN_SERVER_ERROR)
         return True
 
     def _apply(self, partition: Partition, current: FollowerState, part: Any) -> None:
@@ -391,7 +447,7 @@ class ReplicaFetcher:
             if not self._denied(part.error_code, partition):
                 log.info("follower fetch answered with an error", topic=partition.topic,
                          partition=partition.index, leader=current.leader, error=error_label(part.error_code))
-            self._delay((partition.topic, partition.index), error)
+            self._delay((partition.topic, partition.index), part.error_code)
 
     def _denied(self, code: int, partition: Partition) -> bool:
         """Log an authorization refusal with what to fix; True if ``code`` was one."""

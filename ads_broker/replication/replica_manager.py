@@ -449,6 +449,21 @@ class ReplicaManager:
             self.logs.delete_log(partition)
         log.info("topic deleted", topic=name)
 
+    def stop_replica(self, partition: Partition) -> None:
+        """Cluster mode: this broker is no longer a replica of ``partition`` (a reassignment moved
+        it away) while it still replicates other partitions of the topic: it stops leading and
+        following at once (clients get NOT_LEADER_OR_FOLLOWER) and its log is emptied."""
+        partition.leader_state = None
+        partition.follower_state = None
+        partition.state = None
+        with partition.lock:
+            partition.log.truncate_to(partition.log.log_start_offset)
+        if partition.epoch_cache is not None:
+            partition.epoch_cache.truncate_from_end(partition.log.log_end_offset)
+        partition.notify()
+        log.info("replica stopped and emptied: no longer a replica of it", topic=partition.topic,
+                 partition=partition.index)
+
     def create_partitions(self, name: str, count: int, *, validate_only: bool = False, in_request: int = 0) -> None:
         """Grow ``name`` to ``count`` partitions (all or nothing); ``in_request`` as in ``create_topic``."""
         topic = self.get_topic(name)
@@ -739,9 +754,7 @@ class ReplicaManager:
             timeout = deadline - loop.time()
             found = any(r.slices for r in reads) or any(r.error or r.diverging_epoch for r in reads)
             if found or timeout <= 0 or self.stopping:
-                # Kafka's ReplicationBytesOutPerSec, marked as the answer is built
-                self.replication_metrics.served_follower(sum(s.size for r in reads for s in r.slices))
-                return reads
+                return reads  # ReplicationBytesOut is counted by the handler, after the answer's budget
             partitions = [p for w in wanted if (p := self._find(w.topic, w.partition)) is not None]
             await self._wait_for_append(partitions, timeout)
 

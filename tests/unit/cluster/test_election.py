@@ -5,7 +5,14 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ads_broker.cluster.election import ClusterView, decide, decide_partition, led_by
+from ads_broker.cluster.election import (
+    ClusterView,
+    Reassignment,
+    decide,
+    decide_partition,
+    led_by,
+    reassignment_complete,
+)
 from ads_broker.cluster.zookeeper import NO_LEADER, LeaderAndIsr, TopicPartition
 
 TP = TopicPartition("t", 0)
@@ -151,3 +158,29 @@ def test_decisions_keep_the_election_invariants(scenario: tuple[ClusterView, boo
     again = ClusterView(v.assignment, {TP: LeaderAndIsr(new.leader, new.leader_epoch, new.isr, 5, 8)}, v.live,
                         v.shutting_down, frozenset())
     assert one(again, unclean) is None
+
+
+# -- reassignment (KIP-455) --------------------------------------------------------------------
+
+def test_a_reassignment_completes_only_once_every_target_replica_is_in_the_isr() -> None:
+    moving = Reassignment(adding=(3,), removing=(1,))
+    replicas = (2, 3, 1)  # target [2, 3] + original [1, 2]
+    v = view({1, 2, 3}, {TP: state(1, (1, 2))}, replicas=replicas)
+    assert reassignment_complete(replicas, moving, v.states[TP], v, 5) is None
+    v = view({1, 2, 3}, {TP: state(1, (1, 2, 3))}, replicas=replicas)
+    # The leader (1) is being removed: the first available target replica leads, 1 leaves the ISR.
+    assert reassignment_complete(replicas, moving, v.states[TP], v, 5) == (LeaderAndIsr(2, 4, (2, 3), 5, 7), (2, 3))
+
+
+def test_a_completed_reassignment_keeps_a_leader_that_stays() -> None:
+    moving = Reassignment(adding=(3,), removing=(1,))
+    v = view({1, 2, 3}, {TP: state(2, (1, 2, 3))}, replicas=(2, 3, 1))
+    assert reassignment_complete((2, 3, 1), moving, v.states[TP], v, 5) == (LeaderAndIsr(2, 4, (2, 3), 5, 7), (2, 3))
+
+
+def test_a_cancelled_reassignment_takes_the_added_replicas_out_of_the_isr_and_the_leadership() -> None:
+    # Back to [1, 2] while 3 (added) led: the first live ISR member among the replicas leads.
+    v = view({1, 2, 3}, {TP: state(3, (3, 1, 2))}, replicas=(1, 2))
+    assert one(v) == LeaderAndIsr(1, 4, (1, 2), 5, 7)
+    v = view({1, 2, 3}, {TP: state(1, (1, 2, 3))}, replicas=(1, 2))
+    assert one(v) == LeaderAndIsr(1, 4, (1, 2), 5, 7)

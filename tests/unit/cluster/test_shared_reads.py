@@ -144,3 +144,39 @@ def test_a_cancelled_reader_cancels_the_requests_it_was_to_answer() -> None:
         assert shared._reader is None and shared._next is None
 
     asyncio.run(run())
+
+
+def test_a_request_naming_a_topic_twice_gets_only_its_own_topics() -> None:
+    async def run() -> None:
+        reader = Reader()
+        shared: SharedReads[Result] = SharedReads(reader.read, narrow)
+        blocker = asyncio.ensure_future(shared.get([]))
+        await until(lambda: len(reader.started) == 1)
+        twice, other = asyncio.ensure_future(shared.get(["a", "a"])), asyncio.ensure_future(shared.get(["b"]))
+        await asyncio.sleep(0)
+        reader.release[0].set()
+        await blocker
+        await until(lambda: len(reader.started) == 2)
+        reader.release[1].set()
+        assert await twice == (1, frozenset({"a"}))  # not "b" of the other request
+        assert await other == (1, frozenset({"b"}))
+
+    asyncio.run(run())
+
+
+def test_a_reader_cancelled_before_it_ran_does_not_hang_later_requests() -> None:
+    async def run() -> None:
+        reader = Reader()
+        shared: SharedReads[Result] = SharedReads(reader.read, narrow)
+        first = asyncio.ensure_future(shared.get(["a"]))
+        await asyncio.sleep(0)  # get() created the reader task; it has not run a step yet
+        assert shared._reader is not None and not reader.started
+        shared._reader.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        later = asyncio.ensure_future(shared.get(["b"]))
+        await until(lambda: len(reader.started) == 1)
+        reader.release[0].set()
+        assert await later == (0, frozenset({"b"}))
+
+    asyncio.run(run())
