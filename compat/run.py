@@ -302,6 +302,12 @@ def _failure_reason(output: str) -> str:
     return ""
 
 
+def runner_argv(*, quick: bool, local_only: bool, sockem: bool) -> list[str]:
+    """The test-runner's command line for one number (see run_one)."""
+    return (["./test-runner", "-p1"] + ([] if sockem else ["-E"]) + ([] if local_only else ["-L"])
+            + (["-Q"] if quick else []))
+
+
 def run_one(runner_dir: Path, key: str, number: str, scenario: str, env: dict[str, str],
             timeout: float, logdir: Path, quick: bool, local_only: bool, sockem: bool = False,
             log_suffix: str = "") -> Result:
@@ -314,8 +320,7 @@ def run_one(runner_dir: Path, key: str, number: str, scenario: str, env: dict[st
         # -L leaves out the number's local variants (mock cluster, no broker) unless it has nothing
         # else; -E the sockem ones, except for the numbers whose broker variant is a sockem test
         # (librdkafka's in-process socket emulation in front of a real broker: 0049, 0068, ...).
-        argv = (["./test-runner", "-p1"] + ([] if sockem else ["-E"]) + ([] if local_only else ["-L"])
-                + (["-Q"] if quick else []))
+        argv = runner_argv(quick=quick, local_only=local_only, sockem=sockem)
         proc = subprocess.Popen(argv, cwd=runner_dir, env=env,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
