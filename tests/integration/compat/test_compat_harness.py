@@ -7,6 +7,8 @@ passes, exclusions). One real broker (a few seconds).
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
@@ -15,6 +17,14 @@ from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, Producer
+from confluent_kafka.admin import (
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "compat"))
@@ -76,6 +86,31 @@ def test_wrong_sasl_credentials_are_refused(secured: tuple[run.Broker, SecurityF
     assert any(e.code() == KafkaError._AUTHENTICATION for e in deliver(conf, timeout_ms=3000))
 
 
+def test_the_kafka_acls_stand_in_adds_and_removes_a_topic_acl(secured: tuple[run.Broker, SecurityFixture]) -> None:
+    """0109/0115/0119 call kafka-acls.sh through KAFKA_PATH; the stand-in must add and remove."""
+    broker, _ = secured
+    topic = f"acl-{uuid.uuid4().hex[:8]}"
+    tool = [str(REPO / "compat" / "kafka" / "bin" / "kafka-acls.sh"), "--bootstrap-server", broker.bootstrap]
+    binding = ["--deny-principal", "User:*", "--operation", "Read", "--deny-host", "*", "--topic", topic]
+    env = {**os.environ, "COMPAT_PYTHON": sys.executable}
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    match = AclBindingFilter(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, None, None,
+                             AclOperation.ANY, AclPermissionType.ANY)
+
+    def acls() -> list[tuple[str, str, str]]:
+        found = admin.describe_acls(match, request_timeout=30).result(60)
+        return [(b.principal, b.operation.name, b.permission_type.name) for b in found]
+
+    added = subprocess.run([*tool, "--add", *binding], env=env, capture_output=True, text=True, timeout=60,
+                           check=False)
+    assert added.returncode == 0, added.stderr
+    assert acls() == [("User:*", "READ", "DENY")]
+    removed = subprocess.run([*tool, "--remove", "--force", *binding], env=env, capture_output=True, text=True,
+                             timeout=60, check=False)
+    assert removed.returncode == 0, removed.stderr
+    assert acls() == []
+
+
 def test_trivup_ssl_variables_name_files_that_exist(tmp_path: Path) -> None:
     env = SecurityFixture.create(tmp_path).env()
     for name, value in env.items():
@@ -99,6 +134,7 @@ def test_a_number_run_in_passes_fails_if_one_pass_fails() -> None:
 
 def test_the_tests_that_now_run_are_not_excluded() -> None:
     exclusions = run.load_exclusions(REPO / "compat" / "exclusions")
-    now_run = {"0049", "0053", "0064", "0068", "0075", "0076", "0088", "0094", "0110", *SECURITY_TESTS}
+    now_run = {"0049", "0053", "0064", "0068", "0075", "0076", "0088", "0094", "0110", "0115", "0119",
+               *SECURITY_TESTS}
     assert now_run.isdisjoint(exclusions)
     assert "0126" in exclusions
