@@ -12,13 +12,22 @@
 #   COMPAT_NPM_VERSION=1.10.1            the kafka-javascript release (bundles librdkafka 2.15.1)
 export COMPAT_TESTS COMPAT_SUBTESTS COMPAT_QUICK COMPAT_CLUSTER COMPAT_TIMEOUT COMPAT_MULTIPLIER COMPAT_KAFKA_VERSION COMPAT_NPM_VERSION
 
-.PHONY: compat compat-ci compat-clean
+.PHONY: compat compat-ci compat-clean compat-apt-deps
 
-compat: $(VENV)/.test
+# What librdkafka's configure needs for the build compat/fetch_build.sh checks for: OpenSSL (SSL
+# and SASL SCRAM: 0064, 0097, 0135, 0142), RapidJSON (the stats JSON checks of 0053 and 0110) and
+# zstd (the codec, as in librdkafka's own CI builds). Installed when a header is missing.
+COMPAT_APT_PACKAGES := libssl-dev rapidjson-dev libzstd-dev
+compat-apt-deps:
+	@{ [ -e /usr/include/openssl/ssl.h ] && [ -e /usr/include/rapidjson/schema.h ] && [ -e /usr/include/zstd.h ]; } || { \
+	  SUDO=$$(command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends $(COMPAT_APT_PACKAGES); }
+
+compat: compat-apt-deps $(VENV)/.test
 	$(PY) compat/run.py
 
 # The fixed subset CI runs after `make test` (compat/ci-subset says why these).
-compat-ci: $(VENV)/.test
+compat-ci: compat-apt-deps $(VENV)/.test
 	$(PY) compat/run.py --subset compat/ci-subset
 
 compat-clean:

@@ -1,0 +1,160 @@
+"""TLS material, SASL users and per-test client settings for the suite's security tests.
+
+librdkafka's CI runs these tests against trivup clusters started with ``--ssl`` / ``--sasl``: the
+broker gets an SSL listener that requires client certificates (``ssl.client.auth=required``) and
+a SASL listener, and trivup writes the client's ``security.protocol``, ``ssl.*`` and ``sasl.*``
+into test.conf and points the ``SSL_*`` environment variables at the same client key in every
+encoding (PEM, DER, PKCS#12). :class:`SecurityFixture` does the same for ads-broker: a CA, a
+server certificate for 127.0.0.1/localhost and a client certificate, generated here with
+``cryptography`` per run (as tests/integration/broker/test_security.py does; no key is committed).
+
+Which test talks to which listener (:data:`SECURITY_TESTS`):
+
+- 0097 (SSL certificate verification) on the SSL listener with a client certificate, mTLS required;
+- 0135 (SASL credentials) and 0142 (re-authentication, KIP-368) on the SASL_SSL listener with
+  SCRAM-SHA-256; the broker's ``connections.max.reauth.ms`` is what 0142 reads with
+  DescribeConfigs to size its waits (0 would make it skip itself).
+
+Every other test keeps the PLAINTEXT listener.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import os
+import secrets
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import pkcs12
+from cryptography.x509.oid import NameOID
+
+#: test number -> the listener (security protocol) its test.conf names
+SECURITY_TESTS = {"0097": "SSL", "0135": "SASL_SSL", "0142": "SASL_SSL"}
+
+SASL_USER = "rdkafka-test"
+SASL_MECHANISM = "SCRAM-SHA-256"
+#: short enough that 0142's fifteen cases (each a little over one lifetime) fit its timeout
+REAUTH_MS = 10000
+
+
+def _key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _name(cn: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "ads-compat"),
+                      x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+
+def _cert(subject: x509.Name, key: ec.EllipticCurvePrivateKey, issuer: x509.Name,
+          issuer_key: ec.EllipticCurvePrivateKey, *, ca: bool = False, san: bool = False) -> x509.Certificate:
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer).public_key(key.public_key())
+               .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+               .not_valid_after(now + datetime.timedelta(days=2))
+               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    if san:
+        builder = builder.add_extension(x509.SubjectAlternativeName(
+            [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+    return builder.sign(issuer_key, hashes.SHA256())
+
+
+def _pem(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+@dataclass(frozen=True)
+class SecurityFixture:
+    """The files one run's brokers and clients share, under ``directory``."""
+
+    directory: Path
+    password: str  # the client key's (ssl.key.password, SSL_password) and the SASL user's
+
+    @classmethod
+    def create(cls, directory: Path) -> SecurityFixture:
+        directory.mkdir(parents=True, exist_ok=True)
+        password = "compat-" + secrets.token_hex(8)
+        ca_key, server_key, client_key = _key(), _key(), _key()
+        ca = _cert(_name("compat-ca"), ca_key, _name("compat-ca"), ca_key, ca=True)
+        server = _cert(_name("localhost"), server_key, ca.subject, ca_key, san=True)
+        client = _cert(_name("rdkafka-test-client"), client_key, ca.subject, ca_key)
+        enc = serialization.BestAvailableEncryption(password.encode())
+        pkcs8 = serialization.PrivateFormat.PKCS8
+        files = {
+            "ca.pem": _pem(ca),
+            "ca.der": ca.public_bytes(serialization.Encoding.DER),
+            "server.pem": _pem(server) + server_key.private_bytes(serialization.Encoding.PEM, pkcs8,
+                                                                  serialization.NoEncryption()),
+            "client.pem": _pem(client),
+            "client.der": client.public_bytes(serialization.Encoding.DER),
+            # PEM keys encrypted with ssl.key.password as trivup's are; DER ones cannot be
+            # (librdkafka reads them with d2i_PrivateKey_bio).
+            "client.key": client_key.private_bytes(serialization.Encoding.PEM, pkcs8, enc),
+            "client.key.der": client_key.private_bytes(serialization.Encoding.DER, pkcs8,
+                                                       serialization.NoEncryption()),
+            "client.p12": pkcs12.serialize_key_and_certificates(b"client", client_key, client, [ca], enc),
+        }
+        for name, data in files.items():
+            path = directory / name
+            path.write_bytes(data)
+            os.chmod(path, 0o600)
+        return cls(directory, password)
+
+    def path(self, name: str) -> str:
+        return str(self.directory / name)
+
+    def broker_overrides(self, ports: dict[str, int]) -> tuple[str, ...]:
+        """``--override`` values for a broker with a PLAINTEXT, an SSL and a SASL_SSL listener."""
+        return (
+            "listeners=" + ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items()),
+            f"ssl.keystore.location={self.path('server.pem')}",
+            f"ssl.truststore.location={self.path('ca.pem')}",
+            # trivup's --ssl: client certificates required on the SSL listener (0097's
+            # SSL_client_auth=required); on SASL_SSL the SASL login authenticates, as in Kafka,
+            # where ssl.client.auth only applies to SASL_SSL when set for that listener (KIP-684).
+            "listener.name.ssl.ssl.client.auth=required",
+            "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+            f"connections.max.reauth.ms={REAUTH_MS}",
+        )
+
+    def add_user(self, data_dir: Path) -> None:
+        """The SASL user 0135/0142 log in as, in a broker data dir (before the broker starts)."""
+        env = {**os.environ, "ADS_BROKER_USER_PASSWORD": self.password}
+        out = subprocess.run([sys.executable, "-m", "ads_broker", "users", "add", SASL_USER,
+                              "--data-dir", str(data_dir)],
+                             capture_output=True, text=True, env=env, timeout=120, check=False)
+        if out.returncode != 0:
+            raise SystemExit(f"compat: ads-broker users add failed: {out.stderr.strip()}")
+
+    def client_conf(self, protocol: str) -> str:
+        """test.conf lines for a client of the ``protocol`` listener."""
+        lines = [f"security.protocol={protocol.lower()}", f"ssl.ca.location={self.path('ca.pem')}"]
+        if protocol == "SSL":
+            lines += [f"ssl.certificate.location={self.path('client.pem')}",
+                      f"ssl.key.location={self.path('client.key')}",
+                      f"ssl.key.password={self.password}"]
+        else:
+            lines += [f"sasl.mechanism={SASL_MECHANISM}", f"sasl.username={SASL_USER}",
+                      f"sasl.password={self.password}"]
+        return "".join(line + "\n" for line in lines)
+
+    def env(self) -> dict[str, str]:
+        """trivup's ``SSL_*`` variables (0097 loads the same client key in each encoding)."""
+        return {
+            "SSL_pkcs": self.path("client.p12"),
+            "SSL_pub_der": self.path("client.der"),
+            "SSL_priv_der": self.path("client.key.der"),
+            "SSL_ca_der": self.path("ca.der"),
+            "SSL_pub_pem": self.path("client.pem"),
+            "SSL_priv_pem": self.path("client.key"),
+            "SSL_all_cas_pem": self.path("ca.pem"),
+            "SSL_password": self.password,
+            "SSL_client_auth": "required",
+        }
