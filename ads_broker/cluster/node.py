@@ -69,7 +69,6 @@ from ads_broker.exceptions import (
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
-    InvalidRequestError,
     InvalidTopicError,
     LeaderNotAvailableError,
     TopicAlreadyExistsError,
@@ -1243,8 +1242,3 @@ class ClusterNode:
             existing = set(self.zk.get_topics())
             legal = [name for name in legal if name in existing]
         return legal
-
-    def refuse(self, what: str) -> InvalidRequestError:
-        """An admin operation cluster mode does not do yet: a clear answer instead of a local-only change."""
-        return InvalidRequestError(f"{what} is not supported in cluster mode yet (zookeeper.connect is set); "
-                                   "docs/CLUSTER.md lists what a cluster serves")
