@@ -63,7 +63,11 @@ class FaultHook:
                 return
             self._fired = True
         if self.marker is not None:
-            self.marker.write_text(f"{point}:{batch}\n")
+            # Renamed into place: a test polling for the file must never read it empty (it did,
+            # between the creation and the write: test_crash_points read '' once in CI).
+            partial = self.marker.with_name(self.marker.name + ".partial")
+            partial.write_text(f"{point}:{batch}\n")
+            os.replace(partial, self.marker)
         if self.action == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         if self.action.startswith("sleep"):
