@@ -129,6 +129,33 @@ class ClusterSnapshot:
     complete: bool = True
 
 
+@dataclass
+class _KnownCluster:
+    """The cluster as the last successful snapshot reads had it: every topic of the last all-topics
+    read, updated by each named read (a topic a named read did not find is dropped)."""
+
+    brokers: Mapping[int, BrokerRegistration] = dataclasses.field(default_factory=dict)
+    controller_id: int = -1
+    topics: dict[str, TopicView] = dataclasses.field(default_factory=dict)
+
+    def update(self, snapshot: ClusterSnapshot, names: list[str] | None) -> _KnownCluster:
+        self.brokers, self.controller_id = snapshot.brokers, snapshot.controller_id
+        if names is None:
+            self.topics = dict(snapshot.topics)
+        else:
+            for name in names:
+                view = snapshot.topics.get(name)
+                if view is None:
+                    self.topics.pop(name, None)
+                else:
+                    self.topics[name] = view
+        return self
+
+    def answer(self, names: list[str] | None) -> ClusterSnapshot:
+        topics = dict(self.topics) if names is None else {n: v for n in names if (v := self.topics.get(n)) is not None}
+        return ClusterSnapshot(self.brokers, self.controller_id, topics)
+
+
 def _narrowed(snapshot: ClusterSnapshot, names: list[str]) -> ClusterSnapshot:
     """``snapshot`` with only the topics ``names`` asked for (it was read for more)."""
     wanted = set(names)
@@ -278,6 +305,10 @@ class ClusterNode:
         #: for and share a read of every partition.
         self._snapshots: SharedReads[ClusterSnapshot] = SharedReads(self._read_snapshot, _narrowed)
         self._all_snapshots: SharedReads[ClusterSnapshot] = SharedReads(self._read_snapshot, _narrowed)
+        #: What the last successful reads said (Kafka's metadata cache, fed here by our reads):
+        #: answered when a read fails (a session expired, the connection lost mid-read), so a
+        #: client is never told that a topic it knows has no partitions; None before the first.
+        self._known: _KnownCluster | None = None
         #: Ids of the topics marked for deletion that this broker has seen (kept: ids are never
         #: reused, and a state of such a topic arriving late must never open it again here).
         self._deleted_ids: set[uuid.UUID] = set()
@@ -1178,11 +1209,16 @@ class ClusterNode:
             try:
                 return await (self._all_snapshots if names is None else self._snapshots).get(names)
             except (BrokerError, KazooException) as e:
-                log.warning("cannot read the cluster's state from ZooKeeper", error=repr(e))
+                log.warning("cannot read the cluster's state from ZooKeeper; answering from the last read",
+                            error=repr(e))
+                if (known := self._known) is not None:
+                    return known.answer(names)
         return ClusterSnapshot({self.broker_id: self.registration()}, -1, {}, complete=False)
 
     async def _read_snapshot(self, names: list[str] | None) -> ClusterSnapshot:
-        return await self._zk_call(self._snapshot, names, wait_for_zookeeper=True)
+        snapshot = await self._zk_call(self._snapshot, names, wait_for_zookeeper=True)
+        self._known = (self._known or _KnownCluster()).update(snapshot, names)
+        return snapshot
 
     async def topic_ids(self) -> dict[uuid.UUID, tuple[str, int]]:
         """Every topic of the cluster by id: (name, partition count), from ZooKeeper's topic znodes,
