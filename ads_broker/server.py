@@ -598,6 +598,10 @@ class Connection:
             self.server.rejections.warn(self.peer, f"closing connection: request {what}",
                                         listener=self.listener.name, api_key=req.api_key, client_id=req.client_id)
             return False
+        if not self.server.serving.is_set() and req.api_key != API_VERSIONS_KEY:
+            await self.server.serving.wait()  # joining the cluster (BrokerServer.serving)
+            if self.server.closing:
+                return False
         try:
             response = await self.server.broker.handle(req, self.peer)
         except ConnectionAbortedError as e:
@@ -821,6 +825,13 @@ class BrokerServer:
         self.broker = Broker(data_dir, config, BrokerFaults.from_env())
         self.config = config
         self.closing = False
+        #: Set once the broker has joined its cluster (at once on a single node). Requests other than
+        #: ApiVersions wait for it, as Kafka enables request processing only after the broker has
+        #: registered: the listeners open first (the registration advertises the bound ports), and a
+        #: Metadata answered in between said "no controller", which librdkafka's admin client took as
+        #: a reason to wait for a controller until its request timed out. Also set by shutdown, so
+        #: the waiting requests end (their connections close).
+        self.serving = asyncio.Event()
         self.connections: set[Connection] = set()
         self.pool = MemoryPool(config.settings.queued_max_request_bytes)
         self.scratch = memoryview(bytearray(FrameReceiver.SCRATCH_BUFFER))
@@ -881,6 +892,7 @@ class BrokerServer:
                      node_id=self.broker.node_id, data_dir=str(self.broker.replicas.data_dir))
         self._reaper = asyncio.create_task(self._reap_idle())
         await self.broker.join_cluster()
+        self.serving.set()
 
     def _on_loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
         """Out of file descriptors, asyncio's accept loop fails up to 100 times per wake-up, logging
@@ -984,6 +996,7 @@ class BrokerServer:
         # broker answers Metadata from the cluster's state, never LEADER_NOT_AVAILABLE.
         await self.broker.drain_cluster()
         self.closing = True
+        self.serving.set()  # requests still waiting for the join end (closing: their connections close)
         for server in self._servers:
             server.close()
         if self._reaper is not None:

@@ -175,6 +175,29 @@ def assign_replicas(brokers: Iterable[int], num_partitions: int, replication_fac
 
 
 T = TypeVar("T")
+
+#: How long :meth:`ClusterNode.join` waits for a controller to be known before the broker serves
+#: requests. Every live broker runs for controller when there is none, so this is the time of one
+#: election (a read or two); the bound only matters when ZooKeeper fails meanwhile.
+CONTROLLER_WAIT_S = 10.0
+CONTROLLER_POLL_S = 0.02
+
+
+def _await_controller(zk: KafkaZkClient, timeout_s: float) -> None:
+    """Return once ``/controller`` names a broker, or after ``timeout_s`` (logged). A broker that
+    served before the election answered Metadata with no controller, and librdkafka's admin client
+    then waits for its next metadata refresh to name one (up to the request's timeout) before it
+    sends CreateTopics and the other controller requests."""
+    deadline = time.monotonic() + timeout_s
+    try:
+        while zk.get_controller_id() is None:
+            if time.monotonic() >= deadline:
+                log.warning("no controller elected yet; serving anyway (Metadata names no controller until one is)",
+                            waited_s=timeout_s)
+                return
+            time.sleep(CONTROLLER_POLL_S)
+    except KazooException as e:
+        log.warning("cannot read the controller from ZooKeeper; serving anyway", error=repr(e))
 #: Threads of :attr:`ClusterNode.zk_requests` (ZooKeeper work for client requests).
 ZK_REQUEST_THREADS = 4
 
@@ -360,6 +383,7 @@ class ClusterNode:
         await loop.run_in_executor(None, member.zk.watch_topic_deletions, self._on_marked_for_deletion)
         if early:  # the states of the partitions this broker already holds, read while it registered
             await loop.run_in_executor(None, self._deliver, early)
+        await loop.run_in_executor(None, _await_controller, member.zk, CONTROLLER_WAIT_S)
         log.info("joined the cluster", broker_id=self.broker_id, zookeeper=self.config.settings.zookeeper_connect,
                  broker_epoch=member.membership.broker_epoch)
 
