@@ -127,6 +127,11 @@ class ClusterSnapshot:
     topics: Mapping[str, TopicView]
     #: False: ZooKeeper could not be read (not joined, leaving, connection lost); topics unknown.
     complete: bool = True
+    #: True: ZooKeeper could not be read and this is the last successful reads' answer
+    #: (:class:`_KnownCluster`): the topics it has are as last read, but a topic it lacks may exist
+    #: (created since, or never read here), so its absence proves nothing: no "deleted", no
+    #: auto-creation, no skipped transaction marker on the strength of it.
+    stale: bool = False
 
 
 @dataclass
@@ -153,7 +158,7 @@ class _KnownCluster:
 
     def answer(self, names: list[str] | None) -> ClusterSnapshot:
         topics = dict(self.topics) if names is None else {n: v for n in names if (v := self.topics.get(n)) is not None}
-        return ClusterSnapshot(self.brokers, self.controller_id, topics)
+        return ClusterSnapshot(self.brokers, self.controller_id, topics, stale=True)
 
 
 def _narrowed(snapshot: ClusterSnapshot, names: list[str]) -> ClusterSnapshot:

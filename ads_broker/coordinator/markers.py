@@ -86,7 +86,7 @@ class TxnMarkerSender:
     async def send(self, marker: EndTxnMarker, partitions: list[tuple[str, int]]) -> list[tuple[str, int]]:
         """Write ``marker`` to every partition's leader; the partitions still to retry."""
         snapshot = await self.cluster.snapshot(sorted({t for t, _ in partitions}))
-        if not snapshot.complete:
+        if not snapshot.complete or snapshot.stale:  # a stale answer may lack a live topic: retry
             return partitions
         failed: list[tuple[str, int]] = []
         by_leader: dict[int, list[tuple[str, int]]] = {}

@@ -94,6 +94,9 @@ async def _requested(ctx: HandlerContext, cluster: ClusterNode, req: DecodedRequ
                 raise LeaderNotAvailableError(f"broker {cluster.broker_id} cannot read the cluster's state now "
                                               "(joining, leaving or ZooKeeper unreachable); retry")
             view = snapshot.topics.get(name)
+            if view is None and snapshot.stale:  # not in the last reads: it may exist now (no auto-creation)
+                raise LeaderNotAvailableError(f"broker {cluster.broker_id} cannot read the cluster's state now "
+                                              f"(ZooKeeper unreachable) and has not seen {name!r}; retry")
             if (view is None and allow_create and ctx.config.settings.auto_create_topics_enable
                     and name not in INTERNAL_TOPICS):  # those are created by FindCoordinator, with their own RF
                 if denied := ctx.denial(CREATE, CLUSTER, CLUSTER_NAME) and ctx.denial(CREATE, TOPIC, name):

@@ -83,7 +83,7 @@ async def _cluster_topics(ctx: HandlerContext, names: list[str] | None) -> dict[
     """The topics as ZooKeeper has them; None when it cannot be read now."""
     assert ctx.cluster is not None
     snapshot = await ctx.cluster.snapshot(names)
-    if not snapshot.complete:
+    if not snapshot.complete or snapshot.stale:
         return None
     out = {}
     for name, view in snapshot.topics.items():

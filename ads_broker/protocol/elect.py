@@ -85,7 +85,7 @@ async def _in_cluster(ctx: HandlerContext, named: list[TopicPartition] | None, e
     cluster = ctx.cluster
     assert cluster is not None
     snapshot = await cluster.snapshot(None if named is None else sorted({tp.topic for tp in named}))
-    if not snapshot.complete:
+    if not snapshot.complete or snapshot.stale:
         if named is None:
             return None
         unreadable: Result = (LEADER_NOT_AVAILABLE, "the cluster's state cannot be read now; retry")

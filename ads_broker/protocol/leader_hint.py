@@ -119,7 +119,7 @@ async def fill_hints(ctx: HandlerContext, stale: list[tuple[str, int, Any]], lea
 def remember_brokers(ctx: HandlerContext, snapshot: ClusterSnapshot) -> None:
     """Keep the registrations of a complete read of the cluster (every Metadata answer calls this)
     for the next hints' addresses."""
-    if snapshot.complete:
+    if snapshot.complete and not snapshot.stale:
         ctx.broker_registrations = dict(snapshot.brokers)
 
 

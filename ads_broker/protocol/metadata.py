@@ -186,7 +186,7 @@ async def cluster_coordinator(ctx: HandlerContext, cluster: ClusterNode, key_typ
     try:
         snapshot = await cluster.snapshot([topic])
         view = snapshot.topics.get(topic)
-        if view is None and snapshot.complete:
+        if view is None and snapshot.complete and not snapshot.stale:
             await cluster.ensure_internal_topic(topic, partitions, rf, setting, min_isr)
             snapshot = await cluster.snapshot([topic])
             view = snapshot.topics.get(topic)
