@@ -83,9 +83,14 @@ def produce(bootstrap: str, topic: str, n: int, value: bytes, compression: str =
     return time.perf_counter() - started
 
 
-def consume(bootstrap: str, topic: str, partitions: int, n: int) -> float:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
-                  "enable.partition.eof": True, "fetch.wait.max.ms": 100})
+def consume(bootstrap: str, topic: str, partitions: int, n: int, queue_backoff_ms: int | None = None) -> float:
+    """Read ``n`` messages of ``partitions`` with one consumer; ``queue_backoff_ms`` sets librdkafka's
+    ``fetch.queue.backoff.ms`` (None: its default, 1000 ms)."""
+    config: dict[str, object] = {"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
+                                 "enable.partition.eof": True, "fetch.wait.max.ms": 100}
+    if queue_backoff_ms is not None:
+        config["fetch.queue.backoff.ms"] = queue_backoff_ms
+    c = Consumer(config)
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     seen, eof = 0, set()
     started = time.perf_counter()
@@ -171,7 +176,7 @@ class ClusterBrokers:
 
 
 def run_one(broker: BrokerProcess | ClusterBrokers, name: str, n: int, partitions: int, repeat: int,
-            compression: str = "none", linger_ms: int = 5) -> dict[str, float]:
+            compression: str = "none", linger_ms: int = 5, queue_backoff_ms: int | None = None) -> dict[str, float]:
     topic = f"bench-{repeat}-{compression}"
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     config = {"retention.ms": "-1", "retention.bytes": "-1"}
@@ -193,7 +198,7 @@ def run_one(broker: BrokerProcess | ClusterBrokers, name: str, n: int, partition
     cpu0 = cpu()
     produce_s = produce(broker.bootstrap, topic, n, value, compression, linger_ms)
     cpu1 = cpu()
-    consume_s = consume(broker.bootstrap, topic, partitions, n + 1)  # + the warm-up message
+    consume_s = consume(broker.bootstrap, topic, partitions, n + 1, queue_backoff_ms)  # + the warm-up message
     cpu2 = cpu()
     row = {"produce_mps": n / produce_s, "consume_mps": n / consume_s,
            "produce_cpu_us": (cpu1 - cpu0) / n * 1e6, "consume_cpu_us": (cpu2 - cpu1) / n * 1e6}
@@ -214,6 +219,8 @@ def main() -> None:
     ap.add_argument("--no-validation-baseline", action="store_true",
                     help="also run this tree with the per-record validation of client batches off (ads-noval)")
     ap.add_argument("--linger-ms", type=int, default=5, help="the producer's linger.ms")
+    ap.add_argument("--fetch-queue-backoff-ms", type=int, default=None,
+                    help="the consumer's fetch.queue.backoff.ms (default: librdkafka's, 1000 ms)")
     args = ap.parse_args()
     names = [b.strip() for b in args.brokers.split(",") if b.strip()] + (["ads-base"] if args.baseline else []) + (
         ["ads-noval"] if args.no_validation_baseline else [])
@@ -235,11 +242,13 @@ def main() -> None:
                 else:
                     proc = ads_broker_process(tmp / "data", log_path=tmp / "broker.log")
                 with proc:
-                    row = run_one(proc, name, args.messages, args.partitions, repeat, codec, args.linger_ms)
+                    row = run_one(proc, name, args.messages, args.partitions, repeat, codec, args.linger_ms,
+                                  args.fetch_queue_backoff_ms)
                 results.setdefault((name, codec), []).append(row)
                 shutil.rmtree(tmp, ignore_errors=True)
     print(f"\nmedians over {args.repeats} run(s), {args.messages:,} messages of 300 bytes, "
-          f"{args.partitions} partitions, linger.ms={args.linger_ms}")
+          f"{args.partitions} partitions, linger.ms={args.linger_ms}, fetch.queue.backoff.ms="
+          f"{args.fetch_queue_backoff_ms if args.fetch_queue_backoff_ms is not None else 'default (1000)'}")
     med = {key: {k: statistics.median(r[k] for r in rows) for k in rows[0]} for key, rows in results.items()}
     for (name, codec), m in med.items():
         print(f"{name:>10} {codec:>5}: produce {m['produce_mps']:>10,.0f} msg/s  broker {m['produce_cpu_us']:.2f} "
