@@ -37,12 +37,7 @@ PASSWORD = secrets.token_urlsafe(16)
 
 def make_pki(d: Path) -> tuple[Path, Path]:
     """(ca.pem, server.pem with chain and key) for 127.0.0.1."""
-    ca, ca_key = testcerts.self_signed_ca("bench-ca", "ads-bench")
-    key = testcerts.new_key()
-    cert = testcerts.issue(testcerts.name("localhost", "ads-bench"), key, ca.subject, ca_key, san=True)
-    testcerts.write_private(d, {"ca.pem": testcerts.pem(ca),
-                                "server.pem": testcerts.pem(cert) + testcerts.pem_key(key)})
-    return d / "ca.pem", d / "server.pem"
+    return testcerts.server_files(d, "ads-bench")
 
 
 def produce(conf: dict[str, Any], topic: str, n: int, value: bytes) -> float:

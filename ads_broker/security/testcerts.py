@@ -70,6 +70,17 @@ def self_signed_ca(cn: str, org: str, country: str | None = None,
     return issue(subject, key, subject, key, ca=True, valid_days=valid_days), key
 
 
+def server_files(directory: Path, org: str) -> tuple[Path, Path]:
+    """A new CA and a server certificate for localhost/127.0.0.1 it signed, written to
+    ``directory``: (``ca.pem``, ``server.pem`` = the certificate and its key, the broker's
+    ``ssl.keystore.location``)."""
+    ca, ca_key = self_signed_ca(f"{org}-ca", org)
+    key = new_key()
+    cert = issue(name("localhost", org), key, ca.subject, ca_key, san=True)
+    write_private(directory, {"ca.pem": pem(ca), "server.pem": pem(cert) + pem_key(key)})
+    return directory / "ca.pem", directory / "server.pem"
+
+
 def pem(cert: x509.Certificate) -> bytes:
     return cert.public_bytes(serialization.Encoding.PEM)
 
