@@ -77,8 +77,13 @@ class SecurityFixture:
 
     def broker_overrides(self, ports: dict[str, int]) -> tuple[str, ...]:
         """``--override`` values for a broker with a PLAINTEXT, an SSL and a SASL_SSL listener."""
+        return ("listeners=" + ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items()),
+                *self.listener_settings())
+
+    def listener_settings(self) -> tuple[str, ...]:
+        """The SSL and SASL_SSL listeners' settings, without the listeners themselves (``cluster up``
+        chooses each broker's ports: ``--listener SSL --listener SASL_SSL``)."""
         return (
-            "listeners=" + ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items()),
             f"ssl.keystore.location={self.path('server.pem')}",
             f"ssl.truststore.location={self.path('ca.pem')}",
             # trivup's --ssl: client certificates required on the SSL listener (0097's
@@ -91,12 +96,18 @@ class SecurityFixture:
 
     def add_user(self, data_dir: Path) -> None:
         """The SASL user 0135/0142 log in as, in a broker data dir (before the broker starts)."""
+        self._users_add("--data-dir", str(data_dir))
+
+    def _users_add(self, *where: str) -> None:
         env = {**os.environ, "ADS_BROKER_USER_PASSWORD": self.password}
-        out = subprocess.run([sys.executable, "-m", "ads_broker", "users", "add", SASL_USER,
-                              "--data-dir", str(data_dir)],
+        out = subprocess.run([sys.executable, "-m", "ads_broker", "users", "add", SASL_USER, *where],
                              capture_output=True, text=True, env=env, timeout=120, check=False)
         if out.returncode != 0:
             raise SystemExit(f"compat: ads-broker users add failed: {out.stderr.strip()}")
+
+    def add_cluster_user(self, zookeeper_connect: str) -> None:
+        """The same user for a cluster: SCRAM credentials live in its ZooKeeper, for every broker."""
+        self._users_add("--zookeeper-connect", zookeeper_connect)
 
     def client_conf(self, protocol: str) -> str:
         """test.conf lines for a client of the ``protocol`` listener."""
