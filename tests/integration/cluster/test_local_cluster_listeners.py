@@ -1,7 +1,7 @@
 """``ads-broker cluster up --listener SASL_SSL``: every broker of a real three-broker cluster gets a
 SASL_SSL listener on a port of its own, listed in cluster.json; confluent-kafka produces with
-acks=all to a topic replicated three ways through SASL_SSL only (librdkafka's 0142 RF 3 subtest
-needs exactly this cluster)."""
+acks=all to a topic replicated three ways and consumes it back in a group, through
+SASL_SSL only (librdkafka's 0142 RF 3 subtest needs exactly this cluster)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from ads_broker.cluster.local import STATE_FILE
 from tests.integration.cluster.conftest import _require_zookeeper
-from tests.integration.cluster.test_local_cluster import cli
+from tests.integration.cluster.test_local_cluster import cli, read_all
 
 pytest.importorskip("cryptography.x509")
 from ads_broker.security import testcerts  # needs cryptography
@@ -70,28 +70,10 @@ def test_cluster_up_with_a_sasl_ssl_listener_on_every_broker(tmp_path: Path) -> 
         for i in range(300):
             producer.produce("secure", str(i).encode(), on_delivery=lambda err, _m: errors.append(err) if err else None)
         assert producer.flush(60) == 0 and not errors, errors
-        assert sorted(_read_all(conf, "secure", 300)) == sorted(str(i).encode() for i in range(300))
+        got = read_all(sasl_ssl, "secure", 3, **{k: v for k, v in conf.items() if k != "bootstrap.servers"})
+        assert sorted(got) == sorted(str(i).encode() for i in range(300))
     finally:
         cli("down", "--dir", str(root), check=False)
-
-
-def _read_all(conf: dict[str, Any], topic: str, n: int) -> list[bytes]:
-    c = Consumer({**conf, "group.id": f"g-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest"})
-    c.subscribe([topic])
-    got: list[bytes] = []
-    try:
-        for _ in range(600):
-            msg = c.poll(0.2)
-            if msg is None:
-                continue
-            if msg.error():
-                raise KafkaException(msg.error())
-            got.append(msg.value())
-            if len(got) >= n:
-                break
-    finally:
-        c.close()
-    return got
 
 
 @pytest.mark.parametrize(("args", "message"), [
