@@ -644,6 +644,12 @@ def cluster_up(
     zookeeper: Annotated[str | None, typer.Option(help="zookeeper.connect of a running ZooKeeper [default: start "
                                                        "one from Debian's zookeeper package]")] = None,
     override: Annotated[list[str] | None, typer.Option(help="KEY=VALUE for every broker; repeatable")] = None,
+    listener: Annotated[list[str] | None, typer.Option(
+        help="a listener every broker gets besides PLAINTEXT (SSL, SASL_SSL, SASL_PLAINTEXT, or a name of "
+             "listener.security.protocol.map), each on a port of its own listed in cluster.json; repeatable. "
+             "Its ssl.*/sasl.* settings come with --override or --config")] = None,
+    config: Annotated[Path | None, typer.Option(
+        "--config", "-c", help="server.properties-style file for every broker (--override wins over it)")] = None,
 ) -> None:
     """Start ZooKeeper and the brokers in the background; return once all are registered."""
     from ads_broker.cluster.exceptions import ClusterError
@@ -652,12 +658,15 @@ def cluster_up(
 
     try:
         overrides = dict(split_override(o) for o in override or [])
-        state = up(root, brokers=brokers, base_port=base_port, zookeeper=zookeeper, overrides=overrides)
+        state = up(root, brokers=brokers, base_port=base_port, zookeeper=zookeeper, overrides=overrides,
+                   listeners=listener or [], config_file=config)
     except (BrokerError, ClusterError, OSError) as e:
         fail(f"cluster up: {e}")
     typer.echo(f"cluster {state.cluster_id}: {len(state.brokers)} broker(s) up, zookeeper.connect="
                f"{state.zookeeper_connect}")
     typer.echo(f"bootstrap.servers={state.bootstrap}")
+    for name in state.listener_names[1:]:
+        typer.echo(f"{name}: bootstrap.servers={state.bootstrap_for(name)}")
     typer.echo(f"stop it with: ads-broker cluster down --dir {root}")
 
 

@@ -67,7 +67,12 @@ from ads_broker.security.context import ANONYMOUS, Session, set_session
 from ads_broker.security.listeners import ListenerSpec, resolve_listeners
 from ads_broker.security.reauth import MIN_REAUTH_INTERVAL_S
 from ads_broker.security.scram import MECHANISMS, SaslAuthenticationError, SaslServer
-from ads_broker.security.tls import principal_from_peercert, server_context
+from ads_broker.security.tls import (
+    handshake_failure_reason,
+    principal_from_peercert,
+    server_context,
+    start_tls_server,
+)
 
 log = structlog.get_logger("ads_broker.server")
 SENDFILE_MIN_BYTES = 64 * 1024
@@ -433,9 +438,8 @@ class TlsAcceptor(asyncio.Protocol):
         context = self.server.ssl_contexts[self.listener.name]
         host, client = receiver.peer_ip or "unknown", receiver.peer
         try:
-            tls = await asyncio.get_running_loop().start_tls(
-                transport, receiver, context, server_side=True,
-                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S)
+            # Not loop.start_tls: a refused certificate must reach the client as a TLS alert.
+            tls = await start_tls_server(transport, receiver, context, TLS_HANDSHAKE_TIMEOUT_S)
         except asyncio.CancelledError:
             self.server.disconnected(receiver)
             transport.abort()
@@ -446,8 +450,10 @@ class TlsAcceptor(asyncio.Protocol):
                 # Kafka's SslAuthenticationException: counted as a failed authentication (a client that
                 # disconnects or times out during the handshake is not, as in Kafka's Selector).
                 self.server.broker.metrics.authentication(self.listener.name, AUTH_FAILED)
+            why = handshake_failure_reason(e)
             self.server.rejections.warn(client, "closing connection: TLS handshake failed", host=host,
-                                        listener=self.listener.name, reason=f"{type(e).__name__}: {e}"[:300])
+                                        aggregate_as=f"TLS handshake failed: {why}", listener=self.listener.name,
+                                        reason=why, error=f"{type(e).__name__}: {e}"[:300])
             transport.abort()
             return
         except BaseException:

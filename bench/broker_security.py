@@ -3,7 +3,7 @@
     .venv/bin/python bench/broker_security.py --messages 200000 --repeats 3 --idle 2000
 
 One broker with two listeners (PLAINTEXT and SASL_SSL, SCRAM-SHA-256, a certificate generated at
-start with ``cryptography``). For each repeat, in alternating order: produce N messages
+start by :mod:`ads_broker.security.testcerts`). For each repeat, in alternating order: produce N messages
 (idempotent, acks=all, 300-byte values, 4 partitions) with one confluent-kafka producer, then
 consume them all with one consumer, through each listener; prints messages/s per listener and
 the SASL_SSL / PLAINTEXT ratio of the medians. Then opens ``--idle`` plaintext connections that
@@ -14,8 +14,6 @@ connection. Broker and client share the machine's cores.
 from __future__ import annotations
 
 import argparse
-import datetime
-import ipaddress
 import secrets
 import socket
 import statistics
@@ -28,13 +26,10 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from ads_broker.embedded import ads_broker_process, free_port
+from ads_broker.security import testcerts
 from ads_broker.security.scram import CredentialStore, ScramCredential
 
 PASSWORD = secrets.token_urlsafe(16)
@@ -42,23 +37,7 @@ PASSWORD = secrets.token_urlsafe(16)
 
 def make_pki(d: Path) -> tuple[Path, Path]:
     """(ca.pem, server.pem with chain and key) for 127.0.0.1."""
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "bench-ca")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-          .serial_number(x509.random_serial_number()).not_valid_before(now).not_valid_after(now + datetime.timedelta(1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True).sign(ca_key, hashes.SHA256()))
-
-    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
-            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now).not_valid_after(now + datetime.timedelta(1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                           critical=False).sign(ca_key, hashes.SHA256()))
-    pem = serialization.Encoding.PEM
-    (d / "ca.pem").write_bytes(ca.public_bytes(pem))
-    (d / "server.pem").write_bytes(cert.public_bytes(pem) + key.private_bytes(
-        pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
-    return d / "ca.pem", d / "server.pem"
+    return testcerts.server_files(d, "ads-bench")
 
 
 def produce(conf: dict[str, Any], topic: str, n: int, value: bytes) -> float:

@@ -8,7 +8,8 @@
 #   COMPAT_MULTIPLIER=2                  the suite's test.timeout.multiplier
 #   COMPAT_KAFKA_VERSION=3.2.0           TEST_KAFKA_VERSION (what ads-broker's ApiVersions match)
 #   COMPAT_QUICK=1                       the runner's -Q (less data, skips non-quick subtests)
-#   COMPAT_CLUSTER=3                     against `ads-broker cluster up` (3 brokers + ZooKeeper): 0103/0107/0111
+#   COMPAT_CLUSTER=3                     against `ads-broker cluster up` (3 brokers + ZooKeeper, SSL and SASL_SSL
+#                                        listeners on each): 0103/0107/0111, 0142 with its consumer subtest
 #   COMPAT_NPM_VERSION=1.10.1            the kafka-javascript release (bundles librdkafka 2.15.1)
 export COMPAT_TESTS COMPAT_SUBTESTS COMPAT_QUICK COMPAT_CLUSTER COMPAT_TIMEOUT COMPAT_MULTIPLIER COMPAT_KAFKA_VERSION COMPAT_NPM_VERSION
 

@@ -97,6 +97,10 @@ SUBTEST_PASSES: dict[str, tuple[str, ...]] = {
     "0135": ("do_test:",),
     "0142": ("do_test_producer:", "do_test_txn_producer:", "do_test_reauth_failure:"),
 }
+#: Against ``--cluster 3`` (three brokers, SASL_SSL on each): the subtests that need replication factor 3 too.
+CLUSTER_SUBTEST_PASSES: dict[str, tuple[str, ...]] = {
+    "0142": (*SUBTEST_PASSES["0142"], "do_test_consumer:"),
+}
 
 TEST_F_LOCAL = "TEST_F_LOCAL"
 TEST_F_SOCKEM = "TEST_F_SOCKEM"
@@ -238,30 +242,48 @@ class Broker:
 
 class Cluster:
     """``ads-broker cluster up`` (a ZooKeeper and ``size`` brokers) in place of one broker
-    (``--cluster N``): for the suite's tests that need replication factor 3 (0103, 0107, 0111).
-    The same interface as :class:`Broker`; ``bootstrap`` names every broker."""
+    (``--cluster N``): for the suite's tests that need replication factor 3 (0103, 0107, 0111, and
+    0142's consumer subtest). The same interface as :class:`Broker`; ``bootstrap`` names every
+    broker. With ``security``, every broker also has an SSL and a SASL_SSL listener (``cluster up
+    --listener``, ports from cluster.json) and the SASL user is added in the cluster's ZooKeeper."""
 
-    def __init__(self, workdir: Path, name: str, overrides: tuple[str, ...], size: int) -> None:
+    def __init__(self, workdir: Path, name: str, overrides: tuple[str, ...], size: int,
+                 security: SecurityFixture | None = None) -> None:
         self.workdir = workdir / name
         self.overrides = overrides
         self.size = size
+        self.security = security
         self._bootstrap = ""
 
     @property
     def bootstrap(self) -> str:
         return self._bootstrap
 
+    def address(self, protocol: str) -> str:
+        """The bootstrap addresses (every broker's) of the listener with this security protocol."""
+        state = json.loads((self.workdir / "cluster.json").read_text())
+        try:
+            return ",".join(b["endpoints"][protocol] for b in state["brokers"])
+        except KeyError:
+            raise SystemExit(f"compat: cluster {self.workdir.name} has no {protocol} listener") from None
+
     def _cli(self, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "ads_broker", "cluster", *args, "--dir", str(self.workdir)],
                               cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False)
 
     def start(self) -> None:
-        overrides = [a for o in self.overrides for a in ("--override", o)]
-        up = self._cli("up", "--brokers", str(self.size), *overrides, timeout=300)
-        found = re.search(r"bootstrap\.servers=(\S+)", up.stdout)
+        settings = (*self.overrides, *(self.security.listener_settings() if self.security else ()))
+        args = [a for o in settings for a in ("--override", o)]
+        if self.security is not None:
+            args += ["--listener", "SSL", "--listener", "SASL_SSL"]
+        up = self._cli("up", "--brokers", str(self.size), *args, timeout=300)
+        found = re.search(r"^bootstrap\.servers=(\S+)", up.stdout, re.M)
         if up.returncode != 0 or found is None:
             raise SystemExit(f"compat: cluster up failed (exit {up.returncode}): {(up.stderr or up.stdout)[-2000:]}")
         self._bootstrap = found.group(1)
+        if self.security is not None:
+            zk = json.loads((self.workdir / "cluster.json").read_text())["zookeeper_connect"]
+            self.security.add_cluster_user(zk)
 
     def alive(self) -> bool:
         return bool(self._bootstrap) and self._cli("status", timeout=60).returncode == 0
@@ -454,7 +476,8 @@ def main(argv: list[str] | None = None) -> int:
         rf = str(min(3, args.cluster))
         cluster_overrides = tuple(o for o in BROKER_OVERRIDES if not o.startswith("default.replication.factor="))
         brokers = {scenario: Cluster(work, scenario, (*cluster_overrides, f"default.replication.factor={rf}",
-                                                      f"auto.create.topics.enable={auto}"), args.cluster)
+                                                      f"auto.create.topics.enable={auto}"), args.cluster,
+                                     security if scenario == "default" else None)
                    for scenario, auto in (("default", "true"), ("noautocreate", "false"))}
     else:
         brokers = {
@@ -476,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
                 broker.start()
             bootstrap, client_security = broker.bootstrap, ""
             protocol = SECURITY_TESTS.get(number)
-            if protocol and isinstance(broker, Broker) and broker.security is not None:
+            if protocol and broker.security is not None:
                 bootstrap, client_security = broker.address(protocol), security.client_conf(protocol)
             conf = logdir / f"test-{key.replace('/', '_')}.conf"
             conf.write_text(f"bootstrap.servers={bootstrap}\n"
@@ -495,7 +518,8 @@ def main(argv: list[str] | None = None) -> int:
             variants = [t for t in tests if t.number == number and t.in_scenario(scenario)]
             local_only = all(t.local for t in variants)
             sockem = any(TEST_F_SOCKEM in t.flags for t in variants)
-            passes = SUBTEST_PASSES.get(number, ()) if not args.subtests and not args.no_exclusions else ()
+            table = CLUSTER_SUBTEST_PASSES if args.cluster >= 3 and number in CLUSTER_SUBTEST_PASSES else SUBTEST_PASSES
+            passes = table.get(number, ()) if not args.subtests and not args.no_exclusions else ()
             if passes:
                 runs = [run_one(runner_dir, key, number, scenario, dict(env, SUBTESTS=sub), args.timeout, logdir,
                                 args.quick, local_only, sockem, log_suffix=f"-{i}")

@@ -5,8 +5,9 @@ broker gets an SSL listener that requires client certificates (``ssl.client.auth
 a SASL listener, and trivup writes the client's ``security.protocol``, ``ssl.*`` and ``sasl.*``
 into test.conf and points the ``SSL_*`` environment variables at the same client key in every
 encoding (PEM, DER, PKCS#12). :class:`SecurityFixture` does the same for ads-broker: a CA, a
-server certificate for 127.0.0.1/localhost and a client certificate, generated here with
-``cryptography`` per run (as tests/integration/broker/test_security.py does; no key is committed).
+server certificate for 127.0.0.1/localhost and a client certificate, generated per run by
+:mod:`ads_broker.security.testcerts` (as tests/integration/broker/test_security.py's are; no key is
+committed).
 
 Which test talks to which listener (:data:`SECURITY_TESTS`):
 
@@ -20,8 +21,6 @@ Every other test keeps the PLAINTEXT listener.
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import os
 import secrets
 import subprocess
@@ -29,11 +28,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.hazmat.primitives.serialization import pkcs12
-from cryptography.x509.oid import NameOID
+from ads_broker.security import testcerts
 
 #: test number -> the listener (security protocol) its test.conf names
 SECURITY_TESTS = {"0097": "SSL", "0135": "SASL_SSL", "0142": "SASL_SSL"}
@@ -42,32 +37,8 @@ SASL_USER = "rdkafka-test"
 SASL_MECHANISM = "SCRAM-SHA-256"
 #: short enough that 0142's fifteen cases (each a little over one lifetime) fit its timeout
 REAUTH_MS = 10000
-
-
-def _key() -> ec.EllipticCurvePrivateKey:
-    return ec.generate_private_key(ec.SECP256R1())
-
-
-def _name(cn: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "ads-compat"),
-                      x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-
-
-def _cert(subject: x509.Name, key: ec.EllipticCurvePrivateKey, issuer: x509.Name,
-          issuer_key: ec.EllipticCurvePrivateKey, *, ca: bool = False, san: bool = False) -> x509.Certificate:
-    now = datetime.datetime.now(datetime.UTC)
-    builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer).public_key(key.public_key())
-               .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-               .not_valid_after(now + datetime.timedelta(days=2))
-               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
-    if san:
-        builder = builder.add_extension(x509.SubjectAlternativeName(
-            [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-    return builder.sign(issuer_key, hashes.SHA256())
-
-
-def _pem(cert: x509.Certificate) -> bytes:
-    return cert.public_bytes(serialization.Encoding.PEM)
+#: the organization of every certificate's subject
+ORG = "ads-compat"
 
 
 @dataclass(frozen=True)
@@ -79,32 +50,26 @@ class SecurityFixture:
 
     @classmethod
     def create(cls, directory: Path) -> SecurityFixture:
-        directory.mkdir(parents=True, exist_ok=True)
         password = "compat-" + secrets.token_hex(8)
-        ca_key, server_key, client_key = _key(), _key(), _key()
-        ca = _cert(_name("compat-ca"), ca_key, _name("compat-ca"), ca_key, ca=True)
-        server = _cert(_name("localhost"), server_key, ca.subject, ca_key, san=True)
-        client = _cert(_name("rdkafka-test-client"), client_key, ca.subject, ca_key)
-        enc = serialization.BestAvailableEncryption(password.encode())
-        pkcs8 = serialization.PrivateFormat.PKCS8
-        files = {
-            "ca.pem": _pem(ca),
-            "ca.der": ca.public_bytes(serialization.Encoding.DER),
-            "server.pem": _pem(server) + server_key.private_bytes(serialization.Encoding.PEM, pkcs8,
-                                                                  serialization.NoEncryption()),
-            "client.pem": _pem(client),
-            "client.der": client.public_bytes(serialization.Encoding.DER),
+        ca, ca_key = testcerts.self_signed_ca("compat-ca", ORG, valid_days=2)
+        server_key, client_key = testcerts.new_key(), testcerts.new_key()
+        server = testcerts.issue(testcerts.name("localhost", ORG), server_key, ca.subject, ca_key, san=True,
+                                 valid_days=2)
+        client = testcerts.issue(testcerts.name("rdkafka-test-client", ORG), client_key, ca.subject, ca_key,
+                                 valid_days=2)
+        enc = password.encode()
+        testcerts.write_private(directory, {
+            "ca.pem": testcerts.pem(ca),
+            "ca.der": testcerts.der(ca),
+            "server.pem": testcerts.pem(server) + testcerts.pem_key(server_key),
+            "client.pem": testcerts.pem(client),
+            "client.der": testcerts.der(client),
             # PEM keys encrypted with ssl.key.password as trivup's are; DER ones cannot be
             # (librdkafka reads them with d2i_PrivateKey_bio).
-            "client.key": client_key.private_bytes(serialization.Encoding.PEM, pkcs8, enc),
-            "client.key.der": client_key.private_bytes(serialization.Encoding.DER, pkcs8,
-                                                       serialization.NoEncryption()),
-            "client.p12": pkcs12.serialize_key_and_certificates(b"client", client_key, client, [ca], enc),
-        }
-        for name, data in files.items():
-            path = directory / name
-            path.write_bytes(data)
-            os.chmod(path, 0o600)
+            "client.key": testcerts.pem_key(client_key, enc),
+            "client.key.der": testcerts.der_key(client_key),
+            "client.p12": testcerts.pkcs12_bundle(b"client", client_key, client, [ca], enc),
+        })
         return cls(directory, password)
 
     def path(self, name: str) -> str:
@@ -112,8 +77,13 @@ class SecurityFixture:
 
     def broker_overrides(self, ports: dict[str, int]) -> tuple[str, ...]:
         """``--override`` values for a broker with a PLAINTEXT, an SSL and a SASL_SSL listener."""
+        return ("listeners=" + ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items()),
+                *self.listener_settings())
+
+    def listener_settings(self) -> tuple[str, ...]:
+        """The SSL and SASL_SSL listeners' settings, without the listeners themselves (``cluster up``
+        chooses each broker's ports: ``--listener SSL --listener SASL_SSL``)."""
         return (
-            "listeners=" + ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items()),
             f"ssl.keystore.location={self.path('server.pem')}",
             f"ssl.truststore.location={self.path('ca.pem')}",
             # trivup's --ssl: client certificates required on the SSL listener (0097's
@@ -126,12 +96,18 @@ class SecurityFixture:
 
     def add_user(self, data_dir: Path) -> None:
         """The SASL user 0135/0142 log in as, in a broker data dir (before the broker starts)."""
+        self._users_add("--data-dir", str(data_dir))
+
+    def _users_add(self, *where: str) -> None:
         env = {**os.environ, "ADS_BROKER_USER_PASSWORD": self.password}
-        out = subprocess.run([sys.executable, "-m", "ads_broker", "users", "add", SASL_USER,
-                              "--data-dir", str(data_dir)],
+        out = subprocess.run([sys.executable, "-m", "ads_broker", "users", "add", SASL_USER, *where],
                              capture_output=True, text=True, env=env, timeout=120, check=False)
         if out.returncode != 0:
             raise SystemExit(f"compat: ads-broker users add failed: {out.stderr.strip()}")
+
+    def add_cluster_user(self, zookeeper_connect: str) -> None:
+        """The same user for a cluster: SCRAM credentials live in its ZooKeeper, for every broker."""
+        self._users_add("--zookeeper-connect", zookeeper_connect)
 
     def client_conf(self, protocol: str) -> str:
         """test.conf lines for a client of the ``protocol`` listener."""

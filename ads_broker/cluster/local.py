@@ -9,6 +9,12 @@ controlled shutdown moves each broker's leaderships away before it leaves), then
 never signals a PID whose command line no longer names its directory (the process is gone and its
 PID was reused). The data stays: ``up`` on the same root starts the same cluster again.
 
+Each broker always has a PLAINTEXT listener (``port``: inter-broker traffic and ``up``'s own
+checks go there); ``--listener SASL_SSL`` (repeatable) adds a listener of that name to every broker
+on a port of its own, kept in ``cluster.json`` as the broker's ``endpoints`` next to the PLAINTEXT
+one. The security settings those listeners need (``ssl.*``, ``sasl.enabled.mechanisms``, ...) come
+with ``--override`` or a ``--config`` properties file, both given to every broker.
+
 For a cluster across hosts, run ``ads-broker serve`` with ``zookeeper.connect`` on each host
 (docs/CLUSTER.md); this is the one-machine shape the tests and ``make compat`` use.
 """
@@ -18,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -44,6 +51,8 @@ class Member:
     port: int
     directory: str  # named on its command line (the broker's --data-dir, ZooKeeper's zoo.cfg path)
     log: str
+    #: a broker's listeners: name -> HOST:PORT, PLAINTEXT (= ``port``) first; empty for ZooKeeper
+    endpoints: dict[str, str] = field(default_factory=dict)
 
     def alive(self) -> bool:
         """The PID runs and its command line still names our directory (not a reused PID)."""
@@ -93,6 +102,21 @@ class ClusterState:
     def bootstrap(self) -> str:
         return ",".join(f"127.0.0.1:{b.port}" for b in self.brokers)
 
+    @property
+    def listener_names(self) -> list[str]:
+        """The listeners every broker has, PLAINTEXT first."""
+        return list(self.brokers[0].endpoints) if self.brokers and self.brokers[0].endpoints else ["PLAINTEXT"]
+
+    def bootstrap_for(self, listener: str) -> str:
+        """``bootstrap.servers`` for the clients of ``listener`` (every broker's endpoint of it)."""
+        if listener.upper() == "PLAINTEXT":
+            return self.bootstrap
+        missing = [b.name for b in self.brokers if listener.upper() not in b.endpoints]
+        if missing or not self.brokers:
+            raise ClusterError(f"no {listener.upper()} listener on {', '.join(missing) or 'any broker'}; "
+                               f"the cluster's listeners: {', '.join(self.listener_names)}")
+        return ",".join(b.endpoints[listener.upper()] for b in self.brokers)
+
     def save(self, root: Path) -> None:
         tmp = root / (STATE_FILE + ".tmp")
         tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
@@ -112,12 +136,60 @@ class ClusterState:
                                "from this directory") from e
 
 
+#: A listener name as Kafka takes it (``ListenerName``: letters, digits, underscores).
+_LISTENER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+
+
+def check_listeners(names: list[str] | tuple[str, ...]) -> list[str]:
+    """The extra listener names, upper case, in order; a clear ClusterError for a bad or repeated one.
+    PLAINTEXT is every broker's own and cannot be added again."""
+    out: list[str] = []
+    for raw in names:
+        name = raw.strip().upper()
+        if not _LISTENER_NAME.fullmatch(name):
+            raise ClusterError(f"--listener {raw!r}: a listener name is letters, digits and underscores "
+                               "(SSL, SASL_SSL, SASL_PLAINTEXT, or a name in listener.security.protocol.map)")
+        if name == "PLAINTEXT":
+            raise ClusterError("--listener PLAINTEXT: every broker already has its PLAINTEXT listener")
+        if name in out:
+            raise ClusterError(f"--listener {name} given twice")
+        out.append(name)
+    return out
+
+
+def _listener_ports(listeners: list[str], brokers: int, base_port: int | None, old: ClusterState | None,
+                    broker_index: int) -> dict[str, int]:
+    """Ports of one broker's extra listeners: BASE_PORT + (j * brokers) + i for the j-th listener
+    (after the PLAINTEXT block), else the port it had in the last ``up``, else a free one."""
+    name = f"broker-{broker_index + 1}"
+    previous = next((b.endpoints for b in old.brokers if b.name == name), {}) if old is not None else {}
+    ports: dict[str, int] = {}
+    for j, listener in enumerate(listeners, start=1):
+        if base_port is not None:
+            ports[listener] = base_port + j * brokers + broker_index
+        elif listener in previous:
+            ports[listener] = int(previous[listener].rsplit(":", 1)[1])
+        else:
+            ports[listener] = free_port()
+    return ports
+
+
 def up(root: Path, *, brokers: int = 3, base_port: int | None = None, zookeeper: str | None = None,
-       overrides: dict[str, str] | None = None, start_timeout_s: float = 60.0) -> ClusterState:
+       overrides: dict[str, str] | None = None, listeners: list[str] | tuple[str, ...] = (),
+       config_file: Path | None = None, start_timeout_s: float = 60.0) -> ClusterState:
     """Start ZooKeeper (unless ``zookeeper`` names one) and ``brokers`` brokers under ``root``;
-    returns once every broker is registered and answers Metadata with all of them."""
+    returns once every broker is registered and answers Metadata with all of them.
+
+    ``listeners``: names of listeners each broker gets besides PLAINTEXT, each on a port of its own
+    (``cluster.json`` lists them); ``overrides`` and ``config_file`` go to every broker."""
     if brokers < 1:
         raise ClusterError(f"--brokers must be at least 1, got {brokers}")
+    extra = check_listeners(listeners)
+    if "listeners" in (overrides or {}):
+        raise ClusterError("--override listeners=...: the cluster chooses each broker's ports; name the "
+                           "listeners besides PLAINTEXT with --listener (repeatable) instead")
+    if config_file is not None and not config_file.is_file():
+        raise ClusterError(f"--config {config_file}: no such file")
     root = root.resolve()
     root.mkdir(parents=True, exist_ok=True)
     old = ClusterState.load(root)
@@ -146,7 +218,8 @@ def up(root: Path, *, brokers: int = 3, base_port: int | None = None, zookeeper:
             broker_id = i + 1
             name = f"broker-{broker_id}"
             port = base_port + i if base_port is not None else old_ports.get(name) or free_port()
-            _start_broker(root, broker_id, port, state, overrides or {}, start_timeout_s)
+            endpoints = {"PLAINTEXT": port, **_listener_ports(extra, brokers, base_port, old, i)}
+            _start_broker(root, broker_id, endpoints, state, overrides or {}, config_file, start_timeout_s)
         _wait_registered(state, brokers, start_timeout_s)
     except BaseException:
         down(root)
@@ -154,27 +227,34 @@ def up(root: Path, *, brokers: int = 3, base_port: int | None = None, zookeeper:
     return state
 
 
-def _start_broker(root: Path, broker_id: int, port: int, state: ClusterState, overrides: dict[str, str],
-                  start_timeout_s: float) -> None:
+def _start_broker(root: Path, broker_id: int, ports: dict[str, int], state: ClusterState,
+                  overrides: dict[str, str], config_file: Path | None, start_timeout_s: float) -> None:
     """Start one broker and record it in the state file before waiting for it, so an interrupted
-    ``up`` (Ctrl-C, a failure) leaves nothing that ``down`` does not know of."""
+    ``up`` (Ctrl-C, a failure) leaves nothing that ``down`` does not know of. ``ports``: listener
+    name -> port, PLAINTEXT first."""
     data_dir = root / f"broker-{broker_id}"
     log_path = root / f"broker-{broker_id}.log"
-    argv = [sys.executable, "-m", "ads_broker", "serve", "--data-dir", str(data_dir),
-            "--listen", f"127.0.0.1:{port}"]
+    endpoints = {name: f"127.0.0.1:{p}" for name, p in ports.items()}
+    argv = [sys.executable, "-m", "ads_broker", "serve", "--data-dir", str(data_dir)]
+    if config_file is not None:
+        argv += ["--config", str(config_file.resolve())]
     settings = {"broker.id": str(broker_id), "cluster.id": state.cluster_id,
-                "zookeeper.connect": state.zookeeper_connect, **overrides}
+                "zookeeper.connect": state.zookeeper_connect, **overrides,
+                # Given as an override, not --listen, so that a listeners= line in --config cannot win.
+                "listeners": ",".join(f"{name}://{addr}" for name, addr in endpoints.items())}
     for key, value in settings.items():
         argv += ["--override", f"{key}={value}"]
     with log_path.open("ab") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
-    state.brokers.append(Member(f"broker-{broker_id}", proc.pid, port, str(data_dir), str(log_path)))
+    state.brokers.append(Member(f"broker-{broker_id}", proc.pid, ports["PLAINTEXT"], str(data_dir), str(log_path),
+                                endpoints))
     state.save(root)
-    try:
-        wait_for_port("127.0.0.1", port, start_timeout_s, proc)
-    except Exception as e:
-        raise ClusterError(f"broker {broker_id} did not start on 127.0.0.1:{port}: {e}; see {log_path}") from e
+    for addr in endpoints.values():
+        try:
+            wait_for_port("127.0.0.1", int(addr.rsplit(":", 1)[1]), start_timeout_s, proc)
+        except Exception as e:
+            raise ClusterError(f"broker {broker_id} did not start on {addr}: {e}; see {log_path}") from e
 
 
 def _wait_registered(state: ClusterState, count: int, timeout_s: float) -> None:
@@ -237,7 +317,14 @@ def status(root: Path) -> tuple[ClusterState, list[str]]:
         if m is None:
             lines.append(f"zookeeper: external, {state.zookeeper_connect}")
         elif m.alive():
-            lines.append(f"{m.name}: running, pid {m.pid}, 127.0.0.1:{m.port}, log {m.log}")
+            lines.append(f"{m.name}: running, pid {m.pid}, {_addresses(m)}, log {m.log}")
         else:
-            lines.append(f"{m.name}: not running (127.0.0.1:{m.port}, log {m.log})")
+            lines.append(f"{m.name}: not running ({_addresses(m)}, log {m.log})")
     return state, lines
+
+
+def _addresses(member: Member) -> str:
+    """``127.0.0.1:9092`` (ZooKeeper, a broker with PLAINTEXT only) or ``PLAINTEXT://...,SSL://...``."""
+    if len(member.endpoints) <= 1:
+        return f"127.0.0.1:{member.port}"
+    return ",".join(f"{name}://{addr}" for name, addr in member.endpoints.items())

@@ -15,6 +15,7 @@ from ads_broker.errors import COORDINATOR_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTIT
 from ads_broker.exceptions import BrokerError, InvalidRequestError
 from ads_broker.protocol.codec import DecodedRequest
 from ads_broker.protocol.groups_admin import CLUSTER_OPERATIONS
+from ads_broker.protocol.leader_hint import listener_endpoint, request_listener
 from ads_broker.security.acl import (
     ALTER,
     ALTER_CONFIGS,
@@ -200,4 +201,11 @@ async def cluster_coordinator(ctx: HandlerContext, cluster: ClusterNode, key_typ
     registration = snapshot.brokers.get(leader)
     if registration is None:
         return COORDINATOR_NOT_AVAILABLE, f"{topic}-{index} has no live leader now; retry", -1, "", -1
-    return 0, None, leader, registration.host, registration.port
+    # The coordinator's address on the listener the request came in on, as Metadata gives it (Kafka's
+    # getAliveBrokerNode(leader, listenerName)): a SASL_SSL client sent to a PLAINTEXT port fails its handshake.
+    listener = request_listener()
+    endpoint = listener_endpoint(registration, listener)
+    if endpoint is None:
+        return (COORDINATOR_NOT_AVAILABLE, f"the coordinator, broker {leader}, has no {listener} listener", -1,
+                "", -1)
+    return 0, None, leader, endpoint.host, endpoint.port

@@ -8,9 +8,11 @@ chain to when ``ssl.client.auth`` is ``required`` or ``requested``.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import ssl
 import tempfile
+from asyncio import sslproto
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -85,6 +87,67 @@ def client_context(settings: BrokerSettings) -> ssl.SSLContext:
         raise ConfigError(f"ssl.endpoint.identification.algorithm={algorithm!r}: expected https or empty (off)")
     ctx.check_hostname = algorithm == "https"
     return ctx
+
+
+class _AlertingSSLProtocol(sslproto.SSLProtocol):
+    """asyncio's SSL protocol, except that a failed handshake first sends what OpenSSL wrote for
+    the peer: the fatal alert (``certificate required``, ``unknown ca``, ``certificate expired``,
+    ``handshake failure``, ``protocol version``).
+
+    asyncio force-closes the transport on an ``SSLError`` without flushing its outgoing BIO, so the
+    client sees a reset or an EOF and cannot tell why (CPython gh-98078, fixed upstream by the same
+    flush before the fatal error). Kafka's ``SslTransportLayer.handshakeFailure`` flushes the alert
+    before it closes the channel. The flush is best effort, as a write to a socket whose buffer has
+    room (the handshake's last flight was sent before the client answered it); on a Python that has
+    the upstream fix the outgoing BIO is already empty here and nothing is written twice.
+    """
+
+    def _on_handshake_complete(self, handshake_exc: BaseException | None) -> None:
+        if isinstance(handshake_exc, ssl.SSLError):
+            self._process_outgoing()  # type: ignore[attr-defined]
+        super()._on_handshake_complete(handshake_exc)
+
+
+async def start_tls_server(transport: asyncio.Transport, protocol: asyncio.BaseProtocol, context: ssl.SSLContext,
+                           handshake_timeout_s: float) -> asyncio.Transport | None:
+    """``loop.start_tls(..., server_side=True)`` with :class:`_AlertingSSLProtocol`: the TLS
+    transport once the handshake succeeded (None if the client went away before this resumed);
+    raises what the handshake raised (the alert sent)."""
+    loop = asyncio.get_running_loop()
+    waiter = loop.create_future()
+    tls = _AlertingSSLProtocol(loop, protocol, context, waiter, server_side=True, call_connection_made=False,
+                               ssl_handshake_timeout=handshake_timeout_s)  # type: ignore[arg-type]
+    # As loop.start_tls: paused so that no data_received comes before the protocol's connection_made.
+    transport.pause_reading()
+    transport.set_protocol(tls)
+    made = loop.call_soon(tls.connection_made, transport)
+    resume = loop.call_soon(transport.resume_reading)
+    try:
+        await waiter
+    except BaseException:
+        transport.close()
+        made.cancel()
+        resume.cancel()
+        raise
+    app: asyncio.Transport | None = tls._app_transport  # None after a connection_lost
+    return app
+
+
+def handshake_failure_reason(error: BaseException) -> str:
+    """Why a server-side handshake failed, in words for the log (the OpenSSL text goes beside it)."""
+    if not isinstance(error, ssl.SSLError):
+        return "client went away or timed out during the handshake"
+    code = (error.reason or "").upper()
+    if code == "PEER_DID_NOT_RETURN_A_CERTIFICATE":
+        return "no client certificate (ssl.client.auth=required)"
+    if isinstance(error, ssl.SSLCertVerificationError) or code == "CERTIFICATE_VERIFY_FAILED":
+        detail = getattr(error, "verify_message", "") or "verify failed"
+        if "expired" in detail:
+            return f"client certificate expired ({detail})"
+        return f"client certificate not trusted ({detail})"
+    if code in ("WRONG_VERSION_NUMBER", "HTTP_REQUEST", "UNEXPECTED_MESSAGE") or "VERSION" in code:
+        return f"not a TLS client, or a TLS version outside ssl.enabled.protocols ({code.lower()})"
+    return f"TLS error {code.lower() or type(error).__name__}"
 
 
 def _tls_version(name: str) -> ssl.TLSVersion:

@@ -5,8 +5,6 @@ session, with the ``cryptography`` package; no key is ever committed.
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import os
 import secrets
 import shutil
@@ -30,10 +28,8 @@ from tests.integration.broker.rawclient import RawClient, scram_client_final
 from tests.integration.broker.test_metrics import scrape
 from tests.integration.broker.test_request_metrics import scrape_until, total
 
-x509 = pytest.importorskip("cryptography.x509")
-from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
-from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
-from cryptography.x509.oid import NameOID  # noqa: E402
+pytest.importorskip("cryptography.x509")
+from ads_broker.security import testcerts  # needs cryptography
 
 SASL_AUTHENTICATION_FAILED = 58
 UNSUPPORTED_SASL_MECHANISM = 33
@@ -52,52 +48,23 @@ class Pki:
     other_ca_client_key: Path
 
 
-def _key() -> ec.EllipticCurvePrivateKey:
-    return ec.generate_private_key(ec.SECP256R1())
-
-
 def _name(cn: str, org: str = "ads") -> Any:
-    return x509.Name([x509.NameAttribute(NameOID.COUNTRY_NAME, "US"),
-                      x509.NameAttribute(NameOID.ORGANIZATION_NAME, org),
-                      x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-
-
-def _cert(subject: Any, key: Any, issuer: Any, issuer_key: Any, *, ca: bool = False, san: bool = False) -> Any:
-    now = datetime.datetime.now(datetime.UTC)
-    builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer).public_key(key.public_key())
-               .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-               .not_valid_after(now + datetime.timedelta(days=1))
-               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
-    if san:
-        builder = builder.add_extension(x509.SubjectAlternativeName(
-            [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-    return builder.sign(issuer_key, hashes.SHA256())
-
-
-def _pem_key(key: Any) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
-
-
-def _pem(cert: Any) -> bytes:
-    return cert.public_bytes(serialization.Encoding.PEM)
+    return testcerts.name(cn, org, country="US")
 
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     d = tmp_path_factory.mktemp("pki")
-    ca_key, other_key = _key(), _key()
-    ca = _cert(_name("test-ca"), ca_key, _name("test-ca"), ca_key, ca=True)
-    other_ca = _cert(_name("other-ca"), other_key, _name("other-ca"), other_key, ca=True)
-    server_key, client_key, rogue_key = _key(), _key(), _key()
-    server = _cert(_name("localhost"), server_key, ca.subject, ca_key, san=True)
-    client = _cert(_name("worker-1", org="dedupe"), client_key, ca.subject, ca_key)
-    rogue = _cert(_name("rogue"), rogue_key, other_ca.subject, other_key)
-    files = {"ca.pem": _pem(ca), "server.pem": _pem(server) + _pem_key(server_key), "client.pem": _pem(client),
-             "client.key": _pem_key(client_key), "rogue.pem": _pem(rogue), "rogue.key": _pem_key(rogue_key)}
-    for name, data in files.items():
-        (d / name).write_bytes(data)
-        os.chmod(d / name, 0o600)
+    ca, ca_key = testcerts.self_signed_ca("test-ca", "ads", country="US")
+    other_ca, other_key = testcerts.self_signed_ca("other-ca", "ads", country="US")
+    server_key, client_key, rogue_key = testcerts.new_key(), testcerts.new_key(), testcerts.new_key()
+    server = testcerts.issue(_name("localhost"), server_key, ca.subject, ca_key, san=True)
+    client = testcerts.issue(_name("worker-1", org="dedupe"), client_key, ca.subject, ca_key)
+    rogue = testcerts.issue(_name("rogue"), rogue_key, other_ca.subject, other_key)
+    pem, key = testcerts.pem, testcerts.pem_key
+    testcerts.write_private(d, {"ca.pem": pem(ca), "server.pem": pem(server) + key(server_key),
+                                "client.pem": pem(client), "client.key": key(client_key),
+                                "rogue.pem": pem(rogue), "rogue.key": key(rogue_key)})
     return Pki(d / "ca.pem", d / "server.pem", d / "client.pem", d / "client.key", d / "rogue.pem", d / "rogue.key")
 
 

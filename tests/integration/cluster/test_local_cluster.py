@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer
@@ -23,9 +24,10 @@ def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return proc
 
 
-def read_all(bootstrap: str, topic: str, partitions: int) -> list[bytes]:
+def read_all(bootstrap: str, topic: str, partitions: int, **conf: Any) -> list[bytes]:
+    """Every record of ``topic`` (up to the end of each partition); ``conf``: security settings."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "reader", "auto.offset.reset": "earliest",
-                  "enable.partition.eof": True})
+                  "enable.partition.eof": True, **conf})
     c.subscribe([topic])
     out: list[bytes] = []
     eof: set[int] = set()

@@ -69,6 +69,27 @@ def test_the_security_tests_client_settings_reach_the_broker(secured: tuple[run.
     assert deliver(conf) == []
 
 
+def test_the_cluster_has_the_security_tests_listeners_on_every_broker(tmp_path: Path) -> None:
+    """``--cluster 3`` (0142's consumer subtest, replication factor 3): ``cluster up --listener SSL
+    --listener SASL_SSL``, the SASL user in the cluster's ZooKeeper, each test.conf naming all three
+    brokers' endpoints of its listener."""
+    from tests.integration.cluster.conftest import _require_zookeeper
+
+    _require_zookeeper()
+    security = SecurityFixture.create(tmp_path / "pki")
+    overrides = tuple(o for o in run.BROKER_OVERRIDES if not o.startswith("default.replication.factor="))
+    cluster = run.Cluster(tmp_path, "default", (*overrides, "default.replication.factor=3"), 3, security)
+    cluster.start()
+    try:
+        for protocol in ("SSL", "SASL_SSL"):
+            assert len(set(cluster.address(protocol).split(","))) == 3
+            conf = {"bootstrap.servers": cluster.address(protocol), **parse_conf(security.client_conf(protocol)),
+                    "acks": "all"}
+            assert deliver(conf, timeout_ms=60000) == [], protocol
+    finally:
+        cluster.stop()
+
+
 def test_the_ssl_listener_requires_a_client_certificate(secured: tuple[run.Broker, SecurityFixture]) -> None:
     """0097 runs with SSL_client_auth=required: without a certificate the broker must refuse."""
     broker, security = secured
