@@ -48,6 +48,8 @@ from kazoo.exceptions import (
 
 from ads_broker.cluster.channel import BrokerConnection
 from ads_broker.cluster.exceptions import (
+    InconsistentBrokerIdError,
+    InconsistentClusterIdError,
     NoReassignmentInProgressError,
     PartitionEpochError,
     UnknownTopicIdError,
@@ -66,6 +68,7 @@ from ads_broker.cluster.zookeeper import (
 from ads_broker.config import BrokerConfig, validate_topic_configs
 from ads_broker.exceptions import (
     BrokerError,
+    ConfigError,
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
@@ -75,6 +78,12 @@ from ads_broker.exceptions import (
     UnknownTopicOrPartitionError,
 )
 from ads_broker.log.config import TOPIC_CONFIG_KEYS
+from ads_broker.log.meta_properties import (
+    MetaProperties,
+    MetaPropertiesError,
+    read_meta_properties,
+    write_meta_properties,
+)
 from ads_broker.replication import state as rules
 from ads_broker.replication.partition import Partition
 from ads_broker.replication.replica_fetcher import ReplicaFetcherManager
@@ -372,14 +381,23 @@ class ClusterNode:
         """Connect, register (refused for another cluster id or a broker id in use), run for controller."""
         loop = asyncio.get_running_loop()
         self._loop = loop
+        meta = self._check_meta_properties()
         join = functools.partial(ClusterMember.from_config, self.config.values, self.registration(),
                                  on_partition_state=self._on_partition_state,
-                                 on_partition_removed=self._on_partition_removed)
+                                 on_partition_removed=self._on_partition_removed,
+                                 data_dir_cluster_id=None if meta is None else meta.cluster_id)
         member = await loop.run_in_executor(None, join)
+        if meta is None:  # a new data dir, or one from before meta.properties: it is this cluster's now
+            try:
+                write_meta_properties(self.replicas.data_dir,
+                                      MetaProperties(self.config.settings.cluster_id, self.broker_id))
+            except BaseException:
+                await loop.run_in_executor(None, member.leave)
+                raise
         try:
-            await self._drop_stale_topics(member.zk)
+            await self._quarantine_stray_topics(member.zk)
         except Exception:
-            log.exception("cannot compare the local topics with ZooKeeper's; stale copies stay until deleted")
+            log.exception("cannot compare the local topics with ZooKeeper's; they stay as they are")
         with self._joining:
             self.member = member
             early, self._early = self._early or [], None
@@ -391,6 +409,31 @@ class ClusterNode:
         await loop.run_in_executor(None, _await_controller, member.zk, CONTROLLER_WAIT_S)
         log.info("joined the cluster", broker_id=self.broker_id, zookeeper=self.config.settings.zookeeper_connect,
                  broker_epoch=member.membership.broker_epoch)
+
+    def _check_meta_properties(self) -> MetaProperties | None:
+        """The data dir's ``meta.properties`` (None if it has none yet), refused when it names
+        another broker or cluster than this broker's settings (Kafka's messages)."""
+        data_dir = self.replicas.data_dir
+        try:
+            meta = read_meta_properties(data_dir)
+        except (OSError, MetaPropertiesError) as e:
+            raise ConfigError(f"cannot read the data dir's identity: {e}; fix or remove the file "
+                              "(removing it makes the broker adopt the data dir as this cluster's)") from e
+        if meta is None:
+            return None
+        if meta.broker_id != self.broker_id:
+            raise InconsistentBrokerIdError(
+                f"Configured broker.id {self.broker_id} doesn't match stored broker.id Some({meta.broker_id}) in "
+                f"meta.properties ({data_dir}). If you moved your data, make sure your configured broker.id "
+                "matches. If you intend to create a new broker, you should remove all data in your data "
+                "directories (log.dirs).")
+        cluster_id = self.config.settings.cluster_id
+        if meta.cluster_id != cluster_id:
+            raise InconsistentClusterIdError(
+                f"The Cluster ID {cluster_id} doesn't match stored clusterId Some({meta.cluster_id}) in "
+                f"meta.properties ({data_dir}). The broker is trying to join the wrong cluster. Configured "
+                "cluster.id or zookeeper.connect may be wrong.")
+        return meta
 
     def _deliver(self, states: list[tuple[TopicPartition, tuple[int, ...], LeaderAndIsr]]) -> None:
         for tp, replicas, state in states:
@@ -516,10 +559,14 @@ class ClusterNode:
 
     # -- topic deletion ------------------------------------------------------------------------
 
-    async def _drop_stale_topics(self, zk: KafkaZkClient) -> None:
-        """At start, before any partition state is applied: delete the local topics ZooKeeper no
-        longer has, or has under another topic id (deleted, maybe created again, while this broker
-        was down). Their records must never be served again under the name."""
+    async def _quarantine_stray_topics(self, zk: KafkaZkClient) -> None:
+        """At start, before any partition state is applied: the local topics ZooKeeper does not
+        have, has under another topic id (deleted, maybe created again, while this broker was
+        down), or no longer assigns to this broker, are stray. Their records must never be served
+        under the name again, but they are never deleted here either: ZooKeeper may be the wrong
+        one (a chroot typo, a reinstall, a restore from an older backup) while the logs hold
+        acknowledged records. Each is renamed ``<topic>-<partition>.<uuid>-stray`` (KRaft's stray
+        logs) and left to the operator (docs/CLUSTER.md "Stray logs")."""
         local = {t.name: t.topic_id for t in self.replicas.metadata.all_topics() if not t.internal}
         if not local:
             return
@@ -529,13 +576,17 @@ class ClusterNode:
             if stored is not None and stored[0] and topic_id_of(name, stored[1]) == topic_id:
                 if any(self.broker_id in replicas for replicas in stored[0].values()):
                     continue
-                log.warning("deleting a local topic this broker no longer replicates (reassigned while it was "
-                            "down)", topic=name, assignment={p: list(r) for p, r in stored[0].items()})
+                reason = "ZooKeeper assigns none of its partitions to this broker (reassigned while it was down?)"
+            elif stored is None or not stored[0]:
+                reason = "ZooKeeper does not have the topic (deleted while this broker was down, or a wrong ZooKeeper)"
             else:
-                log.warning("deleting a local topic ZooKeeper does not have (deleted while this broker was down)",
-                            topic=name, topic_id=str(topic_id),
-                            zookeeper_topic_id=None if stored is None else stored[1])
-            self.replicas.delete_topic(name)
+                reason = "ZooKeeper has the topic under another topic id (deleted and created again while it was down)"
+            kept = self.replicas.quarantine_topic(name)
+            log.warning("stray local topic kept under new names, not served: " + reason, topic=name,
+                        topic_id=str(topic_id), zookeeper_topic_id=None if stored is None else stored[1],
+                        kept_as=[str(p) for p in kept],
+                        action="if ZooKeeper is right, delete the directories; if not, stop the broker, rename "
+                               "them back and restore the topic (docs/CLUSTER.md, 'Stray logs')")
 
     def _on_marked_for_deletion(self, names: list[str]) -> None:
         """kazoo's event thread: ``/admin/delete_topics`` changed; the loop does the work."""

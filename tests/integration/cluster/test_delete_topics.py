@@ -146,11 +146,12 @@ def test_a_topic_deleted_while_a_replica_is_down_goes_everywhere_and_can_be_crea
         assert len(_dirs(brokers, b, topic)) == 3
 
 
-def test_a_broker_drops_at_start_the_topics_zookeeper_no_longer_has(
+def test_a_broker_quarantines_at_start_the_topics_zookeeper_no_longer_has(
         brokers: BrokerCluster, zk_connect: str) -> None:
     """Broker 3 down while its topic is removed from ZooKeeper by hand (no deletion mark: Kafka's
-    documented manual way) and created again: at start it deletes its stale copy, which must not
-    serve the old records as the new topic's (it leads the new partition)."""
+    documented manual way) and created again: at start it renames its stale copy ``-stray`` (kept,
+    never deleted: ZooKeeper may be the wrong one), which must not serve the old records as the new
+    topic's (it leads the new partition)."""
     admin = start_three(brokers)
     topic = f"t-{uuid.uuid4().hex[:10]}"
     admin.create_topics([NewTopic(topic, 1, replica_assignment=[[3, 1, 2]])])[topic].result(60)
@@ -167,9 +168,10 @@ def test_a_broker_drops_at_start_the_topics_zookeeper_no_longer_has(
     live = f"{brokers.procs[1].bootstrap},{brokers.procs[2].bootstrap}"
     admin = AdminClient({"bootstrap.servers": live})
     wait_until(lambda: sorted(admin.list_topics(timeout=10).brokers) == [1, 2], "broker 3 gone from the cluster")
-    # Broker 3 restarts before the name is used again: its copy goes at start.
+    # Broker 3 restarts before the name is used again: its copy is quarantined at start.
     brokers.start(3)
-    wait_until(lambda: _dirs(brokers, 3, topic) == [], "broker 3's directory of the removed topic gone")
+    wait_until(lambda: [d.name.endswith("-stray") for d in _dirs(brokers, 3, topic)] == [True],
+               "broker 3's directory of the removed topic renamed -stray")
     admin = AdminClient({"bootstrap.servers": brokers.bootstrap})
     admin.create_topics([NewTopic(topic, 1, replica_assignment=[[3, 1, 2]])])[topic].result(60)
     _produce(brokers.bootstrap, topic, [b"new-0"], 1)
