@@ -247,9 +247,15 @@ UNKNOWN_PARTITION = "This server does not host this topic-partition."  # Kafka's
 
 
 def _reassign(obj: dict[str, Any], partition: int, target: list[int] | None,
-              live: frozenset[int]) -> BrokerError | None:
+              live: frozenset[int], state: LeaderAndIsr | None = None, unclean: bool = False,
+              topic: str = "") -> BrokerError | None:
     """Apply one partition's reassignment to the topic znode's JSON ``obj`` (in place), as Kafka's
-    ``ReplicaAssignment.reassignTo`` and ``KafkaController`` validate it; the error, or None."""
+    ``ReplicaAssignment.reassignTo`` and ``KafkaController`` validate it; the error, or None.
+
+    A cancel or new target whose replica list keeps no member of the partition's ISR (``state``)
+    is refused unless unclean election is enabled (KRaft's ``PartitionReassignmentRevert.unclean``):
+    the replicas it drops would be the only ones holding the acknowledged records (an adding
+    replica that was elected leader while the original ones fell out of the ISR)."""
     key = str(partition)
     current = obj["partitions"].get(key)
     if current is None:
@@ -279,6 +285,13 @@ def _reassign(obj: dict[str, Any], partition: int, target: list[int] | None,
                 f"live broker list: {sorted(live)}")
         if not new_adding and not new_removing:
             full = list(target)
+    if state is not None and not unclean and state.isr and not set(state.isr) & set(full):
+        action = "revert partition assignment" if target is None else "reassign partition"
+        return InvalidReplicaAssignmentError(
+            f"Unable to {action} for {topic}:{partition} because it would require an unclean leader election: "
+            f"none of the in-sync replicas {list(state.isr)} is in the new replica list {full[:100]} (they would "
+            "delete the only complete copies). Let the reassignment finish, or wait until a replica of the new "
+            "list is back in the ISR.")
     obj["partitions"][key] = full
     for field_name, value in (("adding_replicas", new_adding), ("removing_replicas", new_removing)):
         entries = dict(obj.get(field_name) or {})
@@ -289,6 +302,10 @@ def _reassign(obj: dict[str, Any], partition: int, target: list[int] | None,
         obj[field_name] = entries
     return None
 
+
+#: First and longest pause between two reads of a removed replica's partition state (it is
+#: deleted once a replica of the new list leads).
+REMOVAL_POLL_S = (0.1, 2.0)
 
 #: Pauses before removing what is left of a deleted topic's directories again.
 DIRECTORY_RECHECK_S = (0.05, 0.2, 1.0)
@@ -649,8 +666,13 @@ class ClusterNode:
 
     async def _remove_replica(self, tp: TopicPartition, still_replicates_topic: bool) -> None:
         """Stop following (or leading) ``tp`` here; with no other partition of its topic left on
-        this broker, the topic's logs go (its directories are deleted), else this one is emptied."""
+        this broker, the topic's logs go (its directories are deleted), else this one is emptied.
+        Only once the controller has written a state whose leader is in the new replica list
+        (Kafka's StopReplica comes after the leader move): until then this copy may be the only
+        complete one (a cancelled reassignment whose adding replica leads)."""
         if not self.replicas.holds(tp.topic, tp.partition):
+            return
+        if not await self._leader_moved_off(tp):
             return
         try:
             if still_replicates_topic:
@@ -662,6 +684,37 @@ class ClusterNode:
                      topic_deleted_here=not still_replicates_topic)
         except Exception:
             log.exception("cannot remove a reassigned replica", topic=tp.topic, partition=tp.partition)
+
+    async def _leader_moved_off(self, tp: TopicPartition) -> bool:
+        """Wait until ZooKeeper's state of ``tp`` has a leader in its current replica list, which no
+        longer names this broker: True. False when this broker is a replica again (the states
+        delivered to it take over) or leaves the cluster (the check runs again at its next start).
+        A ZooKeeper error is retried: the copy stays until the answer is known."""
+        pause = REMOVAL_POLL_S[0]
+        logged = False
+        while (member := self.member) is not None:
+            try:
+                assignment, states = await asyncio.get_running_loop().run_in_executor(
+                    None, lambda: (member.zk.get_assignment(tp.topic), member.zk.get_partition_states([tp])))
+            except Exception as e:  # a connection loss: the copy stays until the answer is known
+                log.info("cannot read a removed replica's partition state yet; retrying", topic=tp.topic,
+                         partition=tp.partition, error=repr(e))
+            else:
+                replicas = assignment.get(tp.partition, ())
+                state = states.get(tp)
+                if self.broker_id in replicas:
+                    return False
+                if not replicas or (state is not None and state.leader != NO_LEADER and state.leader in replicas):
+                    return True
+                if not logged:
+                    logged = True
+                    log.warning("a reassignment removed this replica, kept until a replica of the new list leads",
+                                topic=tp.topic, partition=tp.partition, replicas=list(replicas),
+                                leader=None if state is None else state.leader,
+                                isr=None if state is None else list(state.isr))
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, REMOVAL_POLL_S[1])
+        return False
 
     async def _delete_marked_topic(self, member: ClusterMember, name: str, topic_id: str | None) -> None:
         local = self.replicas.metadata.get(name)
@@ -767,6 +820,7 @@ class ClusterNode:
         concurrent change). ``None`` cancels: back to the original replicas. The controller does
         the rest; the answer does not wait for it (as Kafka's)."""
         zk = self.zk
+        unclean = bool(self.config["unclean.leader.election.enable"])
         out: dict[TopicPartition, BrokerError | None] = {}
         by_topic: dict[str, dict[int, list[int] | None]] = {}
         for tp, target in wanted.items():
@@ -778,7 +832,9 @@ class ClusterNode:
                 found = zk.get_topic_znodes([topic]) if topic in existing else {}
                 live = zk.get_live_broker_ids() if found else frozenset()
                 obj, version = found.get(topic, ({"partitions": {}}, -1))
-                results = {p: _reassign(obj, p, target, live) for p, target in partitions.items()}
+                states = zk.get_partition_states(TopicPartition(topic, p) for p in partitions) if found else {}
+                results = {p: _reassign(obj, p, target, live, states.get(TopicPartition(topic, p)), unclean, topic)
+                           for p, target in partitions.items()}
                 if version < 0 or all(e is not None for e in results.values()):
                     break
                 try:
