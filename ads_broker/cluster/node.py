@@ -674,14 +674,19 @@ class ClusterNode:
             return
         if not await self._leader_moved_off(tp):
             return
+        if tp.topic in INTERNAL_TOPICS and self.on_internal_partition is not None:
+            # Kafka's StopReplica -> onResignation: its coordinator state goes with the replica.
+            self.on_internal_partition(tp.topic, tp.partition, False, -1)
+        # An internal topic is never deleted here (the broker owns it): its partition is emptied.
+        delete_topic = not still_replicates_topic and tp.topic not in INTERNAL_TOPICS
         try:
-            if still_replicates_topic:
+            if delete_topic:
+                await self._delete_local_topic(tp.topic)
+            else:
                 await self.fetchers.remove_partition(tp.topic, tp.partition)
                 self.replicas.stop_replica(self.replicas.get_partition(tp.topic, tp.partition))
-            else:
-                await self._delete_local_topic(tp.topic)
             log.info("replica removed by a reassignment", topic=tp.topic, partition=tp.partition,
-                     topic_deleted_here=not still_replicates_topic)
+                     topic_deleted_here=delete_topic)
         except Exception:
             log.exception("cannot remove a reassigned replica", topic=tp.topic, partition=tp.partition)
 
