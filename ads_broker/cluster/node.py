@@ -369,6 +369,9 @@ class ClusterNode:
         #: The deletion pass running (one at a time) and whether another must follow it.
         self._deleting: asyncio.Task[None] | None = None
         self._deletions_again = False
+        #: The fault hook's ``deletion_ack_fail`` (faults.py): while it answers True, acknowledging a
+        #: deletion fails with ConnectionLoss. None: never.
+        self.deletion_ack_fault: Callable[[], bool] | None = None
 
     @property
     def joined(self) -> bool:
@@ -728,6 +731,8 @@ class ClusterNode:
             log.info("replicas of a topic marked for deletion deleted", topic=name, topic_id=topic_id)
         held = self.replicas.metadata.get(name)
         if held is None or (topic_id is not None and str(held.topic_id) != topic_id):
+            if self.deletion_ack_fault is not None and self.deletion_ack_fault():
+                raise ConnectionLoss(f"acknowledging the deletion of {name!r} failed (fault hook deletion_ack_fail)")
             await asyncio.get_running_loop().run_in_executor(None, member.zk.ack_topic_deletion, name,
                                                              self.broker_id)
 
