@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import structlog
+from kazoo.client import KazooState
 from kazoo.exceptions import (
     BadVersionError,
     ConnectionClosedError,
@@ -307,6 +308,9 @@ def _reassign(obj: dict[str, Any], partition: int, target: list[int] | None,
 #: deleted once a replica of the new list leads).
 REMOVAL_POLL_S = (0.1, 2.0)
 
+#: First and longest pause between two attempts at a deletion pass that failed (doubling).
+DELETION_RETRY_S = (0.2, 10.0)
+
 #: Pauses before removing what is left of a deleted topic's directories again.
 DIRECTORY_RECHECK_S = (0.05, 0.2, 1.0)
 
@@ -424,6 +428,7 @@ class ClusterNode:
         await loop.run_in_executor(None, member.zk.watch_shutting_down, self._on_shutting_down)
         await loop.run_in_executor(None, member.zk.watch_broker_ids, self._on_live_brokers)
         await loop.run_in_executor(None, member.zk.watch_topic_deletions, self._on_marked_for_deletion)
+        member.zk.add_state_listener(self._on_zk_state)
         if early:  # the states of the partitions this broker already holds, read while it registered
             await loop.run_in_executor(None, self._deliver, early)
         await loop.run_in_executor(None, _await_controller, member.zk, CONTROLLER_WAIT_S)
@@ -625,31 +630,58 @@ class ClusterNode:
     async def _delete_marked(self) -> None:
         """Kafka's StopReplica(delete=true), acted on through ZooKeeper: for every topic marked for
         deletion, stop this broker's replicas of it (their fetchers), delete their logs, and
-        acknowledge under the mark; the controller deletes the topic once every replica broker did."""
+        acknowledge under the mark; the controller deletes the topic once every replica broker did.
+        A failure that may pass (a connection lost while reading the marks or acknowledging, an
+        OSError deleting a directory) is retried with backoff until the pass succeeds: nothing else
+        would run it again while the marks stay the same. A refusal (BrokerError: an internal topic
+        marked by hand) is logged and not retried."""
+        pause = DELETION_RETRY_S[0]
         while True:
             self._deletions_again = False
             member = self.member
             if member is None:
                 return
-            loop = asyncio.get_running_loop()
-            try:
-                marked = await loop.run_in_executor(None, member.zk.get_topics_marked_for_deletion)
-                if marked:  # what a hung pass was working on, should one ever hang again
-                    log.info("topics marked for deletion", topics=sorted(marked))
-                for topic_id in marked.values():
-                    if topic_id is not None:
-                        with contextlib.suppress(ValueError):
-                            self._deleted_ids.add(uuid.UUID(topic_id))
-                for name, topic_id in marked.items():
-                    try:  # one topic's failure (an internal topic marked by hand) must not stop the others
-                        await self._delete_marked_topic(member, name, topic_id)
-                    except BrokerError as e:
-                        log.error("cannot delete the replicas of a topic marked for deletion", topic=name,
-                                  error=str(e))
-            except Exception:
-                log.exception("cannot process the topics marked for deletion; retrying on the next change")
-            if not self._deletions_again:
-                return
+            if await self._deletion_pass(member):
+                pause = DELETION_RETRY_S[0]
+                if not self._deletions_again:
+                    return
+                continue
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, DELETION_RETRY_S[1])
+
+    async def _deletion_pass(self, member: ClusterMember) -> bool:
+        """One pass over the marks; False if anything in it must be tried again."""
+        loop = asyncio.get_running_loop()
+        try:
+            marked = await loop.run_in_executor(None, member.zk.get_topics_marked_for_deletion)
+        except Exception as e:
+            log.warning("cannot read the topics marked for deletion; retrying", error=repr(e))
+            return False
+        if marked:  # what a hung pass was working on, should one ever hang again
+            log.info("topics marked for deletion", topics=sorted(marked))
+        for topic_id in marked.values():
+            if topic_id is not None:
+                with contextlib.suppress(ValueError):
+                    self._deleted_ids.add(uuid.UUID(topic_id))
+        done = True
+        for name, topic_id in marked.items():
+            try:  # one topic's failure must not stop the others
+                await self._delete_marked_topic(member, name, topic_id)
+            except BrokerError as e:
+                log.error("cannot delete the replicas of a topic marked for deletion", topic=name, error=str(e))
+            except Exception as e:
+                done = False
+                log.warning("deleting or acknowledging a topic marked for deletion failed; retrying", topic=name,
+                            error=repr(e))
+        return done
+
+    def _on_zk_state(self, state: KazooState) -> None:
+        """kazoo's thread: after a reconnection run the deletion pass again (marks, or their
+        acknowledgements, may have been missed while the connection was away)."""
+        loop = self._loop
+        if state == KazooState.CONNECTED and loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._start_deletions)
 
     def _on_partition_removed(self, tp: TopicPartition, still_replicates_topic: bool) -> None:
         """kazoo's event thread: a reassignment moved ``tp`` away from this broker; the loop stops

@@ -6,7 +6,8 @@ every replica broker stops its replicas and deletes their logs, then says so; on
 did, the controller deletes the topic's znodes and the mark. A replica broker that is down keeps
 the deletion pending (the topic is hidden from Metadata meanwhile) and deletes its copy when it
 comes back; a broker that starts with a local topic ZooKeeper no longer has (or has under another
-topic id) drops it, so no record of a deleted topic ever comes back under its name.
+topic id) renames it ``-stray`` (kept, not served), so no record of a deleted topic ever comes back
+under its name.
 """
 
 from __future__ import annotations
