@@ -667,6 +667,9 @@ class ClusterNode:
         for name, topic_id in marked.items():
             try:  # one topic's failure must not stop the others
                 await self._delete_marked_topic(member, name, topic_id)
+            except ZooKeeperUnavailableError as e:
+                done = False
+                log.warning("ZooKeeper unreachable while acknowledging a deletion; retrying", topic=name, error=str(e))
             except BrokerError as e:
                 log.error("cannot delete the replicas of a topic marked for deletion", topic=name, error=str(e))
             except Exception as e:
