@@ -12,6 +12,9 @@ without this module (one ``is None`` test on the produce path). With it set to a
 * ``coordinator_load_fail`` ``true``: in cluster mode, every load of a ``__consumer_offsets`` or
   ``__transaction_state`` partition this broker starts to lead fails with an I/O error (EIO) before
   it reads, as a failing disk would; the loader retries with backoff until the key is removed.
+* ``deletion_ack_fail`` ``true``: in cluster mode, every acknowledgement of a topic deletion this
+  broker writes under ``/admin/delete_topics/<t>`` fails with kazoo's ConnectionLoss before it is
+  sent, as a connection dropped mid-write would (its replicas are deleted already).
 * every fsync of a log segment also records the fsynced byte length next to it
   (``{base_offset:020d}.log.synced``); :func:`cut_to_synced` then plays a power cut on the data dir
   of a SIGKILLed broker by truncating every segment to that length.
@@ -38,7 +41,7 @@ log = structlog.get_logger("ads_broker.faults")
 
 FAULT_FILE_ENV = "ADS_BROKER_FAULT_FILE"
 RELOAD_INTERVAL_S = 0.1
-_KNOWN_KEYS = frozenset({"append_delay_ms", "marker_delay_ms", "coordinator_load_fail"})
+_KNOWN_KEYS = frozenset({"append_delay_ms", "marker_delay_ms", "coordinator_load_fail", "deletion_ack_fail"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +51,7 @@ class FaultSpec:
     append_delay_ms: Mapping[str, float] = field(default_factory=dict)
     marker_delay_ms: float = 0.0
     coordinator_load_fail: bool = False
+    deletion_ack_fail: bool = False
 
     @classmethod
     def parse(cls, text: str) -> FaultSpec:
@@ -62,10 +66,15 @@ class FaultSpec:
         if not isinstance(delays, dict):
             raise ValueError('"append_delay_ms" must be an object {"<topic>": <ms>}')
         append = {str(topic): _milliseconds(f"append_delay_ms.{topic}", ms) for topic, ms in delays.items()}
-        load_fail = data.get("coordinator_load_fail", False)
-        if not isinstance(load_fail, bool):
-            raise ValueError(f'"coordinator_load_fail" must be true or false, got {load_fail!r}')
-        return cls(append, _milliseconds("marker_delay_ms", data.get("marker_delay_ms", 0)), load_fail)
+        load_fail, ack_fail = _flag(data, "coordinator_load_fail"), _flag(data, "deletion_ack_fail")
+        return cls(append, _milliseconds("marker_delay_ms", data.get("marker_delay_ms", 0)), load_fail, ack_fail)
+
+
+def _flag(data: Mapping[str, Any], key: str) -> bool:
+    value = data.get(key, False)
+    if not isinstance(value, bool):
+        raise ValueError(f'"{key}" must be true or false, got {value!r}')
+    return value
 
 
 def _milliseconds(key: str, value: Any) -> float:
@@ -121,6 +130,10 @@ class BrokerFaults:
         """Whether a coordinator partition's load fails now (``coordinator_load_fail``)."""
         return self.spec.coordinator_load_fail
 
+    def deletion_ack_fails(self) -> bool:
+        """Whether acknowledging a topic deletion fails now (``deletion_ack_fail``)."""
+        return self.spec.deletion_ack_fail
+
     def _reload_if_changed(self) -> None:
         try:
             st = os.stat(self.path)
@@ -137,7 +150,8 @@ class BrokerFaults:
             return
         self._use(spec, version, None)
         log.info("fault file loaded", fault_file=str(self.path), append_delay_ms=dict(spec.append_delay_ms),
-                 marker_delay_ms=spec.marker_delay_ms, coordinator_load_fail=spec.coordinator_load_fail)
+                 marker_delay_ms=spec.marker_delay_ms, coordinator_load_fail=spec.coordinator_load_fail,
+                 deletion_ack_fail=spec.deletion_ack_fail)
 
     def _use(self, spec: FaultSpec, version: tuple[int, int, int] | None, problem: str | None) -> None:
         self._spec, self._version = spec, version

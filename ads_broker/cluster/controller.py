@@ -28,7 +28,8 @@ state (a new partition epoch: the brokers apply the replica list with it, the le
 change); the adding replicas see themselves in the assignment and start fetching. Once every
 target replica is in the ISR, :func:`~ads_broker.cluster.election.reassignment_complete` gives the
 last step, written with the topic znode in one multi-op (replicas = target); the removed replicas
-see they are no longer replicas and delete their logs. Pending reassignments live in ZooKeeper,
+see they are no longer replicas and delete their logs once a state names a leader among the new
+replicas (``ClusterNode._remove_replica``). Pending reassignments live in ZooKeeper,
 so a new controller resumes them (it announces each once more). While one is pending the
 controller looks again every :data:`REASSIGNMENT_POLL_S` (the ISR grows by the leader's writes,
 which it does not watch).

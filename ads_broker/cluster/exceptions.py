@@ -24,6 +24,11 @@ class InconsistentClusterIdError(ClusterError):
     error_code = errors.INCONSISTENT_CLUSTER_ID
 
 
+class InconsistentBrokerIdError(ClusterError):
+    """The data dir's ``meta.properties`` names another ``broker.id`` than this broker's settings
+    (Kafka's ``InconsistentBrokerIdException``): its logs are another broker's replicas."""
+
+
 class BrokerIdInUseError(ClusterError):
     """Another live broker (another ZooKeeper session) is registered with this ``broker.id``."""
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import structlog
+from kazoo.client import KazooState
 from kazoo.exceptions import (
     BadVersionError,
     ConnectionClosedError,
@@ -48,6 +49,8 @@ from kazoo.exceptions import (
 
 from ads_broker.cluster.channel import BrokerConnection
 from ads_broker.cluster.exceptions import (
+    InconsistentBrokerIdError,
+    InconsistentClusterIdError,
     NoReassignmentInProgressError,
     PartitionEpochError,
     UnknownTopicIdError,
@@ -66,6 +69,7 @@ from ads_broker.cluster.zookeeper import (
 from ads_broker.config import BrokerConfig, validate_topic_configs
 from ads_broker.exceptions import (
     BrokerError,
+    ConfigError,
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
@@ -75,6 +79,12 @@ from ads_broker.exceptions import (
     UnknownTopicOrPartitionError,
 )
 from ads_broker.log.config import TOPIC_CONFIG_KEYS
+from ads_broker.log.meta_properties import (
+    MetaProperties,
+    MetaPropertiesError,
+    read_meta_properties,
+    write_meta_properties,
+)
 from ads_broker.replication import state as rules
 from ads_broker.replication.partition import Partition
 from ads_broker.replication.replica_fetcher import ReplicaFetcherManager
@@ -238,9 +248,15 @@ UNKNOWN_PARTITION = "This server does not host this topic-partition."  # Kafka's
 
 
 def _reassign(obj: dict[str, Any], partition: int, target: list[int] | None,
-              live: frozenset[int]) -> BrokerError | None:
+              live: frozenset[int], state: LeaderAndIsr | None = None, unclean: bool = False,
+              topic: str = "") -> BrokerError | None:
     """Apply one partition's reassignment to the topic znode's JSON ``obj`` (in place), as Kafka's
-    ``ReplicaAssignment.reassignTo`` and ``KafkaController`` validate it; the error, or None."""
+    ``ReplicaAssignment.reassignTo`` and ``KafkaController`` validate it; the error, or None.
+
+    A cancel or new target whose replica list keeps no member of the partition's ISR (``state``)
+    is refused unless unclean election is enabled (KRaft's ``PartitionReassignmentRevert.unclean``):
+    the replicas it drops would be the only ones holding the acknowledged records (an adding
+    replica that was elected leader while the original ones fell out of the ISR)."""
     key = str(partition)
     current = obj["partitions"].get(key)
     if current is None:
@@ -270,6 +286,13 @@ def _reassign(obj: dict[str, Any], partition: int, target: list[int] | None,
                 f"live broker list: {sorted(live)}")
         if not new_adding and not new_removing:
             full = list(target)
+    if state is not None and not unclean and state.isr and not set(state.isr) & set(full):
+        action = "revert partition assignment" if target is None else "reassign partition"
+        return InvalidReplicaAssignmentError(
+            f"Unable to {action} for {topic}:{partition} because it would require an unclean leader election: "
+            f"none of the in-sync replicas {list(state.isr)} is in the new replica list {full[:100]} (they would "
+            "delete the only complete copies). Let the reassignment finish, or wait until a replica of the new "
+            "list is back in the ISR.")
     obj["partitions"][key] = full
     for field_name, value in (("adding_replicas", new_adding), ("removing_replicas", new_removing)):
         entries = dict(obj.get(field_name) or {})
@@ -280,6 +303,13 @@ def _reassign(obj: dict[str, Any], partition: int, target: list[int] | None,
         obj[field_name] = entries
     return None
 
+
+#: First and longest pause between two reads of a removed replica's partition state (it is
+#: deleted once a replica of the new list leads).
+REMOVAL_POLL_S = (0.1, 2.0)
+
+#: First and longest pause between two attempts at a deletion pass that failed (doubling).
+DELETION_RETRY_S = (0.2, 10.0)
 
 #: Pauses before removing what is left of a deleted topic's directories again.
 DIRECTORY_RECHECK_S = (0.05, 0.2, 1.0)
@@ -343,6 +373,9 @@ class ClusterNode:
         #: The deletion pass running (one at a time) and whether another must follow it.
         self._deleting: asyncio.Task[None] | None = None
         self._deletions_again = False
+        #: The fault hook's ``deletion_ack_fail`` (faults.py): while it answers True, acknowledging a
+        #: deletion fails with ConnectionLoss. None: never.
+        self.deletion_ack_fault: Callable[[], bool] | None = None
 
     @property
     def joined(self) -> bool:
@@ -372,25 +405,60 @@ class ClusterNode:
         """Connect, register (refused for another cluster id or a broker id in use), run for controller."""
         loop = asyncio.get_running_loop()
         self._loop = loop
+        meta = self._check_meta_properties()
         join = functools.partial(ClusterMember.from_config, self.config.values, self.registration(),
                                  on_partition_state=self._on_partition_state,
-                                 on_partition_removed=self._on_partition_removed)
+                                 on_partition_removed=self._on_partition_removed,
+                                 data_dir_cluster_id=None if meta is None else meta.cluster_id)
         member = await loop.run_in_executor(None, join)
+        if meta is None:  # a new data dir, or one from before meta.properties: it is this cluster's now
+            try:
+                write_meta_properties(self.replicas.data_dir,
+                                      MetaProperties(self.config.settings.cluster_id, self.broker_id))
+            except BaseException:
+                await loop.run_in_executor(None, member.leave)
+                raise
         try:
-            await self._drop_stale_topics(member.zk)
+            await self._quarantine_stray_topics(member.zk)
         except Exception:
-            log.exception("cannot compare the local topics with ZooKeeper's; stale copies stay until deleted")
+            log.exception("cannot compare the local topics with ZooKeeper's; they stay as they are")
         with self._joining:
             self.member = member
             early, self._early = self._early or [], None
         await loop.run_in_executor(None, member.zk.watch_shutting_down, self._on_shutting_down)
         await loop.run_in_executor(None, member.zk.watch_broker_ids, self._on_live_brokers)
         await loop.run_in_executor(None, member.zk.watch_topic_deletions, self._on_marked_for_deletion)
+        member.zk.add_state_listener(self._on_zk_state)
         if early:  # the states of the partitions this broker already holds, read while it registered
             await loop.run_in_executor(None, self._deliver, early)
         await loop.run_in_executor(None, _await_controller, member.zk, CONTROLLER_WAIT_S)
         log.info("joined the cluster", broker_id=self.broker_id, zookeeper=self.config.settings.zookeeper_connect,
                  broker_epoch=member.membership.broker_epoch)
+
+    def _check_meta_properties(self) -> MetaProperties | None:
+        """The data dir's ``meta.properties`` (None if it has none yet), refused when it names
+        another broker or cluster than this broker's settings (Kafka's messages)."""
+        data_dir = self.replicas.data_dir
+        try:
+            meta = read_meta_properties(data_dir)
+        except (OSError, MetaPropertiesError) as e:
+            raise ConfigError(f"cannot read the data dir's identity: {e}; fix or remove the file "
+                              "(removing it makes the broker adopt the data dir as this cluster's)") from e
+        if meta is None:
+            return None
+        if meta.broker_id != self.broker_id:
+            raise InconsistentBrokerIdError(
+                f"Configured broker.id {self.broker_id} doesn't match stored broker.id Some({meta.broker_id}) in "
+                f"meta.properties ({data_dir}). If you moved your data, make sure your configured broker.id "
+                "matches. If you intend to create a new broker, you should remove all data in your data "
+                "directories (log.dirs).")
+        cluster_id = self.config.settings.cluster_id
+        if meta.cluster_id != cluster_id:
+            raise InconsistentClusterIdError(
+                f"The Cluster ID {cluster_id} doesn't match stored clusterId Some({meta.cluster_id}) in "
+                f"meta.properties ({data_dir}). The broker is trying to join the wrong cluster. Configured "
+                "cluster.id or zookeeper.connect may be wrong.")
+        return meta
 
     def _deliver(self, states: list[tuple[TopicPartition, tuple[int, ...], LeaderAndIsr]]) -> None:
         for tp, replicas, state in states:
@@ -516,10 +584,14 @@ class ClusterNode:
 
     # -- topic deletion ------------------------------------------------------------------------
 
-    async def _drop_stale_topics(self, zk: KafkaZkClient) -> None:
-        """At start, before any partition state is applied: delete the local topics ZooKeeper no
-        longer has, or has under another topic id (deleted, maybe created again, while this broker
-        was down). Their records must never be served again under the name."""
+    async def _quarantine_stray_topics(self, zk: KafkaZkClient) -> None:
+        """At start, before any partition state is applied: the local topics ZooKeeper does not
+        have, has under another topic id (deleted, maybe created again, while this broker was
+        down), or no longer assigns to this broker, are stray. Their records must never be served
+        under the name again, but they are never deleted here either: ZooKeeper may be the wrong
+        one (a chroot typo, a reinstall, a restore from an older backup) while the logs hold
+        acknowledged records. Each is renamed ``<topic>-<partition>.<uuid>-stray`` (KRaft's stray
+        logs) and left to the operator (docs/CLUSTER.md "Stray logs")."""
         local = {t.name: t.topic_id for t in self.replicas.metadata.all_topics() if not t.internal}
         if not local:
             return
@@ -529,13 +601,17 @@ class ClusterNode:
             if stored is not None and stored[0] and topic_id_of(name, stored[1]) == topic_id:
                 if any(self.broker_id in replicas for replicas in stored[0].values()):
                     continue
-                log.warning("deleting a local topic this broker no longer replicates (reassigned while it was "
-                            "down)", topic=name, assignment={p: list(r) for p, r in stored[0].items()})
+                reason = "ZooKeeper assigns none of its partitions to this broker (reassigned while it was down?)"
+            elif stored is None or not stored[0]:
+                reason = "ZooKeeper does not have the topic (deleted while this broker was down, or a wrong ZooKeeper)"
             else:
-                log.warning("deleting a local topic ZooKeeper does not have (deleted while this broker was down)",
-                            topic=name, topic_id=str(topic_id),
-                            zookeeper_topic_id=None if stored is None else stored[1])
-            self.replicas.delete_topic(name)
+                reason = "ZooKeeper has the topic under another topic id (deleted and created again while it was down)"
+            kept = self.replicas.quarantine_topic(name)
+            log.warning("stray local topic kept under new names, not served: " + reason, topic=name,
+                        topic_id=str(topic_id), zookeeper_topic_id=None if stored is None else stored[1],
+                        kept_as=[str(p) for p in kept],
+                        action="if ZooKeeper is right, delete the directories; if not, stop the broker, rename "
+                               "them back and restore the topic (docs/CLUSTER.md, 'Stray logs')")
 
     def _on_marked_for_deletion(self, names: list[str]) -> None:
         """kazoo's event thread: ``/admin/delete_topics`` changed; the loop does the work."""
@@ -554,31 +630,61 @@ class ClusterNode:
     async def _delete_marked(self) -> None:
         """Kafka's StopReplica(delete=true), acted on through ZooKeeper: for every topic marked for
         deletion, stop this broker's replicas of it (their fetchers), delete their logs, and
-        acknowledge under the mark; the controller deletes the topic once every replica broker did."""
+        acknowledge under the mark; the controller deletes the topic once every replica broker did.
+        A failure that may pass (a connection lost while reading the marks or acknowledging, an
+        OSError deleting a directory) is retried with backoff until the pass succeeds: nothing else
+        would run it again while the marks stay the same. A refusal (BrokerError: an internal topic
+        marked by hand) is logged and not retried."""
+        pause = DELETION_RETRY_S[0]
         while True:
             self._deletions_again = False
             member = self.member
             if member is None:
                 return
-            loop = asyncio.get_running_loop()
-            try:
-                marked = await loop.run_in_executor(None, member.zk.get_topics_marked_for_deletion)
-                if marked:  # what a hung pass was working on, should one ever hang again
-                    log.info("topics marked for deletion", topics=sorted(marked))
-                for topic_id in marked.values():
-                    if topic_id is not None:
-                        with contextlib.suppress(ValueError):
-                            self._deleted_ids.add(uuid.UUID(topic_id))
-                for name, topic_id in marked.items():
-                    try:  # one topic's failure (an internal topic marked by hand) must not stop the others
-                        await self._delete_marked_topic(member, name, topic_id)
-                    except BrokerError as e:
-                        log.error("cannot delete the replicas of a topic marked for deletion", topic=name,
-                                  error=str(e))
-            except Exception:
-                log.exception("cannot process the topics marked for deletion; retrying on the next change")
-            if not self._deletions_again:
-                return
+            if await self._deletion_pass(member):
+                pause = DELETION_RETRY_S[0]
+                if not self._deletions_again:
+                    return
+                continue
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, DELETION_RETRY_S[1])
+
+    async def _deletion_pass(self, member: ClusterMember) -> bool:
+        """One pass over the marks; False if anything in it must be tried again."""
+        loop = asyncio.get_running_loop()
+        try:
+            marked = await loop.run_in_executor(None, member.zk.get_topics_marked_for_deletion)
+        except Exception as e:
+            log.warning("cannot read the topics marked for deletion; retrying", error=repr(e))
+            return False
+        if marked:  # what a hung pass was working on, should one ever hang again
+            log.info("topics marked for deletion", topics=sorted(marked))
+        for topic_id in marked.values():
+            if topic_id is not None:
+                with contextlib.suppress(ValueError):
+                    self._deleted_ids.add(uuid.UUID(topic_id))
+        done = True
+        for name, topic_id in marked.items():
+            try:  # one topic's failure must not stop the others
+                await self._delete_marked_topic(member, name, topic_id)
+            except ZooKeeperUnavailableError as e:
+                done = False
+                log.warning("ZooKeeper unreachable while acknowledging a deletion; retrying", topic=name, error=str(e))
+            except BrokerError as e:
+                log.error("cannot delete the replicas of a topic marked for deletion", topic=name, error=str(e))
+            except Exception as e:
+                done = False
+                log.warning("deleting or acknowledging a topic marked for deletion failed; retrying", topic=name,
+                            error=repr(e))
+        return done
+
+    def _on_zk_state(self, state: KazooState) -> None:
+        """kazoo's thread: after a reconnection run the deletion pass again (marks, or their
+        acknowledgements, may have been missed while the connection was away)."""
+        loop = self._loop
+        if state == KazooState.CONNECTED and loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._start_deletions)
 
     def _on_partition_removed(self, tp: TopicPartition, still_replicates_topic: bool) -> None:
         """kazoo's event thread: a reassignment moved ``tp`` away from this broker; the loop stops
@@ -598,19 +704,60 @@ class ClusterNode:
 
     async def _remove_replica(self, tp: TopicPartition, still_replicates_topic: bool) -> None:
         """Stop following (or leading) ``tp`` here; with no other partition of its topic left on
-        this broker, the topic's logs go (its directories are deleted), else this one is emptied."""
+        this broker, the topic's logs go (its directories are deleted), else this one is emptied.
+        Only once the controller has written a state whose leader is in the new replica list
+        (Kafka's StopReplica comes after the leader move): until then this copy may be the only
+        complete one (a cancelled reassignment whose adding replica leads)."""
         if not self.replicas.holds(tp.topic, tp.partition):
             return
+        if not await self._leader_moved_off(tp):
+            return
+        if tp.topic in INTERNAL_TOPICS and self.on_internal_partition is not None:
+            # Kafka's StopReplica -> onResignation: its coordinator state goes with the replica.
+            self.on_internal_partition(tp.topic, tp.partition, False, -1)
+        # An internal topic is never deleted here (the broker owns it): its partition is emptied.
+        delete_topic = not still_replicates_topic and tp.topic not in INTERNAL_TOPICS
         try:
-            if still_replicates_topic:
+            if delete_topic:
+                await self._delete_local_topic(tp.topic)
+            else:
                 await self.fetchers.remove_partition(tp.topic, tp.partition)
                 self.replicas.stop_replica(self.replicas.get_partition(tp.topic, tp.partition))
-            else:
-                await self._delete_local_topic(tp.topic)
             log.info("replica removed by a reassignment", topic=tp.topic, partition=tp.partition,
-                     topic_deleted_here=not still_replicates_topic)
+                     topic_deleted_here=delete_topic)
         except Exception:
             log.exception("cannot remove a reassigned replica", topic=tp.topic, partition=tp.partition)
+
+    async def _leader_moved_off(self, tp: TopicPartition) -> bool:
+        """Wait until ZooKeeper's state of ``tp`` has a leader in its current replica list, which no
+        longer names this broker: True. False when this broker is a replica again (the states
+        delivered to it take over) or leaves the cluster (the check runs again at its next start).
+        A ZooKeeper error is retried: the copy stays until the answer is known."""
+        pause = REMOVAL_POLL_S[0]
+        logged = False
+        while (member := self.member) is not None:
+            try:
+                assignment, states = await asyncio.get_running_loop().run_in_executor(
+                    None, lambda: (member.zk.get_assignment(tp.topic), member.zk.get_partition_states([tp])))
+            except Exception as e:  # a connection loss: the copy stays until the answer is known
+                log.info("cannot read a removed replica's partition state yet; retrying", topic=tp.topic,
+                         partition=tp.partition, error=repr(e))
+            else:
+                replicas = assignment.get(tp.partition, ())
+                state = states.get(tp)
+                if self.broker_id in replicas:
+                    return False
+                if not replicas or (state is not None and state.leader != NO_LEADER and state.leader in replicas):
+                    return True
+                if not logged:
+                    logged = True
+                    log.warning("a reassignment removed this replica, kept until a replica of the new list leads",
+                                topic=tp.topic, partition=tp.partition, replicas=list(replicas),
+                                leader=None if state is None else state.leader,
+                                isr=None if state is None else list(state.isr))
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, REMOVAL_POLL_S[1])
+        return False
 
     async def _delete_marked_topic(self, member: ClusterMember, name: str, topic_id: str | None) -> None:
         local = self.replicas.metadata.get(name)
@@ -619,6 +766,8 @@ class ClusterNode:
             log.info("replicas of a topic marked for deletion deleted", topic=name, topic_id=topic_id)
         held = self.replicas.metadata.get(name)
         if held is None or (topic_id is not None and str(held.topic_id) != topic_id):
+            if self.deletion_ack_fault is not None and self.deletion_ack_fault():
+                raise ConnectionLoss(f"acknowledging the deletion of {name!r} failed (fault hook deletion_ack_fail)")
             await asyncio.get_running_loop().run_in_executor(None, member.zk.ack_topic_deletion, name,
                                                              self.broker_id)
 
@@ -716,6 +865,7 @@ class ClusterNode:
         concurrent change). ``None`` cancels: back to the original replicas. The controller does
         the rest; the answer does not wait for it (as Kafka's)."""
         zk = self.zk
+        unclean = bool(self.config["unclean.leader.election.enable"])
         out: dict[TopicPartition, BrokerError | None] = {}
         by_topic: dict[str, dict[int, list[int] | None]] = {}
         for tp, target in wanted.items():
@@ -727,7 +877,9 @@ class ClusterNode:
                 found = zk.get_topic_znodes([topic]) if topic in existing else {}
                 live = zk.get_live_broker_ids() if found else frozenset()
                 obj, version = found.get(topic, ({"partitions": {}}, -1))
-                results = {p: _reassign(obj, p, target, live) for p, target in partitions.items()}
+                states = zk.get_partition_states(TopicPartition(topic, p) for p in partitions) if found else {}
+                results = {p: _reassign(obj, p, target, live, states.get(TopicPartition(topic, p)), unclean, topic)
+                           for p, target in partitions.items()}
                 if version < 0 or all(e is not None for e in results.values()):
                     break
                 try:

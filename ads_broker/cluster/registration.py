@@ -51,8 +51,12 @@ class BrokerMembership:
 
     def __init__(self, zk: KafkaZkClient, registration: BrokerRegistration,
                  on_partition_state: PartitionStateCallback | None = None,
-                 on_partition_removed: PartitionRemovedCallback | None = None) -> None:
+                 on_partition_removed: PartitionRemovedCallback | None = None, *,
+                 data_dir_cluster_id: str | None = None) -> None:
         self.zk = zk
+        #: the cluster the data dir belongs to (its ``meta.properties``); None for a data dir new to
+        #: every cluster, which may create ``/cluster/id`` in an empty ZooKeeper
+        self.data_dir_cluster_id = data_dir_cluster_id
         self._on_partition_removed = on_partition_removed
         self.registration = registration
         self.broker_id = registration.broker_id
@@ -72,7 +76,7 @@ class BrokerMembership:
     def register(self) -> int:
         """Check the cluster id, create the ephemeral registration, start watching; returns the
         broker epoch (the registration's creation zxid, as Kafka's broker epoch)."""
-        stored = self.zk.get_or_create_cluster_id(self.registration.cluster_id)
+        stored = self._cluster_id()
         if stored != self.registration.cluster_id:
             raise InconsistentClusterIdError(
                 f"broker {self.broker_id}: cluster.id {self.registration.cluster_id!r} does not match the cluster id "
@@ -84,6 +88,23 @@ class BrokerMembership:
             self.zk.watch_topics(self._on_topics)
         log.info("broker %d registered at %s (broker epoch %d)", self.broker_id, self.zk.connect, self.broker_epoch)
         return self.broker_epoch
+
+    def _cluster_id(self) -> str:
+        """The id in ``/cluster/id``, created with ours by the first broker of a new cluster. A
+        broker whose data dir already belongs to a cluster never creates it: an empty ZooKeeper is
+        a wrong chroot or a ZooKeeper that lost its data (Kafka: a new random id there, refused by
+        ``meta.properties``), and comparing its logs with that ZooKeeper would quarantine them all."""
+        if self.data_dir_cluster_id is None:
+            return self.zk.get_or_create_cluster_id(self.registration.cluster_id)
+        stored = self.zk.get_cluster_id()
+        if stored is None:
+            raise InconsistentClusterIdError(
+                f"broker {self.broker_id}: ZooKeeper at {self.zk.connect} has no cluster id (/cluster/id), but this "
+                f"broker's data dir belongs to cluster {self.data_dir_cluster_id!r} (meta.properties). The broker is "
+                "trying to join the wrong cluster: zookeeper.connect (its chroot) may be wrong, or this ZooKeeper "
+                "lost its data. Fix zookeeper.connect, or restore ZooKeeper's data; to start this data dir in a new "
+                "cluster on purpose, remove its meta.properties")
+        return stored
 
     def _on_session_state(self, state: KazooState) -> None:
         # kazoo's thread: must not block, so re-registration runs on a thread of its own.

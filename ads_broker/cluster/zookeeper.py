@@ -238,6 +238,14 @@ class KafkaZkClient:
         self.client.add_listener(listener)
 
     # -- cluster id --
+    def get_cluster_id(self) -> str | None:
+        """The cluster's id stored in ``/cluster/id``; None if this ZooKeeper (chroot) has none."""
+        try:
+            data, _ = self.client.get(CLUSTER_ID_PATH)
+        except NoNodeError:
+            return None
+        return str(json.loads(data)["id"])
+
     def get_or_create_cluster_id(self, proposed: str) -> str:
         """The cluster's id: the stored one, or ``proposed`` if this is the first broker."""
         body = json.dumps({"version": "1", "id": proposed}).encode()

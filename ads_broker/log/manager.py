@@ -23,6 +23,7 @@ import os
 import resource
 import shutil
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -42,6 +43,8 @@ log = structlog.get_logger("ads_broker.log_manager")
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 RECOVERY_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
+#: Suffix of a quarantined partition directory (Kafka's ``LogFileUtils.STRAY_DIR_SUFFIX``).
+STRAY_DIR_SUFFIX = "-stray"
 
 #: Configs every internal topic (``__consumer_offsets``, ``__transaction_state``) gets on a single
 #: broker: each append is fsynced before it is acknowledged. The transaction coordinator's state
@@ -69,6 +72,11 @@ def fd_headroom() -> tuple[int, int] | None:
     except OSError:
         return None
     return in_use, soft
+
+
+def stray_dir_name(topic: str, index: int) -> str:
+    """Kafka's ``UnifiedLog.logStrayDirName``: ``<topic>-<partition>.<uuid without dashes>-stray``."""
+    return f"{topic}-{index}.{uuid.uuid4().hex}{STRAY_DIR_SUFFIX}"
 
 
 def now_ms() -> int:
@@ -187,6 +195,17 @@ class LogManager:
         """Close the partition's log and remove its directory."""
         with partition.lock:  # a writer thread's maintenance pass may hold it
             partition.log.delete()
+
+    def quarantine_log(self, partition: CleanablePartition) -> Path:
+        """Close the partition's log and rename its directory to Kafka's stray name
+        (``<topic>-<partition>.<uuid>-stray``): kept whole, never loaded or deleted by the broker,
+        for an operator to inspect, restore or remove. The new name is returned."""
+        target = self.data_dir / stray_dir_name(partition.topic, partition.index)
+        with partition.lock:  # a writer thread's maintenance pass may hold it
+            partition.log.close()
+            os.rename(self.log_dir(partition.topic, partition.index), target)
+        fsync_dir(self.data_dir)
+        return target
 
     def log_dir(self, topic: str, index: int) -> Path:
         return self.data_dir / f"{topic}-{index}"

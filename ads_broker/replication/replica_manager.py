@@ -449,6 +449,23 @@ class ReplicaManager:
             self.logs.delete_log(partition)
         log.info("topic deleted", topic=name)
 
+    def quarantine_topic(self, name: str) -> list[Path]:
+        """Cluster mode, at start: forget a client topic the cluster does not give this broker, its
+        logs kept under stray names (:meth:`LogManager.quarantine_log`), never deleted. The
+        directories are renamed before the topic store forgets the topic: a crash between leaves a
+        topic whose (empty) log is compared with ZooKeeper again at the next start."""
+        self.get_topic(name)
+        self.ensure_not_internal(name, "quarantine")
+        partitions = self._partitions[name]
+        kept = []
+        for partition in partitions:
+            partition.notify()
+            kept.append(self.logs.quarantine_log(partition))
+        self.metadata.remove(name)
+        del self._partitions[name]
+        self._write_topic_metadata()
+        return kept
+
     def stop_replica(self, partition: Partition) -> None:
         """Cluster mode: this broker is no longer a replica of ``partition`` (a reassignment moved
         it away) while it still replicates other partitions of the topic: it stops leading and

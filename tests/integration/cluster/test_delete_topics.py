@@ -6,7 +6,8 @@ every replica broker stops its replicas and deletes their logs, then says so; on
 did, the controller deletes the topic's znodes and the mark. A replica broker that is down keeps
 the deletion pending (the topic is hidden from Metadata meanwhile) and deletes its copy when it
 comes back; a broker that starts with a local topic ZooKeeper no longer has (or has under another
-topic id) drops it, so no record of a deleted topic ever comes back under its name.
+topic id) renames it ``-stray`` (kept, not served), so no record of a deleted topic ever comes back
+under its name.
 """
 
 from __future__ import annotations
@@ -146,11 +147,12 @@ def test_a_topic_deleted_while_a_replica_is_down_goes_everywhere_and_can_be_crea
         assert len(_dirs(brokers, b, topic)) == 3
 
 
-def test_a_broker_drops_at_start_the_topics_zookeeper_no_longer_has(
+def test_a_broker_quarantines_at_start_the_topics_zookeeper_no_longer_has(
         brokers: BrokerCluster, zk_connect: str) -> None:
     """Broker 3 down while its topic is removed from ZooKeeper by hand (no deletion mark: Kafka's
-    documented manual way) and created again: at start it deletes its stale copy, which must not
-    serve the old records as the new topic's (it leads the new partition)."""
+    documented manual way) and created again: at start it renames its stale copy ``-stray`` (kept,
+    never deleted: ZooKeeper may be the wrong one), which must not serve the old records as the new
+    topic's (it leads the new partition)."""
     admin = start_three(brokers)
     topic = f"t-{uuid.uuid4().hex[:10]}"
     admin.create_topics([NewTopic(topic, 1, replica_assignment=[[3, 1, 2]])])[topic].result(60)
@@ -167,9 +169,10 @@ def test_a_broker_drops_at_start_the_topics_zookeeper_no_longer_has(
     live = f"{brokers.procs[1].bootstrap},{brokers.procs[2].bootstrap}"
     admin = AdminClient({"bootstrap.servers": live})
     wait_until(lambda: sorted(admin.list_topics(timeout=10).brokers) == [1, 2], "broker 3 gone from the cluster")
-    # Broker 3 restarts before the name is used again: its copy goes at start.
+    # Broker 3 restarts before the name is used again: its copy is quarantined at start.
     brokers.start(3)
-    wait_until(lambda: _dirs(brokers, 3, topic) == [], "broker 3's directory of the removed topic gone")
+    wait_until(lambda: [d.name.endswith("-stray") for d in _dirs(brokers, 3, topic)] == [True],
+               "broker 3's directory of the removed topic renamed -stray")
     admin = AdminClient({"bootstrap.servers": brokers.bootstrap})
     admin.create_topics([NewTopic(topic, 1, replica_assignment=[[3, 1, 2]])])[topic].result(60)
     _produce(brokers.bootstrap, topic, [b"new-0"], 1)

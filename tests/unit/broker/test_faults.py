@@ -42,9 +42,10 @@ def test_spec_parses_every_key_and_rejects_what_it_does_not_know() -> None:
     assert spec == FaultSpec({"a": 5000.0, "b": 0.5}, 250.0)
     assert FaultSpec.parse("{}") == FaultSpec()
     assert FaultSpec.parse('{"coordinator_load_fail": true}') == FaultSpec(coordinator_load_fail=True)
+    assert FaultSpec.parse('{"deletion_ack_fail": true}') == FaultSpec(deletion_ack_fail=True)
     for bad in ("[]", '{"append_delay": {}}', '{"append_delay_ms": [1]}', '{"append_delay_ms": {"a": -1}}',
                 '{"append_delay_ms": {"a": "5"}}', '{"marker_delay_ms": true}', '{"marker_delay_ms": 1e999}',
-                '{"coordinator_load_fail": 1}', "{not json"):
+                '{"coordinator_load_fail": 1}', '{"deletion_ack_fail": "yes"}', "{not json"):
         with pytest.raises(ValueError):
             FaultSpec.parse(bad)
 

@@ -1,0 +1,76 @@
+"""``<data-dir>/meta.properties``: which cluster and broker id a data dir belongs to (Kafka's
+``MetaProperties``, version 0 as Kafka in ZooKeeper mode writes it: ``version``, ``broker.id``,
+``cluster.id``).
+
+A cluster broker writes it once it has registered (a data dir without one is adopted: written with
+the broker's settings then) and compares it with its settings and its ZooKeeper at every start, so a
+data dir is never served, or its topics compared with ZooKeeper's, under another cluster or broker id.
+Single-node mode does not write it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ads_broker.log.fileutil import atomic_write
+
+META_PROPERTIES_FILE = "meta.properties"
+
+
+class MetaPropertiesError(ValueError):
+    """``meta.properties`` exists but cannot be read as one (the message names the file and the field)."""
+
+
+@dataclass(frozen=True)
+class MetaProperties:
+    """The identity of a data dir: the cluster and the broker whose logs it holds."""
+
+    cluster_id: str
+    broker_id: int
+    version: int = 0
+
+    def to_text(self) -> str:
+        return (f"#\n# written by ads-broker: this data dir belongs to this cluster and broker\n"
+                f"version={self.version}\nbroker.id={self.broker_id}\ncluster.id={self.cluster_id}\n")
+
+
+def _parse(text: str, path: Path) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise MetaPropertiesError(f"{path}: line {raw[:80]!r} is not key=value")
+        values[key.strip()] = value.strip()
+    return values
+
+
+def read_meta_properties(data_dir: Path) -> MetaProperties | None:
+    """The data dir's identity, or None if it has no ``meta.properties`` (a new or older data dir)."""
+    path = data_dir / META_PROPERTIES_FILE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    values = _parse(text, path)
+    version = values.get("version")
+    if version != "0":
+        raise MetaPropertiesError(f"{path}: unsupported version {version!r} (expected 0)")
+    try:
+        broker_id = int(values["broker.id"])
+        cluster_id = values["cluster.id"]
+    except KeyError as e:
+        raise MetaPropertiesError(f"{path}: missing {e.args[0]}") from None
+    except ValueError:
+        raise MetaPropertiesError(f"{path}: broker.id {values['broker.id']!r} is not an integer") from None
+    if not cluster_id:
+        raise MetaPropertiesError(f"{path}: cluster.id is empty")
+    return MetaProperties(cluster_id, broker_id)
+
+
+def write_meta_properties(data_dir: Path, meta: MetaProperties) -> None:
+    """Write ``meta.properties`` atomically (fsynced; a crash leaves the old file or the new one)."""
+    atomic_write(data_dir / META_PROPERTIES_FILE, meta.to_text().encode())
