@@ -38,7 +38,13 @@ from ads_broker.exceptions import (
 from ads_broker.log.compression import decompressed_limit
 from ads_broker.log.config import LogConfig
 from ads_broker.log.fileutil import atomic_write, fsync_dir
-from ads_broker.log.producer_state import CONTROL_ABORT, CONTROL_COMMIT, CompletedTxn, ProducerStateManager
+from ads_broker.log.producer_state import (
+    CONTROL_ABORT,
+    CONTROL_COMMIT,
+    CompletedTxn,
+    DuplicateBatch,
+    ProducerStateManager,
+)
 from ads_broker.log.records import (
     INT64_MAX,
     NO_TIMESTAMP,
@@ -450,14 +456,7 @@ class Log:
         if header.has_producer_id:
             duplicate = self.producer_state.check(header)
             if duplicate is not None:
-                return AppendInfo(
-                    duplicate.first_offset,
-                    duplicate.last_offset,
-                    duplicate.timestamp if self.config.log_append_time else -1,
-                    self.log_start_offset,
-                    True,
-                    header.records_count,
-                )
+                return self._duplicate_info(duplicate, header)
             if verify_txn is not None and header.is_transactional:
                 self._verify_txn(verify_txn, header)
         buf = bytearray(records if validated.rewritten is None else validated.rewritten)
@@ -472,6 +471,20 @@ class Log:
             stamp_max_timestamp(buf, 0, header.size, true_max)
             header = replace(header, max_timestamp=true_max)
         return self._append(buf, [(0, header)], leader_epoch)
+
+    def find_duplicate(self, header: BatchHeader) -> AppendInfo | None:
+        """Where this log holds the idempotent batch ``header`` describes (a producer's retry of one
+        of its last 5 batches), as :meth:`append_as_leader` answers a duplicate; None if it does not
+        hold it. No sequence or epoch check: nothing is appended (caller holds the partition lock)."""
+        if not header.has_producer_id:
+            return None
+        duplicate = self.producer_state.find_duplicate(header)
+        return None if duplicate is None else self._duplicate_info(duplicate, header)
+
+    def _duplicate_info(self, duplicate: DuplicateBatch, header: BatchHeader) -> AppendInfo:
+        return AppendInfo(duplicate.first_offset, duplicate.last_offset,
+                          duplicate.timestamp if self.config.log_append_time else -1,
+                          self.log_start_offset, True, header.records_count)
 
     def _verify_txn(self, verify_txn: TxnVerifier, header: BatchHeader) -> None:
         code = verify_txn(header.producer_id, header.producer_epoch, (self.topic, self.partition))

@@ -145,12 +145,21 @@ class ProducerStateManager:
         entry = self.producers.get(header.producer_id)
         if entry is None:
             return None  # unknown producer (new, expired or deleted): any sequence is accepted
-        duplicate = entry.find_duplicate(header)
+        duplicate = self.find_duplicate(header)
         if duplicate is not None:
-            return DuplicateBatch(duplicate.first_offset, duplicate.last_offset, duplicate.timestamp)
+            return duplicate
         self._check_epoch(entry, header)
         self._check_sequence(entry, header)
         return None
+
+    def find_duplicate(self, header: BatchHeader) -> DuplicateBatch | None:
+        """Where the partition holds the batch ``header`` describes (same producer id, epoch and
+        sequence range as one of its producer's last 5 batches), or None; never raises."""
+        entry = self.producers.get(header.producer_id)
+        duplicate = entry.find_duplicate(header) if entry is not None else None
+        if duplicate is None:
+            return None
+        return DuplicateBatch(duplicate.first_offset, duplicate.last_offset, duplicate.timestamp)
 
     def _check_epoch(self, entry: ProducerStateEntry, header: BatchHeader) -> None:
         self._check_producer_epoch(entry, header.producer_epoch)

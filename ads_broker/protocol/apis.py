@@ -124,13 +124,12 @@ class Api:
 #: the highest version both sides know, so no client that negotiates sends v0-v2 because of it.
 #: docs/COMPATIBILITY.md, "Produce v0-v2".
 PRODUCE_API_VERSIONS_RESPONSE_MIN_VERSION = 0
-#: Produce v10 (KIP-951's leader hint in NOT_LEADER_OR_FOLLOWER) is served but not advertised yet:
-#: with it librdkafka sends its retries to a new leader before that leader's ISR has grown back, and
-#: one cluster history run (tests/chaos/cluster/test_history.py, seed 401260679) ended with three
-#: duplicated values after librdkafka's idempotent producer bumped its epoch on an
-#: OUT_OF_ORDER_SEQUENCE that followed a NOT_ENOUGH_REPLICAS (docs/CLUSTER.md, "Leader hints").
-#: Until that run is understood, clients negotiate v9 and refresh their metadata as before.
-PRODUCE_ADVERTISED_MAX_VERSION = 9
+#: The highest Produce version ApiVersions offers: v10 (KIP-951's leader hint in
+#: NOT_LEADER_OR_FOLLOWER), as Kafka 3.7. It was held back at v9 while one cluster history run
+#: ended with duplicated values; the cause was the answer to a retried batch the leader already
+#: held under min.insync.replicas, not the hint (docs/CLUSTER.md, "Duplicates under
+#: min.insync.replicas"). v11 and v12 are not served.
+PRODUCE_ADVERTISED_MAX_VERSION = 10
 
 
 async def handle_api_versions(ctx: HandlerContext, req: DecodedRequest) -> ApiVersionsResponse:

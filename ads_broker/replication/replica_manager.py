@@ -47,6 +47,7 @@ from ads_broker.exceptions import (
     InvalidTopicError,
     KafkaStorageError,
     NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     OffsetNotAvailableError,
     OffsetOutOfRangeError,
@@ -664,9 +665,20 @@ class ReplicaManager:
         what a small request pays per partition (a transactional producer flushing at each commit
         sends many). Anything larger, or a partition busy on a writer thread, goes to the writer
         threads, so a large ``write()`` never stalls the loop.
+
+        A leader whose ISR is below ``min.insync.replicas`` answers an acks=all batch it already
+        holds (an idempotent producer's retry) as a duplicate, not NOT_ENOUGH_REPLICAS
+        (:meth:`_append_held_duplicate`; a departure from Kafka, docs/CLUSTER.md).
         """
         partition.check_leader()
-        partition.check_min_isr(required_acks)
+        try:
+            partition.check_min_isr(required_acks)
+        except NotEnoughReplicasError:
+            held = await self._held_duplicate(partition, records)
+            if held is None:
+                raise
+            await self._append_held_duplicate(partition, held, timeout_ms)
+            return held
         validated = await self._validate(partition, records)
         origin = AppendOrigin.CLIENT
         if len(records) <= INLINE_APPEND_BYTES and partition.lock.acquire(blocking=False):
@@ -684,6 +696,46 @@ class ReplicaManager:
         if partition.replicated:
             await self._replicate(partition, info, required_acks, timeout_ms)
         return info
+
+    async def _held_duplicate(self, partition: Partition, records: bytes) -> AppendInfo | None:
+        """Where this leader holds the idempotent batch ``records`` (the original offsets), or None:
+        not a leader of a replicated partition, a batch that fails validation (its answer stays
+        Kafka's NOT_ENOUGH_REPLICAS, the ISR check comes first there), no producer id, or not one
+        of its producer's last 5 batches."""
+        if partition.leader_state is None:
+            return None
+        try:
+            validated = await self._validate(partition, records)
+        except BrokerError:
+            return None
+        with partition.lock:
+            partition.check_leader()
+            return partition.log.find_duplicate(validated.header)
+
+    async def _append_held_duplicate(self, partition: Partition, held: AppendInfo, timeout_ms: int) -> None:
+        """An acks=all retry of a batch this leader holds while its ISR is below
+        ``min.insync.replicas``: nothing is written, and the answer waits for the high watermark
+        like any acks=all append (:meth:`wait_for_high_watermark`; NONE once it passed the batch).
+        If the ISR is still short when ``timeout_ms`` ends the answer is
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND, never NOT_ENOUGH_REPLICAS: the records ARE written, and
+        librdkafka takes NOT_ENOUGH_REPLICAS as "not persisted" and, after a later
+        OUT_OF_ORDER_SEQUENCE_NUMBER, re-sends them under a new producer epoch, where no sequence
+        check catches the copy (the history test's duplicates, issue 13). AFTER_APPEND is
+        "possibly persisted": the producer retries with the same sequence numbers."""
+        log.info("acks=all retry of a batch this leader holds, under min.insync.replicas: answered as a "
+                 "duplicate once replicated", topic=partition.topic, partition=partition.index,
+                 first_offset=held.first_offset, last_offset=held.last_offset)
+        try:
+            await self.wait_for_high_watermark(partition, held.last_offset + 1, timeout_ms)
+        except RequestTimedOutError:
+            leader = partition.leader_state
+            if leader is None or not leader.is_under_min_isr():
+                raise
+            raise NotEnoughReplicasAfterAppendError(
+                f"{partition.topic}-{partition.index} already holds this batch at offsets {held.first_offset}.."
+                f"{held.last_offset} (a retry), but its ISR {sorted(leader.isr)} stayed below "
+                f"min.insync.replicas={leader.effective_min_isr()} for {timeout_ms} ms; retry with the same "
+                "sequence numbers") from None
 
     async def _replicate(self, partition: Partition, info: AppendInfo, required_acks: int, timeout_ms: int) -> None:
         """A leader's append: move the HW (an ISR of one), then for acks=all wait until the HW

@@ -70,11 +70,11 @@ def latest_offset(client: RawClient, topic: str) -> int:
 
 
 def test_api_versions_lists_produce_from_v0_as_kafka_4_0(compat_broker: BrokerProcess) -> None:
-    """Produce advertised as v0-v9 (KAFKA-18659 below; v10 served, not advertised yet:
-    PRODUCE_ADVERTISED_MAX_VERSION), every other API as the range it serves."""
+    """Produce advertised as v0-v10 (KAFKA-18659 below; PRODUCE_ADVERTISED_MAX_VERSION), every
+    other API as the range it serves."""
     with RawClient(compat_broker.bootstrap) as c:
         keys = {k.api_key: (k.min_version, k.max_version) for k in c.request(ApiVersionsRequest(), 3).api_keys}
-    assert keys[PRODUCE_KEY] == (0, 9)
+    assert keys[PRODUCE_KEY] == (0, 10)
     assert SUPPORTED_APIS[PRODUCE_KEY][1:] == (3, 10), "served from v3 only (KIP-896)"
     assert {k: v for k, v in keys.items() if k != PRODUCE_KEY} == {
         k: (lo, hi) for k, (_, lo, hi) in SUPPORTED_APIS.items() if k != PRODUCE_KEY}

@@ -245,3 +245,22 @@ def test_a_coordinator_batch_of_an_older_producer_epoch_is_refused(tmp_path: Pat
     with pytest.raises(InvalidProducerEpochError):
         log.append_internal(stale, 0)
     assert log.log_end_offset == 1
+
+
+def test_find_duplicate_answers_where_a_held_batch_is_and_never_raises(tmp_path: Path) -> None:
+    """``Log.find_duplicate`` (the leader's look-up under min.insync.replicas): the original offsets
+    of one of the producer's last five batches, None for anything else, a sequence gap and an
+    older epoch included (those are the append's errors, not the look-up's), and nothing written."""
+    log = open_log(tmp_path / "t-0")
+    try:
+        first, second = batch(3, pid=11, epoch=1, seq=0), batch(2, pid=11, epoch=1, seq=3)
+        log.append_as_leader(first, 0)
+        log.append_as_leader(second, 0)
+        held = log.find_duplicate(next(h for _, h in iter_batches(second, validate=True)))
+        assert held is not None and held.duplicate and (held.first_offset, held.last_offset) == (3, 4)
+        for other in (batch(1, pid=11, epoch=1, seq=9), batch(2, pid=11, epoch=0, seq=3),
+                      batch(2, pid=12, epoch=1, seq=3), batch(2)):
+            assert log.find_duplicate(next(h for _, h in iter_batches(other, validate=True))) is None
+        assert log.log_end_offset == 5
+    finally:
+        log.close()
