@@ -195,6 +195,10 @@ T = TypeVar("T")
 #: requests. Every live broker runs for controller when there is none, so this is the time of one
 #: election (a read or two); the bound only matters when ZooKeeper fails meanwhile.
 CONTROLLER_WAIT_S = 10.0
+#: Attempts of the start's comparison of local topics with ZooKeeper's, and the pause before the
+#: n-th retry (n times this); then the broker refuses to start.
+STRAY_CHECK_ATTEMPTS = 3
+STRAY_CHECK_RETRY_S = 1.0
 CONTROLLER_POLL_S = 0.02
 
 
@@ -406,10 +410,16 @@ class ClusterNode:
         loop = asyncio.get_running_loop()
         self._loop = loop
         meta = self._check_meta_properties()
+        # A data dir without meta.properties that already holds client topics (one from before
+        # meta.properties existed) belongs to the configured cluster too: it must not create
+        # /cluster/id in an empty ZooKeeper (a wrong chroot) and put all its topics aside as stray.
+        owner = meta.cluster_id if meta is not None else (
+            self.config.settings.cluster_id if any(not t.internal for t in self.replicas.metadata.all_topics())
+            else None)
         join = functools.partial(ClusterMember.from_config, self.config.values, self.registration(),
                                  on_partition_state=self._on_partition_state,
                                  on_partition_removed=self._on_partition_removed,
-                                 data_dir_cluster_id=None if meta is None else meta.cluster_id)
+                                 data_dir_cluster_id=owner)
         member = await loop.run_in_executor(None, join)
         if meta is None:  # a new data dir, or one from before meta.properties: it is this cluster's now
             try:
@@ -418,10 +428,7 @@ class ClusterNode:
             except BaseException:
                 await loop.run_in_executor(None, member.leave)
                 raise
-        try:
-            await self._quarantine_stray_topics(member.zk)
-        except Exception:
-            log.exception("cannot compare the local topics with ZooKeeper's; they stay as they are")
+        await self._check_local_topics(member)
         with self._joining:
             self.member = member
             early, self._early = self._early or [], None
@@ -434,6 +441,27 @@ class ClusterNode:
         await loop.run_in_executor(None, _await_controller, member.zk, CONTROLLER_WAIT_S)
         log.info("joined the cluster", broker_id=self.broker_id, zookeeper=self.config.settings.zookeeper_connect,
                  broker_epoch=member.membership.broker_epoch)
+
+    async def _check_local_topics(self, member: ClusterMember) -> None:
+        """:meth:`_quarantine_stray_topics`, retried; a broker that cannot compare its topics with
+        ZooKeeper's leaves the cluster and refuses to start: serving them unchecked could apply a
+        re-created topic's states to the old topic's log and serve records nobody produced to it."""
+        loop = asyncio.get_running_loop()
+        for attempt in range(1, STRAY_CHECK_ATTEMPTS + 1):
+            try:
+                await self._quarantine_stray_topics(member.zk)
+                return
+            except Exception as e:
+                log.warning("cannot compare the local topics with ZooKeeper's", attempt=attempt,
+                            of=STRAY_CHECK_ATTEMPTS, error=f"{type(e).__name__}: {e}"[:300])
+                if attempt == STRAY_CHECK_ATTEMPTS:
+                    await loop.run_in_executor(None, member.leave)
+                    raise ZooKeeperUnavailableError(
+                        f"broker {self.broker_id} cannot compare its local topics with ZooKeeper's "
+                        f"({type(e).__name__}: {e}) and does not serve them unchecked; start it again once "
+                        "ZooKeeper is reachable (the data dir is unchanged apart from topics already set "
+                        "aside as -stray)") from e
+                await asyncio.sleep(STRAY_CHECK_RETRY_S * attempt)
 
     def _check_meta_properties(self) -> MetaProperties | None:
         """The data dir's ``meta.properties`` (None if it has none yet), refused when it names

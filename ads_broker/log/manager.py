@@ -74,9 +74,16 @@ def fd_headroom() -> tuple[int, int] | None:
     return in_use, soft
 
 
+#: The longest file name the data dir's file system takes (ext4, xfs: 255 bytes).
+MAX_DIR_NAME_LENGTH = 255
+
+
 def stray_dir_name(topic: str, index: int) -> str:
-    """Kafka's ``UnifiedLog.logStrayDirName``: ``<topic>-<partition>.<uuid without dashes>-stray``."""
-    return f"{topic}-{index}.{uuid.uuid4().hex}{STRAY_DIR_SUFFIX}"
+    """Kafka's ``UnifiedLog.logStrayDirName``: ``<topic>-<partition>.<uuid without dashes>-stray``,
+    the topic cut short as Kafka's ``logDirNameWithSuffixCappedLength`` does so the name stays
+    within 255 bytes (a 249-character topic name made the rename fail: "File name too long")."""
+    suffix = f"-{index}.{uuid.uuid4().hex}{STRAY_DIR_SUFFIX}"
+    return topic[:max(MAX_DIR_NAME_LENGTH - len(suffix), 0)] + suffix
 
 
 def now_ms() -> int:

@@ -55,6 +55,8 @@ def read_meta_properties(data_dir: Path) -> MetaProperties | None:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
+    except UnicodeDecodeError as e:
+        raise MetaPropertiesError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     values = _parse(text, path)
     version = values.get("version")
     if version != "0":

@@ -43,3 +43,9 @@ def test_a_damaged_file_is_refused_naming_the_field(tmp_path: Path, text: str, m
     with pytest.raises(MetaPropertiesError, match=message) as e:
         read_meta_properties(tmp_path)
     assert str(tmp_path / META_PROPERTIES_FILE) in str(e.value)
+
+
+def test_a_file_that_is_not_utf8_is_refused_with_its_name(tmp_path: Path) -> None:
+    (tmp_path / META_PROPERTIES_FILE).write_bytes(b"version=0\nbroker.id=1\ncluster.id=\xff\xfe\n")
+    with pytest.raises(MetaPropertiesError, match="not UTF-8"):
+        read_meta_properties(tmp_path)
