@@ -100,7 +100,8 @@ class BrokerMembership:
         if stored is None:
             raise InconsistentClusterIdError(
                 f"broker {self.broker_id}: ZooKeeper at {self.zk.connect} has no cluster id (/cluster/id), but this "
-                f"broker's data dir belongs to cluster {self.data_dir_cluster_id!r} (meta.properties). The broker is "
+                f"broker's data dir belongs to cluster {self.data_dir_cluster_id!r} (its meta.properties, or the "
+                "topics it already holds). The broker is "
                 "trying to join the wrong cluster: zookeeper.connect (its chroot) may be wrong, or this ZooKeeper "
                 "lost its data. Fix zookeeper.connect, or restore ZooKeeper's data; to start this data dir in a new "
                 "cluster on purpose, remove its meta.properties")

@@ -12,6 +12,7 @@ import re
 import uuid
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -72,12 +73,18 @@ def _segment_bytes(directory: Path) -> int:
     return sum(p.stat().st_size for p in directory.glob("*.log"))
 
 
+@pytest.mark.parametrize("has_meta", [True, False], ids=["meta.properties", "data-dir-from-before-meta.properties"])
 def test_broker_started_on_an_empty_chroot_is_refused_and_keeps_its_data(
-        zk_server: ZooKeeperServer, tmp_path: Path) -> None:
+        zk_server: ZooKeeperServer, tmp_path: Path, has_meta: bool) -> None:
+    """Also for a data dir without meta.properties that holds topics (every data dir written before
+    it existed, at its first start after the upgrade: review s12-2, M2): it belongs to the
+    configured cluster, and an empty ZooKeeper is refused the same way."""
     brokers = BrokerCluster(zk_server.connect_string(f"t-{uuid.uuid4().hex[:12]}"), tmp_path)
     try:
         _acknowledged_topic(brokers)
         brokers.procs[1].stop()
+        if not has_meta:
+            (brokers.data_dir(1) / "meta.properties").unlink()
 
         # The same data dir and cluster.id against a chroot with nothing in it (a typo, a reinstall).
         empty = f"t-{uuid.uuid4().hex[:12]}"
@@ -100,12 +107,13 @@ def test_broker_started_on_an_empty_chroot_is_refused_and_keeps_its_data(
             assert zk.get_cluster_id() is None, "the refused broker must not claim the empty ZooKeeper"
         finally:
             zk.close()
-        meta = (brokers.data_dir(1) / "meta.properties").read_text()
-        assert f"cluster.id={brokers.cluster_id}\n" in meta and "broker.id=1\n" in meta and "version=0\n" in meta
+        assert (brokers.data_dir(1) / "meta.properties").exists() == has_meta  # the refused start wrote none
 
         # Back on the right chroot: every acknowledged record is there.
         brokers.start(1)
         assert _values(brokers.bootstrap) == [str(i).encode() for i in range(RECORDS)]
+        meta = (brokers.data_dir(1) / "meta.properties").read_text()
+        assert f"cluster.id={brokers.cluster_id}\n" in meta and "broker.id=1\n" in meta and "version=0\n" in meta
     finally:
         brokers.stop_all()
 
