@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import resource
 import shutil
 import time
@@ -84,6 +85,13 @@ def stray_dir_name(topic: str, index: int) -> str:
     within 255 bytes (a 249-character topic name made the rename fail: "File name too long")."""
     suffix = f"-{index}.{uuid.uuid4().hex}{STRAY_DIR_SUFFIX}"
     return topic[:max(MAX_DIR_NAME_LENGTH - len(suffix), 0)] + suffix
+
+
+def is_stray_dir_of(name: str, topic: str, index: int) -> bool:
+    """Whether the directory ``name`` is a stray name :func:`stray_dir_name` gives ``topic-index``."""
+    suffix_length = len(f"-{index}.") + 32 + len(STRAY_DIR_SUFFIX)
+    prefix = re.escape(topic[:max(MAX_DIR_NAME_LENGTH - suffix_length, 0)])
+    return re.fullmatch(rf"{prefix}-{index}\.[0-9a-f]{{32}}{re.escape(STRAY_DIR_SUFFIX)}", name) is not None
 
 
 def now_ms() -> int:
