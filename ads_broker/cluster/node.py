@@ -773,8 +773,11 @@ class ClusterNode:
         logged = False
         while (member := self.member) is not None:
             try:
-                assignment, states = await asyncio.get_running_loop().run_in_executor(
-                    None, lambda: (member.zk.get_assignment(tp.topic), member.zk.get_partition_states([tp])))
+                # On the cluster's own ZooKeeper threads, refused at once while the connection is
+                # lost: on the default executor each poll held a thread for a whole ZooKeeper
+                # outage, and a few of them starved the rest of the broker (second review, M1).
+                assignment, states = await self._zk_call(
+                    lambda: (member.zk.get_assignment(tp.topic), member.zk.get_partition_states([tp])))
             except Exception as e:  # a connection loss: the copy stays until the answer is known
                 log.info("cannot read a removed replica's partition state yet; retrying", topic=tp.topic,
                          partition=tp.partition, error=repr(e))
