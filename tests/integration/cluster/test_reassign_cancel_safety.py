@@ -89,7 +89,10 @@ def test_a_cancel_that_would_drop_every_in_sync_replica_is_refused(brokers: Brok
     wait_until(lambda: _dirs(brokers, 3, topic) == [] or any(e.get("event") == kept for e in brokers.log_events(3)),
                "broker 3 to see it is no longer a replica")
     assert [d.name for d in _dirs(brokers, 3, topic)] == [f"{topic}-0"], "the only complete copy was deleted"
-    assert _state(zk_connect, topic).leader == -1  # offline: no ISR member among [1, 2]
+    # The controller takes the revert as a replica-list change: offline, no ISR member among [1, 2]
+    # (waited for: broker 3 may see the revert before the controller has acted on it).
+    wait_until(lambda: _state(zk_connect, topic).leader == -1, "the partition offline under [1, 2]")
+    assert [d.name for d in _dirs(brokers, 3, topic)] == [f"{topic}-0"], "the only complete copy was deleted"
 
     # Adding 3 back (2 is back too): 3 leads on its complete log, nothing acknowledged is lost.
     brokers.procs[2].signal(signal.SIGCONT)
