@@ -99,6 +99,7 @@ class Broker:
                 self.replicas, self.groups, self.offsets, self.txn,
                 load_fault=faults.coordinator_load_fails if faults is not None else None)
             self.cluster.on_internal_partition = self.loader.on_internal_partition
+            self.cluster.on_topic_deleted = self.offsets.delete_topic_offsets
             if faults is not None:
                 self.cluster.deletion_ack_fault = faults.deletion_ack_fails
             self.txn.send_markers = TxnMarkerSender(self.replicas, self.offsets, self.cluster,

@@ -351,6 +351,10 @@ class ClusterNode:
         #: Called on the loop after each applied state of an internal topic's partition (the
         #: coordinators load or unload it): ``(topic, partition index, leading, leader epoch)``.
         self.on_internal_partition: Callable[[str, int, bool, int], None] | None = None
+        #: Called on the loop for a topic marked for deletion, on every broker (Kafka's
+        #: UpdateMetadata of deleted partitions -> ``handleDeletedPartitions``): the group
+        #: coordinator drops the topic's committed offsets of the groups it coordinates.
+        self.on_topic_deleted: Callable[[str], object] | None = None
         #: (monotonic time read, id -> (name, partition count)) of the last :meth:`topic_ids` read.
         self._topic_ids: tuple[float, dict[uuid.UUID, tuple[str, int]]] | None = None
         self._topic_ids_reading: asyncio.Future[dict[uuid.UUID, tuple[str, int]]] | None = None
@@ -799,6 +803,8 @@ class ClusterNode:
         return False
 
     async def _delete_marked_topic(self, member: ClusterMember, name: str, topic_id: str | None) -> None:
+        if self.on_topic_deleted is not None:
+            self.on_topic_deleted(name)
         local = self.replicas.metadata.get(name)
         if local is not None and (topic_id is None or str(local.topic_id) == topic_id):
             await self._delete_local_topic(name)

@@ -497,6 +497,31 @@ class OffsetManager:
         if not cache:
             self._cache.pop(group, None)
 
+    def delete_topic_offsets(self, topic: str) -> int:
+        """A topic was deleted (Kafka's ``GroupCoordinator.handleDeletedPartitions``): tombstone every
+        offset of it, committed or pending in an open transaction, of the groups this broker
+        coordinates now; returns how many. Without this a group resumed a topic created again under
+        the name at the old topic's offsets, skipping the new topic's records below them. Idempotent
+        (a group with none left is skipped); a group whose partition this broker stopped leading
+        meanwhile is left to its new coordinator's own pass (logged)."""
+        groups = set(self._cache) | {g for pending in self._pending.values() for g in pending.groups}
+        removed = 0
+        for group in sorted(groups):
+            partitions = sorted({tp for tp in [*self._cache.get(group, {}), *self._pending_partitions(group)]
+                                 if tp[0] == topic})
+            if not partitions:
+                continue
+            try:
+                self.delete_offsets(group, partitions)
+            except BrokerError as e:
+                log.warning("cannot remove a deleted topic's committed offsets of a group", group=group, topic=topic,
+                            error=str(e))
+                continue
+            removed += len(partitions)
+        if removed:
+            log.info("committed offsets of a deleted topic removed", topic=topic, offsets=removed)
+        return removed
+
     @staticmethod
     def _tombstone(key: bytes) -> Record:
         return Record(offset=0, timestamp=int(time.time() * 1000), key=key, value=None, headers=[])

@@ -197,6 +197,7 @@ async def handle_delete_topics(ctx: HandlerContext, req: DecodedRequest) -> Dele
                 topic = ctx.replicas.get_topic(name)
                 res.topic_id = topic.topic_id
                 ctx.replicas.delete_topic(name)
+                ctx.offsets.delete_topic_offsets(name)  # Kafka's handleDeletedPartitions
         except BrokerError as e:
             res.error_code = UNKNOWN_TOPIC_ID if name is None else e.error_code
             res.error_message = str(e)
