@@ -44,6 +44,14 @@ Options (all strings, as Spark passes them):
   :data:`spark_audit.arrow_events.COUNTS_SCHEMA_DDL`) is set and every record column null (on
   record rows ``input_counts`` is null): the audit gets its input pass from the same scan that
   reads the topic, with no value parsed in the JVM (default: not counted, no such column).
+- ``timestamp_checks``: ``<start_us>,<end_us>,<limit_s>,<block>`` (:class:`spark_audit.
+  timestamp_neighbours.OutlierRule`): each task also finds the records whose timestamps can't be
+  trusted by their neighbours (:func:`spark_audit.job.timestamp_checks`' rules), for every record
+  whose neighbours are in its split, and yields after its records the rows found and its edge rows
+  with their neighbours (:mod:`spark_audit.timestamp_neighbours`), in the ``timestamp_check``
+  column (a struct of :data:`spark_audit.timestamp_neighbours.CHECK_DDL`; null on record rows):
+  the audit sorts only those few rows instead of every record (default: not checked, no such
+  column). Not with ``pair_topic``.
 - ``pair_topic`` / ``pair_window_us``: the partition-pair read (:func:`read_pair`): one task per
   partition ``p`` reads ``topic``'s partition ``p`` and then ``pair_topic``'s (the output topic; its
   records with ids, without values or headers), whole, and summarises the pair's ids with pyarrow
@@ -65,12 +73,15 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from spark_audit.exceptions import AuditError, TopicNotFoundError
+
+if TYPE_CHECKING:
+    from spark_audit.timestamp_neighbours import SplitTimestamps
 
 #: The row shape of a topic, shared by the Kafka source and the Parquet/JSON exports.
 RECORD_SCHEMA_DDL = (
@@ -80,6 +91,9 @@ RECORD_SCHEMA_DDL = (
 
 #: The column holding a task's partial input-pass counts (``counts_start_us`` / ``counts_end_us``).
 COUNTS_COLUMN = "input_counts"
+
+#: The column holding a task's timestamp-check rows (``timestamp_checks``).
+TS_CHECK_COLUMN = "timestamp_check"
 
 #: The partition-pair read's columns: a record's (or summary row's) id hash, a summary row's flags.
 ID_HASH_COLUMN = "id_hash"
@@ -132,6 +146,16 @@ def counts_window(options: Mapping[str, str]) -> tuple[int, int] | None:
                      "set to integers (epoch microseconds of the audit window), or neither")
 
 
+def outlier_rule(options: Mapping[str, str]) -> Any:
+    """The ``timestamp_checks`` option's :class:`spark_audit.timestamp_neighbours.OutlierRule`, or None."""
+    text = options.get("timestamp_checks")
+    if not text:
+        return None
+    from spark_audit.timestamp_neighbours import OutlierRule
+
+    return OutlierRule.parse(text)
+
+
 def record_schema_ddl(options: Mapping[str, str]) -> str:
     """The source's row shape: :data:`RECORD_SCHEMA_DDL`, plus the counts column when it counts,
     plus the id columns of the partition-pair read."""
@@ -140,6 +164,10 @@ def record_schema_ddl(options: Mapping[str, str]) -> str:
         from spark_audit.arrow_events import COUNTS_SCHEMA_DDL
 
         ddl = f"{ddl}, {COUNTS_COLUMN} STRUCT<{COUNTS_SCHEMA_DDL}>"
+    if outlier_rule(options) is not None:
+        from spark_audit.timestamp_neighbours import CHECK_DDL
+
+        ddl = f"{ddl}, {TS_CHECK_COLUMN} STRUCT<{CHECK_DDL}>"
     if options.get("pair_topic"):
         from spark_audit.id_pairs import FLAGS_DDL
 
@@ -293,6 +321,9 @@ class KafkaReader(DataSourceReader):
             if not self.options.get(required):
                 raise AuditError(f"kafka_confluent source: option {required!r} is required")
         counts_window(self.options)  # a bad window fails here, on the driver, not in every task
+        if outlier_rule(self.options) is not None and self.options.get("pair_topic"):
+            raise AuditError("kafka_confluent source: timestamp_checks is not supported with pair_topic "
+                             "(a pair task reads whole partitions: let Spark check the timestamps)")
 
     def partitions(self) -> Sequence[InputPartition]:
         if self.options.get("pair_topic"):
@@ -356,9 +387,15 @@ def read_range(options: Mapping[str, str], part: OffsetRangePartition) -> Iterat
     message_ids = options.get("message_ids", "false").lower() == "true"
     window = counts_window(options)
     counter = _WindowCounts(*window) if window is not None else None
+    rule = outlier_rule(options)
+    checks = None
+    if rule is not None:
+        from spark_audit.timestamp_neighbours import SplitTimestamps
+
+        checks = SplitTimestamps(rule)
 
     def columns() -> _Columns:
-        return _Columns(part.topic, part.partition, with_headers, message_ids, counter, with_values)
+        return _Columns(part.topic, part.partition, with_headers, message_ids, counter, with_values, checks)
 
     rows = columns()
     try:
@@ -386,10 +423,15 @@ def read_range(options: Mapping[str, str], part: OffsetRangePartition) -> Iterat
             yield rows.to_batch(pa)
     finally:
         consumer.close()
+    extra = _extra_types(pa, counter is not None, checks is not None)
     if counter is not None:
-        counts = counter.to_batch(pa)
+        counts = counter.to_batch(pa, extra)
         if counts.num_rows:
             yield counts
+    if checks is not None:
+        found = checks.to_batch(part.partition, _record_types(pa), list(_RECORD_NAMES), extra, TS_CHECK_COLUMN)
+        if found.num_rows:
+            yield found
 
 
 def read_pair(options: Mapping[str, str], part: PairedRangePartition) -> Iterator[Any]:
@@ -427,6 +469,18 @@ def read_pair(options: Mapping[str, str], part: PairedRangePartition) -> Iterato
     ids = rows.column("id").combine_chunks()
     yield _pair_rows(pa, part.partition, len(ids), counting, key=ids, hashes=id_hashes(ids), flags=flags)
     yield _pair_rows(pa, part.partition, len(distinct), counting, hashes=distinct)
+
+
+def _extra_types(pa: Any, counting: bool, checking: bool) -> dict[str, Any]:
+    """The columns a range read adds after the record columns, by name, in schema order."""
+    extra: dict[str, Any] = {}
+    if counting:
+        extra[COUNTS_COLUMN] = _counts_type(pa)
+    if checking:
+        from spark_audit.timestamp_neighbours import check_type
+
+        extra[TS_CHECK_COLUMN] = check_type(pa)
+    return extra
 
 
 def _record_types(pa: Any) -> tuple[Any, ...]:
@@ -496,8 +550,10 @@ class _Columns:
     """Column buffers for one Arrow batch of records of one topic-partition."""
 
     def __init__(self, topic: str, partition: int, with_headers: bool = True, message_ids: bool = False,
-                 counter: _WindowCounts | None = None, with_values: bool = True) -> None:
+                 counter: _WindowCounts | None = None, with_values: bool = True,
+                 checks: SplitTimestamps | None = None) -> None:
         self.topic = topic
+        self.checks = checks
         self.with_values = with_values
         self.partition = partition
         self.with_headers = with_headers
@@ -537,19 +593,21 @@ class _Columns:
             ids, _ = classify_arrow(key, value)  # the worker's contract, vectorised (keyless: per record)
         if self.counter is not None:
             self.counter.add(key, timestamp, value, ids)
+        offsets = pa.array(self.offset, pa.int64())
+        if self.checks is not None:
+            self.checks.add(offsets, timestamp)
         columns = [
             pa.array([self.topic] * n, pa.string()),
             pa.array(np.full(n, self.partition, dtype=np.int32)),
-            pa.array(self.offset, pa.int64()),
+            offsets,
             timestamp,
             ids if self.message_ids else key,
             value if self.with_values else pa.nulls(n, pa.binary()),
             pa.array(self.headers, headers_type) if self.with_headers else pa.nulls(n, headers_type),
         ]
-        if self.counter is None:
-            return pa.RecordBatch.from_arrays(columns, names=list(_RECORD_NAMES))
-        return pa.RecordBatch.from_arrays([*columns, pa.nulls(n, _counts_type(pa))],
-                                          names=[*_RECORD_NAMES, COUNTS_COLUMN])
+        extra = _extra_types(pa, self.counter is not None, self.checks is not None)
+        return pa.RecordBatch.from_arrays([*columns, *(pa.nulls(n, t) for t in extra.values())],
+                                          names=[*_RECORD_NAMES, *extra])
 
 
 _RECORD_NAMES = ("topic", "partition", "offset", "timestamp", "key", "value", "headers")
@@ -583,16 +641,16 @@ class _WindowCounts:
         elif pc.any(keep).as_py():
             self.counts.add(table.filter(keep), ids.filter(keep))
 
-    def to_batch(self, pa: Any) -> Any:
-        """The counts as rows of the source's schema: every record column null, the counts column set."""
+    def to_batch(self, pa: Any, extra: dict[str, Any]) -> Any:
+        """The counts as rows of the source's schema: every record column null, the counts column
+        set (``extra``: the columns after the record columns, by name with their types)."""
         counts = self.counts.table().combine_chunks()
         n = counts.num_rows
         struct = pa.StructArray.from_arrays([counts.column(i).combine_chunks() for i in range(counts.num_columns)],
                                             fields=list(counts.schema))
-        types = (pa.string(), pa.int32(), pa.int64(), pa.timestamp("us", tz="UTC"), pa.binary(), pa.binary(),
-                 pa.map_(pa.string(), pa.binary()))
-        return pa.RecordBatch.from_arrays([*(pa.nulls(n, t) for t in types), struct],
-                                          names=[*_RECORD_NAMES, COUNTS_COLUMN])
+        columns = [*(pa.nulls(n, t) for t in _record_types(pa)),
+                   *(struct if name == COUNTS_COLUMN else pa.nulls(n, t) for name, t in extra.items())]
+        return pa.RecordBatch.from_arrays(columns, names=[*_RECORD_NAMES, *extra])
 
 
 #: The largest record timestamp read as one (9999-12-31T23:59:59.999Z, epoch ms; what a Python
