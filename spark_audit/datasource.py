@@ -44,6 +44,13 @@ Options (all strings, as Spark passes them):
   :data:`spark_audit.arrow_events.COUNTS_SCHEMA_DDL`) is set and every record column null (on
   record rows ``input_counts`` is null): the audit gets its input pass from the same scan that
   reads the topic, with no value parsed in the JVM (default: not counted, no such column).
+- ``parsed_events``: ``true`` (with ``counts_start_us`` / ``counts_end_us``): the fields the audit
+  reports on of each record the task's pyarrow parse settled (stamped in the counts window) go in
+  the ``event`` column (a struct of :data:`EVENT_DDL`) and its ``value`` is left null; the other
+  values are kept for Spark's ``from_json`` (those the fast parser did not accept, and those of
+  untimed records), but the values of records stamped outside the window, which no pass parses, are
+  not: the audit's disk cache holds no JSON body it will not parse (default ``false``: no such
+  column, every value kept).
 - ``timestamp_checks``: ``<start_us>,<end_us>,<limit_s>,<block>`` (:class:`spark_audit.
   timestamp_neighbours.OutlierRule`): each task also finds the records whose timestamps can't be
   trusted by their neighbours (:func:`spark_audit.job.timestamp_checks`' rules), for every record
@@ -91,6 +98,10 @@ RECORD_SCHEMA_DDL = (
 
 #: The column holding a task's partial input-pass counts (``counts_start_us`` / ``counts_end_us``).
 COUNTS_COLUMN = "input_counts"
+
+#: The column holding a record's parsed event fields (``parsed_events``), and its type.
+EVENT_COLUMN = "event"
+EVENT_DDL = "unparseable BOOLEAN, library STRING, event_type STRING, client STRING"
 
 #: The column holding a task's timestamp-check rows (``timestamp_checks``).
 TS_CHECK_COLUMN = "timestamp_check"
@@ -146,6 +157,12 @@ def counts_window(options: Mapping[str, str]) -> tuple[int, int] | None:
                      "set to integers (epoch microseconds of the audit window), or neither")
 
 
+def parsed_events(options: Mapping[str, str]) -> bool:
+    """Whether the read replaces settled values by their parsed fields (``parsed_events``; needs
+    the counts window, checked in :class:`KafkaReader`)."""
+    return options.get("parsed_events", "false").lower() == "true"
+
+
 def outlier_rule(options: Mapping[str, str]) -> Any:
     """The ``timestamp_checks`` option's :class:`spark_audit.timestamp_neighbours.OutlierRule`, or None."""
     text = options.get("timestamp_checks")
@@ -164,6 +181,8 @@ def record_schema_ddl(options: Mapping[str, str]) -> str:
         from spark_audit.arrow_events import COUNTS_SCHEMA_DDL
 
         ddl = f"{ddl}, {COUNTS_COLUMN} STRUCT<{COUNTS_SCHEMA_DDL}>"
+        if parsed_events(options):
+            ddl = f"{ddl}, {EVENT_COLUMN} STRUCT<{EVENT_DDL}>"
     if outlier_rule(options) is not None:
         from spark_audit.timestamp_neighbours import CHECK_DDL
 
@@ -321,6 +340,9 @@ class KafkaReader(DataSourceReader):
             if not self.options.get(required):
                 raise AuditError(f"kafka_confluent source: option {required!r} is required")
         counts_window(self.options)  # a bad window fails here, on the driver, not in every task
+        if parsed_events(self.options) and counts_window(self.options) is None:
+            raise AuditError("kafka_confluent source: parsed_events needs counts_start_us and counts_end_us "
+                             "(the window whose values the read tasks parse)")
         if outlier_rule(self.options) is not None and self.options.get("pair_topic"):
             raise AuditError("kafka_confluent source: timestamp_checks is not supported with pair_topic "
                              "(a pair task reads whole partitions: let Spark check the timestamps)")
@@ -386,7 +408,7 @@ def read_range(options: Mapping[str, str], part: OffsetRangePartition) -> Iterat
     with_values = options.get("values", "true").lower() != "false"
     message_ids = options.get("message_ids", "false").lower() == "true"
     window = counts_window(options)
-    counter = _WindowCounts(*window) if window is not None else None
+    counter = _WindowCounts(*window, events=parsed_events(options)) if window is not None else None
     rule = outlier_rule(options)
     checks = None
     if rule is not None:
@@ -423,7 +445,7 @@ def read_range(options: Mapping[str, str], part: OffsetRangePartition) -> Iterat
             yield rows.to_batch(pa)
     finally:
         consumer.close()
-    extra = _extra_types(pa, counter is not None, checks is not None)
+    extra = _extra_types(pa, counter is not None, checks is not None, counter is not None and counter.events)
     if counter is not None:
         counts = counter.to_batch(pa, extra)
         if counts.num_rows:
@@ -471,16 +493,23 @@ def read_pair(options: Mapping[str, str], part: PairedRangePartition) -> Iterato
     yield _pair_rows(pa, part.partition, len(distinct), counting, hashes=distinct)
 
 
-def _extra_types(pa: Any, counting: bool, checking: bool) -> dict[str, Any]:
+def _extra_types(pa: Any, counting: bool, checking: bool, events: bool = False) -> dict[str, Any]:
     """The columns a range read adds after the record columns, by name, in schema order."""
     extra: dict[str, Any] = {}
     if counting:
         extra[COUNTS_COLUMN] = _counts_type(pa)
+    if events:
+        extra[EVENT_COLUMN] = _event_type(pa)
     if checking:
         from spark_audit.timestamp_neighbours import check_type
 
         extra[TS_CHECK_COLUMN] = check_type(pa)
     return extra
+
+
+def _event_type(pa: Any) -> Any:
+    return pa.struct([("unparseable", pa.bool_()), ("library", pa.string()), ("event_type", pa.string()),
+                      ("client", pa.string())])
 
 
 def _record_types(pa: Any) -> tuple[Any, ...]:
@@ -581,6 +610,7 @@ class _Columns:
 
     def to_batch(self, pa: Any) -> Any:
         import numpy as np
+        import pyarrow.compute as pc
 
         n = len(self.offset)
         headers_type = pa.map_(pa.string(), pa.binary())
@@ -591,8 +621,12 @@ class _Columns:
             from spark_audit.message_ids import classify_arrow
 
             ids, _ = classify_arrow(key, value)  # the worker's contract, vectorised (keyless: per record)
+        events = None
         if self.counter is not None:
-            self.counter.add(key, timestamp, value, ids)
+            events = self.counter.add(key, timestamp, value, ids)
+        if events is not None:
+            event, keep_value = events
+            value = pc.if_else(keep_value, value, pa.scalar(None, pa.binary()))
         offsets = pa.array(self.offset, pa.int64())
         if self.checks is not None:
             self.checks.add(offsets, timestamp)
@@ -605,9 +639,9 @@ class _Columns:
             value if self.with_values else pa.nulls(n, pa.binary()),
             pa.array(self.headers, headers_type) if self.with_headers else pa.nulls(n, headers_type),
         ]
-        extra = _extra_types(pa, self.counter is not None, self.checks is not None)
-        return pa.RecordBatch.from_arrays([*columns, *(pa.nulls(n, t) for t in extra.values())],
-                                          names=[*_RECORD_NAMES, *extra])
+        extra = _extra_types(pa, self.counter is not None, self.checks is not None, events is not None)
+        added = [event if name == EVENT_COLUMN and events is not None else pa.nulls(n, t) for name, t in extra.items()]
+        return pa.RecordBatch.from_arrays([*columns, *added], names=[*_RECORD_NAMES, *extra])
 
 
 _RECORD_NAMES = ("topic", "partition", "offset", "timestamp", "key", "value", "headers")
@@ -623,23 +657,41 @@ class _WindowCounts:
     """A read task's partial input-pass counts over its records stamped in ``[start_us, end_us)``
     (the audit window; records without a usable timestamp are not in it)."""
 
-    def __init__(self, start_us: int, end_us: int) -> None:
+    def __init__(self, start_us: int, end_us: int, events: bool = False) -> None:
         from spark_audit.arrow_events import InputCounts
 
         self.start_us, self.end_us = start_us, end_us
         self.counts = InputCounts()
+        self.events = events
 
-    def add(self, key: Any, timestamp: Any, value: Any, ids: Any) -> None:
+    def add(self, key: Any, timestamp: Any, value: Any, ids: Any) -> tuple[Any, Any] | None:
+        """Count the batch's records in the window. With ``events``: (the ``event`` column of the
+        batch, which values to keep): the parsed fields of the records the fast path settled, and
+        keep the values of untimed records and of those it did not settle (module doc,
+        ``parsed_events``)."""
+        import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
+
+        from spark_audit.arrow_events import record_events
 
         micros = timestamp.cast(pa.int64())
         keep = pc.fill_null(pc.and_(pc.greater_equal(micros, self.start_us), pc.less(micros, self.end_us)), False)
         table = pa.table({"key": key, "timestamp": timestamp, "value": value})
-        if pc.all(keep).as_py():
-            self.counts.add(table, ids)
-        elif pc.any(keep).as_py():
-            self.counts.add(table.filter(keep), ids.filter(keep))
+        n = len(timestamp)
+        positions = np.flatnonzero(np.asarray(keep.to_numpy(zero_copy_only=False), dtype=bool))
+        if len(positions) < n:
+            table, ids = table.filter(keep), ids.filter(keep)
+        rows, raw = record_events(table, ids) if len(positions) else (None, np.zeros(0, dtype=bool))
+        if rows is not None:
+            self.counts.add_events(table, rows, raw)
+        if not self.events:
+            return None
+        settled = np.zeros(n, dtype=bool)
+        settled[positions[~raw]] = True
+        untimed = np.asarray(micros.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        keep_value = pa.array(untimed | (~settled & _in(positions, n)))
+        return _scattered_events(pa, rows, settled, positions, raw, n), keep_value
 
     def to_batch(self, pa: Any, extra: dict[str, Any]) -> Any:
         """The counts as rows of the source's schema: every record column null, the counts column
@@ -651,6 +703,30 @@ class _WindowCounts:
         columns = [*(pa.nulls(n, t) for t in _record_types(pa)),
                    *(struct if name == COUNTS_COLUMN else pa.nulls(n, t) for name, t in extra.items())]
         return pa.RecordBatch.from_arrays(columns, names=[*_RECORD_NAMES, *extra])
+
+
+def _in(positions: Any, n: int) -> Any:
+    import numpy as np
+
+    mask = np.zeros(n, dtype=bool)
+    mask[positions] = True
+    return mask
+
+
+def _scattered_events(pa: Any, rows: Any, settled: Any, positions: Any, raw: Any, n: int) -> Any:
+    """The ``event`` column of a batch of ``n`` records: the fields of ``rows`` (the records at
+    ``positions``) where the fast path settled them, null elsewhere."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    index = np.full(n, -1, dtype=np.int64)
+    index[positions[~raw]] = np.flatnonzero(~raw)
+    if rows is None:
+        return pa.nulls(n, _event_type(pa))
+    take = pa.array(index, mask=~settled)
+    names = ("unparseable", "library", "event_type", "client")
+    return pa.StructArray.from_arrays([pc.take(rows.column(c).combine_chunks(), take) for c in names],
+                                      fields=list(_event_type(pa)), mask=pa.array(~settled))
 
 
 #: The largest record timestamp read as one (9999-12-31T23:59:59.999Z, epoch ms; what a Python

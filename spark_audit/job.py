@@ -129,12 +129,22 @@ def parse_events(df: Any, cfg: AuditConfig) -> Any:
 
     Only records in the window (or without timestamp) are parsed: the lookback only needs ids.
     ``from_json`` with this minimal schema measured 2x faster than three ``get_json_object`` calls.
+    A broker topic's records parsed in the read tasks (``parsed_events``: their ``event`` column is
+    set, their value dropped) take those fields; only the others are parsed here.
     """
     from pyspark.sql import functions as F
 
+    from spark_audit.datasource import EVENT_COLUMN
+
     ts = F.col("timestamp")
     wanted = ts.isNull() | ((ts >= F.lit(cfg.start)) & (ts < F.lit(cfg.end)))
-    return df.select("key", "timestamp", "partition", "offset", *event_fields(F.when(wanted, _from_json())))
+    if EVENT_COLUMN not in df.columns:
+        return df.select("key", "timestamp", "partition", "offset", *event_fields(F.when(wanted, _from_json())))
+    event = F.col(EVENT_COLUMN)
+    by_spark = _event_exprs(F.when(wanted & event.isNull(), _from_json()))
+    return df.select("key", "timestamp", "partition", "offset",
+                     *(F.when(event.isNotNull(), event[name]).otherwise(expr).alias(name)
+                       for name, expr in by_spark.items()))
 
 
 def _from_json() -> Any:
@@ -768,7 +778,7 @@ def read_source(spark: Any, source: Source, role: str, cfg: AuditConfig) -> tupl
         options = {"message_ids": "true", **({} if role == "dead-letter" else {"headers": "false"}),
                    **({} if role == "input" else {"values": "false"})}
         if role == "input":
-            options.update(counts_start_us=_micros(cfg.start), counts_end_us=_micros(cfg.end),
+            options.update(counts_start_us=_micros(cfg.start), counts_end_us=_micros(cfg.end), parsed_events="true",
                            timestamp_checks=outlier_rule(cfg).option())
         source = dataclasses.replace(source, options={**options, **source.options})
     df, problem = load(spark, source, cfg.lookback_start - cfg.timestamp_skew, None)

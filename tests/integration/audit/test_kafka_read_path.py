@@ -14,10 +14,12 @@ from typing import Any
 from confluent_kafka import Producer
 
 from ads_broker.embedded import BrokerProcess
+from spark_audit.datasource import EVENT_COLUMN
 from spark_audit.job import (
     AuditConfig,
     input_pass,
     input_pass_from_counts,
+    parse_events,
     read_source,
     split_checks,
     split_counts,
@@ -65,6 +67,10 @@ def _rows(df: Any) -> list[tuple[Any, ...]]:
     return sorted((r["partition"], r["offset"], r["timestamp"], r["key"], r["value"]) for r in df.collect())
 
 
+def _ids(df: Any) -> list[tuple[Any, ...]]:
+    return sorted((r["partition"], r["offset"], r["timestamp"], r["key"]) for r in df.collect())
+
+
 def test_ids_from_the_source_equal_with_message_ids_on_edge_records(spark: Any, ads_broker: BrokerProcess,
                                                                     topic_name: str, tmp_path: Path) -> None:
     create_topics(ads_broker.bootstrap, topic_name)
@@ -75,8 +81,8 @@ def test_ids_from_the_source_equal_with_message_ids_on_edge_records(spark: Any, 
     try:
         raw = (spark.read.format("kafka_confluent").option("bootstrap", ads_broker.bootstrap)
                .option("topic", topic_name).load())
-        expected = _rows(with_message_ids(raw))  # the contract applied by Spark to the raw keys
-        got = _rows(split_counts(df)[0])
+        expected = _ids(with_message_ids(raw))  # the contract applied by Spark to the raw keys
+        got = _ids(split_counts(df)[0])
     finally:
         df.unpersist()
     assert len(got) == len(EDGE_RECORDS)
@@ -208,3 +214,34 @@ def test_timestamp_checks_from_the_read_tasks_equal_spark_s_window(spark: Any, a
     # What Spark sorts: the edge bands (2 x 2 x 8 rows per split) and what the tasks found.
     assert splits >= 16
     assert checked_rows <= splits * 32 + by_window[0] + by_window[1] < len(records)
+
+
+def test_events_parsed_in_the_read_equal_from_json_and_leave_no_value_behind(
+        spark: Any, ads_broker: BrokerProcess, topic_name: str, tmp_path: Path) -> None:
+    """The read tasks put the parsed fields of the values their pyarrow parse settled in the
+    ``event`` column and drop those values (and those of records stamped outside the window, which
+    no pass parses): ``parse_events`` on that frame gives every record the fields ``from_json``
+    gives it on the values (every odd value shape, keyless and badly stamped records)."""
+    create_topics(ads_broker.bootstrap, topic_name)
+    odd = [r for r in sc.odd_records() if r.ts is not None]
+    test_audit_kafka.produce(ads_broker.bootstrap, topic_name, odd)
+    produce(ads_broker.bootstrap, topic_name, EDGE_RECORDS)
+    source = KafkaSource(ads_broker.bootstrap, topic_name)
+    cfg = _config(source, tmp_path)
+    df, problem = read_source(spark, source, "input", cfg)
+    assert problem is None and df is not None
+    try:
+        records, _counts = split_counts(df)
+        assert EVENT_COLUMN in records.columns
+        got = _as_rows(parse_events(records, cfg))
+        values_kept = records.where("value IS NOT NULL").count()
+        settled = records.where(f"{EVENT_COLUMN} IS NOT NULL").count()
+    finally:
+        df.unpersist()
+    raw = spark.read.format("kafka_confluent").option("bootstrap", ads_broker.bootstrap).option("topic", topic_name)
+    want = _as_rows(parse_events(with_message_ids(raw.load()), cfg))
+    assert got == want
+    assert len(got) == len(odd) + len(EDGE_RECORDS)
+    # Most values were settled in the read; those kept are the ones only from_json may parse.
+    assert settled > len(got) // 2
+    assert 0 < values_kept < len(got) - settled + 1
