@@ -161,10 +161,14 @@ class InputCounts:
         """Count ``table``'s records; ``ids``: their messageIds if already classified (else computed)."""
         if table.num_rows == 0:
             return
-        fields, raw = event_rows(table, ids)
+        self.add_events(table, *record_events(table, ids))
+
+    def add_events(self, table: pa.Table, rows: pa.Table, raw: np.ndarray) -> None:
+        """Count ``table``'s records from their :func:`record_events` (``rows``, ``raw``)."""
+        fields, raws = _split_raw(table, rows, raw)
         self._rows.append(fields)
-        if raw is not None:
-            self._raws.append(raw)
+        if raws is not None:
+            self._raws.append(raws)
 
     def table(self) -> pa.Table:
         """The partial counts (:data:`COUNTS_ARROW_SCHEMA`) of every record added."""
@@ -189,6 +193,24 @@ def event_rows(table: pa.Table, ids: pa.Array | None = None) -> tuple[pa.Table, 
     """(hour, library, event_type, unparseable, keyed, client) of every record the fast path settles,
     and (hour, keyed, value, count_all = 1) of the others (None when there are none). ``ids``: the
     records' messageIds by the contract when the caller has them (the key column holds raw keys)."""
+    return _split_raw(table, *record_events(table, ids))
+
+
+def _split_raw(table: pa.Table, rows: pa.Table, raw: np.ndarray) -> tuple[pa.Table, pa.Table | None]:
+    if not raw.any():
+        return rows, None
+    mask = pa.array(raw)
+    return rows.filter(pc.invert(mask)), pa.table({
+        "hour": rows.column("hour").filter(mask), "keyed": rows.column("keyed").filter(mask),
+        "value": table.column("value").combine_chunks().cast(pa.binary()).filter(mask),
+        "count_all": pa.array(np.ones(int(raw.sum()), dtype=np.int64)),
+    })
+
+
+def record_events(table: pa.Table, ids: pa.Array | None = None) -> tuple[pa.Table, np.ndarray]:
+    """(hour, library, event_type, unparseable, keyed, client) of every record, and which records
+    the fast path did not settle (``raw``: a value it did not accept; their fields in the table are
+    not to be used: Spark's ``from_json`` parses those values). ``ids`` as in :func:`event_rows`."""
     n = table.num_rows
     ts = table.column("timestamp").combine_chunks().cast(pa.timestamp("us", tz="UTC"), safe=False)
     values = table.column("value").combine_chunks().cast(pa.binary())
@@ -210,13 +232,7 @@ def event_rows(table: pa.Table, ids: pa.Array | None = None) -> tuple[pa.Table, 
         "unparseable": pa.array(~parsed), "keyed": keyed,
         "client": pc.coalesce(full["userId"], full["anonymousId"], unknown),
     })
-    if not raw.any():
-        return rows, None
-    mask = pa.array(raw)
-    return rows.filter(pc.invert(mask)), pa.table({
-        "hour": hour.filter(mask), "keyed": keyed.filter(mask), "value": values.filter(mask),
-        "count_all": pa.array(np.ones(int(raw.sum()), dtype=np.int64)),
-    })
+    return rows, raw
 
 
 def _counts(grouped: pa.Table, g_client: int | None) -> pa.Table:

@@ -44,6 +44,21 @@ Options (all strings, as Spark passes them):
   :data:`spark_audit.arrow_events.COUNTS_SCHEMA_DDL`) is set and every record column null (on
   record rows ``input_counts`` is null): the audit gets its input pass from the same scan that
   reads the topic, with no value parsed in the JVM (default: not counted, no such column).
+- ``parsed_events``: ``true`` (with ``counts_start_us`` / ``counts_end_us``): the fields the audit
+  reports on of each record the task's pyarrow parse settled (stamped in the counts window) go in
+  the ``event`` column (a struct of :data:`EVENT_DDL`) and its ``value`` is left null; the other
+  values are kept for Spark's ``from_json`` (those the fast parser did not accept, and those of
+  untimed records), but the values of records stamped outside the window, which no pass parses, are
+  not: the audit's disk cache holds no JSON body it will not parse (default ``false``: no such
+  column, every value kept).
+- ``timestamp_checks``: ``<start_us>,<end_us>,<limit_s>,<block>`` (:class:`spark_audit.
+  timestamp_neighbours.OutlierRule`): each task also finds the records whose timestamps can't be
+  trusted by their neighbours (:func:`spark_audit.job.timestamp_checks`' rules), for every record
+  whose neighbours are in its split, and yields after its records the rows found and its edge rows
+  with their neighbours (:mod:`spark_audit.timestamp_neighbours`), in the ``timestamp_check``
+  column (a struct of :data:`spark_audit.timestamp_neighbours.CHECK_DDL`; null on record rows):
+  the audit sorts only those few rows instead of every record (default: not checked, no such
+  column). Not with ``pair_topic``.
 - ``pair_topic`` / ``pair_window_us``: the partition-pair read (:func:`read_pair`): one task per
   partition ``p`` reads ``topic``'s partition ``p`` and then ``pair_topic``'s (the output topic; its
   records with ids, without values or headers), whole, and summarises the pair's ids with pyarrow
@@ -65,12 +80,15 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from spark_audit.exceptions import AuditError, TopicNotFoundError
+
+if TYPE_CHECKING:
+    from spark_audit.timestamp_neighbours import SplitTimestamps
 
 #: The row shape of a topic, shared by the Kafka source and the Parquet/JSON exports.
 RECORD_SCHEMA_DDL = (
@@ -80,6 +98,13 @@ RECORD_SCHEMA_DDL = (
 
 #: The column holding a task's partial input-pass counts (``counts_start_us`` / ``counts_end_us``).
 COUNTS_COLUMN = "input_counts"
+
+#: The column holding a record's parsed event fields (``parsed_events``), and its type.
+EVENT_COLUMN = "event"
+EVENT_DDL = "unparseable BOOLEAN, library STRING, event_type STRING, client STRING"
+
+#: The column holding a task's timestamp-check rows (``timestamp_checks``).
+TS_CHECK_COLUMN = "timestamp_check"
 
 #: The partition-pair read's columns: a record's (or summary row's) id hash, a summary row's flags.
 ID_HASH_COLUMN = "id_hash"
@@ -132,6 +157,22 @@ def counts_window(options: Mapping[str, str]) -> tuple[int, int] | None:
                      "set to integers (epoch microseconds of the audit window), or neither")
 
 
+def parsed_events(options: Mapping[str, str]) -> bool:
+    """Whether the read replaces settled values by their parsed fields (``parsed_events``; needs
+    the counts window, checked in :class:`KafkaReader`)."""
+    return options.get("parsed_events", "false").lower() == "true"
+
+
+def outlier_rule(options: Mapping[str, str]) -> Any:
+    """The ``timestamp_checks`` option's :class:`spark_audit.timestamp_neighbours.OutlierRule`, or None."""
+    text = options.get("timestamp_checks")
+    if not text:
+        return None
+    from spark_audit.timestamp_neighbours import OutlierRule
+
+    return OutlierRule.parse(text)
+
+
 def record_schema_ddl(options: Mapping[str, str]) -> str:
     """The source's row shape: :data:`RECORD_SCHEMA_DDL`, plus the counts column when it counts,
     plus the id columns of the partition-pair read."""
@@ -140,6 +181,12 @@ def record_schema_ddl(options: Mapping[str, str]) -> str:
         from spark_audit.arrow_events import COUNTS_SCHEMA_DDL
 
         ddl = f"{ddl}, {COUNTS_COLUMN} STRUCT<{COUNTS_SCHEMA_DDL}>"
+        if parsed_events(options):
+            ddl = f"{ddl}, {EVENT_COLUMN} STRUCT<{EVENT_DDL}>"
+    if outlier_rule(options) is not None:
+        from spark_audit.timestamp_neighbours import CHECK_DDL
+
+        ddl = f"{ddl}, {TS_CHECK_COLUMN} STRUCT<{CHECK_DDL}>"
     if options.get("pair_topic"):
         from spark_audit.id_pairs import FLAGS_DDL
 
@@ -293,6 +340,12 @@ class KafkaReader(DataSourceReader):
             if not self.options.get(required):
                 raise AuditError(f"kafka_confluent source: option {required!r} is required")
         counts_window(self.options)  # a bad window fails here, on the driver, not in every task
+        if parsed_events(self.options) and counts_window(self.options) is None:
+            raise AuditError("kafka_confluent source: parsed_events needs counts_start_us and counts_end_us "
+                             "(the window whose values the read tasks parse)")
+        if outlier_rule(self.options) is not None and self.options.get("pair_topic"):
+            raise AuditError("kafka_confluent source: timestamp_checks is not supported with pair_topic "
+                             "(a pair task reads whole partitions: let Spark check the timestamps)")
 
     def partitions(self) -> Sequence[InputPartition]:
         if self.options.get("pair_topic"):
@@ -355,10 +408,16 @@ def read_range(options: Mapping[str, str], part: OffsetRangePartition) -> Iterat
     with_values = options.get("values", "true").lower() != "false"
     message_ids = options.get("message_ids", "false").lower() == "true"
     window = counts_window(options)
-    counter = _WindowCounts(*window) if window is not None else None
+    counter = _WindowCounts(*window, events=parsed_events(options)) if window is not None else None
+    rule = outlier_rule(options)
+    checks = None
+    if rule is not None:
+        from spark_audit.timestamp_neighbours import SplitTimestamps
+
+        checks = SplitTimestamps(rule)
 
     def columns() -> _Columns:
-        return _Columns(part.topic, part.partition, with_headers, message_ids, counter, with_values)
+        return _Columns(part.topic, part.partition, with_headers, message_ids, counter, with_values, checks)
 
     rows = columns()
     try:
@@ -386,10 +445,15 @@ def read_range(options: Mapping[str, str], part: OffsetRangePartition) -> Iterat
             yield rows.to_batch(pa)
     finally:
         consumer.close()
+    extra = _extra_types(pa, counter is not None, checks is not None, counter is not None and counter.events)
     if counter is not None:
-        counts = counter.to_batch(pa)
+        counts = counter.to_batch(pa, extra)
         if counts.num_rows:
             yield counts
+    if checks is not None:
+        found = checks.to_batch(part.partition, _record_types(pa), list(_RECORD_NAMES), extra, TS_CHECK_COLUMN)
+        if found.num_rows:
+            yield found
 
 
 def read_pair(options: Mapping[str, str], part: PairedRangePartition) -> Iterator[Any]:
@@ -427,6 +491,25 @@ def read_pair(options: Mapping[str, str], part: PairedRangePartition) -> Iterato
     ids = rows.column("id").combine_chunks()
     yield _pair_rows(pa, part.partition, len(ids), counting, key=ids, hashes=id_hashes(ids), flags=flags)
     yield _pair_rows(pa, part.partition, len(distinct), counting, hashes=distinct)
+
+
+def _extra_types(pa: Any, counting: bool, checking: bool, events: bool = False) -> dict[str, Any]:
+    """The columns a range read adds after the record columns, by name, in schema order."""
+    extra: dict[str, Any] = {}
+    if counting:
+        extra[COUNTS_COLUMN] = _counts_type(pa)
+    if events:
+        extra[EVENT_COLUMN] = _event_type(pa)
+    if checking:
+        from spark_audit.timestamp_neighbours import check_type
+
+        extra[TS_CHECK_COLUMN] = check_type(pa)
+    return extra
+
+
+def _event_type(pa: Any) -> Any:
+    return pa.struct([("unparseable", pa.bool_()), ("library", pa.string()), ("event_type", pa.string()),
+                      ("client", pa.string())])
 
 
 def _record_types(pa: Any) -> tuple[Any, ...]:
@@ -496,8 +579,10 @@ class _Columns:
     """Column buffers for one Arrow batch of records of one topic-partition."""
 
     def __init__(self, topic: str, partition: int, with_headers: bool = True, message_ids: bool = False,
-                 counter: _WindowCounts | None = None, with_values: bool = True) -> None:
+                 counter: _WindowCounts | None = None, with_values: bool = True,
+                 checks: SplitTimestamps | None = None) -> None:
         self.topic = topic
+        self.checks = checks
         self.with_values = with_values
         self.partition = partition
         self.with_headers = with_headers
@@ -525,6 +610,7 @@ class _Columns:
 
     def to_batch(self, pa: Any) -> Any:
         import numpy as np
+        import pyarrow.compute as pc
 
         n = len(self.offset)
         headers_type = pa.map_(pa.string(), pa.binary())
@@ -535,21 +621,27 @@ class _Columns:
             from spark_audit.message_ids import classify_arrow
 
             ids, _ = classify_arrow(key, value)  # the worker's contract, vectorised (keyless: per record)
+        events = None
         if self.counter is not None:
-            self.counter.add(key, timestamp, value, ids)
+            events = self.counter.add(key, timestamp, value, ids)
+        if events is not None:
+            event, keep_value = events
+            value = pc.if_else(keep_value, value, pa.scalar(None, pa.binary()))
+        offsets = pa.array(self.offset, pa.int64())
+        if self.checks is not None:
+            self.checks.add(offsets, timestamp)
         columns = [
             pa.array([self.topic] * n, pa.string()),
             pa.array(np.full(n, self.partition, dtype=np.int32)),
-            pa.array(self.offset, pa.int64()),
+            offsets,
             timestamp,
             ids if self.message_ids else key,
             value if self.with_values else pa.nulls(n, pa.binary()),
             pa.array(self.headers, headers_type) if self.with_headers else pa.nulls(n, headers_type),
         ]
-        if self.counter is None:
-            return pa.RecordBatch.from_arrays(columns, names=list(_RECORD_NAMES))
-        return pa.RecordBatch.from_arrays([*columns, pa.nulls(n, _counts_type(pa))],
-                                          names=[*_RECORD_NAMES, COUNTS_COLUMN])
+        extra = _extra_types(pa, self.counter is not None, self.checks is not None, events is not None)
+        added = [event if name == EVENT_COLUMN and events is not None else pa.nulls(n, t) for name, t in extra.items()]
+        return pa.RecordBatch.from_arrays([*columns, *added], names=[*_RECORD_NAMES, *extra])
 
 
 _RECORD_NAMES = ("topic", "partition", "offset", "timestamp", "key", "value", "headers")
@@ -565,34 +657,76 @@ class _WindowCounts:
     """A read task's partial input-pass counts over its records stamped in ``[start_us, end_us)``
     (the audit window; records without a usable timestamp are not in it)."""
 
-    def __init__(self, start_us: int, end_us: int) -> None:
+    def __init__(self, start_us: int, end_us: int, events: bool = False) -> None:
         from spark_audit.arrow_events import InputCounts
 
         self.start_us, self.end_us = start_us, end_us
         self.counts = InputCounts()
+        self.events = events
 
-    def add(self, key: Any, timestamp: Any, value: Any, ids: Any) -> None:
+    def add(self, key: Any, timestamp: Any, value: Any, ids: Any) -> tuple[Any, Any] | None:
+        """Count the batch's records in the window. With ``events``: (the ``event`` column of the
+        batch, which values to keep): the parsed fields of the records the fast path settled, and
+        keep the values of untimed records and of those it did not settle (module doc,
+        ``parsed_events``)."""
+        import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
+
+        from spark_audit.arrow_events import record_events
 
         micros = timestamp.cast(pa.int64())
         keep = pc.fill_null(pc.and_(pc.greater_equal(micros, self.start_us), pc.less(micros, self.end_us)), False)
         table = pa.table({"key": key, "timestamp": timestamp, "value": value})
-        if pc.all(keep).as_py():
-            self.counts.add(table, ids)
-        elif pc.any(keep).as_py():
-            self.counts.add(table.filter(keep), ids.filter(keep))
+        n = len(timestamp)
+        positions = np.flatnonzero(np.asarray(keep.to_numpy(zero_copy_only=False), dtype=bool))
+        if len(positions) < n:
+            table, ids = table.filter(keep), ids.filter(keep)
+        rows, raw = record_events(table, ids) if len(positions) else (None, np.zeros(0, dtype=bool))
+        if rows is not None:
+            self.counts.add_events(table, rows, raw)
+        if not self.events:
+            return None
+        settled = np.zeros(n, dtype=bool)
+        settled[positions[~raw]] = True
+        untimed = np.asarray(micros.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        keep_value = pa.array(untimed | (~settled & _in(positions, n)))
+        return _scattered_events(pa, rows, settled, positions, raw, n), keep_value
 
-    def to_batch(self, pa: Any) -> Any:
-        """The counts as rows of the source's schema: every record column null, the counts column set."""
+    def to_batch(self, pa: Any, extra: dict[str, Any]) -> Any:
+        """The counts as rows of the source's schema: every record column null, the counts column
+        set (``extra``: the columns after the record columns, by name with their types)."""
         counts = self.counts.table().combine_chunks()
         n = counts.num_rows
         struct = pa.StructArray.from_arrays([counts.column(i).combine_chunks() for i in range(counts.num_columns)],
                                             fields=list(counts.schema))
-        types = (pa.string(), pa.int32(), pa.int64(), pa.timestamp("us", tz="UTC"), pa.binary(), pa.binary(),
-                 pa.map_(pa.string(), pa.binary()))
-        return pa.RecordBatch.from_arrays([*(pa.nulls(n, t) for t in types), struct],
-                                          names=[*_RECORD_NAMES, COUNTS_COLUMN])
+        columns = [*(pa.nulls(n, t) for t in _record_types(pa)),
+                   *(struct if name == COUNTS_COLUMN else pa.nulls(n, t) for name, t in extra.items())]
+        return pa.RecordBatch.from_arrays(columns, names=[*_RECORD_NAMES, *extra])
+
+
+def _in(positions: Any, n: int) -> Any:
+    import numpy as np
+
+    mask = np.zeros(n, dtype=bool)
+    mask[positions] = True
+    return mask
+
+
+def _scattered_events(pa: Any, rows: Any, settled: Any, positions: Any, raw: Any, n: int) -> Any:
+    """The ``event`` column of a batch of ``n`` records: the fields of ``rows`` (the records at
+    ``positions``) where the fast path settled them, null elsewhere."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    index = np.full(n, -1, dtype=np.int64)
+    index[positions[~raw]] = np.flatnonzero(~raw)
+    if rows is None:
+        return pa.nulls(n, _event_type(pa))
+    take = pa.array(index, mask=~settled)
+    names = ("unparseable", "library", "event_type", "client")
+    return pa.StructArray.from_arrays([pc.take(rows.column(c).combine_chunks(), take) for c in names],
+                                      fields=list(_event_type(pa)), mask=pa.array(~settled))
 
 
 #: The largest record timestamp read as one (9999-12-31T23:59:59.999Z, epoch ms; what a Python

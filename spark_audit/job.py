@@ -129,12 +129,22 @@ def parse_events(df: Any, cfg: AuditConfig) -> Any:
 
     Only records in the window (or without timestamp) are parsed: the lookback only needs ids.
     ``from_json`` with this minimal schema measured 2x faster than three ``get_json_object`` calls.
+    A broker topic's records parsed in the read tasks (``parsed_events``: their ``event`` column is
+    set, their value dropped) take those fields; only the others are parsed here.
     """
     from pyspark.sql import functions as F
 
+    from spark_audit.datasource import EVENT_COLUMN
+
     ts = F.col("timestamp")
     wanted = ts.isNull() | ((ts >= F.lit(cfg.start)) & (ts < F.lit(cfg.end)))
-    return df.select("key", "timestamp", "partition", "offset", *event_fields(F.when(wanted, _from_json())))
+    if EVENT_COLUMN not in df.columns:
+        return df.select("key", "timestamp", "partition", "offset", *event_fields(F.when(wanted, _from_json())))
+    event = F.col(EVENT_COLUMN)
+    by_spark = _event_exprs(F.when(wanted & event.isNull(), _from_json()))
+    return df.select("key", "timestamp", "partition", "offset",
+                     *(F.when(event.isNotNull(), event[name]).otherwise(expr).alias(name)
+                       for name, expr in by_spark.items()))
 
 
 def _from_json() -> Any:
@@ -611,11 +621,8 @@ def dead_letters_missing(input_df: Any, raw_dlq: Any | None, cfg: AuditConfig, d
     return _write_counted(malformed, path), path
 
 
-#: How many records on each side are looked at for a record's nearest timed neighbours.
-_NEIGHBOUR_ROWS = 8
-
-
-def timestamp_checks(raw: Any, cfg: AuditConfig, details_dir: Path) -> tuple[int, int, Path]:
+def timestamp_checks(raw: Any, cfg: AuditConfig, details_dir: Path,
+                     checked: Any | None = None) -> tuple[int, int, Path]:
     """Records whose timestamp can't be trusted, by their neighbours (the nearest records with a
     timestamp before and after them in their partition, by offset, within blocks of
     ``outlier_block`` offsets: a sort per block, not per topic). Returns (bad, outliers, details):
@@ -628,20 +635,51 @@ def timestamp_checks(raw: Any, cfg: AuditConfig, details_dir: Path) -> tuple[int
 
     One pass; both kinds are written to ``details/timestamps`` (kind, partition, offset, timestamp,
     previous, next) and counted from there.
+
+    ``checked``: the rows the read tasks of a broker topic yielded (``timestamp_checks`` option,
+    :mod:`spark_audit.timestamp_neighbours`): what they found, and their edge rows, judged here by
+    the same window over those few rows; then ``raw`` is not read (no sort of every record).
     """
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     path = details_dir / "timestamps"
+    if checked is None:
+        rows = _with_neighbours(raw.select("partition", "offset", "timestamp"), cfg)
+        spike, bad = _suspect(cfg)
+        found = rows.where(spike | bad).select(F.when(bad, F.lit("bad")).otherwise(F.lit("outlier")).alias("kind"),
+                                               "partition", "offset", "timestamp", "previous", "next")
+    else:
+        found = _found_by_reads(checked, cfg)
+    found.write.mode("overwrite").parquet(str(path))
+    kinds = {r["kind"]: int(r["count"]) for r in
+             raw.sparkSession.read.parquet(str(path)).groupBy("kind").count().collect()}
+    return kinds.get("bad", 0), kinds.get("outlier", 0), path
+
+
+def _with_neighbours(rows: Any, cfg: AuditConfig, *group: str) -> Any:
+    """``rows`` (partition, offset, timestamp, ...) with each one's ``previous`` and ``next``: the
+    nearest timestamps among the ``NEIGHBOUR_ROWS`` rows before and after it by offset, in its
+    partition and block of ``outlier_block`` offsets (and ``group``)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from spark_audit.timestamp_neighbours import NEIGHBOUR_ROWS
+
     ts = F.col("timestamp")
+    by_offset = Window.partitionBy("partition", "block", *group).orderBy("offset")
+    return rows.withColumn("block", F.floor(F.col("offset") / cfg.outlier_block)).select(
+        *rows.columns,
+        F.last(ts, ignorenulls=True).over(by_offset.rowsBetween(-NEIGHBOUR_ROWS, -1)).alias("previous"),
+        F.first(ts, ignorenulls=True).over(by_offset.rowsBetween(1, NEIGHBOUR_ROWS)).alias("next"))
+
+
+def _suspect(cfg: AuditConfig) -> tuple[Any, Any]:
+    """(spike, bad) over the columns ``timestamp``, ``previous`` and ``next`` (:func:`timestamp_checks`;
+    :func:`spark_audit.timestamp_neighbours.judge` is the same in numpy)."""
+    from pyspark.sql import functions as F
+
+    ts, p, n = F.col("timestamp"), F.col("previous"), F.col("next")
     limit_s = cfg.outlier_threshold.total_seconds()
-    block = F.floor(F.col("offset") / cfg.outlier_block)
-    by_offset = Window.partitionBy("partition", "block").orderBy("offset")
-    rows = raw.select("partition", "offset", "timestamp", block.alias("block")).select(
-        "partition", "offset", "timestamp",
-        F.last(ts, ignorenulls=True).over(by_offset.rowsBetween(-_NEIGHBOUR_ROWS, -1)).alias("previous"),
-        F.first(ts, ignorenulls=True).over(by_offset.rowsBetween(1, _NEIGHBOUR_ROWS)).alias("next"))
-    p, n = F.col("previous"), F.col("next")
 
     def apart(a: Any, b: Any) -> Any:
         return F.abs(_seconds_between(a, b)) > limit_s
@@ -651,13 +689,29 @@ def timestamp_checks(raw: Any, cfg: AuditConfig, details_dir: Path) -> tuple[int
 
     near_window = in_window(p) | in_window(n)
     spike = ts.isNotNull() & apart(ts, p) & apart(ts, n) & ~apart(p, n) & (in_window(ts) | near_window)
-    bad = ts.isNull() & near_window
-    found = rows.where(spike | bad).select(F.when(bad, F.lit("bad")).otherwise(F.lit("outlier")).alias("kind"),
-                                           "partition", "offset", "timestamp", "previous", "next")
-    found.write.mode("overwrite").parquet(str(path))
-    kinds = {r["kind"]: int(r["count"]) for r in
-             raw.sparkSession.read.parquet(str(path)).groupBy("kind").count().collect()}
-    return kinds.get("bad", 0), kinds.get("outlier", 0), path
+    return spike, ts.isNull() & near_window
+
+
+def _found_by_reads(checked: Any, cfg: AuditConfig) -> Any:
+    """The suspect records from the read tasks' rows: those the tasks found, and those of their
+    edge rows that Spark's window over the edge bands finds (one scan, a sort of the few rows)."""
+    from pyspark.sql import functions as F
+
+    from spark_audit.datasource import TS_CHECK_COLUMN
+    from spark_audit.timestamp_neighbours import EDGE, FOUND_KINDS
+
+    c = F.col(TS_CHECK_COLUMN)
+    rows = checked.select("partition", "offset", "timestamp", c["kind"].alias("task_kind"), c["band"].alias("band"),
+                          c["previous"].alias("task_previous"), c["next"].alias("task_next"))
+    rows = _with_neighbours(rows, cfg, "band")
+    spike, bad = _suspect(cfg)
+    by_task = F.col("task_kind").isin(*FOUND_KINDS)
+    by_spark = (F.col("task_kind") == EDGE) & (spike | bad)
+    return rows.where(by_task | by_spark).select(
+        F.when(by_task, F.col("task_kind")).when(bad, F.lit("bad")).otherwise(F.lit("outlier")).alias("kind"),
+        "partition", "offset", "timestamp",
+        F.when(by_task, F.col("task_previous")).otherwise(F.col("previous")).alias("previous"),
+        F.when(by_task, F.col("task_next")).otherwise(F.col("next")).alias("next"))
 
 
 def write_breakdowns(tables: dict[str, list[dict[str, Any]]], details_dir: Path) -> dict[str, Path]:
@@ -724,7 +778,8 @@ def read_source(spark: Any, source: Source, role: str, cfg: AuditConfig) -> tupl
         options = {"message_ids": "true", **({} if role == "dead-letter" else {"headers": "false"}),
                    **({} if role == "input" else {"values": "false"})}
         if role == "input":
-            options.update(counts_start_us=_micros(cfg.start), counts_end_us=_micros(cfg.end))
+            options.update(counts_start_us=_micros(cfg.start), counts_end_us=_micros(cfg.end), parsed_events="true",
+                           timestamp_checks=outlier_rule(cfg).option())
         source = dataclasses.replace(source, options={**options, **source.options})
     df, problem = load(spark, source, cfg.lookback_start - cfg.timestamp_skew, None)
     if problem is not None or df is None:
@@ -739,6 +794,14 @@ def read_source(spark: Any, source: Source, role: str, cfg: AuditConfig) -> tupl
     return with_message_ids(df), None
 
 
+def outlier_rule(cfg: AuditConfig) -> Any:
+    """The timestamp checks' rule as the read tasks apply it (:mod:`spark_audit.timestamp_neighbours`)."""
+    from spark_audit.timestamp_neighbours import OutlierRule
+
+    return OutlierRule(int(_micros(cfg.start)), int(_micros(cfg.end)), cfg.outlier_threshold.total_seconds(),
+                       cfg.outlier_block)
+
+
 def _micros(at: datetime) -> str:
     return str(int(at.timestamp()) * 1_000_000 + at.microsecond)
 
@@ -746,15 +809,33 @@ def _micros(at: datetime) -> str:
 def split_counts(df: Any) -> tuple[Any, Any]:
     """(records, partial input-pass counts) of a frame :func:`read_source` returned; the counts are
     None when the source did not count (exports, output and dead-letter topics). Both come from the
-    one persisted scan."""
+    one persisted scan (and :func:`split_checks`' rows too)."""
     from pyspark.sql import functions as F
 
-    from spark_audit.datasource import COUNTS_COLUMN
+    from spark_audit.datasource import COUNTS_COLUMN, TS_CHECK_COLUMN
 
-    if df is None or COUNTS_COLUMN not in df.columns:
-        return df, None
-    counts = F.col(COUNTS_COLUMN)
-    return df.where(counts.isNull()).drop(COUNTS_COLUMN), df.where(counts.isNotNull()).select(f"{COUNTS_COLUMN}.*")
+    if df is None:
+        return None, None
+    extra = [c for c in (COUNTS_COLUMN, TS_CHECK_COLUMN) if c in df.columns]
+    records = df
+    for column in extra:
+        records = records.where(F.col(column).isNull())
+    records = records.drop(*extra)
+    if COUNTS_COLUMN not in df.columns:
+        return records, None
+    return records, df.where(F.col(COUNTS_COLUMN).isNotNull()).select(f"{COUNTS_COLUMN}.*")
+
+
+def split_checks(df: Any) -> Any | None:
+    """The read tasks' timestamp-check rows of a frame :func:`read_source` returned (partition,
+    offset, timestamp and the check struct), or None when the source did not check."""
+    from pyspark.sql import functions as F
+
+    from spark_audit.datasource import TS_CHECK_COLUMN
+
+    if df is None or TS_CHECK_COLUMN not in df.columns:
+        return None
+    return df.where(F.col(TS_CHECK_COLUMN).isNotNull()).select("partition", "offset", "timestamp", TS_CHECK_COLUMN)
 
 
 def audit(spark: Any, cfg: AuditConfig) -> AuditResult:
@@ -795,12 +876,15 @@ def audit(spark: Any, cfg: AuditConfig) -> AuditResult:
     missing_sources: list[str] = []
     fallback = pair_fallback(cfg)
     paired = read_pairs(spark, cfg) if fallback is None else None
+    input_checks = None
     if paired is not None:
         cached.append(paired)
         raw_input, raw_output, broker_counts, pair_ids, pair_hashes = split_pairs(paired, cfg)
         path = "partition pairs"
     else:
-        raw_input, broker_counts = split_counts(read(cfg.input, "input"))
+        input_read = read(cfg.input, "input")
+        raw_input, broker_counts = split_counts(input_read)
+        input_checks = split_checks(input_read)
         raw_output = read(cfg.output, "output")
         path = f"global: {fallback or 'a topic is gone'}"
     log.info("id summary path: %s", path)
@@ -850,7 +934,7 @@ def audit(spark: Any, cfg: AuditConfig) -> AuditResult:
                                                            totals["missing_message_ids"])
         with _step("timestamps", timings):
             bad_ts, outliers, timestamps_path = timestamp_checks(
-                raw_input if raw_input is not None else _empty_records(spark), cfg, details_dir)
+                raw_input if raw_input is not None else _empty_records(spark), cfg, details_dir, input_checks)
             if not isinstance(cfg.input, KafkaSource):
                 bad_ts = 0  # an export's untimed records are counted as missing_timestamps
     finally:

@@ -5,12 +5,27 @@ records, for every odd record a topic can hold. Against a real ads-broker proces
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import random
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import Producer
+
 from ads_broker.embedded import BrokerProcess
-from spark_audit.job import AuditConfig, input_pass, input_pass_from_counts, read_source, split_counts, within
+from spark_audit.datasource import EVENT_COLUMN
+from spark_audit.job import (
+    AuditConfig,
+    input_pass,
+    input_pass_from_counts,
+    parse_events,
+    read_source,
+    split_checks,
+    split_counts,
+    timestamp_checks,
+    within,
+)
 from spark_audit.message_ids import with_message_ids
 from spark_audit.sources import KafkaSource
 from tests.integration.audit import test_audit_kafka
@@ -52,6 +67,10 @@ def _rows(df: Any) -> list[tuple[Any, ...]]:
     return sorted((r["partition"], r["offset"], r["timestamp"], r["key"], r["value"]) for r in df.collect())
 
 
+def _ids(df: Any) -> list[tuple[Any, ...]]:
+    return sorted((r["partition"], r["offset"], r["timestamp"], r["key"]) for r in df.collect())
+
+
 def test_ids_from_the_source_equal_with_message_ids_on_edge_records(spark: Any, ads_broker: BrokerProcess,
                                                                     topic_name: str, tmp_path: Path) -> None:
     create_topics(ads_broker.bootstrap, topic_name)
@@ -62,8 +81,8 @@ def test_ids_from_the_source_equal_with_message_ids_on_edge_records(spark: Any, 
     try:
         raw = (spark.read.format("kafka_confluent").option("bootstrap", ads_broker.bootstrap)
                .option("topic", topic_name).load())
-        expected = _rows(with_message_ids(raw))  # the contract applied by Spark to the raw keys
-        got = _rows(split_counts(df)[0])
+        expected = _ids(with_message_ids(raw))  # the contract applied by Spark to the raw keys
+        got = _ids(split_counts(df)[0])
     finally:
         df.unpersist()
     assert len(got) == len(EDGE_RECORDS)
@@ -143,3 +162,86 @@ def test_the_read_counts_the_input_pass_exactly_as_spark_parses_it(spark: Any, a
     # the one stamped in microseconds and the one ten years ahead.
     assert sum(int(r[-2]) for r in want if r[-1] == "1") == len(odd) - 2 + len(EDGE_RECORDS) - 2
     assert raw_rows > 0  # values the fast parser did not take went to from_json, and were counted
+
+
+def _stamped_day(rng: random.Random, n: int) -> list[Rec]:
+    """``n`` records over 2 partitions, mostly a minute apart; a quarter stamped in microseconds
+    (read as null), some spikes ten years ahead or behind, and runs of each."""
+    out = []
+    for i in range(n):
+        ts = at(i % 600)
+        shape = rng.random()
+        if shape < 0.25 or (i // 40) % 5 == 3:  # runs of unusable stamps: neighbours 8 rows away
+            ts = ts * 1000
+        elif shape < 0.35:
+            ts = ts + rng.choice([1, -1]) * TEN_YEARS_MS
+        out.append(Rec(f"t-{i}".encode(), ev(f"t-{i}", i), ts, i % 2))
+    return out
+
+
+def _detail(spark: Any, path: Path) -> list[tuple[Any, ...]]:
+    return sorted(tuple(r) for r in spark.read.parquet(str(path)).collect())
+
+
+def test_timestamp_checks_from_the_read_tasks_equal_spark_s_window(spark: Any, ads_broker: BrokerProcess,
+                                                                    topic_name: str, tmp_path: Path) -> None:
+    """The read tasks judge the timestamps of the records inside their splits and pass on their
+    edge rows (spark_audit/timestamp_neighbours.py): with splits of ~56 records and blocks of 100
+    offsets, the detail table and the counts equal those of Spark's window over every record."""
+    create_topics(ads_broker.bootstrap, topic_name)
+    records = _stamped_day(random.Random(15), 900)
+    producer = Producer({"bootstrap.servers": ads_broker.bootstrap, "enable.idempotence": True, "acks": "all"})
+    for rec in records:  # idempotent: each partition keeps the list order
+        producer.produce(topic_name, key=rec.key, value=rec.value, partition=rec.partition, timestamp=rec.ts_ms)
+    assert producer.flush(60) == 0
+    source = KafkaSource(ads_broker.bootstrap, topic_name, {"max_records_per_split": "60"})
+    cfg = dataclasses.replace(_config(source, tmp_path), outlier_block=100)
+    df, problem = read_source(spark, source, "input", cfg)
+    assert problem is None and df is not None
+    try:
+        raw, _counts = split_counts(df)
+        checks = split_checks(df)
+        assert checks is not None, "the read did not check the timestamps"
+        assert raw.count() == len(records)
+        checked_rows, splits = checks.count(), df.rdd.getNumPartitions()
+        by_window = timestamp_checks(raw, cfg, tmp_path / "window")
+        by_reads = timestamp_checks(raw, cfg, tmp_path / "reads", checks)
+    finally:
+        df.unpersist()
+    assert by_reads[:2] == by_window[:2]
+    assert by_window[0] > 10 and by_window[1] > 10  # both kinds found, in the tasks and at their edges
+    assert _detail(spark, by_reads[2]) == _detail(spark, by_window[2])
+    # What Spark sorts: the edge bands (2 x 2 x 8 rows per split) and what the tasks found.
+    assert splits >= 16
+    assert checked_rows <= splits * 32 + by_window[0] + by_window[1] < len(records)
+
+
+def test_events_parsed_in_the_read_equal_from_json_and_leave_no_value_behind(
+        spark: Any, ads_broker: BrokerProcess, topic_name: str, tmp_path: Path) -> None:
+    """The read tasks put the parsed fields of the values their pyarrow parse settled in the
+    ``event`` column and drop those values (and those of records stamped outside the window, which
+    no pass parses): ``parse_events`` on that frame gives every record the fields ``from_json``
+    gives it on the values (every odd value shape, keyless and badly stamped records)."""
+    create_topics(ads_broker.bootstrap, topic_name)
+    odd = [r for r in sc.odd_records() if r.ts is not None]
+    test_audit_kafka.produce(ads_broker.bootstrap, topic_name, odd)
+    produce(ads_broker.bootstrap, topic_name, EDGE_RECORDS)
+    source = KafkaSource(ads_broker.bootstrap, topic_name)
+    cfg = _config(source, tmp_path)
+    df, problem = read_source(spark, source, "input", cfg)
+    assert problem is None and df is not None
+    try:
+        records, _counts = split_counts(df)
+        assert EVENT_COLUMN in records.columns
+        got = _as_rows(parse_events(records, cfg))
+        values_kept = records.where("value IS NOT NULL").count()
+        settled = records.where(f"{EVENT_COLUMN} IS NOT NULL").count()
+    finally:
+        df.unpersist()
+    raw = spark.read.format("kafka_confluent").option("bootstrap", ads_broker.bootstrap).option("topic", topic_name)
+    want = _as_rows(parse_events(with_message_ids(raw.load()), cfg))
+    assert got == want
+    assert len(got) == len(odd) + len(EDGE_RECORDS)
+    # Most values were settled in the read; those kept are the ones only from_json may parse.
+    assert settled > len(got) // 2
+    assert 0 < values_kept < len(got) - settled + 1

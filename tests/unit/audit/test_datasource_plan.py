@@ -70,3 +70,25 @@ def test_the_counts_column_is_in_the_schema_only_when_the_read_counts() -> None:
     assert record_schema_ddl({}) == RECORD_SCHEMA_DDL
     assert record_schema_ddl({"counts_start_us": "1", "counts_end_us": "2"}).startswith(
         f"{RECORD_SCHEMA_DDL}, input_counts STRUCT<hour TIMESTAMP")
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"parsed_events": "true"}, "parsed_events needs counts_start_us and counts_end_us"),
+    ({"timestamp_checks": "1,2"}, "timestamp_checks='1,2' must be"),
+    ({"timestamp_checks": "1,2,3.0,4", "pair_topic": "out"}, "timestamp_checks is not supported with pair_topic"),
+])
+def test_read_task_options_that_cannot_work_are_refused_on_the_driver(options: dict[str, str], message: str) -> None:
+    from spark_audit.datasource import KafkaReader
+
+    with pytest.raises(AuditError, match=message):
+        KafkaReader({"bootstrap": "127.0.0.1:9", "topic": "t", **options})
+
+
+def test_the_event_and_check_columns_follow_the_counts_in_the_schema() -> None:
+    from spark_audit.datasource import RECORD_SCHEMA_DDL, record_schema_ddl
+
+    ddl = record_schema_ddl({"counts_start_us": "1", "counts_end_us": "2", "parsed_events": "true",
+                             "timestamp_checks": "1,2,3.0,4"})
+    assert ddl.startswith(f"{RECORD_SCHEMA_DDL}, input_counts STRUCT<")
+    assert ddl.index("input_counts") < ddl.index(", event STRUCT<unparseable BOOLEAN") \
+        < ddl.index(", timestamp_check STRUCT<kind STRING, band BOOLEAN")
