@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ads_broker.config import parse_properties
+from ads_broker.exceptions import ConfigError
 from ads_broker.log.fileutil import atomic_write
 
 META_PROPERTIES_FILE = "meta.properties"
@@ -36,16 +38,11 @@ class MetaProperties:
 
 
 def _parse(text: str, path: Path) -> dict[str, str]:
-    values: dict[str, str] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith(("#", "!")):
-            continue
-        key, sep, value = line.partition("=")
-        if not sep:
-            raise MetaPropertiesError(f"{path}: line {raw[:80]!r} is not key=value")
-        values[key.strip()] = value.strip()
-    return values
+    """The file's ``key=value`` lines, read as the broker's own properties files are."""
+    try:
+        return parse_properties(text, str(path))
+    except ConfigError as e:
+        raise MetaPropertiesError(str(e)) from None
 
 
 def read_meta_properties(data_dir: Path) -> MetaProperties | None:

@@ -36,7 +36,7 @@ def test_a_file_written_by_kafka_is_read(tmp_path: Path) -> None:
     ("version=0\nbroker.id=1\n", "missing cluster.id"),
     ("version=0\nbroker.id=one\ncluster.id=c\n", "broker.id 'one' is not an integer"),
     ("version=0\nbroker.id=1\ncluster.id=\n", "cluster.id is empty"),
-    ("version=0\nbroker.id 1\n", "is not key=value"),
+    ("version=0\nbroker.id 1\n", r"meta.properties:2: expected key=value"),
 ])
 def test_a_damaged_file_is_refused_naming_the_field(tmp_path: Path, text: str, message: str) -> None:
     (tmp_path / META_PROPERTIES_FILE).write_text(text)
