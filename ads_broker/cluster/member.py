@@ -33,14 +33,16 @@ class ClusterMember:
              on_partition_removed: PartitionRemovedCallback | None = None,
              on_elected: Callable[[int], None] | None = None,
              on_resigned: Callable[[], None] | None = None,
-             data_dir_cluster_id: str | None = None) -> ClusterMember:
+             data_dir_cluster_id: str | None = None, data_dir_incarnation: int | None = None) -> ClusterMember:
         """Connect, register (refused on a cluster id or broker id conflict) and run for controller;
-        ``data_dir_cluster_id``: the cluster the data dir belongs to (see :class:`BrokerMembership`)."""
+        ``data_dir_cluster_id`` / ``data_dir_incarnation``: the cluster the data dir belongs to (see
+        :class:`BrokerMembership`)."""
         zk = KafkaZkClient(connect, session_timeout_ms=session_timeout_ms,
                            connection_timeout_ms=connection_timeout_ms).start()
         try:
             membership = BrokerMembership(zk, registration, on_partition_state, on_partition_removed,
-                                          data_dir_cluster_id=data_dir_cluster_id)
+                                          data_dir_cluster_id=data_dir_cluster_id,
+                                          data_dir_incarnation=data_dir_incarnation)
             membership.register()
         except BaseException:
             zk.close()

@@ -66,7 +66,7 @@ from ads_broker.cluster.zookeeper import (
     LeaderAndIsr,
     TopicPartition,
 )
-from ads_broker.config import SETTINGS, BrokerConfig, validate_topic_configs
+from ads_broker.config import BrokerConfig, validate_topic_configs
 from ads_broker.exceptions import (
     BrokerError,
     ConfigError,
@@ -195,8 +195,6 @@ T = TypeVar("T")
 #: requests. Every live broker runs for controller when there is none, so this is the time of one
 #: election (a read or two); the bound only matters when ZooKeeper fails meanwhile.
 CONTROLLER_WAIT_S = 10.0
-#: ``cluster.id``'s default (config.py): shared by every cluster that does not set its own.
-DEFAULT_CLUSTER_ID = str(next(s.default for s in SETTINGS if s.name == "cluster.id"))
 #: Attempts of the start's comparison of local topics with ZooKeeper's, and the pause before the
 #: n-th retry (n times this); then the broker refuses to start.
 STRAY_CHECK_ATTEMPTS = 3
@@ -416,12 +414,6 @@ class ClusterNode:
         loop = asyncio.get_running_loop()
         self._loop = loop
         meta = self._check_meta_properties()
-        if self.config.settings.cluster_id == DEFAULT_CLUSTER_ID:
-            # meta.properties tells clusters apart by this id: every cluster left at the default
-            # shares it, so a zookeeper.connect pointing at another such cluster is not refused.
-            log.warning("cluster.id is the default; give each cluster an id of its own (ads-broker cluster up "
-                        "does), or a broker pointed at another cluster's ZooKeeper cannot be refused",
-                        cluster_id=DEFAULT_CLUSTER_ID)
         # A data dir without meta.properties that already holds client topics (one from before
         # meta.properties existed) belongs to the configured cluster too: it must not create
         # /cluster/id in an empty ZooKeeper (a wrong chroot) and put all its topics aside as stray.
@@ -431,12 +423,14 @@ class ClusterNode:
         join = functools.partial(ClusterMember.from_config, self.config.values, self.registration(),
                                  on_partition_state=self._on_partition_state,
                                  on_partition_removed=self._on_partition_removed,
-                                 data_dir_cluster_id=owner)
+                                 data_dir_cluster_id=owner,
+                                 data_dir_incarnation=None if meta is None else meta.incarnation)
         member = await loop.run_in_executor(None, join)
-        if meta is None:  # a new data dir, or one from before meta.properties: it is this cluster's now
+        if meta is None or meta.incarnation is None:  # a new data dir, or one from before: this cluster's now
             try:
-                write_meta_properties(self.replicas.data_dir,
-                                      MetaProperties(self.config.settings.cluster_id, self.broker_id))
+                write_meta_properties(self.replicas.data_dir, MetaProperties(
+                    self.config.settings.cluster_id, self.broker_id,
+                    incarnation=member.membership.cluster_incarnation))
             except BaseException:
                 await loop.run_in_executor(None, member.leave)
                 raise

@@ -52,11 +52,15 @@ class BrokerMembership:
     def __init__(self, zk: KafkaZkClient, registration: BrokerRegistration,
                  on_partition_state: PartitionStateCallback | None = None,
                  on_partition_removed: PartitionRemovedCallback | None = None, *,
-                 data_dir_cluster_id: str | None = None) -> None:
+                 data_dir_cluster_id: str | None = None, data_dir_incarnation: int | None = None) -> None:
         self.zk = zk
         #: the cluster the data dir belongs to (its ``meta.properties``); None for a data dir new to
         #: every cluster, which may create ``/cluster/id`` in an empty ZooKeeper
         self.data_dir_cluster_id = data_dir_cluster_id
+        #: the creation zxid of ``/cluster/id`` the data dir was written with (meta.properties); None: not known yet
+        self.data_dir_incarnation = data_dir_incarnation
+        #: the creation zxid of this ZooKeeper's ``/cluster/id``, read at registration
+        self.cluster_incarnation: int | None = None
         self._on_partition_removed = on_partition_removed
         self.registration = registration
         self.broker_id = registration.broker_id
@@ -82,6 +86,16 @@ class BrokerMembership:
                 f"broker {self.broker_id}: cluster.id {self.registration.cluster_id!r} does not match the cluster id "
                 f"{stored!r} stored in ZooKeeper at {self.zk.connect}/cluster/id; this broker belongs to another "
                 "cluster (wrong zookeeper.connect chroot?) or its cluster.id is wrong")
+        incarnation = self.zk.get_cluster_id_czxid()
+        if self.data_dir_incarnation is not None and incarnation != self.data_dir_incarnation:
+            raise InconsistentClusterIdError(
+                f"broker {self.broker_id}: ZooKeeper at {self.zk.connect} holds cluster id {stored!r}, but its "
+                f"/cluster/id was created at zxid {incarnation}, and this broker's data dir belongs to the cluster "
+                f"whose /cluster/id was created at zxid {self.data_dir_incarnation} (meta.properties): another "
+                "ZooKeeper or chroot with the same cluster.id. The broker is trying to join the wrong cluster: "
+                "zookeeper.connect (its chroot) may be wrong. To move the data dir to this cluster on purpose, "
+                "remove its meta.properties")
+        self.cluster_incarnation = incarnation
         self.broker_epoch = self.zk.register_broker(self.registration)
         self.zk.add_state_listener(self._on_session_state)
         if self._on_partition_state is not None:

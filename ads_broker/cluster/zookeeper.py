@@ -246,6 +246,15 @@ class KafkaZkClient:
             return None
         return str(json.loads(data)["id"])
 
+    def get_cluster_id_czxid(self) -> int | None:
+        """The creation zxid of ``/cluster/id`` (None if absent): which ZooKeeper, of those that may
+        hold the same id, this cluster's is (a restore from a backup keeps it)."""
+        try:
+            _, stat = self.client.get(CLUSTER_ID_PATH)
+        except NoNodeError:
+            return None
+        return int(stat.czxid)
+
     def get_or_create_cluster_id(self, proposed: str) -> str:
         """The cluster's id: the stored one, or ``proposed`` if this is the first broker."""
         body = json.dumps({"version": "1", "id": proposed}).encode()

@@ -18,6 +18,7 @@ from ads_broker.exceptions import ConfigError
 from ads_broker.log.fileutil import atomic_write
 
 META_PROPERTIES_FILE = "meta.properties"
+INCARNATION_KEY = "zookeeper.cluster.id.czxid"
 
 
 class MetaPropertiesError(ValueError):
@@ -31,10 +32,16 @@ class MetaProperties:
     cluster_id: str
     broker_id: int
     version: int = 0
+    #: The creation zxid of the cluster's ``/cluster/id`` znode (ours, not Kafka's: Kafka's cluster
+    #: id is random, ours is the ``cluster.id`` setting, which clusters left at its default share).
+    #: Tells two ZooKeepers (or chroots) with the same id apart; a ZooKeeper restored from a backup
+    #: keeps it. None in a file written before it existed (added at the next start).
+    incarnation: int | None = None
 
     def to_text(self) -> str:
+        extra = "" if self.incarnation is None else f"{INCARNATION_KEY}={self.incarnation}\n"
         return (f"#\n# written by ads-broker: this data dir belongs to this cluster and broker\n"
-                f"version={self.version}\nbroker.id={self.broker_id}\ncluster.id={self.cluster_id}\n")
+                f"version={self.version}\nbroker.id={self.broker_id}\ncluster.id={self.cluster_id}\n{extra}")
 
 
 def _parse(text: str, path: Path) -> dict[str, str]:
@@ -67,7 +74,10 @@ def read_meta_properties(data_dir: Path) -> MetaProperties | None:
         raise MetaPropertiesError(f"{path}: broker.id {values['broker.id']!r} is not an integer") from None
     if not cluster_id:
         raise MetaPropertiesError(f"{path}: cluster.id is empty")
-    return MetaProperties(cluster_id, broker_id)
+    incarnation = values.get(INCARNATION_KEY)
+    if incarnation is not None and not incarnation.isdigit():
+        raise MetaPropertiesError(f"{path}: {INCARNATION_KEY} {incarnation!r} is not a zxid")
+    return MetaProperties(cluster_id, broker_id, incarnation=None if incarnation is None else int(incarnation))
 
 
 def write_meta_properties(data_dir: Path, meta: MetaProperties) -> None:

@@ -127,11 +127,14 @@ def test_topic_unknown_to_a_zookeeper_of_the_same_cluster_is_quarantined_not_del
         held = _segment_bytes(brokers.data_dir(1) / "precious-0")
         assert held > 0
 
-        # A ZooKeeper restored from a backup older than the topic: the cluster id, no topic.
-        restored = zk_server.connect_string(f"t-{uuid.uuid4().hex[:12]}")
+        # A ZooKeeper restored from a backup older than the topic: its /cluster/id (the same znode,
+        # created at the same zxid, as a restore keeps it), no topic. Played by removing the topic's
+        # znodes by hand from this cluster's own chroot.
+        restored = brokers.zk_connect
         zk = KafkaZkClient(restored).start()
         try:
-            assert zk.get_or_create_cluster_id(brokers.cluster_id) == brokers.cluster_id
+            zk.client.delete("/brokers/topics/precious", recursive=True)
+            zk.client.delete("/config/topics/precious", recursive=True)
         finally:
             zk.close()
         old = BrokerCluster(restored, tmp_path / "restored")
@@ -157,6 +160,41 @@ def test_topic_unknown_to_a_zookeeper_of_the_same_cluster_is_quarantined_not_del
         wait_until(lambda: admin.list_topics(timeout=10).controller_id == 1, "broker 1 joined again", timeout_s=120)
         assert (brokers.data_dir(1) / left[0]).is_dir()
         old.procs[1].stop()
+    finally:
+        brokers.stop_all()
+
+
+def test_another_zookeeper_with_the_same_cluster_id_is_refused(zk_server: ZooKeeperServer, tmp_path: Path) -> None:
+    """Clusters left at the default ``cluster.id`` share it: a broker pointed at another such
+    cluster's ZooKeeper (a chroot typo) matched meta.properties, registered there as that cluster's
+    broker (electable on its partitions whose ISR named it) and set all its own topics aside as
+    stray (second review s12, H2). meta.properties now also holds the creation zxid of the
+    cluster's ``/cluster/id`` (a restore from a backup keeps it, another ZooKeeper or chroot does not)."""
+    brokers = BrokerCluster(zk_server.connect_string(f"t-{uuid.uuid4().hex[:12]}"), tmp_path)
+    try:
+        _acknowledged_topic(brokers)
+        brokers.procs[1].stop()
+        assert "zookeeper.cluster.id.czxid=" in (brokers.data_dir(1) / "meta.properties").read_text()
+
+        other = zk_server.connect_string(f"t-{uuid.uuid4().hex[:12]}")
+        zk = KafkaZkClient(other).start()
+        try:
+            assert zk.get_or_create_cluster_id(brokers.cluster_id) == brokers.cluster_id  # the same id
+        finally:
+            zk.close()
+        log_path = tmp_path / "other.log"
+        _refused(ads_broker_process(brokers.data_dir(1), log_path=log_path, config={
+            "broker.id": "1", "cluster.id": brokers.cluster_id, "zookeeper.connect": other}),
+            log_path, "another ZooKeeper or chroot with the same cluster.id")
+        assert (brokers.data_dir(1) / "precious-0").is_dir()  # old code: renamed -stray there
+        zk = KafkaZkClient(other).start()
+        try:
+            assert zk.client.get_children("/brokers/ids") == [], "the refused broker must not register there"
+        finally:
+            zk.close()
+
+        brokers.start(1)  # its own cluster: every acknowledged record
+        assert _values(brokers.bootstrap) == [str(i).encode() for i in range(RECORDS)]
     finally:
         brokers.stop_all()
 
