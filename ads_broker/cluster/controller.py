@@ -339,15 +339,24 @@ class Controller:
     def _complete_deletions(self, epoch: ControllerEpoch) -> None:
         """Delete each marked topic whose every replica broker acknowledged the deletion of its
         replicas (a mark of a topic that does not exist goes at once, as in Kafka)."""
-        for topic in self.zk.get_topics_marked_for_deletion():
+        for topic, marked_id in self.zk.get_topics_marked_for_deletion().items():
+            if self.zk.deletion_mark_is_stale(topic, marked_id):
+                self.zk.delete_deletion_mark(topic, epoch)
+                log.warning("topic %s: its deletion mark named topic id %s, which is not the topic's any more (a "
+                            "DeleteTopics that read the id before the topic was created again): the mark is "
+                            "removed and the topic kept", topic, marked_id)
+                continue
             assignment = self.zk.get_assignment(topic)
             replicas = {b for brokers in assignment.values() for b in brokers}
             waiting = replicas - self.zk.get_deletion_acks(topic)
             if waiting:
                 log.info("topic %s: deletion waits for brokers %s to delete their replicas", topic, sorted(waiting))
                 continue
-            self.zk.delete_topic_znodes(topic, epoch)
-            log.info("controller epoch %d: topic %s deleted", epoch.epoch, topic)
+            if self.zk.delete_topic_znodes(topic, epoch):
+                log.info("controller epoch %d: topic %s deleted", epoch.epoch, topic)
+            else:
+                log.info("topic %s was created while its mark was removed; the mark is looked at again", topic)
+                self._events.put(_RECONCILE)
 
     def _write_all(self, changes: dict[TopicPartition, LeaderAndIsr], epoch: ControllerEpoch) -> bool:
         """Write every decision, pipelined (``write_partition_states``); False if one met a newer

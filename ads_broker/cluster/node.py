@@ -65,6 +65,7 @@ from ads_broker.cluster.zookeeper import (
     KafkaZkClient,
     LeaderAndIsr,
     TopicPartition,
+    topic_id_of,
 )
 from ads_broker.config import BrokerConfig, validate_topic_configs
 from ads_broker.exceptions import (
@@ -223,16 +224,6 @@ ZK_REQUEST_THREADS = 4
 #: How long :meth:`ClusterNode.topic_ids` answers from its last read (a client that fetches a
 #: topic from a broker without a replica of it asks again at once; ZooKeeper is read once a second).
 TOPIC_IDS_MAX_AGE_S = 1.0
-
-
-def topic_id_of(name: str, stored: str | None) -> uuid.UUID:
-    """The topic id from its znode; a topic written without one (Kafka before 2.8) gets a stable id."""
-    if stored:
-        try:
-            return uuid.UUID(stored)
-        except ValueError:
-            pass
-    return uuid.uuid5(uuid.NAMESPACE_URL, f"ads-broker-topic:{name}")
 
 
 #: Conditional writes CreatePartitions tries before it gives up to concurrent changes of one topic.
@@ -797,6 +788,13 @@ class ClusterNode:
         return False
 
     async def _delete_marked_topic(self, member: ClusterMember, name: str, topic_id: str | None) -> None:
+        loop = asyncio.get_running_loop()
+        if await loop.run_in_executor(None, member.zk.deletion_mark_is_stale, name, topic_id):
+            # The mark names a topic deleted before; the name's topic now is another (the controller
+            # removes the mark): nothing of it is deleted here, offsets included, nothing acknowledged.
+            log.warning("a deletion mark names a previous topic id; the topic now under the name is kept",
+                        topic=name, marked_topic_id=topic_id)
+            return
         if self.on_topic_deleted is not None:
             self.on_topic_deleted(name)
         local = self.replicas.metadata.get(name)
@@ -857,6 +855,11 @@ class ClusterNode:
         if topic_id is not None and stored != topic_id:
             raise UnknownTopicIdError(f"topic id {topic_id} is not the id of a topic (it was deleted)")
         if zk.mark_topic_for_deletion(name, str(stored)):
+            if zk.deletion_mark_is_stale(name, str(stored)):
+                # Deleted and created again between the read above and the mark: this request's
+                # topic is gone and the mark is stale (the controller removes it; review s12-1, M4).
+                raise UnknownTopicOrPartitionError(f"Topic `{name}` to delete does not exist (it was deleted "
+                                                   "and created again meanwhile)")
             log.info("topic marked for deletion", topic=name, topic_id=str(stored))
         return stored
 

@@ -39,6 +39,7 @@ import collections
 import contextlib
 import json
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -181,6 +182,16 @@ def split_chroot(connect: str) -> tuple[str, str]:
     """``"h1:2181,h2:2181/ads"`` -> (``"h1:2181,h2:2181"``, ``"/ads"``); no chroot gives ``""``."""
     hosts, slash, chroot = connect.partition("/")
     return hosts, ("/" + chroot.strip("/")) if slash and chroot.strip("/") else ""
+
+
+def topic_id_of(name: str, stored: str | None) -> uuid.UUID:
+    """The topic id from its znode; a topic written without one (Kafka before 2.8) gets a stable id."""
+    if stored:
+        try:
+            return uuid.UUID(stored)
+        except ValueError:
+            pass
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"ads-broker-topic:{name}")
 
 
 class KafkaZkClient:
@@ -589,15 +600,44 @@ class KafkaZkClient:
         """``callback()`` on every change of the mark's acknowledgements (ends with the mark)."""
         self.client.ChildrenWatch(f"{DELETE_TOPICS_PATH}/{topic}", lambda acks: callback(), send_event=False)
 
-    def delete_topic_znodes(self, topic: str, controller: ControllerEpoch | None) -> None:
+    def deletion_mark_is_stale(self, topic: str, marked_id: str | None) -> bool:
+        """Whether the mark ``/admin/delete_topics/<topic>`` names another topic than the one that
+        holds the name now: a DeleteTopics read the id, and before its mark was written the topic was
+        deleted and created again (review s12-1, M4). Such a mark must delete nothing. A mark without
+        an id (Kafka's tools) or a topic whose znode has none cannot be told apart: not stale."""
+        if marked_id is None:
+            return False
+        try:
+            data, _ = self.client.get(f"{TOPICS_PATH}/{topic}")
+        except NoNodeError:
+            return False
+        stored = json.loads(data).get("topic_id")
+        return stored is not None and str(topic_id_of(topic, str(stored))) != marked_id
+
+    def delete_deletion_mark(self, topic: str, controller: ControllerEpoch) -> None:
+        """Remove a stale mark and its acknowledgements, and nothing of the topic, in one multi-op
+        guarded by the controller epoch."""
+        txn = self.client.transaction()
+        txn.check(CONTROLLER_EPOCH_PATH, controller.zk_version)
+        for path in self._subtree(f"{DELETE_TOPICS_PATH}/{topic}"):
+            txn.delete(path)
+        self._commit_as_controller(txn, controller, f"stale deletion mark of {topic!r} not removed")
+
+    def delete_topic_znodes(self, topic: str, controller: ControllerEpoch | None) -> bool:
         """The controller's last step of a deletion (Kafka's ``deleteTopicZNode``, ``deleteTopicConfigs``
         and ``deleteTopicDeletions``): the partition states, the assignment, the config and the
         mark, in one multi-op guarded by the controller epoch (``controller`` None: the mark only,
-        of a topic that does not exist)."""
+        of a topic that does not exist). For a topic that did not exist when its znodes were listed,
+        the multi-op also asserts it still does not (creates and deletes its assignment path): a
+        topic created meanwhile is left alone and False returned (the mark is looked at again)."""
         txn = self.client.transaction()
         if controller is not None:
             txn.check(CONTROLLER_EPOCH_PATH, controller.zk_version)
-        for path in self._subtree(f"{TOPICS_PATH}/{topic}") + self._subtree(f"{TOPIC_CONFIG_PATH}/{topic}"):
+        topic_nodes = self._subtree(f"{TOPICS_PATH}/{topic}")
+        if not topic_nodes:
+            txn.create(f"{TOPICS_PATH}/{topic}", b"")
+            txn.delete(f"{TOPICS_PATH}/{topic}")
+        for path in topic_nodes + self._subtree(f"{TOPIC_CONFIG_PATH}/{topic}"):
             txn.delete(path)
         for path in self._subtree(f"{DELETE_TOPICS_PATH}/{topic}"):
             txn.delete(path)
@@ -606,6 +646,19 @@ class KafkaZkClient:
         if failed and controller is not None and isinstance(results[0], Exception) \
                 and not isinstance(results[0], RolledBackError):
             raise ControllerMovedError(f"controller epoch {controller.epoch} is stale: topic {topic!r} not deleted")
+        if failed and not topic_nodes and isinstance(failed[0], NodeExistsError):
+            return False
+        if failed:
+            raise failed[0]
+        return True
+
+    def _commit_as_controller(self, txn: Any, controller: ControllerEpoch, what: str) -> None:
+        """Commit a multi-op whose first operation checks the controller epoch: ControllerMovedError
+        if that check failed, the first other failure raised as it is."""
+        results = txn.commit()
+        if isinstance(results[0], Exception) and not isinstance(results[0], RolledBackError):
+            raise ControllerMovedError(f"controller epoch {controller.epoch} is stale: {what}")
+        failed = [r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
         if failed:
             raise failed[0]
 
