@@ -879,6 +879,8 @@ class BrokerServer:
         self._reaper: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
         self._shutdown_task: asyncio.Future[None] | None = None
+        self._starting = False  # run_until_signalled: start-up in progress (a signal then defers the stop)
+        self._stop_requested: str | None = None  # the signal received during start-up
         self._leaving = False
         self._accept_failures = 0  # failed accepts (out of fds) since connections were last accepted
 
@@ -1034,17 +1036,39 @@ class BrokerServer:
             self._stopped.set()
 
     def _on_signal(self, sig: signal.Signals) -> None:
+        if self._starting:
+            # Start-up is not cut short mid-step (a stray rename, a ZooKeeper registration, log
+            # recovery): the broker stops gracefully once the step in progress ends (bounded: every
+            # step of the join has a timeout). A second signal ends the process at once, as before.
+            if self._stop_requested is not None:
+                log.warning("second signal during start-up: exiting at once, without a clean shutdown",
+                            signal=sig.name)
+                os._exit(128 + int(sig))
+            self._stop_requested = sig.name
+            log.info("signal received during start-up: the broker stops gracefully once start-up ends",
+                     signal=sig.name)
+            return
         self._shutdown_task = asyncio.ensure_future(self.shutdown(sig.name))
 
     async def run_until_signalled(self) -> None:
+        """Start, serve until SIGTERM/SIGINT, shut down gracefully. The handlers are installed before
+        start-up, so a signal while the broker recovers its logs or joins its cluster is a graceful
+        stop too (Kafka's shutdown hook is registered before ``KafkaServer.startup``); before
+        2026-11-28 it killed the process there, leaving its ZooKeeper registration to expire and
+        every log to recover again (review s12-2, L1)."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        self._starting = True
         try:
             await self.start()
         except BrokerError:
             # E.g. ZooKeeper unreachable or another cluster's id: close the logs cleanly, then say why.
+            self._starting = False
             await self.shutdown("start-up failed")
             raise
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self._on_signal, sig)
+        self._starting = False
+        if self._stop_requested is not None:
+            self._shutdown_task = asyncio.ensure_future(self.shutdown(f"{self._stop_requested} during start-up"))
         await self._stopped.wait()
         log.info("stopped cleanly")
