@@ -678,7 +678,7 @@ class ClusterNode:
         """One pass over the marks; False if anything in it must be tried again."""
         loop = asyncio.get_running_loop()
         try:
-            marked = await loop.run_in_executor(None, member.zk.get_topics_marked_for_deletion)
+            marked = await loop.run_in_executor(None, member.zk.get_marked_topic_ids)
         except Exception as e:
             log.warning("cannot read the topics marked for deletion; retrying", error=repr(e))
             return False
@@ -690,6 +690,8 @@ class ClusterNode:
                     self._deleted_ids.add(uuid.UUID(topic_id))
         done = True
         for name, topic_id in marked.items():
+            if topic_id is None:  # an id-less mark and no topic under the name: its deletion is done
+                continue
             try:  # one topic's failure must not stop the others
                 await self._delete_marked_topic(member, name, topic_id)
             except ZooKeeperUnavailableError as e:
@@ -787,7 +789,9 @@ class ClusterNode:
             pause = min(pause * 2, REMOVAL_POLL_S[1])
         return False
 
-    async def _delete_marked_topic(self, member: ClusterMember, name: str, topic_id: str | None) -> None:
+    async def _delete_marked_topic(self, member: ClusterMember, name: str, topic_id: str) -> None:
+        """Delete this broker's replicas of the marked topic ``topic_id`` (an id-less mark's id as
+        read with it, :meth:`KafkaZkClient.get_marked_topic_ids`) and acknowledge."""
         loop = asyncio.get_running_loop()
         if await loop.run_in_executor(None, member.zk.deletion_mark_is_stale, name, topic_id):
             # The mark names a topic deleted before; the name's topic now is another (the controller
@@ -798,11 +802,11 @@ class ClusterNode:
         if self.on_topic_deleted is not None:
             self.on_topic_deleted(name)
         local = self.replicas.metadata.get(name)
-        if local is not None and (topic_id is None or str(local.topic_id) == topic_id):
+        if local is not None and str(local.topic_id) == topic_id:
             await self._delete_local_topic(name)
             log.info("replicas of a topic marked for deletion deleted", topic=name, topic_id=topic_id)
         held = self.replicas.metadata.get(name)
-        if held is None or (topic_id is not None and str(held.topic_id) != topic_id):
+        if held is None or str(held.topic_id) != topic_id:
             if self.deletion_ack_fault is not None and self.deletion_ack_fault():
                 raise ConnectionLoss(f"acknowledging the deletion of {name!r} failed (fault hook deletion_ack_fail)")
             await asyncio.get_running_loop().run_in_executor(None, member.zk.ack_topic_deletion, name,

@@ -119,3 +119,40 @@ def test_the_mark_of_a_missing_topic_goes_without_a_topic_created_meanwhile(
     assert admin.get_topic_id(topic) == new_id
     assert admin.get_assignment(topic) == {0: (1,)}
     assert topic in admin.get_topics_marked_for_deletion()
+
+
+def test_an_id_less_mark_is_read_with_the_id_of_the_topic_it_found(admin: KafkaZkClient) -> None:
+    """Kafka's tools write marks without an id. A broker acts on its read of the marks later (its
+    pass deletes topic after topic): a topic deleted and created again under the name meanwhile
+    must not be taken for the marked one (review s12-2, L3). The read carries the id the mark
+    meant; a topic gone by then has nothing left to delete."""
+    topic, gone, old_id, new_id = (f"t-{uuid.uuid4().hex[:10]}", f"g-{uuid.uuid4().hex[:10]}",
+                                   str(uuid.uuid4()), str(uuid.uuid4()))
+    admin.create_topic(topic, {0: [1]}, old_id)
+    admin.client.create(f"/admin/delete_topics/{topic}", b"")  # as kafka-topics.sh --delete writes it
+    admin.client.create(f"/admin/delete_topics/{gone}", b"")
+    read = admin.get_marked_topic_ids()
+    assert read[topic] == old_id and read[gone] is None
+
+    admin.delete_topic_znodes(topic, None)  # the deletion completes and the name is taken again
+    admin.create_topic(topic, {0: [1]}, new_id)
+    assert admin.deletion_mark_is_stale(topic, read[topic])  # what the broker checks before it deletes
+
+
+def test_a_mark_without_an_id_deletes_the_topic_everywhere(brokers: BrokerCluster, zk_connect: str) -> None:
+    """The id-less mark Kafka's tools write still deletes the topic it found (as in Kafka)."""
+    brokers.start(1)
+    brokers.start(2)
+    admin = AdminClient({"bootstrap.servers": brokers.bootstrap})
+    wait_until(lambda: sorted(admin.list_topics(timeout=10).brokers) == [1, 2], "two registered brokers")
+    topic = f"t-{uuid.uuid4().hex[:10]}"
+    admin.create_topics([NewTopic(topic, 1, replica_assignment=[[1, 2]])])[topic].result(60)
+    _produce(brokers.bootstrap, topic, [b"a", b"b"], 1)
+    zk = _zk(zk_connect)
+    try:
+        zk.client.create(f"/admin/delete_topics/{topic}", b"")
+    finally:
+        zk.close()
+    wait_until(lambda: _in_zookeeper(zk_connect, topic) == (False, False), "the deletion to complete")
+    for broker_id in (1, 2):
+        wait_until(lambda b=broker_id: _dirs(brokers, b, topic) == [], f"broker {broker_id}'s directory gone")
