@@ -713,7 +713,7 @@ class ClusterNode:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(self._start_deletions)
 
-    def _on_partition_removed(self, tp: TopicPartition, still_replicates_topic: bool) -> None:
+    def _on_partition_removed(self, tp: TopicPartition) -> None:
         """kazoo's event thread: a reassignment moved ``tp`` away from this broker; the loop stops
         the replica (Kafka's StopReplica(delete=true) to a removed replica)."""
         with self._joining:
@@ -722,14 +722,14 @@ class ClusterNode:
         if loop is None or loop.is_closed():
             return
         with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(lambda: self._start_task(self._remove_replica(tp, still_replicates_topic)))
+            loop.call_soon_threadsafe(lambda: self._start_task(self._remove_replica(tp)))
 
     def _start_task(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._drains.add(task)
         task.add_done_callback(self._drains.discard)
 
-    async def _remove_replica(self, tp: TopicPartition, still_replicates_topic: bool) -> None:
+    async def _remove_replica(self, tp: TopicPartition) -> None:
         """Stop following (or leading) ``tp`` here; with no other partition of its topic left on
         this broker, the topic's logs go (its directories are deleted), else this one is emptied.
         Only once the controller has written a state whose leader is in the new replica list
@@ -739,6 +739,18 @@ class ClusterNode:
             return
         if not await self._leader_moved_off(tp):
             return
+        member = self.member
+        if member is None:  # left the cluster meanwhile: the check runs again at the next start
+            return
+        # The assignment as the watches see it now, not as it was when the removal was noticed: the
+        # wait above can be long, and a reassignment meanwhile may have given this broker the
+        # partition again or another partition of the topic (review s12-2, L4), which deleting the
+        # topic's logs here would take from under it.
+        if member.membership.replicates(tp):
+            log.info("a removed replica was assigned here again meanwhile; kept", topic=tp.topic,
+                     partition=tp.partition)
+            return
+        still_replicates_topic = member.membership.replicates_topic(tp.topic)
         if tp.topic in INTERNAL_TOPICS and self.on_internal_partition is not None:
             # Kafka's StopReplica -> onResignation: its coordinator state goes with the replica.
             self.on_internal_partition(tp.topic, tp.partition, False, -1)

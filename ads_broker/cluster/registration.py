@@ -42,8 +42,8 @@ REREGISTER_RETRY_S = 0.2
 MAX_REREGISTER_RETRY_S = 5.0
 
 PartitionStateCallback = Callable[[TopicPartition, tuple[int, ...], LeaderAndIsr], None]
-#: ``(tp, whether this broker still replicates another partition of tp's topic)``
-PartitionRemovedCallback = Callable[[TopicPartition, bool], None]
+#: ``(tp)``: a reassignment took ``tp`` from this broker (the receiver reads what it still replicates when it acts)
+PartitionRemovedCallback = Callable[[TopicPartition], None]
 
 
 class BrokerMembership:
@@ -189,7 +189,7 @@ class BrokerMembership:
                     self._delivered.pop(tp, None)
             if self._on_partition_removed is not None:
                 for tp in removed:
-                    self._on_partition_removed(tp, bool(mine))
+                    self._on_partition_removed(tp)
             return None
 
         self.zk.client.DataWatch(f"/brokers/topics/{topic}", on_assignment)
@@ -198,6 +198,12 @@ class BrokerMembership:
         """Whether this broker is a replica of ``tp`` as its watches last saw the assignment."""
         with self._lock:
             return tp in self._watched
+
+    def replicates_topic(self, topic: str) -> bool:
+        """Whether this broker is a replica of any partition of ``topic`` as its watches last saw
+        the assignment."""
+        with self._lock:
+            return any(tp.topic == topic for tp in self._watched)
 
     def _forget(self, topic: str) -> None:
         """(Under the lock.) End the watches of ``topic``'s partitions and forget what they delivered."""
