@@ -22,6 +22,7 @@ Every blocking ZooKeeper call made for a request runs on the default executor, n
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -366,6 +367,10 @@ class ClusterNode:
         #: answered when a read fails (a session expired, the connection lost mid-read), so a
         #: client is never told that a topic it knows has no partitions; None before the first.
         self._known: _KnownCluster | None = None
+        #: Per broker id, how often this broker's watch saw it leave the registered brokers: a
+        #: registration read before the count last changed may name ports its broker no longer has
+        #: (leader hints, protocol/leader_hint.py).
+        self.departures: collections.Counter[int] = collections.Counter()
         #: Ids of the topics marked for deletion that this broker has seen (kept: ids are never
         #: reused, and a state of such a topic arriving late must never open it again here).
         self._deleted_ids: set[uuid.UUID] = set()
@@ -594,6 +599,10 @@ class ClusterNode:
 
     def _on_live_brokers(self, ids: frozenset[int]) -> None:
         """kazoo's event thread: the registered brokers now (for ISR eligibility, KIP-841)."""
+        previous = self.replicas.live_brokers
+        if previous is not None:
+            for gone in previous - ids:
+                self.departures[gone] += 1
         self.replicas.live_brokers = ids
         self._refresh_eligibility()
 

@@ -115,8 +115,9 @@ async def handle_metadata(ctx: HandlerContext, cluster: ClusterNode, req: Decode
     body = req.body
     topic_ops = req.api_version >= 8 and bool(body.include_topic_authorized_operations)
     wanted = None if body.topics is None else [t.name for t in body.topics if t.name is not None]
+    departures = dict(cluster.departures)  # before the read: a broker leaving during it is not trusted
     snapshot = await cluster.snapshot(wanted)
-    remember_brokers(ctx, snapshot)  # the addresses of the next leader hints (KIP-951)
+    remember_brokers(ctx, snapshot, departures)  # the addresses of the next leader hints (KIP-951)
     endpoints = listener_endpoints(snapshot)
     if body.topics is None:
         topics = [_topic(ctx, view, snapshot, endpoints, req.api_version, topic_ops)

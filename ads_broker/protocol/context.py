@@ -89,6 +89,9 @@ class HandlerContext:
         #: had them (every Metadata answer refreshes it), for KIP-951 leader endpoints without a
         #: ZooKeeper read (protocol/leader_hint.py). Swapped whole, never mutated.
         self.broker_registrations: dict[int, BrokerRegistration] = {}
+        #: Each registration's broker's departure count (``ClusterNode.departures``) before it was
+        #: read: one whose broker left since is not used (it may have come back on other ports).
+        self.registration_departures: dict[int, int] = {}
 
     @property
     def advertised(self) -> tuple[str, int]:

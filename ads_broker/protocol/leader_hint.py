@@ -17,7 +17,8 @@ Kafka reads both from its in-memory metadata cache. Here liveness is the broker'
 registered brokers and the addresses are the registrations of the last Metadata answer (clients
 ask for metadata all the time, and again after every error), so a hint costs no ZooKeeper read;
 only a partition this broker knows no leader of, or a live leader whose registration it has not
-seen yet, takes one read of the cluster's metadata for the whole answer. A read per hint would
+seen yet (or read before its broker last left the registered brokers: it may be back on other
+ports), takes one read of the cluster's metadata for the whole answer. A read per hint would
 put ZooKeeper round trips into every NOT_LEADER_OR_FOLLOWER answer of a failover, when ZooKeeper
 and the brokers are busiest, and let any client turn fetches at a follower into ZooKeeper reads.
 """
@@ -80,16 +81,20 @@ async def current_leaders(ctx: HandlerContext, partitions: Iterable[tuple[str, i
                            {ctx.node_id: endpoint} if any(leader for leader in leaders.values()) else {})
     known = {tp: leader for tp, leader in leaders.items() if leader is not None}
     live = ctx.replicas.live_brokers
-    registrations = {**ctx.broker_registrations, ctx.node_id: ctx.cluster.registration()}
+    departures = ctx.cluster.departures
+    registrations = {broker: registration for broker, registration in ctx.broker_registrations.items()
+                     if ctx.registration_departures.get(broker) == departures[broker]}
+    registrations[ctx.node_id] = ctx.cluster.registration()
     if len(known) < len(leaders) or live is None or any(
             leader in live and leader not in registrations for leader, _ in known.values()):
         unknown = sorted({topic for (topic, _), leader in leaders.items() if leader is None})
+        before = dict(departures)
         try:
             snapshot = await ctx.cluster.snapshot(unknown)
         except (BrokerError, KazooException) as e:  # the hint is an optimisation: the error code stands
             log.warning("cannot read the cluster's metadata for a leader hint", error=repr(e))
             return LeaderHints({tp: leader or UNKNOWN_LEADER for tp, leader in leaders.items()}, {})
-        remember_brokers(ctx, snapshot)
+        remember_brokers(ctx, snapshot, before)
         known = {tp: leader or _metadata_leader(snapshot, *tp) for tp, leader in leaders.items()}
         live, registrations = frozenset(snapshot.brokers), dict(snapshot.brokers)
     listener = request_listener()
@@ -116,11 +121,13 @@ async def fill_hints(ctx: HandlerContext, stale: list[tuple[str, int, Any]], lea
     return [endpoint_cls(node_id=e.node_id, host=e.host, port=e.port, rack=e.rack) for e in hints.endpoints.values()]
 
 
-def remember_brokers(ctx: HandlerContext, snapshot: ClusterSnapshot) -> None:
+def remember_brokers(ctx: HandlerContext, snapshot: ClusterSnapshot, departures: dict[int, int]) -> None:
     """Keep the registrations of a complete read of the cluster (every Metadata answer calls this)
-    for the next hints' addresses."""
+    for the next hints' addresses, with each broker's departure count (``ClusterNode.departures``)
+    as it was before the read."""
     if snapshot.complete and not snapshot.stale:
         ctx.broker_registrations = dict(snapshot.brokers)
+        ctx.registration_departures = {broker: departures.get(broker, 0) for broker in snapshot.brokers}
 
 
 def listener_endpoints(snapshot: ClusterSnapshot) -> dict[int, NodeEndpoint]:
