@@ -113,6 +113,8 @@ class Controller:
         self._topic_objects: dict[str, dict[str, object]] = {}
         #: the ``unclean.leader.election.enable`` overrides of the topics read at the last view
         self._unclean_overrides: dict[str, bool] = {}
+        #: an ElectLeaders UNCLEAN is pending (its znode exists): only then is it read per decision
+        self._unclean_requested = False
 
     # -- state seen from other threads --
     @property
@@ -135,7 +137,7 @@ class Controller:
         self.zk.watch_topics(self._on_topics)
         self.zk.watch_shutting_down(lambda ids: self._events.put(_RECONCILE))
         self.zk.watch_preferred_election(lambda pending: self._events.put(_RECONCILE) if pending else None)
-        self.zk.watch_unclean_election(lambda pending: self._events.put(_RECONCILE) if pending else None)
+        self.zk.watch_unclean_election(self._on_unclean_request)
         self.zk.watch_config_changes(lambda: self._events.put(_RECONCILE))
         self.zk.watch_topic_deletions(self._on_deletions)
         self._events.put(_ELECT)
@@ -149,6 +151,13 @@ class Controller:
             self._topics_seen = list(topics)
         self._events.put(_WATCH_TOPICS)
         self._events.put(_RECONCILE)
+
+    def _on_unclean_request(self, pending: bool) -> None:
+        """``/admin/unclean_leader_election`` created or deleted (kazoo's thread)."""
+        with self._lock:
+            self._unclean_requested = pending
+        if pending:
+            self._events.put(_RECONCILE)
 
     def _on_deletions(self, topics: list[str]) -> None:
         """Topics marked for deletion or deletions done (kazoo's thread: no ZooKeeper call here)."""
@@ -268,7 +277,9 @@ class Controller:
                     reassigning[tp] = Reassignment(tuple(int(b) for b in adding.get(p) or ()),
                                                    tuple(int(b) for b in removing.get(p) or ()))
         pending = self.zk.get_preferred_election()
-        unclean = self.zk.get_unclean_election()
+        with self._lock:
+            requested = self._unclean_requested
+        unclean = self.zk.get_unclean_election() if requested else None
         self._topic_versions = {topic: version for topic, (_obj, version) in znodes.items()}
         self._topic_objects = {topic: obj for topic, (obj, _version) in znodes.items()}
         states = self.zk.get_partition_states(assignment)
@@ -314,7 +325,7 @@ class Controller:
                 pending = self.zk.get_preferred_election()
                 if pending is not None and pending[0] <= view.preferred:
                     self.zk.delete_preferred_election(pending[1])
-                unclean = self.zk.get_unclean_election()
+                unclean = self.zk.get_unclean_election() if view.unclean else None
                 if unclean is not None and unclean[0] <= view.unclean:
                     self.zk.delete_unclean_election(unclean[1])
                 self._complete_deletions(epoch)
