@@ -283,17 +283,19 @@ class Controller:
         self._topic_versions = {topic: version for topic, (_obj, version) in znodes.items()}
         self._topic_objects = {topic: obj for topic, (obj, _version) in znodes.items()}
         states = self.zk.get_partition_states(assignment)
-        self._unclean_overrides = self._read_unclean_overrides(states, live)
+        self._unclean_overrides = self._read_unclean_overrides(assignment, states, live)
         return ClusterView(assignment=assignment, states=states,
                            live=live, shutting_down=self.zk.get_shutting_down() & live,
                            preferred=frozenset(pending[0]) if pending else frozenset(), reassigning=reassigning,
                            unclean=frozenset(unclean[0]) if unclean else frozenset())
 
-    def _read_unclean_overrides(self, states: dict[TopicPartition, LeaderAndIsr], live: frozenset[int]
-                                ) -> dict[str, bool]:
+    def _read_unclean_overrides(self, assignment: dict[TopicPartition, tuple[int, ...]],
+                                states: dict[TopicPartition, LeaderAndIsr], live: frozenset[int]) -> dict[str, bool]:
         """The topic-level ``unclean.leader.election.enable`` of each topic with a partition whose
-        leader is gone (the only ones it matters for), read in one pipelined round trip."""
-        offline = sorted({tp.topic for tp, state in states.items() if state.leader not in live})
+        leader is gone or no longer a replica (the only ones an election out of the ISR may be
+        for), read in one pipelined round trip."""
+        offline = sorted({tp.topic for tp, state in states.items()
+                          if state.leader not in live or state.leader not in assignment.get(tp, ())})
         out: dict[str, bool] = {}
         for topic, configs in self.zk.get_topic_configs(offline).items():
             raw = configs.get(UNCLEAN_KEY)
