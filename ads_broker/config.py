@@ -270,7 +270,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("zookeeper.session.timeout.ms", int, 18000, 1,
             doc="a broker whose ZooKeeper session is silent this long is declared dead by the controller"),
     Setting("zookeeper.connection.timeout.ms", int, 18000, 1, doc="how long start-up waits to reach ZooKeeper"),
-    Setting("unclean.leader.election.enable", _bool, False,
+    Setting("unclean.leader.election.enable", _bool, False, topic_name="unclean.leader.election.enable",
             doc="elect a live replica outside the ISR when no ISR member is alive: acknowledged writes it "
                 "lacks are lost (docs/CLUSTER.md)"),
     Setting("controlled.shutdown.enable", _bool, True,

@@ -21,6 +21,17 @@ replicas and acknowledges under the mark (``ClusterNode``); once every replica b
 did, the controller deletes the topic's znodes and the mark in one multi-op guarded by its epoch.
 A replica broker that is down keeps the deletion pending (Kafka: "ineligible") until it is back.
 
+Unclean election. ``unclean.leader.election.enable`` is read per topic: the topic's override in
+``/config/topics/<t>`` if it has one, else the broker's setting (Kafka's ``LogConfig`` over
+``KafkaConfig``); it is read from ZooKeeper at each decision, only for topics with a partition
+whose leader is gone, as Kafka's ZooKeeper controller fetched the topic config in
+``PartitionStateMachine.collectUncleanLeaderElectionState``. A topic config change (a
+``/config/changes`` notification, which AlterConfigs writes) makes the controller decide again at
+once, so a topic switched to true has its offline partitions elected out of the ISR right away
+(Kafka's ``TopicConfigHandler`` calling ``enableTopicUncleanLeaderElection``). ElectLeaders
+UNCLEAN (KIP-460) asks through ``/admin/unclean_leader_election``: the partitions named there are
+elected uncleanly once, whatever their topic says; the controller deletes the znode when done.
+
 Partition reassignment (KIP-455, the ZooKeeper controller of Kafka 2.4+): a request writes the topic
 znode with replicas = target + original and the ``adding_replicas`` / ``removing_replicas`` fields.
 The controller announces every change of a partition's replica list to its brokers by rewriting its
@@ -48,6 +59,8 @@ from kazoo.client import KazooState
 from ads_broker.cluster.election import ClusterView, Reassignment, decide, led_by, reassignment_complete
 from ads_broker.cluster.exceptions import ControllerMovedError, PartitionEpochError
 from ads_broker.cluster.zookeeper import ControllerEpoch, KafkaZkClient, LeaderAndIsr, TopicPartition
+from ads_broker.exceptions import InvalidConfigurationError
+from ads_broker.log.config import parse_bool
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +71,7 @@ _STOP = "stop"
 _WATCH_TOPICS = "watch-topics"
 # A conflict with a leader's own ISR write is resolved by deciding again; bound the retries per event.
 _MAX_ROUNDS = 10
+UNCLEAN_KEY = "unclean.leader.election.enable"
 #: How often the controller looks at pending reassignments (their ISRs) while there are some.
 REASSIGNMENT_POLL_S = 0.5
 
@@ -65,7 +79,8 @@ REASSIGNMENT_POLL_S = 0.5
 class Controller:
     """Controller election and partition-state decisions for broker ``broker_id``.
 
-    ``unclean_for(topic)`` gives ``unclean.leader.election.enable`` for a topic (default: false).
+    ``unclean_for(topic)`` gives the broker's ``unclean.leader.election.enable`` for a topic
+    (default: false); a topic's own override in ZooKeeper wins over it.
     ``on_elected(epoch)`` / ``on_resigned()`` run on the controller's thread when this broker
     becomes / stops being the controller. :attr:`decisions` counts the state writes it made.
     """
@@ -96,6 +111,10 @@ class Controller:
         self._reassignment_timer: threading.Timer | None = None
         self._topic_versions: dict[str, int] = {}
         self._topic_objects: dict[str, dict[str, object]] = {}
+        #: the ``unclean.leader.election.enable`` overrides of the topics read at the last view
+        self._unclean_overrides: dict[str, bool] = {}
+        #: an ElectLeaders UNCLEAN is pending (its znode exists): only then is it read per decision
+        self._unclean_requested = False
 
     # -- state seen from other threads --
     @property
@@ -118,6 +137,8 @@ class Controller:
         self.zk.watch_topics(self._on_topics)
         self.zk.watch_shutting_down(lambda ids: self._events.put(_RECONCILE))
         self.zk.watch_preferred_election(lambda pending: self._events.put(_RECONCILE) if pending else None)
+        self.zk.watch_unclean_election(self._on_unclean_request)
+        self.zk.watch_config_changes(lambda: self._events.put(_RECONCILE))
         self.zk.watch_topic_deletions(self._on_deletions)
         self._events.put(_ELECT)
         return self
@@ -130,6 +151,13 @@ class Controller:
             self._topics_seen = list(topics)
         self._events.put(_WATCH_TOPICS)
         self._events.put(_RECONCILE)
+
+    def _on_unclean_request(self, pending: bool) -> None:
+        """``/admin/unclean_leader_election`` created or deleted (kazoo's thread)."""
+        with self._lock:
+            self._unclean_requested = pending
+        if pending:
+            self._events.put(_RECONCILE)
 
     def _on_deletions(self, topics: list[str]) -> None:
         """Topics marked for deletion or deletions done (kazoo's thread: no ZooKeeper call here)."""
@@ -249,11 +277,41 @@ class Controller:
                     reassigning[tp] = Reassignment(tuple(int(b) for b in adding.get(p) or ()),
                                                    tuple(int(b) for b in removing.get(p) or ()))
         pending = self.zk.get_preferred_election()
+        with self._lock:
+            requested = self._unclean_requested
+        unclean = self.zk.get_unclean_election() if requested else None
         self._topic_versions = {topic: version for topic, (_obj, version) in znodes.items()}
         self._topic_objects = {topic: obj for topic, (obj, _version) in znodes.items()}
-        return ClusterView(assignment=assignment, states=self.zk.get_partition_states(assignment),
+        states = self.zk.get_partition_states(assignment)
+        self._unclean_overrides = self._read_unclean_overrides(assignment, states, live)
+        return ClusterView(assignment=assignment, states=states,
                            live=live, shutting_down=self.zk.get_shutting_down() & live,
-                           preferred=frozenset(pending[0]) if pending else frozenset(), reassigning=reassigning)
+                           preferred=frozenset(pending[0]) if pending else frozenset(), reassigning=reassigning,
+                           unclean=frozenset(unclean[0]) if unclean else frozenset())
+
+    def _read_unclean_overrides(self, assignment: dict[TopicPartition, tuple[int, ...]],
+                                states: dict[TopicPartition, LeaderAndIsr], live: frozenset[int]) -> dict[str, bool]:
+        """The topic-level ``unclean.leader.election.enable`` of each topic with a partition whose
+        leader is gone or no longer a replica (the only ones an election out of the ISR may be
+        for), read in one pipelined round trip."""
+        offline = sorted({tp.topic for tp, state in states.items()
+                          if state.leader not in live or state.leader not in assignment.get(tp, ())})
+        out: dict[str, bool] = {}
+        for topic, configs in self.zk.get_topic_configs(offline).items():
+            raw = configs.get(UNCLEAN_KEY)
+            if raw is None:
+                continue
+            try:
+                out[topic] = parse_bool(UNCLEAN_KEY, raw)
+            except InvalidConfigurationError:  # written by hand: as Kafka, a bad value is not a yes
+                log.warning("topic %s: %s=%r is not true or false; the broker's setting applies", topic,
+                            UNCLEAN_KEY, raw)
+        return out
+
+    def unclean_for(self, topic: str) -> bool:
+        """The topic's ``unclean.leader.election.enable``: its override, else the broker's."""
+        override = self._unclean_overrides.get(topic)
+        return self._unclean_for(topic) if override is None else override
 
     def _reconcile(self) -> None:
         for _ in range(_MAX_ROUNDS):
@@ -262,13 +320,16 @@ class Controller:
             if epoch is None:
                 return
             view = self.read_view()
-            changes = decide(view, epoch.epoch, self._unclean_for)
+            changes = decide(view, epoch.epoch, self.unclean_for)
             announced = self._announcements(view, changes)
             if self._write_all(_urgent_first({**announced, **changes}, view), epoch):
                 self._record_announced(view, {**announced, **changes})
                 pending = self.zk.get_preferred_election()
                 if pending is not None and pending[0] <= view.preferred:
                     self.zk.delete_preferred_election(pending[1])
+                unclean = self.zk.get_unclean_election() if view.unclean else None
+                if unclean is not None and unclean[0] <= view.unclean:
+                    self.zk.delete_unclean_election(unclean[1])
                 self._complete_deletions(epoch)
                 if self._complete_reassignments(view, epoch):
                     continue  # the replica lists changed: announce them

@@ -22,6 +22,11 @@ and the ZooKeeper controller's replica/partition state machines:
   stays (the broker then shuts down uncleanly for that partition, as in Kafka).
 * Preferred-leader election: the first replica of the assignment leads if it is live, in the ISR
   and not shutting down.
+* Unclean election on request (ElectLeaders UNCLEAN, KIP-460; :attr:`ClusterView.unclean`): a
+  partition named there is elected as if its topic had ``unclean.leader.election.enable=true``,
+  whatever the topic and broker say. A partition whose leader is alive does not change; one with a
+  live ISR member gets it (a clean election, as Kafka's ``OfflinePartitionLeaderElectionStrategy
+  (allowUnclean=true)`` prefers the ISR).
 
 Every change bumps the leader epoch (as the ZooKeeper controller did) and records the deciding
 controller's epoch; ``partition_epoch`` of a decision is the version it replaces (-1: create).
@@ -55,6 +60,8 @@ class ClusterView:
     shutting_down: frozenset[int] = frozenset()
     preferred: frozenset[TopicPartition] = field(default_factory=frozenset)
     reassigning: Mapping[TopicPartition, Reassignment] = field(default_factory=dict)
+    #: partitions an ElectLeaders UNCLEAN asked to elect out of the ISR if need be
+    unclean: frozenset[TopicPartition] = field(default_factory=frozenset)
 
     def available(self, broker: int) -> bool:
         """Live and not on its way out: may lead, may stay in an ISR."""
@@ -121,11 +128,13 @@ def decide_partition(tp: TopicPartition, replicas: Sequence[int], state: LeaderA
 
 def decide(view: ClusterView, controller_epoch: int,
            unclean_for: Callable[[str], bool] = _never_unclean) -> dict[TopicPartition, LeaderAndIsr]:
-    """Every partition whose state must change, with its new state. Pure: same view, same answer."""
+    """Every partition whose state must change, with its new state. Pure: same view, same answer.
+    ``unclean_for(topic)``: the topic's ``unclean.leader.election.enable`` (its override, else the
+    broker's); a partition in ``view.unclean`` is elected uncleanly whatever it says."""
     changes: dict[TopicPartition, LeaderAndIsr] = {}
     for tp in sorted(view.assignment):
         new = decide_partition(tp, view.assignment[tp], view.states.get(tp), view, controller_epoch,
-                               unclean_for(tp.topic))
+                               tp in view.unclean or unclean_for(tp.topic))
         if new is not None:
             changes[tp] = new
     return changes

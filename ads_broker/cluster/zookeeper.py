@@ -12,10 +12,15 @@ Znodes, with Kafka's JSON encodings (so Kafka's tools can read them):
 ``/brokers/topics/<t>/partitions/<p>/state``                ``{"version":1,"controller_epoch":E,
                                                             "leader":L,"leader_epoch":LE,"isr":[..]}``
 ``/admin/preferred_replica_election``                       ``{"version":1,"partitions":[{"topic":..}]}``
+``/admin/unclean_leader_election`` (not Kafka)               ``{"version":1,"partitions":[{"topic":..}]}``:
+                                                            ElectLeaders UNCLEAN (Kafka: an RPC to the
+                                                            controller)
 ``/admin/controlled_shutdown/<id>`` (ephemeral; not Kafka)  a broker asks the controller to move its
                                                             leaderships away (Kafka: an RPC)
 ``/config/topics/<t>``                                      ``{"version":1,"config":{"k":"v"}}`` (the
                                                             topic's config overrides)
+``/config/changes/config_change_<seq>``                     ``{"version":2,"entity_path":"topics/<t>"}``
+                                                            (a topic's overrides changed)
 ``/admin/delete_topics/<t>``                                a topic marked for deletion (Kafka's; our
                                                             data: ``{"topic_id":..}``)
 ``/admin/delete_topics/<t>/<id>`` (not Kafka)               broker ``id`` deleted its replicas of ``t``
@@ -63,6 +68,9 @@ TOPICS_PATH = "/brokers/topics"
 CONTROLLER_PATH = "/controller"
 CONTROLLER_EPOCH_PATH = "/controller_epoch"
 PREFERRED_ELECTION_PATH = "/admin/preferred_replica_election"
+UNCLEAN_ELECTION_PATH = "/admin/unclean_leader_election"
+CONFIG_CHANGES_PATH = "/config/changes"
+CONFIG_CHANGE_PREFIX = "config_change_"
 CONTROLLED_SHUTDOWN_PATH = "/admin/controlled_shutdown"
 TOPIC_CONFIG_PATH = "/config/topics"
 DELETE_TOPICS_PATH = "/admin/delete_topics"
@@ -70,7 +78,7 @@ PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
 #: ``get`` requests one pipelined read keeps in flight on the session (``KafkaZkClient._get_many``).
 MAX_PIPELINED_READS = 1024
 PERSISTENT_PATHS = ("/cluster", BROKER_IDS_PATH, TOPICS_PATH, "/admin", CONTROLLED_SHUTDOWN_PATH, TOPIC_CONFIG_PATH,
-                    DELETE_TOPICS_PATH)
+                    DELETE_TOPICS_PATH, CONFIG_CHANGES_PATH)
 
 
 class TopicPartition(NamedTuple):
@@ -410,6 +418,42 @@ class KafkaZkClient:
         except NoNodeError:
             return {}
         return {str(k): str(v) for k, v in dict(json.loads(data).get("config") or {}).items()}
+
+    def get_topic_config_versioned(self, topic: str) -> tuple[dict[str, str], int] | None:
+        """The topic's config overrides with the znode's version; None if it has no config znode."""
+        try:
+            data, stat = self.client.get(f"{TOPIC_CONFIG_PATH}/{topic}")
+        except NoNodeError:
+            return None
+        return {str(k): str(v) for k, v in dict(json.loads(data).get("config") or {}).items()}, int(stat.version)
+
+    def get_topic_configs(self, topics: Iterable[str]) -> dict[str, dict[str, str]]:
+        """Each topic's config overrides, the reads pipelined (a topic without a config znode: {})."""
+        out: dict[str, dict[str, str]] = {}
+        for path, found in self._get_many(f"{TOPIC_CONFIG_PATH}/{t}" for t in topics):
+            topic = path.rsplit("/", 1)[1]
+            out[topic] = {} if found is None else {
+                str(k): str(v) for k, v in dict(json.loads(found[0]).get("config") or {}).items()}
+        return out
+
+    def set_topic_config(self, topic: str, configs: Mapping[str, str], version: int) -> None:
+        """Replace the topic's overrides, conditional on the version read (BadVersionError if it
+        changed since; NoNodeError if it is gone), and announce the change under ``/config/changes``
+        as Kafka's ``AdminZkClient.changeTopicConfig`` does (the controller watches it), in one
+        multi-op."""
+        body = json.dumps({"version": 1, "config": dict(configs)}).encode()
+        entity = json.dumps({"version": 2, "entity_path": f"topics/{topic}"}).encode()
+        txn = self.client.transaction()  # one multi-op: no change without its notification
+        txn.set_data(f"{TOPIC_CONFIG_PATH}/{topic}", body, version=version)
+        txn.create(f"{CONFIG_CHANGES_PATH}/{CONFIG_CHANGE_PREFIX}", entity, sequence=True)
+        for result in txn.commit():
+            if isinstance(result, Exception) and not isinstance(result, RolledBackError):
+                raise result
+
+    def watch_config_changes(self, callback: Callable[[], None]) -> None:
+        """``callback()`` now and whenever a config change notification is added."""
+        self.client.ensure_path(CONFIG_CHANGES_PATH)
+        self.client.ChildrenWatch(CONFIG_CHANGES_PATH, lambda _children: callback())
 
     def get_topic_id(self, topic: str) -> str | None:
         """The ``topic_id`` of a version-3 assignment znode; None for an older one or no topic."""
@@ -831,6 +875,27 @@ class KafkaZkClient:
     def watch_preferred_election(self, callback: Callable[[bool], None]) -> None:
         self.client.DataWatch(PREFERRED_ELECTION_PATH,
                               lambda data, stat: callback(data is not None))
+
+    def request_unclean_election(self, partitions: Iterable[TopicPartition]) -> None:
+        """Ask the controller for an unclean election of ``partitions`` (ElectLeaders UNCLEAN);
+        NodeExistsError if one is pending."""
+        body = {"version": 1, "partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in partitions]}
+        self.client.create(UNCLEAN_ELECTION_PATH, json.dumps(body).encode())
+
+    def get_unclean_election(self) -> tuple[set[TopicPartition], int] | None:
+        try:
+            data, stat = self.client.get(UNCLEAN_ELECTION_PATH)
+        except NoNodeError:
+            return None
+        parts = {TopicPartition(str(e["topic"]), int(e["partition"])) for e in json.loads(data)["partitions"]}
+        return parts, int(stat.version)
+
+    def delete_unclean_election(self, version: int) -> None:
+        with contextlib.suppress(NoNodeError, BadVersionError):
+            self.client.delete(UNCLEAN_ELECTION_PATH, version=version)
+
+    def watch_unclean_election(self, callback: Callable[[bool], None]) -> None:
+        self.client.DataWatch(UNCLEAN_ELECTION_PATH, lambda data, stat: callback(data is not None))
 
     def request_controlled_shutdown(self, broker_id: int) -> None:
         """Create ``/admin/controlled_shutdown/<id>`` (ephemeral: it vanishes with the broker)."""

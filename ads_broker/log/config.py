@@ -40,7 +40,8 @@ COMPRESSION_TYPES: dict[str, int | None] = {"producer": None, "uncompressed": 0,
                                             "zstd": 4}
 
 TOPIC_CONFIG_KEYS: frozenset[str] = frozenset(
-    [*_INT_KEYS, "message.timestamp.type", "cleanup.policy", "min.cleanable.dirty.ratio", "compression.type"]
+    [*_INT_KEYS, "message.timestamp.type", "cleanup.policy", "min.cleanable.dirty.ratio", "compression.type",
+     "unclean.leader.election.enable"]
 )
 
 #: Kafka's ``ConfigDef.Type`` of each topic config (``LogConfig``'s definitions), as DescribeConfigs
@@ -52,6 +53,7 @@ TOPIC_CONFIG_TYPES: dict[str, str] = {
     "min.compaction.lag.ms": "LONG", "max.compaction.lag.ms": "LONG", "message.timestamp.before.max.ms": "LONG",
     "message.timestamp.after.max.ms": "LONG", "min.insync.replicas": "INT", "message.timestamp.type": "STRING",
     "cleanup.policy": "LIST", "min.cleanable.dirty.ratio": "DOUBLE", "compression.type": "STRING",
+    "unclean.leader.election.enable": "BOOLEAN",
 }
 assert set(TOPIC_CONFIG_TYPES) == TOPIC_CONFIG_KEYS
 
@@ -87,6 +89,11 @@ class LogConfig:
     #: ``uncompressed``) makes the broker store every client batch with that codec, recompressing
     #: those that differ (Kafka's ``LogValidator``).
     compression_type: str = "producer"
+    #: Kafka's topic-level ``unclean.leader.election.enable``: the controller may elect a live
+    #: replica outside the ISR when no ISR member is alive (acknowledged writes it lacks are lost;
+    #: docs/CLUSTER.md). Not used by the log itself; kept here so it is validated, stored and
+    #: described like every other topic config.
+    unclean_leader_election_enable: bool = False
     #: Not a Kafka config: record each segment's fsynced length in ``.log.synced`` (the fault hook,
     #: ads_broker/faults.py; set by the broker when ADS_BROKER_FAULT_FILE is set, never by a topic).
     record_synced_length: bool = False
@@ -115,6 +122,9 @@ class LogConfig:
             values["min_cleanable_dirty_ratio"] = _parse_ratio(props["min.cleanable.dirty.ratio"])
         if "compression.type" in props:
             values["compression_type"] = parse_compression_type(props["compression.type"])
+        if "unclean.leader.election.enable" in props:
+            values["unclean_leader_election_enable"] = parse_bool("unclean.leader.election.enable",
+                                                                  props["unclean.leader.election.enable"])
         return cls(**values)
 
     def to_topic_config(self) -> dict[str, str]:
@@ -124,6 +134,7 @@ class LogConfig:
         out["cleanup.policy"] = self.cleanup_policy
         out["min.cleanable.dirty.ratio"] = str(self.min_cleanable_dirty_ratio)
         out["compression.type"] = self.compression_type
+        out["unclean.leader.election.enable"] = "true" if self.unclean_leader_election_enable else "false"
         return out
 
     @property
@@ -141,6 +152,15 @@ def _parse_int(key: str, raw: str, low: int, high: int) -> int:
     if not low <= value <= high:
         raise InvalidConfigurationError(f"Invalid value {value} for configuration {key}: must be in [{low}, {high}]")
     return value
+
+
+def parse_bool(key: str, raw: str) -> bool:
+    """Kafka's ``ConfigDef.Type.BOOLEAN``: ``true`` or ``false``, in any case."""
+    value = str(raw).strip().lower()
+    if value not in ("true", "false"):
+        raise InvalidConfigurationError(f"Invalid value {raw!r} for configuration {key}: Expected value to be either "
+                                        "true or false")
+    return value == "true"
 
 
 def _parse_timestamp_type(raw: str) -> str:

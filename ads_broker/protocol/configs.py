@@ -16,12 +16,19 @@ and ``createBrokerConfigEntry``):
   themselves are sent only when the request asks (``include_synonyms``).
 
 Topic configs are altered per topic and persisted in the topic store (:meth:`ReplicaManager.
-alter_topic_configs`). On the BROKER resource (``""``: the cluster-wide defaults, or this broker's
-id) the dynamic broker configs are altered (:mod:`ads_broker.dynamic_config`: the ``log.*``
-defaults of topic configs, applied to every topic at once; and Kafka's dynamic SASL login and
-thread-pool configs, validated and kept although ads-broker does not use them); every other broker
-config is refused with Kafka's answer for a config that cannot be updated dynamically
-(INVALID_REQUEST, "Cannot update these configs dynamically: Set(...)"), see docs/BROKER.md.
+alter_topic_configs`). In cluster mode ZooKeeper's ``/config/topics/<t>`` is the topic's config:
+AlterConfigs writes it (conditional on the version read, retried on a conflict) with a
+``/config/changes`` notification, as Kafka's ``AdminZkClient.changeTopicConfig``, then applies it to
+this broker's logs of the topic; DescribeConfigs reads it, whichever broker answers. (The other
+brokers' logs take a changed log setting when they next load the topic's metadata: see
+docs/CLUSTER.md; ``unclean.leader.election.enable`` is read by the controller from ZooKeeper.)
+
+On the BROKER resource (``""``: the cluster-wide defaults, or this broker's id) the dynamic
+broker configs are altered (:mod:`ads_broker.dynamic_config`: the ``log.*`` defaults of topic
+configs, applied to every topic at once; and Kafka's dynamic SASL login and thread-pool configs,
+validated and kept although ads-broker does not use them); every other broker config is refused
+with Kafka's answer for a config that cannot be updated dynamically (INVALID_REQUEST, "Cannot
+update these configs dynamically: Set(...)"), see docs/BROKER.md.
 """
 
 from __future__ import annotations
@@ -36,8 +43,10 @@ from kafka.protocol.admin import (
     DescribeConfigsResponse,
     IncrementalAlterConfigsResponse,
 )
+from kazoo.exceptions import BadVersionError, KazooException, NoNodeError
 
 from ads_broker import dynamic_config
+from ads_broker.cluster.exceptions import ZooKeeperUnavailableError
 from ads_broker.config import (
     DYNAMIC_SETTINGS,
     LISTENER_MECHANISM_KEYS,
@@ -45,8 +54,14 @@ from ads_broker.config import (
     SETTINGS,
     BrokerConfig,
     Setting,
+    validate_topic_configs,
 )
-from ads_broker.exceptions import BrokerError, InvalidConfigurationError, InvalidRequestError
+from ads_broker.exceptions import (
+    BrokerError,
+    InvalidConfigurationError,
+    InvalidRequestError,
+    UnknownTopicOrPartitionError,
+)
 from ads_broker.log.config import TOPIC_CONFIG_KEYS, TOPIC_CONFIG_TYPES
 from ads_broker.protocol.codec import DecodedRequest
 from ads_broker.protocol.rejected import Rejections
@@ -148,8 +163,14 @@ def _entry(name: str, value: str | None, synonyms: list[Any], *, config_type: st
                           documentation=documentation)
 
 
-def describe_topic(ctx: HandlerContext, name: str, include_synonyms: bool) -> list[Any]:
-    values, explicit = ctx.replicas.effective_configs(name)
+def describe_topic(ctx: HandlerContext, name: str, include_synonyms: bool,
+                   overrides: dict[str, str] | None = None) -> list[Any]:
+    """The topic's config entries: from this broker's topic store, or from ``overrides`` (the
+    topic's own configs as ZooKeeper holds them, in cluster mode)."""
+    if overrides is None:
+        values, explicit = ctx.replicas.effective_configs(name)
+    else:
+        values, explicit = ctx.replicas.logs.log_config(overrides).to_topic_config(), set(overrides)
     entries = []
     for key, value in sorted(values.items()):
         broker_name = TOPIC_CONFIG_SYNONYMS.get(key)
@@ -239,7 +260,8 @@ async def handle_describe_configs(ctx: HandlerContext, req: DecodedRequest) -> D
             if kind == RESOURCE_TOPIC:
                 if denied := ctx.denial(DESCRIBE_CONFIGS, TOPIC, name):
                     raise denied
-                entries = describe_topic(ctx, name, include_synonyms)
+                overrides = None if ctx.cluster is None else (await _zk_topic_config(ctx, name))[0]
+                entries = describe_topic(ctx, name, include_synonyms, overrides)
             elif kind == RESOURCE_BROKER:
                 if denied := ctx.denial(DESCRIBE_CONFIGS, CLUSTER, CLUSTER_NAME):
                     raise denied
@@ -286,7 +308,7 @@ def incremental_configs(ctx: HandlerContext, topic: str, current: dict[str, str]
     """Kafka's ``prepareIncrementalConfigs`` for a topic's overrides."""
     _check_unique(entries)
     return dict(_incremental(current, entries, known=_known, is_list=lambda k: TOPIC_CONFIG_TYPES[k] == "LIST",
-                             effective=lambda k: ctx.replicas.effective_configs(topic)[0][k]))
+                             effective=lambda k: ctx.replicas.logs.log_config(current).to_topic_config()[k]))
 
 
 def _incremental(current: dict[str, str], entries: list[Any], *, known: Callable[[str], None],
@@ -361,9 +383,12 @@ async def _handle_alter(ctx: HandlerContext, req: DecodedRequest, api: str, new_
             if kind == RESOURCE_TOPIC:
                 if denied := ctx.denial(ALTER_CONFIGS, TOPIC, name):
                     raise denied
-                current = dict(ctx.replicas.get_topic(name).configs)
-                ctx.replicas.alter_topic_configs(name, new_configs(ctx, name, current, list(resource.configs)),
-                                                 validate_only=validate_only)
+                if ctx.cluster is not None:
+                    await _alter_topic_in_cluster(ctx, name, new_configs, list(resource.configs), validate_only)
+                else:
+                    current = dict(ctx.replicas.get_topic(name).configs)
+                    ctx.replicas.alter_topic_configs(name, new_configs(ctx, name, current, list(resource.configs)),
+                                                     validate_only=validate_only)
             elif kind == RESOURCE_BROKER:
                 if denied := ctx.denial(ALTER_CONFIGS, CLUSTER, CLUSTER_NAME):
                     raise denied
@@ -377,6 +402,58 @@ async def _handle_alter(ctx: HandlerContext, req: DecodedRequest, api: str, new_
         results.append((error.error_code if error else 0, str(error) if error else None, kind, name))
     rejected.log(ctx, req)
     return results
+
+
+#: Conflicting writes of one topic's config znode (another broker altering it at once) retried.
+ALTER_ATTEMPTS = 5
+
+
+async def _zk_topic_config(ctx: HandlerContext, name: str) -> tuple[dict[str, str], int]:
+    """The topic's overrides and their znode version from ZooKeeper (cluster mode);
+    UNKNOWN_TOPIC_OR_PARTITION if the topic has none (it does not exist)."""
+    cluster = ctx.cluster
+    assert cluster is not None
+    try:
+        found = await asyncio.get_running_loop().run_in_executor(
+            cluster.zk_requests, cluster.zk.get_topic_config_versioned, name)
+    except KazooException as e:
+        raise ZooKeeperUnavailableError(f"cannot read topic {name}'s config from ZooKeeper ({type(e).__name__}); "
+                                        "retry") from e
+    if found is None:
+        raise UnknownTopicOrPartitionError(f"The topic '{name}' does not exist.")
+    return found
+
+
+async def _alter_topic_in_cluster(ctx: HandlerContext, name: str, new_configs: NewConfigs, entries: list[Any],
+                                  validate_only: bool) -> None:
+    """Cluster mode: the new overrides computed from ZooKeeper's, validated as at CreateTopics,
+    written to ``/config/topics/<t>`` conditionally on the version read (re-read and computed again
+    on a conflict), announced under ``/config/changes``; then applied to this broker's logs."""
+    cluster = ctx.cluster
+    assert cluster is not None
+    for _attempt in range(ALTER_ATTEMPTS):
+        current, version = await _zk_topic_config(ctx, name)
+        checked = validate_topic_configs(new_configs(ctx, name, current, entries), TOPIC_CONFIG_KEYS)
+        ctx.replicas.logs.log_config(checked)  # InvalidConfigurationError on bad values
+        if validate_only:
+            return
+        try:
+            await asyncio.get_running_loop().run_in_executor(
+                cluster.zk_requests, cluster.zk.set_topic_config, name, checked, version)
+        except BadVersionError:
+            continue
+        except NoNodeError:
+            raise UnknownTopicOrPartitionError(f"The topic '{name}' does not exist.") from None
+        except KazooException as e:
+            raise ZooKeeperUnavailableError(
+                f"cannot write topic {name}'s config to ZooKeeper ({type(e).__name__}); it may or may not have "
+                "changed: describe it, then retry") from e
+        if name in ctx.replicas.topics:  # this broker's replicas follow at once
+            applied: dict[str, str | None] = dict(checked)
+            ctx.replicas.alter_topic_configs(name, applied)
+        return
+    raise InvalidRequestError(f"topic {name}'s config changed {ALTER_ATTEMPTS} times while this request was "
+                              "altering it; retry")
 
 
 async def handle_alter_configs(ctx: HandlerContext, req: DecodedRequest) -> AlterConfigsResponse:

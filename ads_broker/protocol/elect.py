@@ -8,22 +8,34 @@ partition, and then only those that needed an election (or failed) are answered.
 PREFERRED, per partition: UNKNOWN_TOPIC_OR_PARTITION if it does not exist; ELECTION_NOT_NEEDED if
 its first replica leads; PREFERRED_LEADER_NOT_AVAILABLE if that replica is not alive or not in the
 ISR; otherwise the controller is asked (``/admin/preferred_replica_election``) and the answer waits
-up to the request's timeout for the change (REQUEST_TIMED_OUT if it did not happen). UNCLEAN:
-ELECTION_NOT_NEEDED while the leader is alive; an election out of the ISR on request is not done
-(INVALID_REQUEST: a topic's ``unclean.leader.election.enable`` is how the controller is allowed
-to). On one node every partition that exists has its only replica as leader: ELECTION_NOT_NEEDED.
+up to the request's timeout for the change (REQUEST_TIMED_OUT if it did not happen).
+
+UNCLEAN (KIP-460), per partition as Kafka's ``KafkaController.processReplicaLeaderElection``:
+UNKNOWN_TOPIC_OR_PARTITION if it does not exist; ELECTION_NOT_NEEDED while its leader is alive;
+ELIGIBLE_LEADERS_NOT_AVAILABLE if none of its replicas is alive; otherwise the controller is asked
+(``/admin/unclean_leader_election``) to elect it as ``unclean.leader.election.enable=true`` would,
+whatever the topic's config says: a live ISR member if there is one, else the first live replica
+of the assignment with ISR = [itself] (records acknowledged only by the old ISR are lost). The
+answer waits up to the request's timeout for a live leader (REQUEST_TIMED_OUT if none came).
+
+On one node every partition that exists has its only replica as leader: ELECTION_NOT_NEEDED.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin import ElectLeadersResponse
+from kazoo.exceptions import KazooException, NodeExistsError
 
+from ads_broker.cluster.exceptions import ZooKeeperUnavailableError
 from ads_broker.cluster.zookeeper import TopicPartition
 from ads_broker.errors import (
     CLUSTER_AUTHORIZATION_FAILED,
     ELECTION_NOT_NEEDED,
+    ELIGIBLE_LEADERS_NOT_AVAILABLE,
     INVALID_REQUEST,
     LEADER_NOT_AVAILABLE,
     NONE,
@@ -36,12 +48,16 @@ from ads_broker.protocol.codec import DecodedRequest
 from ads_broker.security.acl import ALTER, CLUSTER, CLUSTER_NAME
 
 if TYPE_CHECKING:
+    from ads_broker.cluster.node import ClusterNode
     from ads_broker.protocol.context import HandlerContext
 
 PREFERRED = 0
 UNCLEAN = 1
 NOT_NEEDED = "Leader election not needed for topic partition."  # Kafka's text
 Result = tuple[int, str | None]
+#: Polling of the cluster's state while an unclean election is awaited: first pause, longest pause.
+POLL_S = 0.05
+MAX_POLL_S = 0.5
 
 
 async def handle_elect_leaders(ctx: HandlerContext, req: DecodedRequest) -> ElectLeadersResponse:
@@ -94,6 +110,7 @@ async def _in_cluster(ctx: HandlerContext, named: list[TopicPartition] | None, e
                                               sorted(snapshot.topics.items()) for p in view.partitions]
     results: dict[TopicPartition, Result] = {}
     to_elect: list[TopicPartition] = []
+    unclean: list[TopicPartition] = []
     for tp in wanted:
         view = snapshot.topics.get(tp.topic)
         if view is None or not 0 <= tp.partition < len(view.partitions):
@@ -103,10 +120,15 @@ async def _in_cluster(ctx: HandlerContext, named: list[TopicPartition] | None, e
         preferred = partition.replicas[0] if partition.replicas else -1
         leader_alive = partition.leader in snapshot.brokers
         if election_type == UNCLEAN:
-            results[tp] = ((ELECTION_NOT_NEEDED, NOT_NEEDED) if leader_alive
-                           else (INVALID_REQUEST, "an unclean election is not done on request here; set the "
-                                 "topic's unclean.leader.election.enable=true to let the controller elect "
-                                 "out of the ISR (docs/CLUSTER.md)"))
+            if leader_alive:
+                results[tp] = (ELECTION_NOT_NEEDED, NOT_NEEDED)
+            elif not any(b in snapshot.brokers for b in partition.replicas):
+                results[tp] = (ELIGIBLE_LEADERS_NOT_AVAILABLE,
+                               f"Failed to elect leader for partition {tp.topic}-{tp.partition} under strategy "
+                               f"OfflinePartitionLeaderElectionStrategy(true): none of its replicas "
+                               f"{list(partition.replicas)} is alive")
+            else:
+                unclean.append(tp)
         elif partition.leader == preferred:  # Kafka's controller: not needed, alive or not
             results[tp] = (ELECTION_NOT_NEEDED, NOT_NEEDED)
         elif (preferred not in snapshot.brokers or partition.state is None
@@ -128,7 +150,52 @@ async def _in_cluster(ctx: HandlerContext, named: list[TopicPartition] | None, e
             results[tp] = (NONE, None) if tp in elected else (
                 REQUEST_TIMED_OUT, f"the preferred leader of {tp.topic}-{tp.partition} did not take over within "
                 f"{timeout_ms} ms")
+    if unclean:
+        try:
+            led = await elect_unclean(cluster, unclean, timeout_ms)
+        except BrokerError as e:
+            for tp in unclean:
+                results[tp] = (e.error_code, str(e))
+            return results
+        for tp in unclean:
+            results[tp] = (NONE, None) if tp in led else (
+                REQUEST_TIMED_OUT, f"no replica of {tp.topic}-{tp.partition} took over within {timeout_ms} ms "
+                "(none alive any more, or the controller is away); the election may still happen")
     return results
+
+
+async def elect_unclean(cluster: ClusterNode, partitions: list[TopicPartition], timeout_ms: int
+                        ) -> set[TopicPartition]:
+    """Ask the controller for an unclean election of ``partitions`` (``/admin/unclean_leader_election``;
+    while another request's is pending, wait for it to go) and wait up to ``timeout_ms`` until each
+    has a live leader; the partitions that have one."""
+    deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+    loop = asyncio.get_running_loop()
+    zk = cluster.zk
+    pause = POLL_S
+    while True:
+        try:
+            await loop.run_in_executor(cluster.zk_requests, zk.request_unclean_election, partitions)
+            break
+        except NodeExistsError:
+            if time.monotonic() >= deadline:
+                return set()
+        except KazooException as e:  # the request may or may not have been stored
+            raise ZooKeeperUnavailableError(
+                f"broker {cluster.broker_id} could not ask the controller for the election ({type(e).__name__}); "
+                "check the partitions' leaders, then retry") from e
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, MAX_POLL_S)
+    topics = sorted({tp.topic for tp in partitions})
+    pause = POLL_S
+    while True:
+        snapshot = await cluster.snapshot(topics)
+        led = {tp for tp in partitions if (view := snapshot.topics.get(tp.topic)) is not None
+               and tp.partition < len(view.partitions) and view.partitions[tp.partition].leader in snapshot.brokers}
+        if len(led) == len(partitions) or time.monotonic() >= deadline:
+            return led
+        await asyncio.sleep(min(pause, max(deadline - time.monotonic(), 0)))
+        pause = min(pause * 2, MAX_POLL_S)
 
 
 def _response(results: dict[TopicPartition, Result], error_code: int) -> ElectLeadersResponse:

@@ -139,6 +139,45 @@ def test_unclean_election_picks_a_live_out_of_sync_replica_when_enabled(
     assert state.leader == 2 and state.isr == (2,)
 
 
+def _offline_with_only_replica_3_alive(cluster: Callable[..., Node], admin: KafkaZkClient,
+                                      unclean_for: Callable[[str], bool] | None = None,
+                                      configs: dict[str, str] | None = None) -> Node:
+    """``orders-0`` on [1, 2, 3], ISR shrunk to [1] by its leader, 1 and 2 stopped: broker 3 (the
+    one returned, controller once the others are gone) is alive and out of sync."""
+    nodes = three(cluster, unclean_for=unclean_for)
+    admin.create_topic(T0.topic, {0: [1, 2, 3]}, configs=configs)
+    state = wait_state(admin, T0, "created", lambda s: s.isr == (1, 2, 3))
+    nodes[0].zk.update_isr_as_leader(T0, state, (1,))
+    nodes[1].stop()
+    nodes[0].stop()
+    return nodes[2]
+
+
+def test_the_topic_override_of_unclean_election_wins_over_the_broker_setting(
+        cluster: Callable[..., Node], admin: KafkaZkClient) -> None:
+    # The brokers say true, the topic false: the partition waits offline for its ISR.
+    _offline_with_only_replica_3_alive(cluster, admin, unclean_for=lambda topic: True,
+                                       configs={"unclean.leader.election.enable": "false"})
+    state = wait_state(admin, T0, "offline", lambda s: s.leader == NO_LEADER)
+    assert state.isr == (1,)
+    # The topic switched to true (AlterConfigs' write and notification): elected at once.
+    configs, version = admin.get_topic_config_versioned(T0.topic) or ({}, -1)
+    admin.set_topic_config(T0.topic, {**configs, "unclean.leader.election.enable": "true"}, version)
+    state = wait_state(admin, T0, "broker 3 elected out of the ISR", lambda s: s.leader == 3)
+    assert state.isr == (3,) and state.leader_epoch == 2
+
+
+def test_an_unclean_election_on_request_is_done_once_whatever_the_topic_says(
+        cluster: Callable[..., Node], admin: KafkaZkClient) -> None:
+    survivor = _offline_with_only_replica_3_alive(cluster, admin)
+    wait_state(admin, T0, "offline", lambda s: s.leader == NO_LEADER)
+    admin.request_unclean_election([T0])
+    state = wait_state(admin, T0, "broker 3 elected out of the ISR", lambda s: s.leader == 3)
+    assert state.isr == (3,)
+    wait_until(lambda: admin.get_unclean_election() is None, "the request deleted once done")
+    wait_until(lambda: any(s.leader == 3 for tp, s in survivor.seen if tp == T0), "broker 3 to learn it leads")
+
+
 def test_controlled_shutdown_moves_leadership_away_before_the_broker_stops(
         cluster: Callable[..., Node], admin: KafkaZkClient) -> None:
     nodes = three(cluster)

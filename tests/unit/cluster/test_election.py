@@ -184,3 +184,33 @@ def test_a_cancelled_reassignment_takes_the_added_replicas_out_of_the_isr_and_th
     assert one(v) == LeaderAndIsr(1, 4, (1, 2), 5, 7)
     v = view({1, 2, 3}, {TP: state(1, (1, 2, 3))}, replicas=(1, 2))
     assert one(v) == LeaderAndIsr(1, 4, (1, 2), 5, 7)
+
+
+def test_an_unclean_election_on_request_elects_out_of_the_isr_whatever_the_topic_says() -> None:
+    """ElectLeaders UNCLEAN (KIP-460): a partition named in ``view.unclean`` is elected as with
+    ``unclean.leader.election.enable=true``, although its topic (and the broker) say false."""
+    offline = state(NO_LEADER, (1, 2))
+    asked = ClusterView(assignment={TP: (1, 2, 3)}, states={TP: offline}, live=frozenset({3}),
+                        unclean=frozenset({TP}))
+    assert decide(asked, 5, lambda topic: False) == {TP: LeaderAndIsr(3, 4, (3,), 5, 7)}
+    # Not asked: it waits offline for an ISR member.
+    assert decide(view({3}, {TP: offline}), 5, lambda topic: False) == {}
+
+
+def test_an_unclean_election_on_request_prefers_a_live_isr_member_and_leaves_a_live_leader() -> None:
+    # An ISR member alive (not shutting down): the clean choice, as Kafka's offline strategy.
+    v = ClusterView(assignment={TP: (3, 2, 1)}, states={TP: state(NO_LEADER, (1, 2))}, live=frozenset({2, 3}),
+                    unclean=frozenset({TP}))
+    assert decide(v, 5) == {TP: LeaderAndIsr(2, 4, (2,), 5, 7)}
+    # A live leader: nothing changes (the handler answers ELECTION_NOT_NEEDED).
+    led = ClusterView(assignment={TP: (1, 2, 3)}, states={TP: state(1, (1,))}, live=frozenset({1, 2, 3}),
+                      unclean=frozenset({TP}))
+    assert decide(led, 5) == {}
+
+
+def test_the_topic_level_setting_is_asked_per_topic() -> None:
+    other = TopicPartition("u", 0)
+    offline = state(NO_LEADER, (1, 2))
+    v = ClusterView(assignment={TP: (1, 2, 3), other: (1, 2, 3)}, states={TP: offline, other: offline},
+                    live=frozenset({3}))
+    assert decide(v, 5, lambda topic: topic == "u") == {other: LeaderAndIsr(3, 4, (3,), 5, 7)}

@@ -32,9 +32,16 @@ def test_round_trip_through_kafka_names_and_unknown_keys_ignored() -> None:
         ("retention.ms", "-2", r"\[-1, "),
         ("message.timestamp.type", "Now", "CreateTime, LogAppendTime"),
         ("cleanup.policy", "forever", "delete, compact"),
+        ("unclean.leader.election.enable", "yes", "either true or false"),
     ],
 )
 def test_bad_values_name_the_key_value_and_range(key: str, value: str, message: str) -> None:
     with pytest.raises(InvalidConfigurationError, match=message) as err:
         LogConfig.from_topic_config({key: value})
     assert value in str(err.value) and err.value.error_code == 40
+
+
+def test_unclean_leader_election_enable_is_a_topic_config_any_case() -> None:
+    assert LogConfig.from_topic_config({"unclean.leader.election.enable": "TRUE"}).unclean_leader_election_enable
+    assert not LogConfig().unclean_leader_election_enable
+    assert LogConfig().to_topic_config()["unclean.leader.election.enable"] == "false"
