@@ -27,6 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import structlog
+
 from ads_broker.exceptions import (
     BrokerError,
     InvalidRecordError,
@@ -67,8 +69,10 @@ from ads_broker.log.records import (
     validate_records,
 )
 from ads_broker.log.segment import DELETED_SUFFIX, FileSlice, LogSegment
-from ads_broker.log.txn_index import TXN_INDEX_SUFFIX, AbortedTxn, TxnIndex
+from ads_broker.log.txn_index import TXN_INDEX_SUFFIX, AbortedTxn, TxnIndex, damage_of
 from ads_broker.log.walk_reference import MARK_NULL_KEY, MARK_TIMESTAMP
+
+log = structlog.get_logger("ads_broker.log")
 
 __all__ = ["LOG_START_OFFSET_FILE", "AppendInfo", "FileSlice", "Log", "ValidatedBatch"]
 
@@ -265,6 +269,7 @@ class Log:
 
     def _load_producer_state(self) -> None:
         leo = self.log_end_offset
+        self._drop_damaged_txn_indexes()
         replay_from = self.producer_state.load(leo)
         replay_from = max(replay_from, self._segments[0].base_offset)
         # Aborted-transaction entries at or after the replay start are re-derived by the replay.
@@ -279,6 +284,30 @@ class Log:
                         self._record_completed(completed, segment.base_offset)
         self.producer_state.map_end_offset = leo
         self.producer_state.remove_expired(self._now_ms(), self.producer_id_expiration_ms)
+
+    def _drop_damaged_txn_indexes(self) -> None:
+        """A damaged ``.txnindex`` (garbled, torn, entries outside its segment) is deleted and its
+        entries re-derived: the producer snapshots after the first damaged segment's start are
+        deleted too, so the replay below starts at or before it and re-appends every aborted
+        transaction from there (Kafka rebuilds a segment whose index fails its sanity check). They
+        used to be read up to the first bad entry and the rest dropped without a word: a
+        ``read_committed`` consumer then got the aborted records. A missing file cannot be told
+        from a segment without aborts (files are created with the first entry), as in Kafka."""
+        ends = [s.base_offset for s in self._segments[1:]] + [self.log_end_offset + 1]
+        damaged: list[int] = []
+        for segment, end in zip(self._segments, ends, strict=True):
+            path = self.dir / f"{segment.base_offset:020d}{TXN_INDEX_SUFFIX}"
+            reason = damage_of(path, segment.base_offset, end)
+            if reason is not None:
+                log.warning("aborted-transaction index damaged; rebuilding it from the log", file=str(path),
+                            reason=reason)
+                path.unlink()
+                damaged.append(segment.base_offset)
+        if damaged:
+            for offset in self.producer_state.snapshot_offsets():
+                if offset > min(damaged):
+                    self.producer_state.snapshot_path(offset).unlink(missing_ok=True)
+            fsync_dir(self.dir)
 
     def _read_log_start_offset(self) -> int:
         path = self.dir / LOG_START_OFFSET_FILE

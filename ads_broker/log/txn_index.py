@@ -61,6 +61,28 @@ def read_entries(path: Path) -> list[AbortedTxn]:
     return out
 
 
+def damage_of(path: Path, base_offset: int, end_offset: int) -> str | None:
+    """Why the ``.txnindex`` of the segment [``base_offset``, ``end_offset``) cannot be trusted (None:
+    missing or sound): a size that is not whole entries, an entry of another version, or an entry
+    whose marker is not in the segment or whose transaction ends before it begins (Kafka's
+    ``TransactionIndex.sanityCheck`` and its version check). Read whole: only damage counts here, a
+    file is a few entries."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    if len(data) % ENTRY_SIZE:
+        return f"{len(data)} bytes is not a whole number of {ENTRY_SIZE}-byte entries"
+    for pos in range(0, len(data), ENTRY_SIZE):
+        version, _pid, first, last, _lso = _ENTRY.unpack_from(data, pos)
+        if version != _VERSION:
+            return f"entry {pos // ENTRY_SIZE} has version {version}"
+        if not base_offset <= last < end_offset or first > last:
+            return (f"entry {pos // ENTRY_SIZE} spans offsets {first}..{last}, outside the segment "
+                    f"[{base_offset}, {end_offset})")
+    return None
+
+
 def _rewrite(path: Path, entries: list[AbortedTxn]) -> None:
     if not entries:
         path.unlink(missing_ok=True)
