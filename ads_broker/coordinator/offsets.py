@@ -450,6 +450,11 @@ class OffsetManager:
     def groups(self) -> list[str]:
         return [g for g, offsets in self._cache.items() if offsets]
 
+    def has_offsets(self, group: str) -> bool:
+        """Whether ``group`` has committed offsets (one lookup: DescribeGroups asks per named group,
+        and a list of every group per name made a request of N names cost N x groups)."""
+        return bool(self._cache.get(group))
+
     def _pending_partitions(self, group: str) -> set[tuple[str, int]]:
         return {tp for pending in self._pending.values() for tp in pending.groups.get(group, ())}
 

@@ -7,6 +7,7 @@ offset manager over ``__consumer_offsets`` after the coordinator validated the m
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,9 @@ from ads_broker.protocol.codec import DecodedRequest
 from ads_broker.protocol.groups_admin import group_authorized_operations
 from ads_broker.protocol.partitions import named_once
 from ads_broker.security.acl import CLUSTER, CLUSTER_NAME, DESCRIBE, GROUP, READ, TOPIC
+
+#: DescribeGroups yields to the event loop after this many groups (a request may name ~100,000).
+YIELD_EVERY = 256
 
 if TYPE_CHECKING:
     from ads_broker.protocol.context import HandlerContext
@@ -121,7 +125,9 @@ async def handle_list_groups(ctx: HandlerContext, req: DecodedRequest) -> ListGr
 
 async def handle_describe_groups(ctx: HandlerContext, req: DecodedRequest) -> DescribeGroupsResponse:
     out = []
-    for group_id in req.body.groups:
+    for i, group_id in enumerate(req.body.groups):
+        if i and i % YIELD_EVERY == 0:
+            await asyncio.sleep(0)  # a request naming many groups lets the other connections in
         if denied := ctx.authorize(req, "describe_groups", DESCRIBE, GROUP, group_id):
             out.append(DescribeGroupsResponse.DescribedGroup(
                 error_code=denied, error_message=None, group_id=group_id, group_state="", protocol_type="",
@@ -134,7 +140,7 @@ async def handle_describe_groups(ctx: HandlerContext, req: DecodedRequest) -> De
             continue
         d = ctx.groups.describe_group(group_id)
         state = d.state
-        if state == "Dead" and group_id in ctx.offsets.groups():
+        if state == "Dead" and ctx.offsets.has_offsets(group_id):
             state = "Empty"
         out.append(DescribeGroupsResponse.DescribedGroup(
             error_code=d.error_code, error_message=None, group_id=group_id, group_state=state,
