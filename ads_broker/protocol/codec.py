@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kafka.protocol.admin import DescribeConfigsResponse
 from kafka.protocol.api_header import RequestHeader
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.metadata import ApiVersionsRequest
@@ -277,6 +278,8 @@ def _truncate_messages(obj: Any, struct_field: Any, version: int) -> None:
 #: A Produce answer naming more KIP-467 record errors than this is encoded on a worker thread
 #: (:func:`encodes_slowly`); kafka-python encodes ~1,000 of them a few milliseconds.
 OFF_LOOP_RECORD_ERRORS = 10_000
+#: A DescribeConfigs answer with more config entries than this is encoded off the loop too.
+OFF_LOOP_CONFIG_ENTRIES = 20_000
 
 
 def encodes_slowly(response: ApiMessage) -> bool:
@@ -285,6 +288,8 @@ def encodes_slowly(response: ApiMessage) -> bool:
     ``LogValidator.processRecordErrors`` keeps them all), so 200 partitions x 3,000 refused
     records are 600,000 entries and ~86 MB, seconds of kafka-python's codec. The server encodes
     such an answer on a thread (the GIL is shared, but the loop gets its turns)."""
+    if isinstance(response, DescribeConfigsResponse):  # a request may name up to ~100,000 resources
+        return sum(len(result.configs or ()) for result in response.results) > OFF_LOOP_CONFIG_ENTRIES
     if not isinstance(response, ProduceResponse):
         return False
     count = 0

@@ -248,6 +248,7 @@ async def handle_describe_configs(ctx: HandlerContext, req: DecodedRequest) -> D
     include_docs = bool(getattr(body, "include_documentation", False))
     results = []
     rejected = Rejections("describe_configs")
+    named: set[tuple[int, str]] = set()
     for resource in body.resources:
         await asyncio.sleep(0)
         res = DescribeConfigsResponse.DescribeConfigsResult(
@@ -257,6 +258,13 @@ async def handle_describe_configs(ctx: HandlerContext, req: DecodedRequest) -> D
         wanted = set(resource.configuration_keys) if resource.configuration_keys else None
         try:
             kind, name = resource.resource_type, resource.resource_name
+            if (kind, name) in named:
+                # Each repeat would be a whole answer again (the broker with synonyms and docs is
+                # ~20 KB): a 10 KB request naming it 2,000 times was a 40 MB answer (review s13,
+                # H3). Kafka answers every repeat; clients name a resource once.
+                raise InvalidRequestError(f"resource {name!r} of type {kind} is named more than once in this "
+                                          "request; name each resource once")
+            named.add((kind, name))
             if kind == RESOURCE_TOPIC:
                 if denied := ctx.denial(DESCRIBE_CONFIGS, TOPIC, name):
                     raise denied

@@ -186,6 +186,25 @@ def test_describe_broker_resource_names_as_kafka(client: RawClient) -> None:
         assert (result.error_code, result.error_message) == (INVALID_REQUEST, message)
 
 
+def test_a_resource_named_twice_is_described_once(client: RawClient, topic_name: str) -> None:
+    """Each repeat of a resource would be a whole answer again: the broker resource with synonyms
+    and documentation is ~20 KB, so a 10 KB request naming it 2,000 times was a 40 MB answer built
+    and encoded on the event loop (review s13, H3). A repeat is INVALID_REQUEST and costs nothing."""
+    create(client, topic_name)
+    resources = [DescribeConfigsRequest.DescribeConfigsResource(resource_type=kind, resource_name=name,
+                                                                configuration_keys=None)
+                 for kind, name in ((TOPIC, topic_name), (BROKER, "0"), (TOPIC, topic_name), (BROKER, "0"),
+                                    (BROKER, ""))]
+    req = DescribeConfigsRequest(resources=resources, include_synonyms=True, include_documentation=True)
+    results = client.request(req, 4).results
+    assert [(r.resource_type, r.resource_name) for r in results] == [(TOPIC, topic_name), (BROKER, "0"),
+                                                                     (TOPIC, topic_name), (BROKER, "0"), (BROKER, "")]
+    assert [r.error_code for r in results] == [0, 0, INVALID_REQUEST, INVALID_REQUEST, 0]
+    assert results[0].configs and results[1].configs
+    assert results[2].configs == [] and results[3].configs == []  # old code: both answered in full again
+    assert "named more than once" in results[2].error_message
+
+
 # -- AlterConfigs / IncrementalAlterConfigs ----------------------------------------------------
 
 
