@@ -17,6 +17,7 @@ import hmac
 import json
 import os
 import secrets
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -85,6 +86,10 @@ class Credentials(Protocol):
         """One user's deletions and upsertions in one write (AlterUserScramCredentials per user, as
         Kafka's ``changeConfigs`` writes a user's config once): nobody sees the state between them."""
 
+    def alter_many(self, changes: dict[str, tuple[list[str], dict[str, ScramCredential]]]) -> None:
+        """Several users' :meth:`alter` (user -> (deletions, upsertions)); each user's change is
+        seen whole."""
+
 
 def altered(current: dict[str, ScramCredential], deletions: list[str],
             upsertions: dict[str, ScramCredential]) -> dict[str, ScramCredential]:
@@ -100,6 +105,7 @@ class CredentialStore:
         self.path = data_dir / CREDENTIALS_FILE
         self._stamp: tuple[int, int] | None = None
         self._users: dict[str, dict[str, ScramCredential]] = {}
+        self._write_lock = threading.Lock()  # read-modify-write of the file (alter_many runs on a thread)
 
     def _load(self) -> dict[str, dict[str, ScramCredential]]:
         try:
@@ -128,34 +134,46 @@ class CredentialStore:
         return {u: dict(m) for u, m in self._load().items()}
 
     def upsert(self, user: str, mechanism: str, credential: ScramCredential) -> None:
-        users = self.users()
-        users.setdefault(user, {})[mechanism] = credential
-        self._write(users)
+        with self._write_lock:
+            users = self.users()
+            users.setdefault(user, {})[mechanism] = credential
+            self._write(users)
 
     def alter(self, user: str, deletions: list[str], upsertions: dict[str, ScramCredential]) -> None:
-        users = self.users()
-        new = altered(users.get(user, {}), deletions, upsertions)
-        if new == users.get(user, {}):
-            return
-        if new:
-            users[user] = new
-        else:
-            users.pop(user, None)
-        self._write(users)
+        self.alter_many({user: (deletions, upsertions)})
+
+    def alter_many(self, changes: dict[str, tuple[list[str], dict[str, ScramCredential]]]) -> None:
+        """Every user's change in ONE write of the file: a request upserting 1,000 users rewrote and
+        fsynced the whole file 1,000 times on the event loop (review s13, H2: 60 s, 138 MB)."""
+        with self._write_lock:
+            users = self.users()
+            changed = False
+            for user, (deletions, upsertions) in changes.items():
+                new = altered(users.get(user, {}), deletions, upsertions)
+                if new == users.get(user, {}):
+                    continue
+                changed = True
+                if new:
+                    users[user] = new
+                else:
+                    users.pop(user, None)
+            if changed:
+                self._write(users)
 
     def delete(self, user: str, mechanism: str | None = None) -> bool:
         """Remove one mechanism's credential (or all of the user's); False if there was none."""
-        users = self.users()
-        if user not in users or (mechanism is not None and mechanism not in users[user]):
-            return False
-        if mechanism is None:
-            del users[user]
-        else:
-            del users[user][mechanism]
-            if not users[user]:
+        with self._write_lock:
+            users = self.users()
+            if user not in users or (mechanism is not None and mechanism not in users[user]):
+                return False
+            if mechanism is None:
                 del users[user]
-        self._write(users)
-        return True
+            else:
+                del users[user][mechanism]
+                if not users[user]:
+                    del users[user]
+            self._write(users)
+            return True
 
     def _write(self, users: dict[str, dict[str, ScramCredential]]) -> None:
         body = {"version": 1, "users": {u: {m: c.to_json() for m, c in sorted(ms.items())}

@@ -9,8 +9,10 @@ As in Kafka, with an authorizer they need DESCRIBE / ALTER on the Cluster resour
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
+from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -74,8 +76,9 @@ async def handle_describe_user_scram_credentials(ctx: HandlerContext,
     wanted = [u.name for u in req.body.users or []]
     names = wanted or sorted(users)
     results = []
+    repeats = Counter(wanted)  # one count: ``wanted.count`` per name was N^2 on the loop (review s13, H1)
     for name in dict.fromkeys(names):
-        if wanted.count(name) > 1:
+        if repeats[name] > 1:
             results.append(R(user=name, error_code=DUPLICATE_RESOURCE,
                              error_message=f"Cannot describe SCRAM credentials for the same user twice in a single "
                                            f"request: {name}", credential_infos=[]))
@@ -102,8 +105,9 @@ async def handle_alter_user_scram_credentials(ctx: HandlerContext,
             R(user=name, error_code=denied, error_message="Cluster authorization failed")
             for name in dict.fromkeys(touched)])
     errors: dict[str, tuple[int, str]] = {}
+    repeats = Counter(touched)
     for name in touched:
-        if touched.count(name) > 1:
+        if repeats[name] > 1:
             errors[name] = (DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same request")
         elif not name:
             errors[name] = (UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
@@ -140,16 +144,27 @@ async def handle_alter_user_scram_credentials(ctx: HandlerContext,
                 bytes(u.salt), int(u.iterations), hashlib.new(algorithm, client_key).digest(),
                 hmac.digest(salted, b"Server Key", algorithm))))
 
-    def write(name: str) -> None:  # one write per user: nobody sees it between its deletions and upsertions
-        store.alter(name, [m for user, m in deletions if user == name],
-                    {m: c for user, m, c in upsertions if user == name})
-
-    # Off the event loop: in cluster mode each write is a ZooKeeper round trip (or waits for it).
-    for name in dict.fromkeys([n for n, _ in deletions] + [n for n, _, _ in upsertions]):
+    changes: dict[str, tuple[list[str], dict[str, ScramCredential]]] = {}
+    for name, mechanism in deletions:
+        changes.setdefault(name, ([], {}))[0].append(mechanism)
+    for name, mechanism, credential in upsertions:
+        changes.setdefault(name, ([], {}))[1][mechanism] = credential
+    if ctx.security is None:
+        # Single node: the whole request in one write of the data dir's file, on a thread (it
+        # fsyncs): one write per user on the loop made 1,000 upsertions 60 s of stall (review s13, H2).
         try:
-            await store_write(ctx, write, name)
+            await asyncio.to_thread(store.alter_many, changes)
         except Exception as e:
-            errors[name] = (UNKNOWN_SERVER_ERROR, f"credential not stored: {type(e).__name__}: {e}"[:300])
+            for name in changes:
+                errors[name] = (UNKNOWN_SERVER_ERROR, f"credential not stored: {type(e).__name__}: {e}"[:300])
+    else:
+        # Cluster mode: a znode per user, each write on the ZooKeeper session's writer threads; one
+        # user's deletions and upsertions in one write (nobody sees the state between them).
+        for name, (user_deletions, user_upsertions) in changes.items():
+            try:
+                await store_write(ctx, store.alter, name, user_deletions, user_upsertions)
+            except Exception as e:
+                errors[name] = (UNKNOWN_SERVER_ERROR, f"credential not stored: {type(e).__name__}: {e}"[:300])
     results = []
     for name in dict.fromkeys(touched):
         code, message = errors.get(name, (0, None))

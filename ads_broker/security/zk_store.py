@@ -393,6 +393,10 @@ class ZkCredentialStore:
     def alter(self, user: str, deletions: list[str], upsertions: dict[str, ScramCredential]) -> None:
         self.security.set_user(user, self.security.data.alter_user(user, deletions, upsertions))
 
+    def alter_many(self, changes: dict[str, tuple[list[str], dict[str, ScramCredential]]]) -> None:
+        for user, (deletions, upsertions) in changes.items():  # a znode per user, as Kafka's
+            self.alter(user, deletions, upsertions)
+
     def delete(self, user: str, mechanism: str | None = None) -> bool:
         deleted, credentials = self.security.data.delete_user(user, mechanism)
         self.security.set_user(user, credentials)
