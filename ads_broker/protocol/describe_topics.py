@@ -37,6 +37,7 @@ from ads_broker.errors import (
 from ads_broker.exceptions import BrokerError, InvalidRequestError
 from ads_broker.protocol.codec import DecodedRequest
 from ads_broker.protocol.metadata import TOPIC_OPERATIONS, authorized_operations
+from ads_broker.protocol.pacing import Pacer
 from ads_broker.security.acl import DESCRIBE, TOPIC
 
 if TYPE_CHECKING:
@@ -162,7 +163,9 @@ async def handle_describe_topic_partitions(ctx: HandlerContext,
     remaining = min(body.response_partition_limit, ctx.config.settings.max_request_partition_size_limit)
     topics: list[Any] = []
     next_cursor = None
+    pacer = Pacer()
     for name in names:
+        await pacer.tick()
         if remaining <= 0:
             # Kafka: a negative limit answers nothing and no cursor; 0 (or the limit used up) the cursor.
             next_cursor = _Cursor(topic_name=name, partition_index=0) if remaining == 0 else None

@@ -50,6 +50,7 @@ from ads_broker.protocol.fetch_session import (
     next_epoch,
 )
 from ads_broker.protocol.leader_hint import fill_hints
+from ads_broker.protocol.pacing import Pacer
 from ads_broker.protocol.partitions import by_topic, duplicated, last_entries
 from ads_broker.replication.replica_manager import FetchPartition, PartitionRead
 from ads_broker.security.acl import DELETE, DESCRIBE, READ, TOPIC
@@ -370,9 +371,11 @@ async def handle_list_offsets(ctx: HandlerContext, req: DecodedRequest) -> ListO
     # INVALID_REQUEST, none is looked up.
     twice = duplicated(body.topics, lambda t: (p.partition_index for p in t.partitions))
     topics = []
+    pacer = Pacer()
     for ltopic in body.topics:
         parts = []
         for lpart in ltopic.partitions:
+            await pacer.tick()
             resp = ListOffsetsResponse.ListOffsetsTopicResponse.ListOffsetsPartitionResponse(
                 partition_index=lpart.partition_index, error_code=0, timestamp=-1, offset=-1, leader_epoch=-1)
             try:

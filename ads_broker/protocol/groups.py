@@ -7,7 +7,6 @@ offset manager over ``__consumer_offsets`` after the coordinator validated the m
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -26,11 +25,9 @@ from ads_broker.errors import TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PARTI
 from ads_broker.exceptions import BrokerError
 from ads_broker.protocol.codec import DecodedRequest
 from ads_broker.protocol.groups_admin import group_authorized_operations
+from ads_broker.protocol.pacing import Pacer
 from ads_broker.protocol.partitions import named_once
 from ads_broker.security.acl import CLUSTER, CLUSTER_NAME, DESCRIBE, GROUP, READ, TOPIC
-
-#: DescribeGroups yields to the event loop after this many groups (a request may name ~100,000).
-YIELD_EVERY = 256
 
 if TYPE_CHECKING:
     from ads_broker.protocol.context import HandlerContext
@@ -125,9 +122,9 @@ async def handle_list_groups(ctx: HandlerContext, req: DecodedRequest) -> ListGr
 
 async def handle_describe_groups(ctx: HandlerContext, req: DecodedRequest) -> DescribeGroupsResponse:
     out = []
-    for i, group_id in enumerate(req.body.groups):
-        if i and i % YIELD_EVERY == 0:
-            await asyncio.sleep(0)  # a request naming many groups lets the other connections in
+    pacer = Pacer()
+    for group_id in req.body.groups:
+        await pacer.tick()
         if denied := ctx.authorize(req, "describe_groups", DESCRIBE, GROUP, group_id):
             out.append(DescribeGroupsResponse.DescribedGroup(
                 error_code=denied, error_message=None, group_id=group_id, group_state="", protocol_type="",
@@ -273,7 +270,9 @@ async def handle_offset_fetch(ctx: HandlerContext, req: DecodedRequest) -> Offse
     v = req.api_version
     if v >= 8:
         groups = []
+        pacer = Pacer()
         for g in body.groups:
+            await pacer.tick()
             if denied := ctx.authorize(req, "offset_fetch", DESCRIBE, GROUP, g.group_id):
                 groups.append(OffsetFetchResponse.OffsetFetchResponseGroup(group_id=g.group_id, error_code=denied,
                                                                            topics=[]))

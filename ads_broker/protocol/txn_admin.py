@@ -23,6 +23,7 @@ from ads_broker.coordinator.transaction import STATE_NAMES, TxnState
 from ads_broker.errors import NONE, TOPIC_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_NOT_FOUND
 from ads_broker.exceptions import BrokerError
 from ads_broker.protocol.codec import DecodedRequest
+from ads_broker.protocol.pacing import Pacer
 from ads_broker.security.acl import DESCRIBE, READ, TOPIC, TRANSACTIONAL_ID
 
 if TYPE_CHECKING:
@@ -37,10 +38,12 @@ async def handle_describe_producers(ctx: HandlerContext, req: DecodedRequest) ->
     topics = []
     failed: Counter[int] = Counter()
     reason: BrokerError | None = None
+    pacer = Pacer()
     for topic in req.body.topics:
         denied = ctx.denial(READ, TOPIC, topic.name)
         partitions = []
         for index in topic.partition_indexes:
+            await pacer.tick()
             code, message, producers = NONE, None, []
             try:
                 if denied is not None:
@@ -95,7 +98,9 @@ async def handle_describe_transactions(ctx: HandlerContext, req: DecodedRequest)
     failed: Counter[int] = Counter()
     reason: BrokerError | None = None
     State = DescribeTransactionsResponse.TransactionState
+    pacer = Pacer()
     for transactional_id in req.body.transactional_ids:
+        await pacer.tick()
         denied = ctx.denial(DESCRIBE, TRANSACTIONAL_ID, transactional_id)
         owner_code = ctx.txn.coordinator_error(transactional_id) if denied is None else NONE
         md = None if denied is not None or owner_code else ctx.txn.txns.get(transactional_id)
