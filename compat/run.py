@@ -94,11 +94,19 @@ BROKER_OVERRIDES = (
 # brokers) and its OAUTHBEARER cases (which skip themselves with SCRAM). docs/COMPATIBILITY.md
 # lists what each leaves out. COMPAT_SUBTESTS or --no-exclusions run the whole number.
 SUBTEST_PASSES: dict[str, tuple[str, ...]] = {
+    # 0126: what a single broker serves: every OIDC login that must fail (invalid and expired token
+    # endpoints, a missing sub claim, Azure IMDS without its parameters) and the aws_iam cases; its
+    # produce/consume cases create their topic with replication factor 3 (COMPAT_CLUSTER=3 adds
+    # them), its share-consumer cases are KIP-932 and its JWT-bearer cases need a client private key.
+    "0126": ("do_test_produce_consumer_with_OIDC_should_fail_invalid_token_endpoint:",
+             "do_test_produce_consumer_with_OIDC_expired_token_should_fail:",
+             "do_test_produce_consumer_with_OIDC_should_fail:", "do_test_OIDC_aws_iam_"),
     "0135": ("do_test:",),
     "0142": ("do_test_producer:", "do_test_txn_producer:", "do_test_reauth_failure:"),
 }
 #: Against ``--cluster 3`` (three brokers, SASL_SSL on each): the subtests that need replication factor 3 too.
 CLUSTER_SUBTEST_PASSES: dict[str, tuple[str, ...]] = {
+    "0126": (*SUBTEST_PASSES["0126"], "do_test_produce_consumer_with_OIDC:"),
     "0142": (*SUBTEST_PASSES["0142"], "do_test_consumer:"),
 }
 
@@ -500,7 +508,7 @@ def main(argv: list[str] | None = None) -> int:
             bootstrap, client_security = broker.bootstrap, ""
             protocol = SECURITY_TESTS.get(number)
             if protocol and broker.security is not None:
-                bootstrap, client_security = broker.address(protocol), security.client_conf(protocol)
+                bootstrap, client_security = broker.address(protocol), security.client_conf(protocol, number)
             conf = logdir / f"test-{key.replace('/', '_')}.conf"
             conf.write_text(f"bootstrap.servers={bootstrap}\n"
                             f"test.timeout.multiplier={args.multiplier}\n" + client_security)
@@ -541,6 +549,7 @@ def main(argv: list[str] | None = None) -> int:
             if b.workdir.exists():
                 for f in b.workdir.glob("broker*.log"):
                     shutil.copy(f, logdir / f"{b.workdir.name}-{f.name}")
+        security.close()
         shutil.rmtree(work, ignore_errors=True)
 
     counts = {s: sum(r.status == s for r in results) for s in ("PASS", "FAIL", "TIMEOUT", "SKIP", "EXCLUDED")}

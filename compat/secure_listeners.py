@@ -15,6 +15,11 @@ Which test talks to which listener (:data:`SECURITY_TESTS`):
 - 0135 (SASL credentials) and 0142 (re-authentication, KIP-368) on the SASL_SSL listener with
   SCRAM-SHA-256; the broker's ``connections.max.reauth.ms`` is what 0142 reads with
   DescribeConfigs to size its waits (0 would make it skip itself).
+- 0126 (SASL/OAUTHBEARER with an OIDC token endpoint) on the SASL_SSL listener with OAUTHBEARER
+  and ``sasl.oauthbearer.method=oidc``: the token endpoint is
+  :class:`~ads_broker.security.testidp.IdentityProvider`, run in compat/run.py's process for the
+  whole run (``VALID_OIDC_URL``, ``EXPIRED_TOKEN_OIDC_URL``, ``INVALID_OIDC_URL``, as trivup's OAuth
+  server); the listener checks its tokens against its JWKS (KIP-768's validator).
 
 Every other test keeps the PLAINTEXT listener.
 """
@@ -29,9 +34,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ads_broker.security import testcerts
+from ads_broker.security.oauthbearer import JWKS_VALIDATOR_CLASSES
+from ads_broker.security.testidp import IdentityProvider
 
 #: test number -> the listener (security protocol) its test.conf names
-SECURITY_TESTS = {"0097": "SSL", "0135": "SASL_SSL", "0142": "SASL_SSL"}
+SECURITY_TESTS = {"0097": "SSL", "0126": "SASL_SSL", "0135": "SASL_SSL", "0142": "SASL_SSL"}
+#: the tests whose client logs in with OAUTHBEARER (OIDC) instead of SCRAM
+OIDC_TESTS = frozenset({"0126"})
+OIDC_CLIENT_ID = "rdkafka-test-oidc"
 
 SASL_USER = "rdkafka-test"
 SASL_MECHANISM = "SCRAM-SHA-256"
@@ -47,6 +57,7 @@ class SecurityFixture:
 
     directory: Path
     password: str  # the client key's (ssl.key.password, SSL_password) and the SASL user's
+    idp: IdentityProvider  # the OIDC token endpoint and JWKS (0126), serving until close()
 
     @classmethod
     def create(cls, directory: Path) -> SecurityFixture:
@@ -70,7 +81,12 @@ class SecurityFixture:
             "client.key.der": testcerts.der_key(client_key),
             "client.p12": testcerts.pkcs12_bundle(b"client", client_key, client, [ca], enc),
         })
-        return cls(directory, password)
+        idp = IdentityProvider().__enter__()
+        idp.clients = {OIDC_CLIENT_ID: (password, OIDC_CLIENT_ID)}
+        return cls(directory, password, idp)
+
+    def close(self) -> None:
+        self.idp.__exit__(None, None, None)
 
     def path(self, name: str) -> str:
         return str(self.directory / name)
@@ -92,6 +108,12 @@ class SecurityFixture:
             "listener.name.ssl.ssl.client.auth=required",
             "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
             f"connections.max.reauth.ms={REAUTH_MS}",
+            # OAUTHBEARER on SASL_SSL only, its tokens checked against the run's identity provider (0126)
+            "listener.name.sasl_ssl.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER",
+            f"listener.name.sasl_ssl.oauthbearer.sasl.server.callback.handler.class={sorted(JWKS_VALIDATOR_CLASSES)[0]}",
+            f"sasl.oauthbearer.jwks.endpoint.url={self.idp.jwks_url}",
+            f"sasl.oauthbearer.expected.audience={self.idp.audience}",
+            f"sasl.oauthbearer.expected.issuer={self.idp.issuer}",
         )
 
     def add_user(self, data_dir: Path) -> None:
@@ -109,10 +131,15 @@ class SecurityFixture:
         """The same user for a cluster: SCRAM credentials live in its ZooKeeper, for every broker."""
         self._users_add("--zookeeper-connect", zookeeper_connect)
 
-    def client_conf(self, protocol: str) -> str:
-        """test.conf lines for a client of the ``protocol`` listener."""
+    def client_conf(self, protocol: str, number: str = "") -> str:
+        """test.conf lines for a client of the ``protocol`` listener (test ``number``)."""
         lines = [f"security.protocol={protocol.lower()}", f"ssl.ca.location={self.path('ca.pem')}"]
-        if protocol == "SSL":
+        if number in OIDC_TESTS:
+            # trivup's --oidc: the test sets sasl.oauthbearer.token.endpoint.url from VALID_OIDC_URL & co.
+            lines += ["sasl.mechanism=OAUTHBEARER", "sasl.oauthbearer.method=oidc",
+                      f"sasl.oauthbearer.client.id={OIDC_CLIENT_ID}", f"sasl.oauthbearer.client.secret={self.password}",
+                      f"sasl.oauthbearer.token.endpoint.url={self.idp.token_url}"]
+        elif protocol == "SSL":
             lines += [f"ssl.certificate.location={self.path('client.pem')}",
                       f"ssl.key.location={self.path('client.key')}",
                       f"ssl.key.password={self.password}"]
@@ -133,4 +160,7 @@ class SecurityFixture:
             "SSL_all_cas_pem": self.path("ca.pem"),
             "SSL_password": self.password,
             "SSL_client_auth": "required",
+            "VALID_OIDC_URL": self.idp.token_url,
+            "EXPIRED_TOKEN_OIDC_URL": self.idp.token_url.replace("/token", "/expired"),
+            "INVALID_OIDC_URL": self.idp.token_url.replace("/token", "/invalid"),
         }

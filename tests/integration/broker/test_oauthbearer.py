@@ -1,5 +1,5 @@
 """SASL/OAUTHBEARER end to end: a real broker process, an OIDC token endpoint and JWKS served by
-the test (``oidc_server.py``), confluent-kafka with ``sasl.oauthbearer.method=oidc`` as the
+the test (``ads_broker/security/testidp.py``), confluent-kafka with ``sasl.oauthbearer.method=oidc`` as the
 client, and raw SaslHandshake/SaslAuthenticate frames where Kafka's exact answer must be seen
 (``{"status":"invalid_token"}`` as the server's challenge, then SASL_AUTHENTICATION_FAILED).
 
@@ -31,8 +31,8 @@ from tests.integration.broker.rawclient import RawClient
 from tests.integration.broker.test_metrics import scrape
 from tests.integration.broker.test_security import round_trip
 
-pytest.importorskip("jwt")
-from tests.integration.broker.oidc_server import IdentityProvider, SigningKey
+pytest.importorskip("cryptography.hazmat")
+from ads_broker.security.testidp import IdentityProvider, SigningKey  # needs cryptography
 
 SASL_AUTHENTICATION_FAILED = 58
 TOPIC_AUTHORIZATION_FAILED = 29

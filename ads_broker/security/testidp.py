@@ -1,10 +1,18 @@
-"""A small OpenID Connect identity provider for the OAUTHBEARER tests: a token endpoint
-(client_credentials grant, HTTP Basic client authentication, as librdkafka's
-``sasl.oauthbearer.method=oidc`` calls it) and a JWKS endpoint, on 127.0.0.1.
+"""A small OpenID Connect identity provider for the OAUTHBEARER tests and ``make compat`` (0126):
+a token endpoint and a JWKS endpoint on 127.0.0.1, in a thread of the caller's process.
 
-Keys are generated per instance with ``cryptography``; tokens are RS256 JWTs signed with PyJWT.
-The test changes what the next token looks like through the attributes (lifetime, audience, a
-rotated key), and reads how many tokens were issued.
+- ``POST /token``: the client_credentials grant with HTTP Basic client authentication, as
+  librdkafka's ``sasl.oauthbearer.method=oidc`` calls it; ``GET /token?...`` with ``Metadata: true``
+  is the Azure IMDS form (``sasl.oauthbearer.metadata.authentication.type=azure_imds``), which needs
+  ``api-version``, ``resource`` and ``client_id`` (librdkafka's 0126 expects a refusal without them).
+- ``POST /expired`` issues an expired token, ``POST /invalid`` something that is no JWT
+  (0126's ``EXPIRED_TOKEN_OIDC_URL`` and ``INVALID_OIDC_URL``, as trivup's OAuth server serves them).
+- ``GET /jwks``: the public keys.
+
+Keys are generated per instance with ``cryptography`` (never committed, as :mod:`testcerts`);
+tokens are RS256 JWTs signed with PyJWT, with ``sub`` and ``client_id`` claims. The caller changes
+what the next token looks like through the attributes (lifetime, audience, a rotated key) and
+reads how many tokens were issued.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ import uuid
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlsplit
 
 import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
@@ -74,7 +82,7 @@ class IdentityProvider:
 
     def claims(self, subject: str, **overrides: Any) -> dict[str, Any]:
         now = time.time()
-        return {"iss": self.issuer, "aud": self.audience, "sub": subject, "iat": int(now),
+        return {"iss": self.issuer, "aud": self.audience, "sub": subject, "client_id": subject, "iat": int(now),
                 "exp": int(now + self.lifetime_s), "jti": uuid.uuid4().hex, **self.extra_claims, **overrides}
 
     def token(self, subject: str, **overrides: Any) -> str:
@@ -103,15 +111,29 @@ class IdentityProvider:
                 self.wfile.write(data)
 
             def do_GET(self) -> None:
-                if self.path != "/jwks":
+                url = urlsplit(self.path)
+                if url.path == "/token" and self.headers.get("Metadata") == "true":
+                    return self._azure_imds(parse_qs(url.query))
+                if url.path != "/jwks":
                     return self._json(404, {"error": "not_found"})
                 with idp._lock:
                     idp.jwks_fetches += 1
                     keys = [k.jwk() for k in idp.published]
                 self._json(200, {"keys": keys})
 
+            def _azure_imds(self, query: dict[str, list[str]]) -> None:
+                missing = [k for k in ("api-version", "resource", "client_id") if not query.get(k)]
+                if missing:
+                    return self._json(400, {"error": "invalid_request", "error_description": f"missing {missing}"})
+                self._issue(idp.token(query["client_id"][0]))
+
+            def _issue(self, token: str) -> None:
+                with idp._lock:
+                    idp.tokens_issued += 1
+                self._json(200, {"access_token": token, "token_type": "bearer", "expires_in": int(idp.lifetime_s)})
+
             def do_POST(self) -> None:
-                if self.path != "/token":
+                if self.path not in ("/token", "/expired", "/invalid"):
                     return self._json(404, {"error": "not_found"})
                 length = int(self.headers.get("Content-Length") or 0)
                 form = parse_qs(self.rfile.read(length).decode())
@@ -121,10 +143,10 @@ class IdentityProvider:
                 known = idp.clients.get(client_id)
                 if form.get("grant_type") != ["client_credentials"] or known is None or known[0] != secret:
                     return self._json(401, {"error": "invalid_client"})
-                with idp._lock:
-                    idp.tokens_issued += 1
-                    token = idp.token(known[1])
-                self._json(200, {"access_token": token, "token_type": "bearer",
-                                 "expires_in": int(idp.lifetime_s)})
+                if self.path == "/invalid":
+                    return self._json(200, {"access_token": "not-a-jwt", "token_type": "bearer", "expires_in": 60})
+                now = int(time.time())
+                self._issue(idp.token(known[1], **({"iat": now - 7200, "exp": now - 3600}
+                                                   if self.path == "/expired" else {})))
 
         return Handler
