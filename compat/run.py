@@ -40,7 +40,7 @@ from pathlib import Path
 from ads_broker.embedded import free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from secure_listeners import SECURITY_TESTS, SecurityFixture  # compat/ is no package
+from secure_listeners import OAUTHBEARER_PASSES, SECURITY_TESTS, SecurityFixture  # compat/ is no package
 
 REPO = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
@@ -191,7 +191,7 @@ class Broker:
         self.security = security
         self.ports = {"PLAINTEXT": free_port()}
         if security is not None:
-            self.ports.update(SSL=free_port(), SASL_SSL=free_port())
+            self.ports.update(SSL=free_port(), SASL_SSL=free_port(), SASL_PLAINTEXT=free_port())
         self.port = self.ports["PLAINTEXT"]
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
@@ -528,11 +528,22 @@ def main(argv: list[str] | None = None) -> int:
             sockem = any(TEST_F_SOCKEM in t.flags for t in variants)
             table = CLUSTER_SUBTEST_PASSES if args.cluster >= 3 and number in CLUSTER_SUBTEST_PASSES else SUBTEST_PASSES
             passes = table.get(number, ()) if not args.subtests and not args.no_exclusions else ()
+            unsecured_listener = "SASL_PLAINTEXT" in getattr(broker, "ports", {})  # single broker only
+            oauth_passes = OAUTHBEARER_PASSES.get(number, ()) if passes and unsecured_listener else ()
             if passes:
                 runs = [run_one(runner_dir, key, number, scenario, dict(env, SUBTESTS=sub), args.timeout, logdir,
                                 args.quick, local_only, sockem, log_suffix=f"-{i}")
                         for i, sub in enumerate(passes)]
-                r = merge_passes(key, runs, passes)
+                if oauth_passes:  # the same number with an OAUTHBEARER client (secure_listeners.OAUTHBEARER_PASSES)
+                    oauth_conf = logdir / f"test-{key.replace('/', '_')}-oauthbearer.conf"
+                    oauth_conf.write_text(f"bootstrap.servers={broker.address('SASL_PLAINTEXT')}\n"
+                                          f"test.timeout.multiplier={args.multiplier}\n"
+                                          + security.client_conf("SASL_PLAINTEXT", number))
+                    runs += [run_one(runner_dir, key, number, scenario,
+                                     dict(env, SUBTESTS=sub, RDKAFKA_TEST_CONF=str(oauth_conf)), args.timeout,
+                                     logdir, args.quick, local_only, sockem, log_suffix=f"-oauthbearer-{i}")
+                             for i, sub in enumerate(oauth_passes)]
+                r = merge_passes(key, runs, (*passes, *oauth_passes))
             else:
                 r = run_one(runner_dir, key, number, scenario, env, args.timeout, logdir, args.quick, local_only,
                             sockem)

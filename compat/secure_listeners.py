@@ -20,6 +20,10 @@ Which test talks to which listener (:data:`SECURITY_TESTS`):
   :class:`~ads_broker.security.testidp.IdentityProvider`, run in compat/run.py's process for the
   whole run (``VALID_OIDC_URL``, ``EXPIRED_TOKEN_OIDC_URL``, ``INVALID_OIDC_URL``, as trivup's OAuth
   server); the listener checks its tokens against its JWKS (KIP-768's validator).
+- 0142's OAUTHBEARER subtests (``do_test_oauthbearer``: librdkafka's unsecured tokens,
+  ``principal=admin scope=requiredScope``, a token lifetime of half the session) in a pass of their
+  own on a SASL_PLAINTEXT listener with Kafka's unsecured validator (single broker only:
+  :data:`OAUTHBEARER_PASSES`).
 
 Every other test keeps the PLAINTEXT listener.
 """
@@ -42,6 +46,10 @@ SECURITY_TESTS = {"0097": "SSL", "0126": "SASL_SSL", "0135": "SASL_SSL", "0142":
 #: the tests whose client logs in with OAUTHBEARER (OIDC) instead of SCRAM
 OIDC_TESTS = frozenset({"0126"})
 OIDC_CLIENT_ID = "rdkafka-test-oidc"
+#: test number -> subtests run once more with an OAUTHBEARER (unsecured token) client on SASL_PLAINTEXT
+OAUTHBEARER_PASSES = {"0142": ("do_test_oauthbearer:",)}
+UNSECURED_JAAS = ("org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+                  'unsecuredValidatorRequiredScope="requiredScope";')
 
 SASL_USER = "rdkafka-test"
 SASL_MECHANISM = "SCRAM-SHA-256"
@@ -92,9 +100,12 @@ class SecurityFixture:
         return str(self.directory / name)
 
     def broker_overrides(self, ports: dict[str, int]) -> tuple[str, ...]:
-        """``--override`` values for a broker with a PLAINTEXT, an SSL and a SASL_SSL listener."""
+        """``--override`` values for a broker with a PLAINTEXT, an SSL, a SASL_SSL and (when in
+        ``ports``) a SASL_PLAINTEXT listener, the last with OAUTHBEARER and the unsecured validator."""
+        unsecured = ("listener.name.sasl_plaintext.sasl.enabled.mechanisms=OAUTHBEARER",
+                     f"listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config={UNSECURED_JAAS}")
         return ("listeners=" + ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items()),
-                *self.listener_settings())
+                *self.listener_settings(), *(unsecured if "SASL_PLAINTEXT" in ports else ()))
 
     def listener_settings(self) -> tuple[str, ...]:
         """The SSL and SASL_SSL listeners' settings, without the listeners themselves (``cluster up``
@@ -134,6 +145,9 @@ class SecurityFixture:
     def client_conf(self, protocol: str, number: str = "") -> str:
         """test.conf lines for a client of the ``protocol`` listener (test ``number``)."""
         lines = [f"security.protocol={protocol.lower()}", f"ssl.ca.location={self.path('ca.pem')}"]
+        if protocol == "SASL_PLAINTEXT":  # OAUTHBEARER_PASSES: librdkafka's unsecured tokens
+            return ("security.protocol=sasl_plaintext\nsasl.mechanism=OAUTHBEARER\n"
+                    "sasl.oauthbearer.config=principal=admin scope=requiredScope\n")
         if number in OIDC_TESTS:
             # trivup's --oidc: the test sets sasl.oauthbearer.token.endpoint.url from VALID_OIDC_URL & co.
             lines += ["sasl.mechanism=OAUTHBEARER", "sasl.oauthbearer.method=oidc",
