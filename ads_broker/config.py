@@ -89,6 +89,12 @@ def _jaas_config(value: str) -> str:
     return value
 
 
+def _jwks_url(value: str) -> str:
+    if value and not value.lower().startswith(("http://", "https://")):
+        raise ValueError("expected an http:// or https:// URL of the JWKS (file URLs are not read)")
+    return value
+
+
 def _compression_type(value: str) -> str:
     if value not in COMPRESSION_TYPES:
         raise ValueError(f"expected one of {', '.join(COMPRESSION_TYPES)}")
@@ -253,6 +259,25 @@ SETTINGS: tuple[Setting, ...] = (
                 "a connection that has not re-authenticated when it ends is closed at its next request. 0: sessions "
                 "last as long as their connection. Per listener and mechanism: "
                 "listener.name.<listener>.<mechanism>.connections.max.reauth.ms"),
+    # -- SASL/OAUTHBEARER (ads_broker/security/oauthbearer.py, docs/SECURITY.md "OAUTHBEARER"); each also per
+    #    listener and mechanism: listener.name.<listener>.oauthbearer.<setting> --
+    Setting("sasl.server.callback.handler.class", str, "",
+            doc="OAUTHBEARER's token validator: org.apache.kafka.common.security.oauthbearer."
+                "OAuthBearerValidatorCallbackHandler (signed JWTs checked against sasl.oauthbearer.jwks.endpoint.url); "
+                "empty: Kafka's unsecured validator, which needs the listener's OAuthBearerLoginModule "
+                "sasl.jaas.config entry (unsigned tokens: tests only)"),
+    Setting("sasl.oauthbearer.jwks.endpoint.url", _jwks_url, "",
+            doc="http(s) URL of the identity provider's JWKS (the keys that sign tokens)"),
+    Setting("sasl.oauthbearer.jwks.endpoint.refresh.ms", int, 3600000, 1,
+            doc="how often the JWKS is fetched again (a token naming an unknown kid fetches it at once, at most "
+                "every 10 s)"),
+    Setting("sasl.oauthbearer.expected.audience", str, "",
+            doc="comma-separated audiences; a token's aud must contain one (empty: a token with an aud is refused)"),
+    Setting("sasl.oauthbearer.expected.issuer", str, "", doc="a token's iss must equal this (empty: not checked)"),
+    Setting("sasl.oauthbearer.sub.claim.name", str, "sub", doc="the claim that names the principal (User:<value>)"),
+    Setting("sasl.oauthbearer.scope.claim.name", str, "scope", doc="the claim that holds the token's scope"),
+    Setting("sasl.oauthbearer.clock.skew.seconds", int, 30, 0,
+            doc="clock difference allowed when checking a token's exp, iat and nbf"),
     # -- authorization (ACLs: ads_broker/security/acl.py, docs/SECURITY.md) --
     Setting("authorizer.class.name", _authorizer_class, "",
             doc="empty: no authorization; kafka.security.authorizer.AclAuthorizer, "
@@ -360,7 +385,14 @@ LISTENER_KEYS = frozenset({
 })
 #: Kafka's ``ListenerMechanismConfigs`` this broker has: ``listener.name.<listener>.<mechanism>.<key>``
 #: (the mechanism in lower case, ``scram-sha-256``) sets them for one mechanism of one listener.
-LISTENER_MECHANISM_KEYS = frozenset({"connections.max.reauth.ms", "sasl.jaas.config"})
+#: The OAUTHBEARER settings (``listener.name.<listener>.oauthbearer.sasl.oauthbearer.jwks.endpoint.url``).
+OAUTHBEARER_KEYS = frozenset({
+    "sasl.server.callback.handler.class", "sasl.oauthbearer.jwks.endpoint.url",
+    "sasl.oauthbearer.jwks.endpoint.refresh.ms", "sasl.oauthbearer.expected.audience",
+    "sasl.oauthbearer.expected.issuer", "sasl.oauthbearer.sub.claim.name", "sasl.oauthbearer.scope.claim.name",
+    "sasl.oauthbearer.clock.skew.seconds",
+})
+LISTENER_MECHANISM_KEYS = frozenset({"connections.max.reauth.ms", "sasl.jaas.config"} | OAUTHBEARER_KEYS)
 
 
 def _listener_override(key: str, raw: str, source: str, listener_names: set[str]) -> tuple[str, str, Any]:
@@ -381,11 +413,14 @@ def _listener_override(key: str, raw: str, source: str, listener_names: set[str]
             raise ConfigError(f"{source}: {key}: {mechanism!r} is not a SASL mechanism of this broker; use "
                               f"listener.name.<listener>.<mechanism>.{base} with <mechanism> one of "
                               f"{', '.join(m.lower() for m in _sasl_mechanisms())}")
+        if base in OAUTHBEARER_KEYS and mechanism.upper() != "OAUTHBEARER":
+            raise ConfigError(f"{source}: {key}: {base} applies to OAUTHBEARER only; use "
+                              f"listener.name.<listener>.oauthbearer.{base}")
         return listener.upper(), f"{mechanism.lower()}.{base}", _parse_setting(_BY_NAME[base], raw, source)
     if name not in LISTENER_KEYS:
         raise ConfigError(f"{source}: {key}: {name!r} cannot be set per listener; per-listener settings are "
-                          f"{', '.join(sorted(LISTENER_KEYS))}, and <mechanism>.connections.max.reauth.ms and "
-                          "<mechanism>.sasl.jaas.config")
+                          f"{', '.join(sorted(LISTENER_KEYS))}, and <mechanism>.connections.max.reauth.ms, "
+                          "<mechanism>.sasl.jaas.config and oauthbearer.<OAUTHBEARER setting>")
     value = _parse_setting(_BY_NAME[name], raw, source)
     if name == "sasl.enabled.mechanisms":
         from ads_broker.security.scram import MECHANISMS
@@ -499,6 +534,14 @@ class BrokerSettings:
     sasl_enabled_mechanisms: str
     sasl_server_max_receive_size: int
     connections_max_reauth_ms: int
+    sasl_server_callback_handler_class: str
+    sasl_oauthbearer_jwks_endpoint_url: str
+    sasl_oauthbearer_jwks_endpoint_refresh_ms: int
+    sasl_oauthbearer_expected_audience: str
+    sasl_oauthbearer_expected_issuer: str
+    sasl_oauthbearer_sub_claim_name: str
+    sasl_oauthbearer_scope_claim_name: str
+    sasl_oauthbearer_clock_skew_seconds: int
     authorizer_class_name: str
     super_users: str
     allow_everyone_if_no_acl_found: bool
@@ -650,6 +693,15 @@ class BrokerConfig:
         if specific is not None:
             return int(specific)
         return self.for_listener(listener).settings.connections_max_reauth_ms
+
+    def mechanism_setting(self, listener: str, mechanism: str, name: str) -> Any:
+        """A SASL mechanism's setting on a listener as Kafka's ``ConfigurationUtils`` reads it:
+        ``listener.name.<l>.<mechanism>.<name>``, else the listener's, else the broker-wide one."""
+        own = self.listener_overrides.get(listener.upper(), {})
+        specific = own.get(f"{mechanism.lower()}.{name}")
+        if specific is not None:
+            return specific
+        return self.for_listener(listener)[name]
 
     @classmethod
     def load(cls, path: Path | None = None, overrides: Mapping[str, str] | None = None) -> BrokerConfig:

@@ -65,6 +65,13 @@ from ads_broker.request_metrics import (
 )
 from ads_broker.security.context import ANONYMOUS, Session, set_session
 from ads_broker.security.listeners import ListenerSpec, resolve_listeners
+from ads_broker.security.oauthbearer import (
+    OAUTHBEARER,
+    JwksCache,
+    OAuthBearerSaslServer,
+    TokenValidator,
+    validator_for_listener,
+)
 from ads_broker.security.reauth import MIN_REAUTH_INTERVAL_S
 from ads_broker.security.scram import MECHANISMS, SaslAuthenticationError, SaslServer
 from ads_broker.security.tls import (
@@ -493,7 +500,7 @@ class Connection:
         self.task: asyncio.Future[None] | None = None
         self.listener = receiver.listener
         self.authenticated = not self.listener.uses_sasl
-        self.sasl: SaslServer | None = None
+        self.sasl: SaslServer | OAuthBearerSaslServer | None = None
         #: After a SaslHandshake v0 the tokens come as raw size-prefixed frames (no request header),
         #: until the exchange completes (Kafka's enableKafkaSaslAuthenticateHeaders(false)).
         self.sasl_raw_tokens = False
@@ -655,7 +662,10 @@ class Connection:
                 self.reauth_bad_mechanism = (f"SASL mechanism '{mechanism[:64]}' requested by client is not "
                                              f"supported for re-authentication of mechanism '{self.reauth_from[0]}'")
                 return True
-            self.sasl = SaslServer(mechanism, self.server.credentials, reauthentication=self.reauth_from is not None)
+            reauthentication = self.reauth_from is not None
+            self.sasl = (OAuthBearerSaslServer(self.server.oauth_validators[self.listener.name],
+                                               reauthentication=reauthentication) if mechanism == OAUTHBEARER
+                         else SaslServer(mechanism, self.server.credentials, reauthentication=reauthentication))
             self.sasl_raw_tokens = req.api_version == 0
             return True
         if self.authenticated or self.sasl is None:
@@ -666,11 +676,11 @@ class Connection:
         if req.api_version > 0:
             self.client_supports_reauth = True
         try:
-            token = self.sasl.step(bytes(req.body.auth_bytes))
+            token = await self._step(bytes(req.body.auth_bytes))
             lifetime_ms = self._login_completed() if self.sasl.principal is not None else 0
         except (SaslAuthenticationError, ConfigError) as e:
             self._auth_failed("SASL authentication failed", mechanism=self.sasl.mechanism, user=self.sasl.user[:128],
-                              reason=str(e))
+                              reason=self._failure_reason(e))
             await self._respond(req, SaslAuthenticateResponse(
                 error_code=SASL_AUTHENTICATION_FAILED, error_message=str(e) if isinstance(e, SaslAuthenticationError)
                 else "Authentication failed", auth_bytes=b"", session_lifetime_ms=0))
@@ -685,15 +695,29 @@ class Connection:
         field to carry: the connection is closed without an answer, as Kafka does."""
         assert self.sasl is not None
         try:
-            answer = self.sasl.step(token)
+            answer = await self._step(token)
             if self.sasl.principal is not None:
                 self._login_completed(handshake_version=0)
         except (SaslAuthenticationError, ConfigError) as e:
             self._auth_failed("SASL authentication failed", mechanism=self.sasl.mechanism, user=self.sasl.user[:128],
-                              reason=str(e), handshake_version=0)
+                              reason=self._failure_reason(e), handshake_version=0)
             return False
         await self._send([len(answer).to_bytes(4, "big") + answer])
         return True
+
+    async def _step(self, token: bytes) -> bytes:
+        """One client token through the mechanism; OAUTHBEARER's may wait for a JWKS fetch (off the loop)."""
+        assert self.sasl is not None
+        if isinstance(self.sasl, OAuthBearerSaslServer):
+            return await self.sasl.step(token)
+        return self.sasl.step(token)
+
+    def _failure_reason(self, e: Exception) -> str:
+        """What the log line says: OAUTHBEARER's validation reason (the client's message is Kafka's
+        generic text for a malformed one), else the exception's text. Never a token."""
+        if isinstance(self.sasl, OAuthBearerSaslServer) and self.sasl.reason:
+            return self.sasl.reason
+        return str(e)
 
     def _begin_reauthentication(self) -> bool:
         """A SaslHandshake arrived: start a re-authentication if Kafka would
@@ -720,8 +744,8 @@ class Connection:
         if reauth is not None and principal != reauth[1]:
             raise SaslAuthenticationError(f"Cannot change principals during re-authentication from "
                                           f"{reauth[1].replace(':', '.', 1)}: {principal.replace(':', '.', 1)}")
-        lifetime_ms = self.server.config.connections_max_reauth_ms(self.listener.name, mechanism)
-        self.session_expires = time.monotonic() + lifetime_ms / 1000 if lifetime_ms > 0 else None
+        lifetime_ms, expires = self._session_lifetime_ms(mechanism)
+        self.session_expires = time.monotonic() + lifetime_ms / 1000 if expires else None
         self.session_mechanism, self.principal = mechanism, principal
         self.authenticated, self.sasl_raw_tokens, self.reauth_from = True, False, None
         metrics = self.server.broker.metrics
@@ -740,6 +764,17 @@ class Connection:
                  principal=principal, session_lifetime_ms=lifetime_ms,
                  **({"handshake_version": 0} if handshake_version == 0 else {}))
         return lifetime_ms
+
+    def _session_lifetime_ms(self, mechanism: str) -> tuple[int, bool]:
+        """Kafka's ``ReauthInfo.calcCompletionTimesAndReturnSessionLifetimeMs``: the session ends
+        at ``connections.max.reauth.ms`` (when positive) or when the credential expires
+        (OAUTHBEARER's token ``exp``), whichever comes first; (lifetime ms, whether it ends)."""
+        max_reauth_ms = self.server.config.connections_max_reauth_ms(self.listener.name, mechanism)
+        expiration_ms = getattr(self.sasl, "credential_expiration_ms", None)
+        if expiration_ms is None:
+            return (max_reauth_ms, True) if max_reauth_ms > 0 else (0, False)
+        left_ms = expiration_ms - int(time.time() * 1000)
+        return max(0, min(left_ms, max_reauth_ms) if max_reauth_ms > 0 else left_ms), True
 
     def _release_receiver(self) -> None:
         """The receiver held the frames behind a SaslHandshake (or behind any frame during a
@@ -863,6 +898,10 @@ class BrokerServer:
             raise ConfigError(f"listeners: {e}") from None
         # Per listener: the broker-wide ssl.* / sasl.enabled.mechanisms under its listener.name.<name>.* entries.
         self.sasl_mechanisms: dict[str, list[str]] = {}
+        #: Per listener with OAUTHBEARER enabled: its token validator, and the JWKS caches to refresh.
+        self.oauth_validators: dict[str, TokenValidator] = {}
+        self.jwks_caches: list[JwksCache] = []
+        self._jwks_tasks: list[asyncio.Task[None]] = []
         self.ssl_contexts: dict[str, ssl.SSLContext] = {}
         for spec in self.listener_specs:
             own = config.for_listener(spec.name).settings
@@ -871,6 +910,14 @@ class BrokerServer:
                 if mechanism not in MECHANISMS:
                     raise ConfigError(f"sasl.enabled.mechanisms: {mechanism!r} is not one of {', '.join(MECHANISMS)}")
             self.sasl_mechanisms[spec.name] = mechanisms
+            if OAUTHBEARER in mechanisms and spec.uses_sasl:
+                validator, cache = validator_for_listener(config, spec.name, log=log.warning)
+                self.oauth_validators[spec.name] = validator
+                if cache is None:
+                    log.warning("OAUTHBEARER with the unsecured validator: unsigned tokens are accepted, anyone can "
+                                "claim any principal (tests only)", listener=spec.name)
+                else:
+                    self.jwks_caches.append(cache)
             if spec.uses_tls:
                 self.ssl_contexts[spec.name] = server_context(own)
         self._per_ip: collections.Counter[str] = collections.Counter()
@@ -899,6 +946,7 @@ class BrokerServer:
                      advertised=f"{listener.advertised_host}:{listener.advertised_port}",
                      node_id=self.broker.node_id, data_dir=str(self.broker.replicas.data_dir))
         self._reaper = asyncio.create_task(self._reap_idle())
+        self._jwks_tasks = [asyncio.create_task(cache.run()) for cache in self.jwks_caches]
         await self.broker.join_cluster()
         self.serving.set()
 
@@ -1009,6 +1057,8 @@ class BrokerServer:
             server.close()
         if self._reaper is not None:
             self._reaper.cancel()
+        for task in self._jwks_tasks:
+            task.cancel()
         self.broker.begin_stop()
         # Idle connections close now, as Kafka's stopProcessingRequests closes every one: clients
         # go to the other brokers at once instead of asking this one, which left the cluster, for

@@ -17,10 +17,12 @@ export COMPAT_TESTS COMPAT_SUBTESTS COMPAT_QUICK COMPAT_CLUSTER COMPAT_TIMEOUT C
 
 # What librdkafka's configure needs for the build compat/fetch_build.sh checks for: OpenSSL (SSL
 # and SASL SCRAM: 0064, 0097, 0135, 0142), RapidJSON (the stats JSON checks of 0053 and 0110) and
-# zstd (the codec, as in librdkafka's own CI builds). Installed when a header is missing.
-COMPAT_APT_PACKAGES := libssl-dev rapidjson-dev libzstd-dev
+# zstd (the codec, as in librdkafka's own CI builds), libcurl (the OIDC token fetch of SASL/OAUTHBEARER:
+# 0126). Installed when a header is missing.
+COMPAT_APT_PACKAGES := libssl-dev rapidjson-dev libzstd-dev libcurl4-openssl-dev
 compat-apt-deps:
-	@{ [ -e /usr/include/openssl/ssl.h ] && [ -e /usr/include/rapidjson/schema.h ] && [ -e /usr/include/zstd.h ]; } || { \
+	@{ [ -e /usr/include/openssl/ssl.h ] && [ -e /usr/include/rapidjson/schema.h ] && [ -e /usr/include/zstd.h ] \
+	  && [ -n "$$(ls /usr/include/*/curl/curl.h /usr/include/curl/curl.h 2>/dev/null)" ]; } || { \
 	  SUDO=$$(command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends $(COMPAT_APT_PACKAGES); }
 

@@ -9,8 +9,9 @@ pkg_version=${COMPAT_NPM_VERSION:-1.10.1}   # bundles librdkafka 2.15.1
 cache=${COMPAT_CACHE:-$repo/.compat-cache}
 root=$cache/kafka-javascript-$pkg_version
 src=$root/package/deps/librdkafka
-# The stamp names the build flavour: a cache built before SSL/SASL (stamp .built) is rebuilt.
-stamp=$root/.built-ssl-sasl
+# The stamp names the build flavour: a cache built before SSL/SASL (.built) or before curl
+# (.built-ssl-sasl) is rebuilt.
+stamp=$root/.built-ssl-sasl-curl
 log=$root/build.log
 jobs=${COMPAT_JOBS:-$(nproc 2>/dev/null || echo 2)}
 
@@ -45,11 +46,12 @@ start=$(date +%s)
   # `set -e` does not apply inside a subshell followed by ||, hence the && chain.
   # With OpenSSL (0097 SSL verification, 0064) and librdkafka's built-in SASL PLAIN and SCRAM
   # (0135, 0142; SCRAM needs OpenSSL). --disable-sasl only leaves out Cyrus SASL (GSSAPI/Kerberos,
-  # which ads-broker does not offer); no curl (0126's OIDC token endpoint stays excluded). RapidJSON
-  # (rapidjson-dev, compat/compat.mk's compat-apt-deps) lets 0053 and 0110 check the stats JSON.
+  # which ads-broker does not offer). libcurl (libcurl4-openssl-dev) gives SASL/OAUTHBEARER's OIDC
+  # token fetch (sasl.oauthbearer.method=oidc, 0126). RapidJSON (rapidjson-dev, compat/compat.mk's
+  # compat-apt-deps) lets 0053 and 0110 check the stats JSON.
   cd "$src" &&
-  ./configure --enable-ssl --disable-curl --disable-sasl --disable-gssapi --disable-lz4-ext &&
-  for feature in WITH_SSL WITH_SASL_SCRAM WITH_RAPIDJSON; do
+  ./configure --enable-ssl --enable-curl --disable-sasl --disable-gssapi --disable-lz4-ext &&
+  for feature in WITH_SSL WITH_SASL_SCRAM WITH_SASL_OAUTHBEARER WITH_CURL WITH_OAUTHBEARER_OIDC WITH_RAPIDJSON; do
     grep -q "^#define $feature 1" config.h || { echo "compat: configure left out $feature" >&2; exit 1; }
   done &&
   make -j"$jobs" libs &&

@@ -40,7 +40,7 @@ from pathlib import Path
 from ads_broker.embedded import free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from secure_listeners import SECURITY_TESTS, SecurityFixture  # compat/ is no package
+from secure_listeners import OAUTHBEARER_PASSES, SECURITY_TESTS, SecurityFixture  # compat/ is no package
 
 REPO = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
@@ -94,11 +94,19 @@ BROKER_OVERRIDES = (
 # brokers) and its OAUTHBEARER cases (which skip themselves with SCRAM). docs/COMPATIBILITY.md
 # lists what each leaves out. COMPAT_SUBTESTS or --no-exclusions run the whole number.
 SUBTEST_PASSES: dict[str, tuple[str, ...]] = {
+    # 0126: what a single broker serves: every OIDC login that must fail (invalid and expired token
+    # endpoints, a missing sub claim, Azure IMDS without its parameters) and the aws_iam cases; its
+    # produce/consume cases create their topic with replication factor 3 (COMPAT_CLUSTER=3 adds
+    # them), its share-consumer cases are KIP-932 and its JWT-bearer cases need a client private key.
+    "0126": ("do_test_produce_consumer_with_OIDC_should_fail_invalid_token_endpoint:",
+             "do_test_produce_consumer_with_OIDC_expired_token_should_fail:",
+             "do_test_produce_consumer_with_OIDC_should_fail:", "do_test_OIDC_aws_iam_"),
     "0135": ("do_test:",),
     "0142": ("do_test_producer:", "do_test_txn_producer:", "do_test_reauth_failure:"),
 }
 #: Against ``--cluster 3`` (three brokers, SASL_SSL on each): the subtests that need replication factor 3 too.
 CLUSTER_SUBTEST_PASSES: dict[str, tuple[str, ...]] = {
+    "0126": (*SUBTEST_PASSES["0126"], "do_test_produce_consumer_with_OIDC:"),
     "0142": (*SUBTEST_PASSES["0142"], "do_test_consumer:"),
 }
 
@@ -183,7 +191,7 @@ class Broker:
         self.security = security
         self.ports = {"PLAINTEXT": free_port()}
         if security is not None:
-            self.ports.update(SSL=free_port(), SASL_SSL=free_port())
+            self.ports.update(SSL=free_port(), SASL_SSL=free_port(), SASL_PLAINTEXT=free_port())
         self.port = self.ports["PLAINTEXT"]
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
@@ -500,7 +508,7 @@ def main(argv: list[str] | None = None) -> int:
             bootstrap, client_security = broker.bootstrap, ""
             protocol = SECURITY_TESTS.get(number)
             if protocol and broker.security is not None:
-                bootstrap, client_security = broker.address(protocol), security.client_conf(protocol)
+                bootstrap, client_security = broker.address(protocol), security.client_conf(protocol, number)
             conf = logdir / f"test-{key.replace('/', '_')}.conf"
             conf.write_text(f"bootstrap.servers={bootstrap}\n"
                             f"test.timeout.multiplier={args.multiplier}\n" + client_security)
@@ -520,11 +528,22 @@ def main(argv: list[str] | None = None) -> int:
             sockem = any(TEST_F_SOCKEM in t.flags for t in variants)
             table = CLUSTER_SUBTEST_PASSES if args.cluster >= 3 and number in CLUSTER_SUBTEST_PASSES else SUBTEST_PASSES
             passes = table.get(number, ()) if not args.subtests and not args.no_exclusions else ()
+            unsecured_listener = "SASL_PLAINTEXT" in getattr(broker, "ports", {})  # single broker only
+            oauth_passes = OAUTHBEARER_PASSES.get(number, ()) if passes and unsecured_listener else ()
             if passes:
                 runs = [run_one(runner_dir, key, number, scenario, dict(env, SUBTESTS=sub), args.timeout, logdir,
                                 args.quick, local_only, sockem, log_suffix=f"-{i}")
                         for i, sub in enumerate(passes)]
-                r = merge_passes(key, runs, passes)
+                if oauth_passes:  # the same number with an OAUTHBEARER client (secure_listeners.OAUTHBEARER_PASSES)
+                    oauth_conf = logdir / f"test-{key.replace('/', '_')}-oauthbearer.conf"
+                    oauth_conf.write_text(f"bootstrap.servers={broker.address('SASL_PLAINTEXT')}\n"
+                                          f"test.timeout.multiplier={args.multiplier}\n"
+                                          + security.client_conf("SASL_PLAINTEXT", number))
+                    runs += [run_one(runner_dir, key, number, scenario,
+                                     dict(env, SUBTESTS=sub, RDKAFKA_TEST_CONF=str(oauth_conf)), args.timeout,
+                                     logdir, args.quick, local_only, sockem, log_suffix=f"-oauthbearer-{i}")
+                             for i, sub in enumerate(oauth_passes)]
+                r = merge_passes(key, runs, (*passes, *oauth_passes))
             else:
                 r = run_one(runner_dir, key, number, scenario, env, args.timeout, logdir, args.quick, local_only,
                             sockem)
@@ -541,6 +560,7 @@ def main(argv: list[str] | None = None) -> int:
             if b.workdir.exists():
                 for f in b.workdir.glob("broker*.log"):
                     shutil.copy(f, logdir / f"{b.workdir.name}-{f.name}")
+        security.close()
         shutil.rmtree(work, ignore_errors=True)
 
     counts = {s: sum(r.status == s for r in results) for s in ("PASS", "FAIL", "TIMEOUT", "SKIP", "EXCLUDED")}

@@ -15,6 +15,15 @@ Which test talks to which listener (:data:`SECURITY_TESTS`):
 - 0135 (SASL credentials) and 0142 (re-authentication, KIP-368) on the SASL_SSL listener with
   SCRAM-SHA-256; the broker's ``connections.max.reauth.ms`` is what 0142 reads with
   DescribeConfigs to size its waits (0 would make it skip itself).
+- 0126 (SASL/OAUTHBEARER with an OIDC token endpoint) on the SASL_SSL listener with OAUTHBEARER
+  and ``sasl.oauthbearer.method=oidc``: the token endpoint is
+  :class:`~ads_broker.security.testidp.IdentityProvider`, run in compat/run.py's process for the
+  whole run (``VALID_OIDC_URL``, ``EXPIRED_TOKEN_OIDC_URL``, ``INVALID_OIDC_URL``, as trivup's OAuth
+  server); the listener checks its tokens against its JWKS (KIP-768's validator).
+- 0142's OAUTHBEARER subtests (``do_test_oauthbearer``: librdkafka's unsecured tokens,
+  ``principal=admin scope=requiredScope``, a token lifetime of half the session) in a pass of their
+  own on a SASL_PLAINTEXT listener with Kafka's unsecured validator (single broker only:
+  :data:`OAUTHBEARER_PASSES`).
 
 Every other test keeps the PLAINTEXT listener.
 """
@@ -29,9 +38,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ads_broker.security import testcerts
+from ads_broker.security.oauthbearer import JWKS_VALIDATOR_CLASSES
+from ads_broker.security.testidp import IdentityProvider
 
 #: test number -> the listener (security protocol) its test.conf names
-SECURITY_TESTS = {"0097": "SSL", "0135": "SASL_SSL", "0142": "SASL_SSL"}
+SECURITY_TESTS = {"0097": "SSL", "0126": "SASL_SSL", "0135": "SASL_SSL", "0142": "SASL_SSL"}
+#: the tests whose client logs in with OAUTHBEARER (OIDC) instead of SCRAM
+OIDC_TESTS = frozenset({"0126"})
+OIDC_CLIENT_ID = "rdkafka-test-oidc"
+#: test number -> subtests run once more with an OAUTHBEARER (unsecured token) client on SASL_PLAINTEXT
+OAUTHBEARER_PASSES = {"0142": ("do_test_oauthbearer:",)}
+UNSECURED_JAAS = ("org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+                  'unsecuredValidatorRequiredScope="requiredScope";')
 
 SASL_USER = "rdkafka-test"
 SASL_MECHANISM = "SCRAM-SHA-256"
@@ -47,6 +65,7 @@ class SecurityFixture:
 
     directory: Path
     password: str  # the client key's (ssl.key.password, SSL_password) and the SASL user's
+    idp: IdentityProvider  # the OIDC token endpoint and JWKS (0126), serving until close()
 
     @classmethod
     def create(cls, directory: Path) -> SecurityFixture:
@@ -70,15 +89,23 @@ class SecurityFixture:
             "client.key.der": testcerts.der_key(client_key),
             "client.p12": testcerts.pkcs12_bundle(b"client", client_key, client, [ca], enc),
         })
-        return cls(directory, password)
+        idp = IdentityProvider().__enter__()
+        idp.clients = {OIDC_CLIENT_ID: (password, OIDC_CLIENT_ID)}
+        return cls(directory, password, idp)
+
+    def close(self) -> None:
+        self.idp.__exit__(None, None, None)
 
     def path(self, name: str) -> str:
         return str(self.directory / name)
 
     def broker_overrides(self, ports: dict[str, int]) -> tuple[str, ...]:
-        """``--override`` values for a broker with a PLAINTEXT, an SSL and a SASL_SSL listener."""
+        """``--override`` values for a broker with a PLAINTEXT, an SSL, a SASL_SSL and (when in
+        ``ports``) a SASL_PLAINTEXT listener, the last with OAUTHBEARER and the unsecured validator."""
+        unsecured = ("listener.name.sasl_plaintext.sasl.enabled.mechanisms=OAUTHBEARER",
+                     f"listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config={UNSECURED_JAAS}")
         return ("listeners=" + ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items()),
-                *self.listener_settings())
+                *self.listener_settings(), *(unsecured if "SASL_PLAINTEXT" in ports else ()))
 
     def listener_settings(self) -> tuple[str, ...]:
         """The SSL and SASL_SSL listeners' settings, without the listeners themselves (``cluster up``
@@ -92,6 +119,12 @@ class SecurityFixture:
             "listener.name.ssl.ssl.client.auth=required",
             "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
             f"connections.max.reauth.ms={REAUTH_MS}",
+            # OAUTHBEARER on SASL_SSL only, its tokens checked against the run's identity provider (0126)
+            "listener.name.sasl_ssl.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER",
+            f"listener.name.sasl_ssl.oauthbearer.sasl.server.callback.handler.class={sorted(JWKS_VALIDATOR_CLASSES)[0]}",
+            f"sasl.oauthbearer.jwks.endpoint.url={self.idp.jwks_url}",
+            f"sasl.oauthbearer.expected.audience={self.idp.audience}",
+            f"sasl.oauthbearer.expected.issuer={self.idp.issuer}",
         )
 
     def add_user(self, data_dir: Path) -> None:
@@ -109,10 +142,18 @@ class SecurityFixture:
         """The same user for a cluster: SCRAM credentials live in its ZooKeeper, for every broker."""
         self._users_add("--zookeeper-connect", zookeeper_connect)
 
-    def client_conf(self, protocol: str) -> str:
-        """test.conf lines for a client of the ``protocol`` listener."""
+    def client_conf(self, protocol: str, number: str = "") -> str:
+        """test.conf lines for a client of the ``protocol`` listener (test ``number``)."""
         lines = [f"security.protocol={protocol.lower()}", f"ssl.ca.location={self.path('ca.pem')}"]
-        if protocol == "SSL":
+        if protocol == "SASL_PLAINTEXT":  # OAUTHBEARER_PASSES: librdkafka's unsecured tokens
+            return ("security.protocol=sasl_plaintext\nsasl.mechanism=OAUTHBEARER\n"
+                    "sasl.oauthbearer.config=principal=admin scope=requiredScope\n")
+        if number in OIDC_TESTS:
+            # trivup's --oidc: the test sets sasl.oauthbearer.token.endpoint.url from VALID_OIDC_URL & co.
+            lines += ["sasl.mechanism=OAUTHBEARER", "sasl.oauthbearer.method=oidc",
+                      f"sasl.oauthbearer.client.id={OIDC_CLIENT_ID}", f"sasl.oauthbearer.client.secret={self.password}",
+                      f"sasl.oauthbearer.token.endpoint.url={self.idp.token_url}"]
+        elif protocol == "SSL":
             lines += [f"ssl.certificate.location={self.path('client.pem')}",
                       f"ssl.key.location={self.path('client.key')}",
                       f"ssl.key.password={self.password}"]
@@ -133,4 +174,7 @@ class SecurityFixture:
             "SSL_all_cas_pem": self.path("ca.pem"),
             "SSL_password": self.password,
             "SSL_client_auth": "required",
+            "VALID_OIDC_URL": self.idp.token_url,
+            "EXPIRED_TOKEN_OIDC_URL": self.idp.token_url.replace("/token", "/expired"),
+            "INVALID_OIDC_URL": self.idp.token_url.replace("/token", "/invalid"),
         }

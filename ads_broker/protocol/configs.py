@@ -92,12 +92,13 @@ _LONG_SETTINGS = frozenset({
     "log.message.timestamp.before.max.ms", "log.message.timestamp.after.max.ms", "log.segment.delete.delay.ms",
     "log.cleaner.dedupe.buffer.size", "log.cleaner.backoff.ms", "log.cleaner.delete.retention.ms",
     "log.cleaner.min.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms", "connections.max.idle.ms",
-    "queued.max.request.bytes", "connections.max.reauth.ms",
+    "queued.max.request.bytes", "connections.max.reauth.ms", "sasl.oauthbearer.jwks.endpoint.refresh.ms",
 })
 #: Broker settings Kafka defines with another type than their Python value suggests.
 _SETTING_TYPES = {
     "log.cleanup.policy": "LIST", "sasl.enabled.mechanisms": "LIST", "ssl.enabled.protocols": "LIST",
-    "ssl.cipher.suites": "LIST", "authorizer.class.name": "CLASS",
+    "ssl.cipher.suites": "LIST", "authorizer.class.name": "CLASS", "sasl.server.callback.handler.class": "CLASS",
+    "sasl.oauthbearer.expected.audience": "LIST",
     # PASSWORD: described as sensitive, value null (Kafka's KafkaConfig.maybeSensitive)
     "ssl.key.password": "PASSWORD", "ssl.keystore.key": "PASSWORD", "ssl.keystore.certificate.chain": "PASSWORD",
     "ssl.truststore.certificates": "PASSWORD", "sasl.jaas.config": "PASSWORD",

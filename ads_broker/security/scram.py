@@ -27,7 +27,8 @@ from ads_broker.log.fileutil import atomic_write
 
 CREDENTIALS_FILE = "__scram_credentials.json"
 SCRAM_MECHANISMS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
-MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS)
+#: Every mechanism a listener may enable (OAUTHBEARER: ads_broker/security/oauthbearer.py).
+MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS, "OAUTHBEARER")
 MIN_ITERATIONS = 4096  # Kafka's minimum for both SCRAM mechanisms
 MAX_ITERATIONS = 16384  # and its maximum
 

@@ -1,6 +1,7 @@
 """compat/run.py's broker for librdkafka's security tests, checked without librdkafka's suite: the
 listeners, certificates and SASL user it sets up must take the very client settings it writes into
-test.conf for 0097 (SSL with a client certificate, mTLS required) and 0135/0142 (SASL_SSL, SCRAM).
+test.conf for 0097 (SSL with a client certificate, mTLS required), 0135/0142 (SASL_SSL, SCRAM) and
+0126 (SASL_SSL, OAUTHBEARER with a token from the harness's OIDC endpoint).
 Also the harness's choices that decide which tests run how (sockem numbers without -E, subtest
 passes, exclusions). One real broker (a few seconds).
 """
@@ -46,6 +47,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[run.Brok
         yield broker, security
     finally:
         broker.stop()
+        security.close()
 
 
 def deliver(conf: dict[str, Any], timeout_ms: int = 15000) -> list[Any]:
@@ -67,6 +69,20 @@ def test_the_security_tests_client_settings_reach_the_broker(secured: tuple[run.
     broker, security = secured
     conf = {"bootstrap.servers": broker.address(protocol), **parse_conf(security.client_conf(protocol))}
     assert deliver(conf) == []
+
+
+def test_0126s_oidc_client_settings_log_in_with_oauthbearer(secured: tuple[run.Broker, SecurityFixture]) -> None:
+    """0126's test.conf: librdkafka fetches a token from the harness's endpoint and the SASL_SSL
+    listener accepts it (KIP-768's validator against the endpoint's JWKS); a token from the
+    expired-token endpoint is refused by librdkafka itself, as 0126 expects."""
+    broker, security = secured
+    conf = {"bootstrap.servers": broker.address("SASL_SSL"), **parse_conf(security.client_conf("SASL_SSL", "0126"))}
+    issued = security.idp.tokens_issued
+    assert deliver(conf) == []
+    assert security.idp.tokens_issued > issued
+    env = security.env()
+    expired = deliver({**conf, "sasl.oauthbearer.token.endpoint.url": env["EXPIRED_TOKEN_OIDC_URL"]}, 3000)
+    assert expired and "unexpired" in " ".join(str(e) for e in expired), expired
 
 
 def test_the_cluster_has_the_security_tests_listeners_on_every_broker(tmp_path: Path) -> None:
@@ -133,9 +149,11 @@ def test_the_kafka_acls_stand_in_adds_and_removes_a_topic_acl(secured: tuple[run
 
 
 def test_trivup_ssl_variables_name_files_that_exist(tmp_path: Path) -> None:
-    env = SecurityFixture.create(tmp_path).env()
+    security = SecurityFixture.create(tmp_path)
+    env = security.env()
+    security.close()
     for name, value in env.items():
-        if name not in ("SSL_password", "SSL_client_auth"):
+        if name not in ("SSL_password", "SSL_client_auth") and not name.endswith("_OIDC_URL"):
             assert Path(value).stat().st_size > 0, name
     assert env["SSL_client_auth"] == "required"
 
@@ -158,4 +176,4 @@ def test_the_tests_that_now_run_are_not_excluded() -> None:
     now_run = {"0049", "0053", "0064", "0068", "0075", "0076", "0088", "0094", "0110", "0115", "0119",
                *SECURITY_TESTS}
     assert now_run.isdisjoint(exclusions)
-    assert "0126" in exclusions
+    assert "0126" in SECURITY_TESTS
