@@ -710,6 +710,11 @@ class Connection:
         assert self.sasl is not None
         if isinstance(self.sasl, OAuthBearerSaslServer):
             return await self.sasl.step(token)
+        if self.sasl.mechanism == "PLAIN":
+            # PLAIN derives the password's key (PBKDF2, thousands of iterations): on the loop, a few
+            # clients retrying wrong passwords held every other connection (review s13, M1). On the
+            # server's own small pool (hashlib releases the GIL), so attempts queue there instead.
+            return await asyncio.get_running_loop().run_in_executor(self.server.sasl_executor, self.sasl.step, token)
         return self.sasl.step(token)
 
     def _failure_reason(self, e: Exception) -> str:
@@ -881,6 +886,8 @@ class BrokerServer:
         #: neither wait behind nor hold the default executor's work (TLS file reads); one, so two
         #: such answers do not both contend with the loop for the GIL.
         self.encoder = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="response-encoder")
+        #: SASL/PLAIN password checks (key derivations), off the event loop and bounded.
+        self.sasl_executor = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="sasl-plain")
         self.max_connections = config.settings.max_connections
         self.max_connections_per_ip = config.settings.max_connections_per_ip
         self.idle_s = config.settings.connections_max_idle_ms / 1000
@@ -1083,6 +1090,7 @@ class BrokerServer:
             log.exception("unclean shutdown: flushing or checkpointing failed")
         finally:
             self.encoder.shutdown(wait=False)
+            self.sasl_executor.shutdown(wait=False)
             self._stopped.set()
 
     def _on_signal(self, sig: signal.Signals) -> None:

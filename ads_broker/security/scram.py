@@ -234,11 +234,18 @@ class SaslServer:
             raise SaslAuthenticationError("Authentication failed: Client requested an authorization id that is "
                                           "different from username")
         self.user = user
-        for mechanism, credential in self.store.credentials(user).items():
-            check = ScramCredential.from_password(mechanism, password, credential.iterations, credential.salt)
-            if hmac.compare_digest(check.stored_key, credential.stored_key):
-                self.principal = f"User:{user}"
-                return b""
+        # One key derivation per attempt, whether the user exists or not: deriving it for every
+        # stored mechanism cost a known user up to 27x an unknown one, which told attackers which
+        # users exist (SCRAM hides them with a fake salt; review s13, M1). An unknown user's
+        # attempt derives against a fake credential of the default cost.
+        stored = self.store.credentials(user)
+        mechanism = min(stored) if stored else "SCRAM-SHA-256"
+        credential = stored.get(mechanism) or ScramCredential(
+            hmac.digest(_PROCESS_SECRET, user.encode(), "sha256"), MIN_ITERATIONS, b"", b"")
+        check = ScramCredential.from_password(mechanism, password, credential.iterations, credential.salt)
+        if stored and hmac.compare_digest(check.stored_key, credential.stored_key):
+            self.principal = f"User:{user}"
+            return b""
         raise SaslAuthenticationError("Authentication failed: Invalid username or password")
 
     # -- SCRAM (RFC 5802) -------------------------------------------------------------------

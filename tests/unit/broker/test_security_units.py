@@ -4,6 +4,7 @@ listener parsing and the aggregated rejection log."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import logging
 from pathlib import Path
 
@@ -59,6 +60,31 @@ def test_plain_checks_the_scram_store(store: CredentialStore) -> None:
     for token in (b"\0user\0pencil2", b"\0nobody\0pencil", b"admin\0user\0pencil", b"user\0pencil"):
         with pytest.raises(SaslAuthenticationError):
             SaslServer("PLAIN", store).step(token)
+
+
+@pytest.mark.parametrize("token", [b"\0user\0pencil", b"\0user\0wrong", b"\0nobody\0pencil"])
+def test_plain_costs_one_key_derivation_whoever_the_user(store: CredentialStore, monkeypatch: pytest.MonkeyPatch,
+                                                         token: bytes) -> None:
+    """A known user's attempt derived the key once per stored mechanism and an unknown user's not at
+    all: up to 27x apart, so timing told which users exist (review s13, M1). Now one derivation of
+    the same cost either way (real files; the derivation is counted, not timed)."""
+    store.upsert("user", "SCRAM-SHA-512", ScramCredential.from_password("SCRAM-SHA-512", "pencil", 4096))
+    calls: list[int] = []
+    derive = hashlib.pbkdf2_hmac
+
+    def counted(name: str, password: bytes, salt: bytes, iterations: int, *args: object) -> bytes:
+        calls.append(iterations)
+        return derive(name, password, salt, iterations)
+
+    monkeypatch.setattr(hashlib, "pbkdf2_hmac", counted)
+    server = SaslServer("PLAIN", store)
+    if token == b"\0user\0pencil":
+        server.step(token)
+        assert server.principal == "User:user"
+    else:
+        with pytest.raises(SaslAuthenticationError, match="Invalid username or password"):
+            server.step(token)
+    assert calls == [4096]
 
 
 def test_principal_dn_order_and_escaping() -> None:
