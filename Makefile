@@ -84,7 +84,7 @@ SIDE_TESTS = tests/chaos/worker/test_chaos_ci.py tests/chaos/cluster/test_histor
 	tests/integration/cluster/test_local_cluster_listeners.py tests/integration/cluster/test_stray_logs.py \
 	tests/integration/cluster/test_reassign_cancel_safety.py tests/integration/cluster/test_duplicate_under_min_isr.py \
 	tests/integration/cluster/test_stale_deletion_mark.py tests/integration/cluster/test_removed_replica_topic_kept.py \
-	tests/integration/cluster/test_unclean_election.py
+	tests/integration/cluster/test_unclean_election.py tests/integration/broker/test_oauthbearer.py
 
 test: apt-test-deps $(VENV)/.test $(VENV)/.walk $(CHECKOV_VENV)/.done lint
 	@export ADS_OPS_REQUIRE_TOOLS=1 CHECKOV=$(CURDIR)/$(CHECKOV_VENV)/bin/checkov; \
