@@ -124,14 +124,13 @@ def within(df: Any, start: datetime, end: datetime) -> Any:
     return df.where((F.col("timestamp") >= F.lit(start)) & (F.col("timestamp") < F.lit(end)))
 
 
-def parse_events(df: Any, cfg: AuditConfig, keep: tuple[str, ...] = ()) -> Any:
+def parse_events(df: Any, cfg: AuditConfig) -> Any:
     """Replace ``value`` by the few event fields the audit reports on (Spark's JSON parser, no Python).
 
     Only records in the window (or without timestamp) are parsed: the lookback only needs ids.
     ``from_json`` with this minimal schema measured 2x faster than three ``get_json_object`` calls.
     A broker topic's records parsed in the read tasks (``parsed_events``: their ``event`` column is
-    set, their value dropped) take those fields; only the others are parsed here. ``keep``: more
-    columns of ``df`` to pass on.
+    set, their value dropped) take those fields; only the others are parsed here.
     """
     from pyspark.sql import functions as F
 
@@ -140,11 +139,10 @@ def parse_events(df: Any, cfg: AuditConfig, keep: tuple[str, ...] = ()) -> Any:
     ts = F.col("timestamp")
     wanted = ts.isNull() | ((ts >= F.lit(cfg.start)) & (ts < F.lit(cfg.end)))
     if EVENT_COLUMN not in df.columns:
-        return df.select("key", "timestamp", "partition", "offset", *keep,
-                         *event_fields(F.when(wanted, _from_json())))
+        return df.select("key", "timestamp", "partition", "offset", *event_fields(F.when(wanted, _from_json())))
     event = F.col(EVENT_COLUMN)
     by_spark = _event_exprs(F.when(wanted & event.isNull(), _from_json()))
-    return df.select("key", "timestamp", "partition", "offset", *keep,
+    return df.select("key", "timestamp", "partition", "offset",
                      *(F.when(event.isNotNull(), event[name]).otherwise(expr).alias(name)
                        for name, expr in by_spark.items()))
 
@@ -453,63 +451,11 @@ def client_counts(input_df: Any, cfg: AuditConfig, dups: Any | None = None, all_
             rows = rows.where(F.lit(False))
         else:
             rows = rows.join(F.broadcast(dups.select("client").distinct()), on="client", how="left_semi")
-    return per_client_rows(rows)
-
-
-def per_client_rows(rows: Any) -> Any:
-    """The input pass's per-client rows (``g_client`` 0) counted from parsed records in the window."""
-    from pyspark.sql import functions as F
-
     none = {"hour": "timestamp", "library": "string", "event_type": "string", "unparseable": "boolean"}
-    ts = F.col("timestamp")
     return (rows.groupBy("client", (F.col("key").isNotNull() & ts.isNotNull()).alias("keyed"))
             .agg(F.count(F.lit(1)).alias("n"))
             .select(*(F.lit(None).cast(t).alias(c) for c, t in none.items()), "keyed", "client", "n",
                     F.lit(0).alias("g_client")).select(*_PASS_COLUMNS))
-
-
-def input_side_rows(input_read: Any, dups: Any | None, cfg: AuditConfig) -> Any:
-    """One scan of a broker input read's cache (:func:`read_source`, its records and the read
-    tasks' rows) for what the input pass and the timestamp checks need, instead of one scan each:
-    the partial-count rows, the timestamp-check rows, and, parsed, the records stamped in the window
-    of the clients with a duplicate in ``dups`` (for :func:`per_client_rows`; none when ``dups`` is
-    None). Small (~7 % of the input records at 1M events from 100k clients): the caller persists it
-    and splits it with :func:`split_side_rows`."""
-    from pyspark.sql import functions as F
-
-    from spark_audit.datasource import COUNTS_COLUMN, TS_CHECK_COLUMN
-
-    extra = tuple(c for c in (COUNTS_COLUMN, TS_CHECK_COLUMN) if c in input_read.columns)
-    side = F.lit(False)
-    for column in extra:
-        side = side | F.col(column).isNotNull()
-    rows = parse_events(input_read, cfg, keep=extra)
-    if dups is None:
-        return rows.where(side)
-    names = dups.select("client").distinct().withColumn("_dup_client", F.lit(True))
-    ts = F.col("timestamp")
-    in_window = (ts >= F.lit(cfg.start)) & (ts < F.lit(cfg.end))
-    return (rows.join(F.broadcast(names), on="client", how="left")
-            .where(side | (in_window & F.col("_dup_client").isNotNull())).drop("_dup_client"))
-
-
-def split_side_rows(side: Any) -> tuple[Any | None, Any | None, Any]:
-    """(partial counts, timestamp-check rows, parsed records) of :func:`input_side_rows`' frame, as
-    :func:`split_counts` and :func:`split_checks` give them."""
-    from pyspark.sql import functions as F
-
-    from spark_audit.datasource import COUNTS_COLUMN, TS_CHECK_COLUMN
-
-    counts = checks = None
-    records = side
-    if COUNTS_COLUMN in side.columns:
-        counts = side.where(F.col(COUNTS_COLUMN).isNotNull()).select(f"{COUNTS_COLUMN}.*")
-        records = records.where(F.col(COUNTS_COLUMN).isNull())
-    if TS_CHECK_COLUMN in side.columns:
-        checks = side.where(F.col(TS_CHECK_COLUMN).isNotNull()).select("partition", "offset", "timestamp",
-                                                                          TS_CHECK_COLUMN)
-        records = records.where(F.col(TS_CHECK_COLUMN).isNull())
-    return counts, checks, records
 
 
 def _clients_with_duplicates(rows: Any, dups: Any | None) -> Any:
@@ -965,7 +911,7 @@ def audit(spark: Any, cfg: AuditConfig) -> AuditResult:
     missing_sources: list[str] = []
     fallback = pair_fallback(cfg)
     paired = read_pairs(spark, cfg) if fallback is None else None
-    input_checks = input_read = None
+    input_checks = None
     if paired is not None:
         cached.append(paired)
         raw_input, raw_output, broker_counts, pair_ids, pair_hashes = split_pairs(paired, cfg)
@@ -1011,14 +957,6 @@ def audit(spark: Any, cfg: AuditConfig) -> AuditResult:
                 grouped = input_pass(input_df, cfg)
             elif clients_counted:
                 grouped = input_pass_from_counts(pass_counts, dups, all_clients=False)
-            elif input_read is not None:
-                # One scan of the input's cache for the counts, the timestamp checks' rows and the
-                # records of the clients with a duplicate.
-                side = input_side_rows(input_read, dups, cfg).persist(StorageLevel.MEMORY_AND_DISK)
-                cached.append(side)
-                side_counts, input_checks, dup_client_records = split_side_rows(side)
-                grouped = input_pass_from_counts(side_counts, clients=False).unionByName(
-                    per_client_rows(dup_client_records))
             else:
                 grouped = input_pass_from_counts(pass_counts, clients=False).unionByName(
                     client_counts(input_df, cfg, dups, all_clients=False))
