@@ -44,6 +44,10 @@ def main() -> None:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--broker", action="store_true",
                         help="Audit the topics in an ads-broker on --data-dir instead of the Parquet export.")
+    parser.add_argument("--split-reads", action="store_true",
+                        help="Fill each topic's disk cache in a step of its own ('read <role>', a count of the "
+                             "persisted frame) before the id summary, so the id summary step shows the "
+                             "aggregation alone.")
     args = parser.parse_args()
     broker = None
     if args.broker:
@@ -88,6 +92,17 @@ def profile(args: argparse.Namespace, broker: Any) -> None:
         steps.append({"step": name, **spent(*before)})
 
     job._step = profiled_step
+    if args.split_reads:
+        read_source = job.read_source
+
+        def read_and_fill(spark: Any, source: Source, role: str, cfg: AuditConfig) -> tuple[Any, str | None]:
+            with profiled_step(f"read {role}", {}):
+                df, problem = read_source(spark, source, role, cfg)
+                if df is not None and isinstance(source, KafkaSource):
+                    df.count()
+            return df, problem
+
+        job.read_source = read_and_fill
     for r in range(1, args.rounds + 1):
         steps.clear()
         export = args.data_dir / "export"

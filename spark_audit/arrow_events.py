@@ -153,9 +153,12 @@ class InputCounts:
     the few narrow columns of each record are kept) and counted together in :meth:`table`.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clients: bool = True) -> None:
         self._rows: list[pa.Table] = []
         self._raws: list[pa.Table] = []
+        #: False: no (client, keyed) rows (a broker read's counts: the audit counts the few clients
+        #: it ranks from the records instead, :func:`spark_audit.job.client_counts`).
+        self.clients = clients
 
     def add(self, table: pa.Table, ids: pa.Array | None = None) -> None:
         """Count ``table``'s records; ``ids``: their messageIds if already classified (else computed)."""
@@ -177,8 +180,11 @@ class InputCounts:
         every = pa.concat_tables(self._rows)
         detail = every.group_by(["hour", "library", "event_type", "unparseable", "keyed"], use_threads=False) \
             .aggregate([([], "count_all")])
-        clients = every.group_by(["client", "keyed"], use_threads=False).aggregate([([], "count_all")])
-        return pa.concat_tables([_counts(detail, 1), _counts(clients, 0), *(_counts(raw, None) for raw in self._raws)])
+        parts = [_counts(detail, 1)]
+        if self.clients:
+            clients = every.group_by(["client", "keyed"], use_threads=False).aggregate([([], "count_all")])
+            parts.append(_counts(clients, 0))
+        return pa.concat_tables([*parts, *(_counts(raw, None) for raw in self._raws)])
 
 
 def input_counts(tables: Iterable[pa.Table]) -> pa.Table:

@@ -264,7 +264,8 @@ def read_pairs(spark: Any, cfg: AuditConfig) -> Any | None:
     assert isinstance(cfg.input, KafkaSource) and isinstance(cfg.output, KafkaSource)
     window = IdWindow(int(_micros(cfg.lookback_start)), int(_micros(cfg.start)), int(_micros(cfg.end)))
     options = {"message_ids": "true", "headers": "false", "counts_start_us": _micros(cfg.start),
-               "counts_end_us": _micros(cfg.end), "pair_topic": cfg.output.topic, "pair_window_us": window.option()}
+               "counts_end_us": _micros(cfg.end), "client_counts": "false", "pair_topic": cfg.output.topic,
+               "pair_window_us": window.option()}
     source = dataclasses.replace(cfg.input, options={**options, **cfg.input.options})
     df, problem = load(spark, source, cfg.lookback_start - cfg.timestamp_skew, None)
     if problem is not None or df is None:
@@ -385,7 +386,8 @@ def _count_sets(rows: Any) -> Any:
         F.count(F.lit(1)).alias("n"), F.grouping("client").alias("g_client")).select(*_PASS_COLUMNS)
 
 
-def input_pass_from_counts(counts: Any, dups: Any | None = None, all_clients: bool = True) -> Any:
+def input_pass_from_counts(counts: Any, dups: Any | None = None, all_clients: bool = True,
+                           clients: bool = True) -> Any:
     """The input pass's table from an ``audit_input_counts`` source (parsed and counted by pyarrow).
 
     Its partial counts are summed per group; each of the few raw records in it (values the fast
@@ -397,6 +399,10 @@ def input_pass_from_counts(counts: Any, dups: Any | None = None, all_clients: bo
     ranks (an inner join with the duplicates). Nearly every client has no duplicate, and their
     partial counts were most of the rows summed here (~740k of them for 1M events from 100k
     clients: a task's share repeats nearly every client), so they are dropped before the shuffle.
+
+    ``clients=False``: the counts hold no per-client rows (a broker read's, ``client_counts``
+    option) and the raw records are counted only by (hour, library, event type, flags): the table
+    has no per-client rows; :func:`client_counts` counts them from the records.
     """
     from pyspark.sql import functions as F
 
@@ -416,11 +422,40 @@ def input_pass_from_counts(counts: Any, dups: Any | None = None, all_clients: bo
     detail = row(hour=F.col("hour"), library=parsed["library"], event_type=parsed["event_type"],
                  unparseable=parsed["unparseable"], g_client=F.lit(1))
     per_client = row(client=parsed["client"], g_client=F.lit(0))
-    rows = counts.select(F.explode(F.when(raw, F.array(detail, per_client))
+    raw_rows = F.array(detail, per_client) if clients else F.array(detail)
+    rows = counts.select(F.explode(F.when(raw, raw_rows)
                                    .otherwise(F.array(F.struct(*_PASS_COLUMNS)))).alias("r")).select("r.*")
+    if not clients:
+        return rows.groupBy(*_DETAIL, "keyed", "client", "g_client").agg(F.sum("n").alias("n")).select(*_PASS_COLUMNS)
     if not all_clients:
         rows = _clients_with_duplicates(rows, dups)
     return rows.groupBy(*_DETAIL, "keyed", "client", "g_client").agg(F.sum("n").alias("n")).select(*_PASS_COLUMNS)
+
+
+def client_counts(input_df: Any, cfg: AuditConfig, dups: Any | None = None, all_clients: bool = True) -> Any:
+    """The input pass's per-client rows (``g_client`` 0: messages per client and ``keyed`` in the
+    window, as :func:`input_pass` counts them) from the records, for every client or (``all_clients
+    =False``) only for the clients with a duplicate in ``dups`` (none when ``dups`` is None), the only
+    ones :func:`top_clients` ranks: a broadcast semi-join with their names before the shuffle.
+
+    A broker read's partial counts hold no per-client rows (``client_counts`` option): they were
+    ~740k rows for 1M events from 100k clients, taken into the JVM and the disk cache for the ~1 %
+    of clients with a duplicate; this one scan of the cached records' ``event.client`` replaces them.
+    """
+    from pyspark.sql import functions as F
+
+    ts = F.col("timestamp")
+    rows = parse_events(input_df.where((ts >= F.lit(cfg.start)) & (ts < F.lit(cfg.end))), cfg)
+    if not all_clients:
+        if dups is None:
+            rows = rows.where(F.lit(False))
+        else:
+            rows = rows.join(F.broadcast(dups.select("client").distinct()), on="client", how="left_semi")
+    none = {"hour": "timestamp", "library": "string", "event_type": "string", "unparseable": "boolean"}
+    return (rows.groupBy("client", (F.col("key").isNotNull() & ts.isNotNull()).alias("keyed"))
+            .agg(F.count(F.lit(1)).alias("n"))
+            .select(*(F.lit(None).cast(t).alias(c) for c, t in none.items()), "keyed", "client", "n",
+                    F.lit(0).alias("g_client")).select(*_PASS_COLUMNS))
 
 
 def _clients_with_duplicates(rows: Any, dups: Any | None) -> Any:
@@ -779,7 +814,7 @@ def read_source(spark: Any, source: Source, role: str, cfg: AuditConfig) -> tupl
                    **({} if role == "input" else {"values": "false"})}
         if role == "input":
             options.update(counts_start_us=_micros(cfg.start), counts_end_us=_micros(cfg.end), parsed_events="true",
-                           timestamp_checks=outlier_rule(cfg).option())
+                           client_counts="false", timestamp_checks=outlier_rule(cfg).option())
         source = dataclasses.replace(source, options={**options, **source.options})
     df, problem = load(spark, source, cfg.lookback_start - cfg.timestamp_skew, None)
     if problem is not None or df is None:
@@ -912,12 +947,20 @@ def audit(spark: Any, cfg: AuditConfig) -> AuditResult:
         with _step("input pass", timings):
             # Parsed and counted by pyarrow in the Python workers (~4x cheaper than from_json): a
             # broker topic's in its read tasks, a Parquet export's in a scan of its own.
-            pass_counts = broker_counts
+            # A broker read's counts hold no per-client rows (client_counts=false): those few clients'
+            # counts come from the records.
+            pass_counts, clients_counted = broker_counts, False
             if isinstance(cfg.input, ExportSource) and cfg.input.format == "parquet" and raw_input is not None:
-                pass_counts = load_input_counts(spark, cfg.input, cfg.start, cfg.end)
+                pass_counts, clients_counted = load_input_counts(spark, cfg.input, cfg.start, cfg.end), True
             # top_clients ranks only clients with a duplicate: the others' partial counts are not summed.
-            grouped = (input_pass_from_counts(pass_counts, dups, all_clients=False) if pass_counts is not None
-                       else input_pass(input_df, cfg)).persist(StorageLevel.MEMORY_AND_DISK)
+            if pass_counts is None:
+                grouped = input_pass(input_df, cfg)
+            elif clients_counted:
+                grouped = input_pass_from_counts(pass_counts, dups, all_clients=False)
+            else:
+                grouped = input_pass_from_counts(pass_counts, clients=False).unionByName(
+                    client_counts(input_df, cfg, dups, all_clients=False))
+            grouped = grouped.persist(StorageLevel.MEMORY_AND_DISK)
             cached.append(grouped)
             detail = grouped.where(F.col("g_client") == 1).collect()
             totals = input_totals(detail, dup_detail, counts)

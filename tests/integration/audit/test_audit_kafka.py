@@ -84,6 +84,9 @@ def test_audit_of_a_day_on_ads_broker(spark: Any, ads_broker: BrokerProcess, top
     report = json.loads(path.read_text())
     for key, value in sc.expected().items():
         assert report[key] == value, key
+    # As on the export (test_audit_exports): the broker read counts these clients from the records.
+    top = [(r["client"], r["input_messages"], r["input_duplicates"]) for r in report["top_clients"]]
+    assert top == [("user-0", 23, 3), ("user-1", 23, 3), ("user-3", 23, 3), ("user-2", 22, 2), ("user-4", 21, 1)]
     assert report["status"] == "alert"
     assert (tmp_path / "report" / "index.html").exists()
 

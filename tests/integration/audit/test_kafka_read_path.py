@@ -17,6 +17,7 @@ from ads_broker.embedded import BrokerProcess
 from spark_audit.datasource import EVENT_COLUMN
 from spark_audit.job import (
     AuditConfig,
+    client_counts,
     input_pass,
     input_pass_from_counts,
     parse_events,
@@ -140,7 +141,9 @@ def test_the_read_counts_the_input_pass_exactly_as_spark_parses_it(spark: Any, a
                                                                    topic_name: str, tmp_path: Path) -> None:
     """The partial counts the read tasks compute with pyarrow sum to the table Spark's ``from_json``
     pass gives on the same records: every odd value shape (those the fast parser leaves to Spark
-    included), keyless, empty-key, invalid-key and badly stamped records."""
+    included), keyless, empty-key, invalid-key and badly stamped records. The read's counts hold no
+    per-client rows (``client_counts=false``): with the per-client rows :func:`client_counts`
+    counts from the cached records they give the whole table."""
     create_topics(ads_broker.bootstrap, topic_name)
     odd = [r for r in sc.odd_records() if r.ts is not None]
     test_audit_kafka.produce(ads_broker.bootstrap, topic_name, odd)
@@ -152,11 +155,14 @@ def test_the_read_counts_the_input_pass_exactly_as_spark_parses_it(spark: Any, a
     try:
         records, counts = split_counts(df)
         assert counts is not None, "the read did not count the input pass"
-        want = _as_rows(input_pass(within(records, cfg.lookback_start, cfg.end), cfg))
-        got = _as_rows(input_pass_from_counts(counts))
+        window = within(records, cfg.lookback_start, cfg.end)
+        want = _as_rows(input_pass(window, cfg))
+        got = _as_rows(input_pass_from_counts(counts, clients=False).unionByName(client_counts(window, cfg)))
         raw_rows = counts.where("g_client IS NULL").count()
+        client_rows = counts.where("g_client = 0").count()
     finally:
         df.unpersist()
+    assert client_rows == 0, "per-client partial counts were taken into the JVM and the disk cache"
     assert got == want
     # Stamped in the window: the odd records but those before and after it; the edge records but
     # the one stamped in microseconds and the one ten years ahead.
