@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin import ElectLeadersResponse
@@ -139,29 +140,33 @@ async def _in_cluster(ctx: HandlerContext, named: list[TopicPartition] | None, e
                            "or not in the ISR")
         else:
             to_elect.append(tp)
-    if to_elect:
-        try:
-            elected = await cluster.elect_preferred(to_elect, timeout_ms)
-        except BrokerError as e:  # ZooKeeper lost while asking: the election may or may not run
-            for tp in to_elect:
-                results[tp] = (e.error_code, str(e))
-            return results
-        for tp in to_elect:
-            results[tp] = (NONE, None) if tp in elected else (
-                REQUEST_TIMED_OUT, f"the preferred leader of {tp.topic}-{tp.partition} did not take over within "
-                f"{timeout_ms} ms")
+    if to_elect and not await _await_elections(results, to_elect, cluster.elect_preferred(to_elect, timeout_ms),
+                                               lambda tp: f"the preferred leader of {tp.topic}-{tp.partition} did "
+                                                          f"not take over within {timeout_ms} ms"):
+        return results
     if unclean:
-        try:
-            led = await elect_unclean(cluster, unclean, timeout_ms)
-        except BrokerError as e:
-            for tp in unclean:
-                results[tp] = (e.error_code, str(e))
-            return results
-        for tp in unclean:
-            results[tp] = (NONE, None) if tp in led else (
-                REQUEST_TIMED_OUT, f"no replica of {tp.topic}-{tp.partition} took over within {timeout_ms} ms "
-                "(none alive any more, or the controller is away); the election may still happen")
+        await _await_elections(results, unclean, elect_unclean(cluster, unclean, timeout_ms),
+                               lambda tp: f"no replica of {tp.topic}-{tp.partition} took over within {timeout_ms} "
+                                          "ms (none alive any more, or the controller is away); the election may "
+                                          "still happen")
     return results
+
+
+async def _await_elections(results: dict[TopicPartition, Result], partitions: list[TopicPartition],
+                           elections: Awaitable[Collection[TopicPartition]],
+                           timed_out: Callable[[TopicPartition], str]) -> bool:
+    """Answer ``partitions`` from ``elections`` (the partitions that got their leader in time; the
+    others REQUEST_TIMED_OUT with ``timed_out(tp)``); False when asking failed (ZooKeeper lost: the
+    election may or may not run), every partition then answered with that error."""
+    try:
+        elected = await elections
+    except BrokerError as e:
+        for tp in partitions:
+            results[tp] = (e.error_code, str(e))
+        return False
+    for tp in partitions:
+        results[tp] = (NONE, None) if tp in elected else (REQUEST_TIMED_OUT, timed_out(tp))
+    return True
 
 
 async def elect_unclean(cluster: ClusterNode, partitions: list[TopicPartition], timeout_ms: int

@@ -28,6 +28,7 @@ from ads_broker.cluster.zookeeper import KafkaZkClient
 
 from .conftest import BrokerCluster, wait_until
 from .test_delete_topics import _consume_all, _dirs, _in_zookeeper, _produce, _zk
+from .test_deleted_topic_offsets import _committed
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -40,14 +41,6 @@ def _topic_id(zk_connect: str, topic: str) -> str | None:
         return zk.get_topic_id(topic)
     finally:
         zk.close()
-
-
-def _committed(bootstrap: str, group: str, topic: str) -> int:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        return int(consumer.committed([TopicPartition(topic, 0)], timeout=60)[0].offset)
-    finally:
-        consumer.close()
 
 
 def test_a_mark_naming_the_previous_topic_id_leaves_the_new_topic_alone(
