@@ -161,7 +161,13 @@ class FrameReceiver(asyncio.BufferedProtocol):
     def __init__(self, server: BrokerServer, listener: ListenerSpec) -> None:
         self.server = server
         self.listener = listener
-        self.pool = server.pool
+        #: The budget new frames are charged to: on a SASL listener, until the client has
+        #: authenticated, the pre-authentication pool (anonymous clients never hold the bytes that
+        #: authenticated clients' requests need; review s13-2, H1), then the request pool.
+        self.pool = server.preauth_pool if listener.uses_sasl else server.pool
+        #: The pool each queued frame was charged to, in the order of :attr:`frames`.
+        self.frame_pools: collections.deque[MemoryPool] = collections.deque()
+        self._frame_pool = self.pool  # what the large frame being received is charged to
         settings = server.broker.config.settings
         #: Before authentication a SASL listener reads frames up to ``sasl.server.max.receive.size``
         #: only (Kafka's SaslServerAuthenticator), so an anonymous client cannot make the broker
@@ -236,7 +242,7 @@ class FrameReceiver(asyncio.BufferedProtocol):
             self._frame_got += nbytes
             if self._frame_got == self._frame_size:
                 frame, self._frame = self._frame, None
-                self._deliver(frame)
+                self._deliver(frame, self._frame_pool)
             elif self._frame_got == len(self._frame):
                 self._grow_frame()
             return
@@ -255,6 +261,16 @@ class FrameReceiver(asyncio.BufferedProtocol):
         self.max_frame = self.server.broker.config.settings.socket_request_max_bytes
         self.hold_handshakes = self.listener.uses_sasl
         self.one_at_a_time = False
+        self._switch_pool(self.server.pool)
+
+    def _switch_pool(self, pool: MemoryPool) -> None:
+        """Charge frames begun from now on to ``pool`` (a frame being received stays with its own)."""
+        if pool is self.pool:
+            return
+        if self._frame is None:  # a large frame waiting for its pool's bytes keeps waiting there
+            self.pool.forget(self)
+            self._resume("memory")
+        self.pool = pool
 
     def release(self, max_frame: int, *, one_at_a_time: bool) -> None:
         """The held frame was handled: cut what follows it with ``max_frame`` (Kafka: the
@@ -263,6 +279,8 @@ class FrameReceiver(asyncio.BufferedProtocol):
         self.max_frame = max_frame
         self.one_at_a_time = one_at_a_time
         self.held, self.held_frame = False, None
+        if one_at_a_time:  # a re-authentication: its frames are not the session's requests
+            self._switch_pool(self.server.preauth_pool)
         if self._pending and not self.reading_stopped and not self.closed:
             self._cut_frames(memoryview(self._pending))
         if not self.held:
@@ -281,13 +299,14 @@ class FrameReceiver(asyncio.BufferedProtocol):
             available = have - pos - 4
             if available >= size:
                 self._charge(size)
-                self._deliver(bytearray(data[pos + 4:pos + 4 + size]))
+                self._deliver(bytearray(data[pos + 4:pos + 4 + size]), self.pool)
                 pos += 4 + size
                 continue
             if size > self.LARGE_FRAME:
                 # Large frame: its own buffer, sized by what has arrived, filled in place from now on.
                 capacity = min(size, max(available, self.SCRATCH_BUFFER))
                 self._charge(capacity)
+                self._frame_pool = self.pool
                 frame = bytearray(capacity)
                 frame[:available] = data[pos + 4:have]
                 self._frame, self._frame_size, self._frame_got = frame, size, available
@@ -316,19 +335,20 @@ class FrameReceiver(asyncio.BufferedProtocol):
         """The large frame's buffer is full but the frame is not: grow it if the pool allows,
         else stop reading until it does (:meth:`memory_available`)."""
         assert self._frame is not None
-        if self.pool.exhausted and not force:
+        pool = self._frame_pool
+        if pool.exhausted and not force:
             self._pause("memory")
-            self.pool.wait(self)
+            pool.wait(self)
             return
         # The transport still holds a view of the old buffer (no resizing in place): copy into a
         # buffer twice as large. Copies add up to at most the frame's size.
         old = self._frame
         capacity = min(self._frame_size, 2 * len(old))
-        self.pool.reserve(capacity)
+        pool.reserve(capacity)
         frame = bytearray(capacity)
         frame[:self._frame_got] = old
         self._frame = frame
-        self.pool.release(len(old))
+        pool.release(len(old))
 
     def _check_pool(self) -> None:
         if self.pool.exhausted and not self.closed:
@@ -345,7 +365,8 @@ class FrameReceiver(asyncio.BufferedProtocol):
                 return  # still waiting (the pool ran dry again)
         self._resume("memory")
 
-    def _deliver(self, frame: bytearray) -> None:
+    def _deliver(self, frame: bytearray, pool: MemoryPool) -> None:
+        self.frame_pools.append(pool)
         self.frames.put_nowait(frame)
         if self.one_at_a_time or (self.hold_handshakes and len(frame) >= 2 and frame[0] == 0
                                   and frame[1] == SASL_HANDSHAKE_KEY):  # the api key, big-endian
@@ -378,9 +399,10 @@ class FrameReceiver(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.pool.forget(self)
+        self._frame_pool.forget(self)
         if self._frame is not None:
             frame, self._frame = self._frame, None
-            self.pool.release(len(frame))
+            self._frame_pool.release(len(frame))
         self._pending = bytearray()
         self.frames.put_nowait(None)
         self._can_write.set()
@@ -548,11 +570,12 @@ class Connection:
                 if self.server.closing:
                     # Shutting down (Kafka's stopProcessingRequests): a request not started is not
                     # served; the connection closes and the client retries at another broker.
-                    self.server.pool.release(len(frame))
+                    self.receiver.frame_pools.popleft().release(len(frame))
                     return
                 self.receiver.next_frame_taken()
                 self.busy = True
                 size = len(frame)
+                pool = self.receiver.frame_pools.popleft()
                 try:
                     if not await self._handle_frame(bytes(frame) if size < 4096 else frame):
                         return
@@ -563,13 +586,13 @@ class Connection:
                 finally:
                     self.busy = False
                     frame = None  # free it before waiting for the next one
-                    self.server.pool.release(size)
+                    pool.release(size)
         finally:
             self.close()
             while not frames.empty():  # frames queued behind the one that closed the connection
                 queued = frames.get_nowait()
                 if queued is not None:
-                    self.server.pool.release(len(queued))
+                    self.receiver.frame_pools.popleft().release(len(queued))
             self.server.connections.discard(self)
             self.server.disconnected(self.receiver)
 
@@ -880,6 +903,10 @@ class BrokerServer:
         self.serving = asyncio.Event()
         self.connections: set[Connection] = set()
         self.pool = MemoryPool(config.settings.queued_max_request_bytes)
+        #: Frames of SASL connections not authenticated yet (each at most
+        #: ``sasl.server.max.receive.size``): a budget of their own, the same size, so anonymous
+        #: clients can exhaust only it (Kafka's authenticator reads them outside its memory pool).
+        self.preauth_pool = MemoryPool(config.settings.queued_max_request_bytes)
         self.scratch = memoryview(bytearray(FrameReceiver.SCRATCH_BUFFER))
         self.rejections = RejectionLog()
         #: One thread for answers too large to encode on the loop (:meth:`encode`): its own, so they
@@ -1034,7 +1061,7 @@ class BrokerServer:
             deadline = time.monotonic() - self.idle_s
             for conn in list(self.connections):
                 if not conn.busy and conn.receiver.last_active < deadline:
-                    log.info("closing idle connection", client=conn.peer, idle_ms=int(self.idle_s * 1000))
+                    log.debug("closing idle connection", client=conn.peer, idle_ms=int(self.idle_s * 1000))
                     conn.close()
             self.rejections.flush()
             flush_rejections()

@@ -12,9 +12,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from confluent_kafka import Producer
 from kafka.protocol.metadata import ApiVersionsRequest
 
-from ads_broker.embedded import BrokerProcess, ads_broker_process
+from ads_broker.embedded import BrokerProcess, ads_broker_process, free_port
 from tests.integration.broker.rawclient import RawClient
 
 MiB = 1024 * 1024
@@ -134,3 +135,35 @@ def test_idle_connections_are_closed(tmp_path: Path) -> None:
         half.send_bytes(struct.pack(">i", 1000) + b"\x00")  # a frame that never completes
         assert idle.is_closed_by_peer()
         assert half.is_closed_by_peer()
+
+
+def test_anonymous_sasl_connections_cannot_take_the_request_memory(tmp_path: Path) -> None:
+    """Frames of SASL connections that have not logged in are charged to a pool of their own
+    (review s13-2, H1): 12 anonymous connections each holding 400 KB of an unfinished 520,000-byte
+    frame (under the 512 KiB pre-authentication cap) used to take the whole 4 MiB request pool, and
+    a producer on another listener then waited for memory until its batch timed out. Kafka's
+    authenticator reads pre-authentication frames outside its memory pool."""
+    plain, sasl = free_port(), free_port()
+    config = {"queued.max.request.bytes": str(4 * MiB),
+              "listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl}",
+              "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+              "sasl.enabled.mechanisms": "SCRAM-SHA-256"}
+    with ads_broker_process(tmp_path / "data", port=plain, config=config, log_path=tmp_path / "broker.log") as broker:
+        settle(broker)
+        anonymous = []
+        try:
+            for _ in range(12):
+                s = socket.create_connection(("127.0.0.1", sasl))
+                s.sendall(struct.pack(">i", 520_000) + b"\0" * 400_000)
+                anonymous.append(s)
+            time.sleep(1.0)  # their bytes arrive and are charged
+            acked: list[object] = []
+            producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "1", "linger.ms": 200,
+                                 "batch.size": 1_000_000, "message.timeout.ms": 20000})
+            for _ in range(200):  # ~200 KB in one batch: a large frame, charged as it arrives
+                producer.produce("victim", b"x" * 1000, on_delivery=lambda err, msg: acked.append(err))
+            producer.flush(30)
+            assert acked == [None] * 200  # old code: _MSG_TIMED_OUT for all 200
+        finally:
+            for s in anonymous:
+                s.close()
