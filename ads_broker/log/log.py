@@ -88,6 +88,8 @@ SWAP_RANGE_SUFFIX = ".swap-range"
 CLEANED_SUFFIX = ".cleaned"
 CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 _TEMP_SUFFIXES = (".tmp", CLEANED_SUFFIX, DELETED_SUFFIX)
+#: Bytes and segments recovery cut from a log that should have been sound, kept for the operator.
+CORRUPT_SUFFIX = ".corrupt"
 
 #: ``(producer_id, producer_epoch, (topic, partition)) -> Kafka error code`` (0: may append): the
 #: transaction coordinator's verdict on a transactional batch, asked at append time.
@@ -245,9 +247,32 @@ class Log:
         for i, segment in enumerate(self._segments):
             if i < first_unflushed and segment.load():
                 continue
-            truncated = segment.recover()
+            # A segment that should be sound (fsynced before a clean shutdown, or below the recovery
+            # point) is damaged, not torn: what recovery cuts there was acknowledged and durable. It
+            # is kept beside the log instead of deleted (review s13-2, M2: a garbled batch length
+            # after a clean shutdown silently deleted every later segment).
+            durable = i < first_unflushed
+            stamp = time.strftime("%Y%m%dT%H%M%S")
+            keep = self.dir / f"{segment.base_offset:020d}.log.cut-{stamp}{CORRUPT_SUFFIX}" if durable else None
+            truncated = segment.recover(keep_cut=keep)
             self.recovered_bytes_truncated += truncated
             if truncated:
+                later = self._segments[i + 1:]
+                if durable:
+                    for other in later:
+                        other.close()
+                        os.replace(other.log_path, self.dir / f"{other.log_path.name}-{stamp}{CORRUPT_SUFFIX}")
+                    fsync_dir(self.dir)
+                log.warning("log recovery cut an invalid batch and everything after it",
+                            topic=self.topic, partition=self.partition, segment=segment.base_offset,
+                            cut_at_offset=segment.next_offset, bytes_cut=truncated,
+                            later_segments=[s.base_offset for s in later],
+                            damaged_durable_data=durable,
+                            kept=None if keep is None else [keep.name] + [
+                                f"{s.log_path.name}-{stamp}{CORRUPT_SUFFIX}" for s in later],
+                            action=("the cut bytes and later segments are kept beside the log (*.corrupt): "
+                                    "check the disk; the partition continues from the cut offset") if durable
+                            else "an unflushed tail torn by a crash (nothing acknowledged as durable is lost)")
                 self._drop_segments_after(i)
                 break
         for segment in self._segments:

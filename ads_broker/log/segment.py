@@ -281,7 +281,8 @@ class LogSegment:
         time_index_beyond_log = ts_offset >= max(self.next_offset, self.base_offset + 1)
         return not (self.time_index.entries and time_index_beyond_log)
 
-    def recover(self, producer_state: ProducerStateManager | None = None, buffer: bytearray | None = None) -> int:
+    def recover(self, producer_state: ProducerStateManager | None = None, buffer: bytearray | None = None,
+                keep_cut: Path | None = None) -> int:
         """Rebuild indexes by scanning the log; truncate at the first invalid batch.
 
         A batch is valid if its size fits in the file, its magic is 2, its CRC matches, and its
@@ -307,6 +308,17 @@ class LogSegment:
                     producer_state.load_from_batch(header)
                 valid = position + header.size
         truncated = file_size - valid
+        if truncated and keep_cut is not None:  # the bytes to be cut, kept (fsynced) before the cut
+            with self._reading() as fd, open(keep_cut, "wb") as out:
+                position = valid
+                while position < file_size:
+                    chunk = os.pread(fd, min(1 << 20, file_size - position), position)
+                    if not chunk:
+                        break
+                    out.write(chunk)
+                    position += len(chunk)
+                out.flush()
+                os.fsync(out.fileno())
         if truncated:
             os.ftruncate(self._writer(), valid)
         self.size = valid

@@ -193,3 +193,47 @@ def test_log_start_offset_survives_restart_and_a_checkpoint_beyond_the_end(tmp_p
     beyond = open_log(dir, clean=False)
     assert (beyond.log_start_offset, beyond.log_end_offset) == (50, 50)
     assert beyond.append_as_leader(batch(1), 0).first_offset == 50
+
+
+@pytest.mark.parametrize("start", ["clean", "below-recovery-point"])
+def test_damage_in_durable_segments_is_cut_but_kept_beside_the_log(tmp_path: Path, start: str) -> None:
+    """A batch garbled in a segment that should be sound (after a clean shutdown, or below the
+    recovery point) is damage, not a torn tail: recovery still cuts there (the partition continues
+    from the cut offset) but keeps the cut bytes and every later segment as ``*.corrupt`` files
+    beside the log, and says so (review s13-2, M2: they were deleted without a word)."""
+    dir = tmp_path / "p"
+    config = LogConfig(segment_bytes=400, index_interval_bytes=1)
+    log = open_log(dir, config)
+    for i in range(12):
+        log.append_as_leader(batch(2, ts=BASE_TS + i, tag=b"%d" % i), 0)
+    bases = [s.base_offset for s in log.segments]
+    assert len(bases) >= 3
+    second = log.segments[1]
+    log.close()
+    second_data = second.log_path.read_bytes()
+    positions = [pos for pos, _ in iter_batches(second_data, validate=True)]
+    later = {b: (dir / f"{b:020d}.log").read_bytes() for b in bases[2:]}
+    corrupted = bytearray(second_data)
+    struct.pack_into(">i", corrupted, positions[-1] + 8, 0x7FFFFFFF)  # its last batch's length
+    cut_from = bases[1] + 2 * (len(positions) - 1)  # batches of 2 records
+    second.log_path.write_bytes(bytes(corrupted))
+
+    reopened = open_log(dir, config, clean=True) if start == "clean" else \
+        open_log(dir, config, clean=False, recovery_point=bases[-1] + 2)
+    try:
+        assert [s.base_offset for s in reopened.segments] == bases[:2]
+        assert offsets_in(read_all(reopened)) == list(range(cut_from))
+        kept = sorted(p.name for p in dir.iterdir() if p.name.endswith(".corrupt"))
+        assert len(kept) == 1 + len(later)  # old code: none, the later segments deleted
+        [cut] = [dir / n for n in kept if n.startswith(f"{bases[1]:020d}.log.cut-")]
+        assert cut.read_bytes() == bytes(corrupted[positions[-1]:])
+        for base, data in later.items():
+            [name] = [n for n in kept if n.startswith(f"{base:020d}.log-")]
+            assert (dir / name).read_bytes() == data
+    finally:
+        reopened.close()
+    again = open_log(dir, config, clean=True)  # the kept files are not taken for segments
+    try:
+        assert [s.base_offset for s in again.segments] == bases[:2]
+    finally:
+        again.close()
