@@ -71,6 +71,8 @@ def damage_of(path: Path, base_offset: int, end_offset: int) -> str | None:
         data = path.read_bytes()
     except FileNotFoundError:
         return None
+    if not data:  # never written empty (a file is created with its first entry, removed with its last)
+        return "the file is empty"
     if len(data) % ENTRY_SIZE:
         return f"{len(data)} bytes is not a whole number of {ENTRY_SIZE}-byte entries"
     for pos in range(0, len(data), ENTRY_SIZE):

@@ -48,12 +48,14 @@ def _damage(path: Path, how: str) -> None:
         path.write_bytes(os.urandom(len(data)))
     elif how == "torn":
         path.write_bytes(data[: ENTRY_SIZE // 2])
+    elif how == "empty":
+        path.write_bytes(b"")
     elif how == "out-of-range":  # a well-formed entry whose marker is far beyond the segment
         path.write_bytes(data[:2] + (7).to_bytes(8, "big") + (0).to_bytes(8, "big") + (10**9).to_bytes(8, "big")
                          + (10**9).to_bytes(8, "big"))
 
 
-@pytest.mark.parametrize("how", ["garbled", "torn", "out-of-range"])
+@pytest.mark.parametrize("how", ["garbled", "torn", "empty", "out-of-range"])
 @pytest.mark.parametrize("segment", [0, 1])
 def test_a_damaged_txn_index_is_rebuilt_from_the_log(tmp_path: Path, how: str, segment: int) -> None:
     aborted = _history(tmp_path)
