@@ -118,6 +118,11 @@ def _collision_in_request(ctx: HandlerContext, name: str, accepted: dict[str, st
 
 
 async def handle_create_topics(ctx: HandlerContext, req: DecodedRequest) -> CreateTopicsResponse:
+    with ctx.replicas.one_topic_metadata_write():  # one write of the topic store per request
+        return await _create_topics(ctx, req)
+
+
+async def _create_topics(ctx: HandlerContext, req: DecodedRequest) -> CreateTopicsResponse:
     body = req.body
     counts = Counter(topic.name for topic in body.topics)
     results = []
@@ -157,6 +162,11 @@ async def handle_create_topics(ctx: HandlerContext, req: DecodedRequest) -> Crea
 
 
 async def handle_delete_topics(ctx: HandlerContext, req: DecodedRequest) -> DeleteTopicsResponse:
+    with ctx.replicas.one_topic_metadata_write():  # one write of the topic store per request
+        return await _delete_topics(ctx, req)
+
+
+async def _delete_topics(ctx: HandlerContext, req: DecodedRequest) -> DeleteTopicsResponse:
     body = req.body
     requested_ids: list[Any] = []
     if req.api_version >= 6:
@@ -224,6 +234,11 @@ async def _wait_for_deletions(ctx: HandlerContext, marked: list[tuple[str, Any]]
 
 
 async def handle_create_partitions(ctx: HandlerContext, req: DecodedRequest) -> CreatePartitionsResponse:
+    with ctx.replicas.one_topic_metadata_write():  # one write of the topic store per request
+        return await _create_partitions(ctx, req)
+
+
+async def _create_partitions(ctx: HandlerContext, req: DecodedRequest) -> CreatePartitionsResponse:
     body = req.body
     results = []
     in_request = 0  # partitions created (or validated) so far: max.partitions.per.request

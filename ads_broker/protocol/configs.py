@@ -466,7 +466,8 @@ async def _alter_topic_in_cluster(ctx: HandlerContext, name: str, new_configs: N
 
 
 async def handle_alter_configs(ctx: HandlerContext, req: DecodedRequest) -> AlterConfigsResponse:
-    results = await _handle_alter(ctx, req, "alter_configs", legacy_configs)
+    with ctx.replicas.one_topic_metadata_write():
+        results = await _handle_alter(ctx, req, "alter_configs", legacy_configs)
     return AlterConfigsResponse(throttle_time_ms=0, responses=[
         AlterConfigsResponse.AlterConfigsResourceResponse(error_code=code, error_message=message, resource_type=kind,
                                                           resource_name=name)
@@ -474,7 +475,8 @@ async def handle_alter_configs(ctx: HandlerContext, req: DecodedRequest) -> Alte
 
 
 async def handle_incremental_alter_configs(ctx: HandlerContext, req: DecodedRequest) -> IncrementalAlterConfigsResponse:
-    results = await _handle_alter(ctx, req, "incremental_alter_configs", incremental_configs)
+    with ctx.replicas.one_topic_metadata_write():
+        results = await _handle_alter(ctx, req, "incremental_alter_configs", incremental_configs)
     return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=[
         IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(
             error_code=code, error_message=message, resource_type=kind, resource_name=name)

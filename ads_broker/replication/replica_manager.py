@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import contextvars
 import enum
 import os
 import shutil
@@ -188,6 +190,10 @@ def isr_ineligible(replica_ids: Iterable[int], live: frozenset[int] | None,
     return frozenset(r for r in replica_ids if r in shutting_down or (live is not None and r not in live))
 
 
+#: Set by :meth:`ReplicaManager.one_topic_metadata_write` in the request's task: [written since].
+_DEFERRED_TOPIC_METADATA: contextvars.ContextVar[list[bool] | None] = contextvars.ContextVar(
+    "deferred_topic_metadata", default=None)
+
 class ReplicaManager:
     """Owns every partition of this broker; topic metadata lives in :attr:`metadata` and
     :attr:`topic_store`, logs in :attr:`logs`."""
@@ -345,7 +351,26 @@ class ReplicaManager:
                          replicated=self.cluster_mode)
 
     def _write_topic_metadata(self) -> None:
+        pending = _DEFERRED_TOPIC_METADATA.get()
+        if pending is not None:  # inside one_topic_metadata_write: once, when the request is done
+            pending[0] = True
+            return
         self.topic_store.write(self.metadata.all_topics())
+
+    @contextlib.contextmanager
+    def one_topic_metadata_write(self) -> Iterator[None]:
+        """The topic store written once for everything a request changes inside this block, when
+        the block ends (before the request is answered), instead of once per topic: each write is
+        the whole file, fsynced, so a request naming 1,500 topics wrote 348 MB (review s13-2, M3).
+        Per task (a context variable): other requests meanwhile still write at once."""
+        token = _DEFERRED_TOPIC_METADATA.set([False])
+        try:
+            yield
+        finally:
+            pending = _DEFERRED_TOPIC_METADATA.get()
+            _DEFERRED_TOPIC_METADATA.reset(token)
+            if pending is not None and pending[0]:
+                self._write_topic_metadata()
 
     # -- topic operations --------------------------------------------------------------------
 
