@@ -318,7 +318,19 @@ class Authorizer:
 
     def delete(self, filters: list[AclFilter]) -> list[list[Acl]]:
         """Remove the ACLs each filter matches; per filter, the ACLs it removed."""
-        removed = [[a for a in self._acls if f.matches(a)] for f in filters]
+        by_name: dict[str, list[Acl]] = {}
+        for acl in self._acls:
+            by_name.setdefault(acl.resource_name, []).append(acl)
+
+        def candidates(f: AclFilter) -> list[Acl]:
+            # A filter naming one resource exactly (not MATCH, which also takes prefixes and the
+            # wildcard) looks only at that name's ACLs: every filter scanning every ACL was
+            # O(filters x ACLs) on the loop, 49 s for 6,000 on 6,000 (review s13-2, M1).
+            if f.resource_name is not None and f.pattern_type != MATCH:
+                return by_name.get(f.resource_name, [])
+            return self._acls
+
+        removed = [[a for a in candidates(f) if f.matches(a)] for f in filters]
         gone = {a for r in removed for a in r}
         if gone:
             assert self.store is not None

@@ -15,6 +15,7 @@ from ads_broker.security.acl import (
     ALL,
     ALLOW,
     ALTER_CONFIGS,
+    ANY,
     CLUSTER,
     CLUSTER_NAME,
     DELETE,
@@ -175,3 +176,20 @@ def test_the_index_follows_created_and_deleted_acls(tmp_path: Path) -> None:
     assert a.authorized_operations("User:root", HOST, (READ, WRITE), TOPIC, "x") == set()
     assert authorizer(tmp_path, super_users="User:root").authorized_operations(
         "User:root", HOST, (READ, WRITE), TOPIC, "x") == {READ, WRITE}
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=60)
+@given(acls=_ACLS, names=st.lists(_NAMES, min_size=1, max_size=4),
+       patterns=st.lists(st.sampled_from((LITERAL, PREFIXED, MATCH, ANY)), min_size=1, max_size=4))
+def test_delete_removes_exactly_what_matching_every_acl_removes(tmp_path: Path, acls: list[Acl], names: list[str],
+                                                                 patterns: list[int]) -> None:
+    """DeleteAcls looks only at the named resource's ACLs for a filter naming one exactly (review
+    s13-2, M1: every filter scanned every ACL); what it removes per filter must be what the scan
+    of every ACL removes, in the same order."""
+    filters = [AclFilter(resource_type=ANY, resource_name=n, pattern_type=p)
+               for n, p in zip(names, patterns, strict=False)]
+    filters.append(AclFilter(resource_type=TOPIC, resource_name=None, pattern_type=ANY, principal="User:alice"))
+    a = authorizer(tmp_path, *acls)
+    before = a.acls
+    expected = [[acl for acl in before if f.matches(acl)] for f in filters]
+    assert a.delete(filters) == expected
