@@ -76,5 +76,9 @@ def test_off_a_terminal_the_audit_logs_progress_lines_and_stdout_keeps_the_resul
     assert done.stdout.splitlines()[0] == f"report: {tmp_path / 'report' / 'report.json'} and " \
                                           f"{tmp_path / 'report' / 'index.html'}"
     assert "audit progress" not in done.stdout
+    # Quiet (issue 17 item 6, "the same for spark-audit run"): no librdkafka CONFWARN and none of
+    # Spark's start-up noise on either stream (as test_main_job.py checks for `make run`).
+    for noise in ("CONFWARN", "log4j", "SPARK_LOCAL_IP", "incubator", "NativeCodeLoader", "Setting default log level"):
+        assert noise not in done.stdout + done.stderr, noise
     # the run leaves nothing of its JVM behind (issue 15: spark-audit-jvm-<pid>.log and its log4j file)
     assert not [p.name for p in temp.iterdir() if p.name.startswith("spark-audit-jvm")], list(temp.iterdir())

@@ -97,3 +97,5 @@ def test_off_a_terminal_the_worker_logs_one_progress_line_per_interval(ads_broke
     out = proc.stdout.read() if proc.stdout else b""
     assert code == 0 and out == b"", out[-2000:]
     assert "\x1b[" not in stderr_path.read_text() and not ANSI.search(stderr_path.read_text())
+    # Quiet (issue 17 item 6, "the same for dedupe-worker run"): no librdkafka CONFWARN.
+    assert "CONFWARN" not in stderr_path.read_text()
