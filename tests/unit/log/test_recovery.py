@@ -73,14 +73,20 @@ def test_garbage_after_the_last_batch_is_cut(tmp_path: Path, garbage: bytes) -> 
     assert log.recovered_bytes_truncated == len(garbage) and ends[-1] == len(data)
 
 
-def test_crc_flip_in_a_middle_batch_cuts_there_and_drops_later_segments(tmp_path: Path) -> None:
-    dir = tmp_path / "p"
-    config = LogConfig(segment_bytes=400, index_interval_bytes=1)
+def _multi_segment_log(dir: Path, config: LogConfig) -> tuple[Log, list[int]]:
+    """12 batches of 2 records in 400-byte segments (at least 3); the open log and its segments' bases."""
     log = open_log(dir, config)
     for i in range(12):
         log.append_as_leader(batch(2, ts=BASE_TS + i, tag=b"%d" % i), 0)
     bases = [s.base_offset for s in log.segments]
     assert len(bases) >= 3
+    return log, bases
+
+
+def test_crc_flip_in_a_middle_batch_cuts_there_and_drops_later_segments(tmp_path: Path) -> None:
+    dir = tmp_path / "p"
+    config = LogConfig(segment_bytes=400, index_interval_bytes=1)
+    log, bases = _multi_segment_log(dir, config)
     log.flush()
     second = log.segments[1]
     second_data = second.log_path.read_bytes()
@@ -203,11 +209,7 @@ def test_damage_in_durable_segments_is_cut_but_kept_beside_the_log(tmp_path: Pat
     beside the log, and says so (review s13-2, M2: they were deleted without a word)."""
     dir = tmp_path / "p"
     config = LogConfig(segment_bytes=400, index_interval_bytes=1)
-    log = open_log(dir, config)
-    for i in range(12):
-        log.append_as_leader(batch(2, ts=BASE_TS + i, tag=b"%d" % i), 0)
-    bases = [s.base_offset for s in log.segments]
-    assert len(bases) >= 3
+    log, bases = _multi_segment_log(dir, config)
     second = log.segments[1]
     log.close()
     second_data = second.log_path.read_bytes()
