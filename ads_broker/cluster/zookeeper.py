@@ -857,45 +857,52 @@ class KafkaZkClient:
     # -- admin requests to the controller --
     def request_preferred_election(self, partitions: Iterable[TopicPartition]) -> None:
         """Ask for preferred-leader election (Kafka's admin znode); NodeExistsError if one is pending."""
-        body = {"version": 1, "partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in partitions]}
-        self.client.create(PREFERRED_ELECTION_PATH, json.dumps(body).encode())
+        self._request_election(PREFERRED_ELECTION_PATH, partitions)
 
     def get_preferred_election(self) -> tuple[set[TopicPartition], int] | None:
-        try:
-            data, stat = self.client.get(PREFERRED_ELECTION_PATH)
-        except NoNodeError:
-            return None
-        parts = {TopicPartition(str(e["topic"]), int(e["partition"])) for e in json.loads(data)["partitions"]}
-        return parts, int(stat.version)
+        return self._get_election(PREFERRED_ELECTION_PATH)
 
     def delete_preferred_election(self, version: int) -> None:
-        with contextlib.suppress(NoNodeError, BadVersionError):
-            self.client.delete(PREFERRED_ELECTION_PATH, version=version)
+        self._delete_election(PREFERRED_ELECTION_PATH, version)
 
     def watch_preferred_election(self, callback: Callable[[bool], None]) -> None:
-        self.client.DataWatch(PREFERRED_ELECTION_PATH,
-                              lambda data, stat: callback(data is not None))
+        self._watch_election(PREFERRED_ELECTION_PATH, callback)
 
     def request_unclean_election(self, partitions: Iterable[TopicPartition]) -> None:
         """Ask the controller for an unclean election of ``partitions`` (ElectLeaders UNCLEAN);
         NodeExistsError if one is pending."""
-        body = {"version": 1, "partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in partitions]}
-        self.client.create(UNCLEAN_ELECTION_PATH, json.dumps(body).encode())
+        self._request_election(UNCLEAN_ELECTION_PATH, partitions)
 
     def get_unclean_election(self) -> tuple[set[TopicPartition], int] | None:
+        return self._get_election(UNCLEAN_ELECTION_PATH)
+
+    def delete_unclean_election(self, version: int) -> None:
+        self._delete_election(UNCLEAN_ELECTION_PATH, version)
+
+    def watch_unclean_election(self, callback: Callable[[bool], None]) -> None:
+        self._watch_election(UNCLEAN_ELECTION_PATH, callback)
+
+    # One request znode per election type, written by any broker, read and deleted by the controller.
+    def _request_election(self, path: str, partitions: Iterable[TopicPartition]) -> None:
+        body = {"version": 1, "partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in partitions]}
+        self.client.create(path, json.dumps(body).encode())
+
+    def _get_election(self, path: str) -> tuple[set[TopicPartition], int] | None:
+        """The partitions a pending request names and its znode version; None if none is pending."""
         try:
-            data, stat = self.client.get(UNCLEAN_ELECTION_PATH)
+            data, stat = self.client.get(path)
         except NoNodeError:
             return None
         parts = {TopicPartition(str(e["topic"]), int(e["partition"])) for e in json.loads(data)["partitions"]}
         return parts, int(stat.version)
 
-    def delete_unclean_election(self, version: int) -> None:
+    def _delete_election(self, path: str, version: int) -> None:
         with contextlib.suppress(NoNodeError, BadVersionError):
-            self.client.delete(UNCLEAN_ELECTION_PATH, version=version)
+            self.client.delete(path, version=version)
 
-    def watch_unclean_election(self, callback: Callable[[bool], None]) -> None:
-        self.client.DataWatch(UNCLEAN_ELECTION_PATH, lambda data, stat: callback(data is not None))
+    def _watch_election(self, path: str, callback: Callable[[bool], None]) -> None:
+        """``callback(pending)`` now and on every change of the request znode."""
+        self.client.DataWatch(path, lambda data, stat: callback(data is not None))
 
     def request_controlled_shutdown(self, broker_id: int) -> None:
         """Create ``/admin/controlled_shutdown/<id>`` (ephemeral: it vanishes with the broker)."""
